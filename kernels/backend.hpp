@@ -1,0 +1,128 @@
+// The backend seam: every numeric operation of a forward pass goes through this interface,
+// so that the CPU and CUDA implementations are interchangeable. Code above this seam never
+// touches element memory: it holds Buffers (opaque device allocations) and Tensor views,
+// moves bytes across with upload/download, and issues ops that run in order on the
+// backend's single queue (CPU: synchronously; CUDA: one stream, synchronize() to wait).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/dtype.hpp"
+
+namespace tandem::kernels {
+
+enum class DeviceKind { CPU, CUDA };
+
+// An allocation in a backend's memory. Owned by whoever asked for it.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual size_t size() const = 0;
+  virtual DeviceKind device() const = 0;
+};
+
+// A non-owning view of a 1..4-D array in a Buffer. ne[0] is the innermost (contiguous)
+// dimension; rows are packed (stride = row_bytes(type, ne[0])) unless nb1 says otherwise.
+struct Tensor {
+  Buffer* buf = nullptr;
+  size_t offset = 0;  // bytes from the start of buf
+  DType type = DType::F32;
+  int64_t ne[4] = {1, 1, 1, 1};
+  size_t nb1 = 0;  // bytes between rows; 0 = packed
+
+  int64_t cols() const { return ne[0]; }
+  int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
+  int64_t numel() const { return ne[0] * rows(); }
+  size_t row_stride() const { return nb1 ? nb1 : row_bytes(type, ne[0]); }
+  size_t bytes() const { return row_stride() * static_cast<size_t>(rows()); }
+  // Rows [r0, r0+n) of a 2-D view.
+  Tensor slice_rows(int64_t r0, int64_t n) const {
+    Tensor t = *this;
+    t.offset += static_cast<size_t>(r0) * row_stride();
+    t.ne[1] = n;
+    t.ne[2] = t.ne[3] = 1;
+    return t;
+  }
+};
+
+Tensor make_tensor(Buffer* buf, DType type, int64_t ne0, int64_t ne1 = 1, size_t offset = 0);
+
+enum class RopeStyle {
+  Normal,  // GPT-J / llama: rotate adjacent pairs (x[2i], x[2i+1])
+  NeoX,    // NeoX / qwen2 / gemma: rotate halves (x[i], x[i + d/2])
+};
+
+enum class Activation { SiLU, GeluTanh };
+
+// Everything attention needs to find a sequence's keys and values in the paged cache.
+// All tensors are I32 on the backend; host code fills them with upload().
+struct PagedAttnMeta {
+  Tensor positions;    // [n_tokens] absolute position of each query token
+  Tensor seq_index;    // [n_tokens] which sequence (row of block_table) the token belongs to
+  Tensor block_table;  // [n_seqs, max_blocks] block ids, row per sequence
+  Tensor slot_mapping; // [n_tokens] flat cache slot (block * block_size + offset) to write
+  int32_t block_size = 0;
+};
+
+// One layer's K and V caches: [num_blocks * block_size, n_kv_heads * head_dim], F32 or F16.
+struct KVLayer {
+  Tensor k;
+  Tensor v;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;         // e.g. "cpu (avx2, 2 threads)"
+  virtual std::string description() const = 0;  // features chosen at start, for --verbose
+
+  // ---- memory ------------------------------------------------------------------------
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // A read-only buffer over host memory that outlives it (mmapped weights). The CPU
+  // backend reads it in place; a device backend copies it into device memory.
+  virtual std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) = 0;
+  virtual void upload(const Tensor& dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, const Tensor& src, size_t bytes) = 0;
+  virtual void fill_zero(const Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops (dst never aliases a source unless stated) -----------------------------------
+  // dst[i, :] = dequant(table[ids[i], :]) as F32.
+  virtual void get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) = 0;
+  // dst = x / rms(x) * (w + w_offset), per row. dst may alias x.
+  virtual void rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, float eps,
+                        float w_offset = 0.0f) = 0;
+  // dst[n, r] = sum_c x[n, c] * w[r, c]   (x F32 [N, C], w any weight type [R, C], dst F32 [N, R]).
+  // Implementations must read each weight row once for all N tokens.
+  virtual void matmul(const Tensor& dst, const Tensor& w, const Tensor& x) = 0;
+  // dst = a + b, where b has either a's shape or one row broadcast over a's rows. dst may alias a.
+  virtual void add(const Tensor& dst, const Tensor& a, const Tensor& b) = 0;
+  // dst = a * b (same broadcasting as add). dst may alias a.
+  virtual void mul(const Tensor& dst, const Tensor& a, const Tensor& b) = 0;
+  virtual void scale(const Tensor& dst, float s) = 0;  // in place
+  // dst = act(gate) * up. dst may alias gate.
+  virtual void gated_act(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act) = 0;
+  // In place rotary embedding of x viewed as [n_tokens, n_heads, head_dim]; the first
+  // rope_dims of each head rotate, at the angle pos * theta^(-2i/rope_dims).
+  virtual void rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim,
+                    int rope_dims, float theta, RopeStyle style) = 0;
+  // Write k, v ([n_tokens, n_kv_heads*head_dim], F32) into the cache at meta.slot_mapping.
+  virtual void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v,
+                        const PagedAttnMeta& meta) = 0;
+  // Causal attention of q [n_tokens, n_heads*head_dim] over the cached keys/values of each
+  // token's sequence, positions 0..positions[t] inclusive (keys of this batch already
+  // stored). GQA: head h reads kv head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads*head_dim].
+  // sliding_window > 0 limits each query to the last sliding_window positions.
+  virtual void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache,
+                               const PagedAttnMeta& meta, int n_heads, int n_kv_heads,
+                               int head_dim, float scale, int sliding_window = 0,
+                               float softcap = 0.0f) = 0;
+};
+
+// The CPU backend; n_threads <= 0 picks the number of physical cores available.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every system and Python dependency tandem needs to build and test.
+# Idempotent: re-running is cheap. Debian (bookworm) packages only; Python test
+# references come from PyPI. Run as root (CI and dev machines are root).
+set -euo pipefail
+
+APT_PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libboost1.81-dev libboost-json1.81-dev
+  libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pip
+)
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "[setup] system packages present"
+fi
+
+# Python packages used only as independent references in tests and by scripts.
+PY=${PYTHON:-python3}
+if ! $PY -c "import gguf, numpy" 2>/dev/null; then
+  echo "[setup] installing Python test references (gguf, numpy)"
+  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" || \
+  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1"
+fi
+echo "[setup] done"
