@@ -1,0 +1,100 @@
+// `tandem generate`: one prompt, streamed to stdout, then timings (or one JSON object).
+#include <CLI/CLI.hpp>
+
+#include <boost/json.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "apps/commands.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct GenerateArgs {
+  LoadOptions load;
+  GenerateOptions gen;
+  std::string prompt;
+  bool json = false;
+  bool verbose = false;
+  bool no_special = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  auto engine = Engine::load(a.load);
+  const ModelInfo info = engine->info();
+  if (a.verbose) {
+    std::fprintf(stderr, "model: %s (%s, %d layers, vocab %d, %.1f MiB)\n%s\n", info.path.c_str(),
+                 info.architecture.c_str(), info.n_layer, info.n_vocab, info.weight_bytes / 1048576.0,
+                 engine->backend_description().c_str());
+  }
+  GenerateOptions gen = a.gen;
+  gen.add_special = !a.no_special;
+  StreamCallback cb;
+  if (!a.json) {
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+    cb = [](std::string_view text, int32_t) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  const GenerateResult r = engine->generate(a.prompt, gen, cb);
+  const Timings& t = r.timings;
+  if (a.json) {
+    boost::json::object o;
+    o["model"] = info.path;
+    o["backend"] = info.backend;
+    o["prompt"] = a.prompt;
+    o["prompt_tokens"] = boost::json::value_from(r.prompt_tokens);
+    o["tokens"] = boost::json::value_from(r.tokens);
+    o["text"] = r.text;
+    o["finish_reason"] = to_string(r.finish);
+    boost::json::object tm;
+    tm["n_prompt"] = t.n_prompt;
+    tm["n_generated"] = t.n_generated;
+    tm["prefill_ms"] = t.prefill_ms;
+    tm["decode_ms"] = t.decode_ms;
+    tm["prefill_tokens_per_s"] = t.prefill_tokens_per_s();
+    tm["decode_tokens_per_s"] = t.decode_tokens_per_s();
+    o["timings"] = tm;
+    std::printf("%s\n", boost::json::serialize(o).c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "\n[%s] prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | finish: %s\n",
+                 info.backend.c_str(), t.n_prompt, t.prefill_tokens_per_s(), t.n_generated,
+                 t.decode_tokens_per_s(), to_string(r.finish));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* sub = app.add_subcommand("generate", "Generate text from a prompt");
+  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
+  sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
+  sub->add_option("--temp", a->gen.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  sub->add_option("--top-k", a->gen.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
+  sub->add_option("--top-p", a->gen.sampling.top_p, "Top-p (1 = off)")->capture_default_str();
+  sub->add_option("--min-p", a->gen.sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", a->gen.sampling.repetition_penalty, "Repetition penalty (1 = off)")
+      ->capture_default_str();
+  sub->add_option("--seed", a->gen.sampling.seed, "Random seed")->capture_default_str();
+  sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
+  sub->add_option("-t,--threads", a->load.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("-c,--ctx", a->load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
+  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
+  sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");
+  sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");
+  sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");
+  sub->add_flag("-v,--verbose", a->verbose, "Print model and backend details");
+  return {sub, [a] { return run_generate(*a); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,72 @@
+// AVX2 activation quantization; bit-identical to the scalar version in act_quant.cpp
+// (same scale formulas, cvtps rounds to nearest-even like nearbyint).
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/simd_avx2.hpp"
+
+#pragma GCC optimize("fp-contract=off")
+
+namespace tandem::kernels::cpu::mm {
+namespace {
+
+using namespace avx2;
+
+static inline __m256 absf(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// Codes of 32 values at scale id, stored to q; returns the four int32 vectors' sum parts
+// (elements 0-15 and 16-31) through lo/hi.
+static inline void quant32(const float* x, __m256 id, int8_t* q, __m256i& lo, __m256i& hi) {
+  const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+  const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+  const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+  const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+  // packs work per 128-bit half; the permute restores element order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  lo = _mm256_add_epi32(i0, i1);
+  hi = _mm256_add_epi32(i2, i3);
+}
+
+static inline float amax_of(const float* x, int n) {
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, absf(_mm256_loadu_ps(x + i)));
+  return hmax(m);
+}
+
+}  // namespace
+
+void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row) {
+  int8_t* q = reinterpret_cast<int8_t*>(row);
+  float* d = reinterpret_cast<float*>(row + l.d_off);
+  float* s = reinterpret_cast<float*>(row + l.aux_off);
+  for (int64_t b = 0; b < l.nb; ++b) {
+    const float amax = amax_of(x + 32 * b, 32);
+    const bool nz = amax > 1e-30f;
+    const __m256 id = _mm256_set1_ps(nz ? 127.0f / amax : 0.0f);
+    __m256i lo, hi;
+    quant32(x + 32 * b, id, q + 32 * b, lo, hi);
+    d[b] = nz ? amax / 127.0f : 0.0f;
+    s[b] = d[b] * static_cast<float>(hsum_i32(_mm256_add_epi32(lo, hi)));
+  }
+}
+
+void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
+  int8_t* q = reinterpret_cast<int8_t*>(row);
+  float* d = reinterpret_cast<float*>(row + l.d_off);
+  int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
+  for (int64_t b = 0; b < l.nb; ++b) {
+    const float* xb = x + 256 * b;
+    const float amax = amax_of(xb, 256);
+    const bool nz = amax > 1e-30f;
+    const __m256 id = _mm256_set1_ps(nz ? 127.0f / amax : 0.0f);
+    for (int g = 0; g < 8; ++g) {
+      __m256i lo, hi;
+      quant32(xb + 32 * g, id, q + 256 * b + 32 * g, lo, hi);
+      bs[16 * b + 2 * g] = static_cast<int16_t>(hsum_i32(lo));
+      bs[16 * b + 2 * g + 1] = static_cast<int16_t>(hsum_i32(hi));
+    }
+    d[b] = nz ? amax / 127.0f : 0.0f;
+  }
+}
+
+}  // namespace tandem::kernels::cpu::mm

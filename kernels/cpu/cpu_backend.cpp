@@ -1,0 +1,59 @@
+// CpuBackend: construction, memory and host transfers.
+#include "kernels/cpu/cpu_backend.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/host_buffer.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace tandem::kernels::cpu {
+
+CpuBackend::CpuBackend(int n_threads)
+    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads()) {}
+
+std::string CpuBackend::name() const {
+  return "cpu (" + isa_name(detected_isa()) + ", " + std::to_string(pool_.size()) + " threads)";
+}
+
+std::string CpuBackend::description() const {
+  std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + "\n  threads: " + std::to_string(pool_.size());
+  s += "\n  cpu features:";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) s += " avx2";
+  if (__builtin_cpu_supports("fma")) s += " fma";
+  if (__builtin_cpu_supports("f16c")) s += " f16c";
+  if (__builtin_cpu_supports("avx512f")) s += " avx512f";
+  if (__builtin_cpu_supports("avx512vnni")) s += " avx512vnni";
+  return s;
+}
+
+std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
+
+std::unique_ptr<Buffer> CpuBackend::wrap_host(const void* data, size_t bytes) {
+  return std::make_unique<HostBuffer>(data, bytes);
+}
+
+void CpuBackend::upload(const Tensor& dst, const void* src, size_t bytes) {
+  auto* hb = dynamic_cast<HostBuffer*>(dst.buf);
+  if (!hb || !hb->writable()) throw std::logic_error("cpu backend: upload into a read-only or foreign buffer");
+  if (dst.offset + bytes > hb->size()) throw std::logic_error("cpu backend: upload past the end of the buffer");
+  std::memcpy(hb->data() + dst.offset, src, bytes);
+}
+
+void CpuBackend::download(void* dst, const Tensor& src, size_t bytes) {
+  auto* hb = dynamic_cast<HostBuffer*>(src.buf);
+  if (!hb) throw std::logic_error("cpu backend: download from a foreign buffer");
+  if (src.offset + bytes > hb->size()) throw std::logic_error("cpu backend: download past the end of the buffer");
+  std::memcpy(dst, hb->data() + src.offset, bytes);
+}
+
+void CpuBackend::fill_zero(const Tensor& dst) { std::memset(host_ptr(dst), 0, dst.bytes()); }
+
+}  // namespace tandem::kernels
+
+namespace tandem::kernels {
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::make_unique<cpu::CpuBackend>(n_threads);
+}
+}  // namespace tandem::kernels

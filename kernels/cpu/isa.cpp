@@ -1,0 +1,57 @@
+// Runtime choice of the kernel instruction set: detected once from CPUID, overridable
+// (downwards only) for tests and benchmarks.
+#include <atomic>
+#include <stdexcept>
+
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+Isa detect() {
+  __builtin_cpu_init();
+  // The AVX-512 kernels use BW (byte/word ops) and VNNI (vpdpbusd) besides the foundation.
+  if (mm::avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2"))
+    return Isa::Avx512;
+  // F16C has no __builtin_cpu_supports name in GCC 12; every AVX2 CPU has it.
+  if (mm::avx2_kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2"))
+    return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+std::atomic<int> g_forced{-1};
+
+}  // namespace
+
+Isa detected_isa() {
+  static const Isa isa = detect();
+  return isa;
+}
+
+void force_isa(Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(detected_isa()))
+    throw std::invalid_argument("force_isa: " + isa_name(isa) + " is not available on this CPU (best: " +
+                                isa_name(detected_isa()) + ")");
+  g_forced.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+Isa active_isa() {
+  const int f = g_forced.load(std::memory_order_relaxed);
+  return f < 0 ? detected_isa() : static_cast<Isa>(f);
+}
+
+std::string isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace tandem::kernels::cpu

@@ -1,0 +1,19 @@
+// The AVX2 kernel set (see matmul_impl.hpp). Selected only after detected_isa() has
+// confirmed AVX2, FMA and F16C at run time.
+#include "kernels/cpu/matmul_impl.hpp"
+
+namespace tandem::kernels::cpu::mm {
+namespace {
+RowsFn avx2_rows(DType t) {
+  if (RowsFn f = avx2_rows_qk(t)) return f;
+  if (RowsFn f = avx2_rows_q32(t)) return f;
+  return avx2_rows_float(t);
+}
+}  // namespace
+
+const IsaKernels* avx2_kernels() {
+  static const IsaKernels k{avx2_rows, avx2_quant_q32, avx2_quant_qk, avx2_dequant};
+  return &k;
+}
+
+}  // namespace tandem::kernels::cpu::mm

@@ -1,0 +1,97 @@
+// Internals shared by the matmul driver (matmul.cpp) and the per-ISA kernels
+// (matmul_*_scalar.cpp, *_avx2.cpp, *_avx512.cpp). Not part of the public API.
+// Included by SIMD files, so it holds no non-static inline code (see quant_blocks.hpp).
+//
+// A quantized-weight matmul first quantizes each activation row (token) to int8 blocks
+// that line up with the weight blocks, then each kernel computes whole weight rows against
+// a range of tokens. Activation row layout (one per token, `row_bytes` apart, 64-aligned):
+//   q   int8[C]      codes; x[c] ~= d[c / block] * q[c]
+//   d   float[nb]    per-block scale
+//   aux Q32: float s[nb] = d * sum(q of the block)   (applies the weight's offset/min)
+//       QK:  int16 bsums[nb*16] = sums of q over each 16 elements (applies K-quant mins)
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.hpp"
+
+namespace tandem::kernels::cpu::mm {
+
+enum class Family {
+  Float,  // F32, F16, BF16: float dot products, x kept in f32
+  Q32,    // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: 32-element blocks, activations in 32-blocks
+  QK,     // Q2_K..Q6_K: 256-element blocks, activations in 256-blocks with 16-sums
+  None,   // not a weight type
+};
+Family family(DType t);
+
+// Largest token range a kernel call gets; the driver walks longer batches in chunks of
+// this many tokens so that their activations stay in L2 while a row tile is reused.
+constexpr int64_t kMaxTokens = 32;
+
+struct ActLayout {
+  int64_t C = 0;
+  int64_t nb = 0;  // blocks per row
+  int block = 0;   // 32 or 256
+  size_t d_off = 0, aux_off = 0, row_bytes = 0;
+};
+ActLayout act_layout(Family f, int64_t C);
+
+static inline const int8_t* act_q(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
+static inline const float* act_d(const uint8_t* row, const ActLayout& l) {
+  return reinterpret_cast<const float*>(row + l.d_off);
+}
+static inline const float* act_s(const uint8_t* row, const ActLayout& l) {
+  return reinterpret_cast<const float*>(row + l.aux_off);
+}
+static inline const int16_t* act_bsums(const uint8_t* row, const ActLayout& l) {
+  return reinterpret_cast<const int16_t*>(row + l.aux_off);
+}
+
+// Everything a kernel needs for one matmul call.
+struct Args {
+  DType wt = DType::F32;
+  const uint8_t* w = nullptr;
+  size_t w_stride = 0;
+  int64_t C = 0;
+  const float* x = nullptr;  // Float family: activations as given
+  int64_t ldx = 0;
+  const uint8_t* xq = nullptr;  // quantized families: token t's row at xq + t*xl.row_bytes
+  ActLayout xl;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Computes y[t*ldy + r] for r in [r0, r1), t in [t0, t1) with t1 - t0 <= kMaxTokens.
+// Every (r, t) result must be the same bits whatever the ranges are.
+using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+// Quantizes one activation row of a.xl.C floats into the layout above.
+using QuantFn = void (*)(const float* x, const ActLayout& l, uint8_t* row);
+// Dequantizes n elements; returns false when this ISA has no fast path for the type.
+using DequantFn = bool (*)(DType t, const void* src, float* dst, int64_t n);
+
+struct IsaKernels {
+  RowsFn (*rows)(DType t) = nullptr;  // nullptr result: type not handled at this level
+  QuantFn quant_q32 = nullptr;
+  QuantFn quant_qk = nullptr;
+  DequantFn dequant = nullptr;
+};
+
+// Kernel sets; levels above Scalar return nullptr when the binary was built without them.
+const IsaKernels& scalar_kernels();
+const IsaKernels* avx2_kernels();
+const IsaKernels* avx512_kernels();
+
+// Per-ISA entry points, defined in the files of that ISA.
+RowsFn scalar_rows(DType t);
+void scalar_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
+void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
+
+RowsFn avx2_rows_float(DType t);
+RowsFn avx2_rows_q32(DType t);
+RowsFn avx2_rows_qk(DType t);
+void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
+void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
+bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
+
+}  // namespace tandem::kernels::cpu::mm

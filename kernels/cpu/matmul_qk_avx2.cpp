@@ -1,0 +1,294 @@
+// AVX2 matmul kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+//
+// For one weight row and a group of up to 4 tokens, each 256-element block is decoded
+// into eight vectors of 32 unsigned codes, and each vector is multiplied with every
+// token's int8 activations (maddubs: u8 x s8 -> pairs of int16), then with the group
+// scales (madd: int16 x int16 -> int32). Per block and token the integer sum is turned into
+// float once. Longer token ranges repeat the row in groups of 4; the row (under 6 KB) is
+// then read from L1, so memory sees each weight once per call.
+//
+// Every token's arithmetic is the same sequence whatever the group size, so results do not
+// depend on how many tokens are computed together.
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/simd_avx2.hpp"
+
+// Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
+// same for every token-group size.
+#pragma GCC optimize("fp-contract=off")
+
+namespace tandem::kernels::cpu::mm {
+namespace {
+
+using namespace avx2;
+using u8 = uint8_t;
+
+// vpshufb controls. kBcast[k]: int16 lane k of each 128-bit half into all 8 lanes of that
+// half. kPair[k]: lane 2k into the low half, lane 2k+1 into the high half (the two groups
+// of 16 that one 32-element vector spans).
+struct Controls {
+  alignas(32) u8 bcast[8][32];
+  alignas(32) u8 pair[4][32];
+  constexpr Controls() : bcast(), pair() {
+    for (int k = 0; k < 8; ++k)
+      for (int i = 0; i < 32; ++i) bcast[k][i] = static_cast<u8>(2 * k + (i & 1));
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < 32; ++i) pair[k][i] = static_cast<u8>(2 * (2 * k + (i >= 16)) + (i & 1));
+  }
+};
+constexpr Controls kCtl;
+
+static inline __m256i bcast_lane(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCtl.bcast[k])));
+}
+static inline __m256i pair_lane(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kCtl.pair[k])));
+}
+
+// The activations of a token group, at the current block.
+template <int TN>
+struct Toks {
+  const int8_t* q[TN];
+  const float* d[TN];
+  const int16_t* bs[TN];
+};
+
+// isum[t] += sum over the vector of u * x_t, weighted by the int16 scales sc.
+template <int TN>
+static inline void dot_vec(__m256i u, __m256i sc, const Toks<TN>& x, int64_t off, __m256i* isum) {
+  for (int t = 0; t < TN; ++t)
+    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair_dot(u, loadu(x.q[t] + off)), sc));
+}
+
+// Adds one block to the float accumulators. mins (16 int16, one per group of 16) times the
+// activation group sums gives the min/offset term. SameScale: the offset shares the block
+// scale d (Q3_K, Q6_K) and is subtracted in integers; otherwise it has its own dmin.
+template <int TN, bool SameScale>
+static inline void fold(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
+                        int64_t b, __m256* acc) {
+  for (int t = 0; t < TN; ++t) {
+    const __m256i ms = _mm256_madd_epi16(mins, loadu(x.bs[t] + 16 * b));
+    const float dx = x.d[t][b];
+    if constexpr (SameScale) {
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
+      acc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(d * dx), acc[t]);
+    } else {
+      const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d),
+                                       _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin)));
+      acc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(dx), acc[t]);
+    }
+  }
+}
+
+template <int TN>
+static inline void zero(__m256i* v) {
+  for (int t = 0; t < TN; ++t) v[t] = _mm256_setzero_si256();
+}
+
+// 8 unsigned bytes (two packed words) -> 8 int16 in a 128-bit register.
+static inline __m128i u8x8_to_i16(uint32_t lo, uint32_t hi) {
+  return _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(lo | (static_cast<uint64_t>(hi) << 32))));
+}
+
+struct Q2K {
+  static constexpr int kBytes = blk::q2_k::size;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    const __m128i s = loadu128(b + blk::q2_k::scales);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00), sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i isum[TN];
+    zero<TN>(isum);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = loadu(b + blk::q2_k::qs + 32 * h);
+      const __m256i sch = h ? sc_hi : sc_lo;
+      const int64_t off = 256 * bi + 128 * h;
+      dot_vec<TN>(_mm256_and_si256(q, m3), pair_lane(sch, 0), x, off, isum);
+      dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), pair_lane(sch, 1), x, off + 32, isum);
+      dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), pair_lane(sch, 2), x, off + 64, isum);
+      dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), pair_lane(sch, 3), x, off + 96, isum);
+    }
+    fold<TN, false>(isum, mins, f16(b + blk::q2_k::d), f16(b + blk::q2_k::dmin), x, bi, acc);
+  }
+};
+
+struct Q3K {
+  static constexpr int kBytes = blk::q3_k::size;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    uint32_t sw[4];
+    blk::unpack_q3k_scales(b + blk::q3_k::scales, sw);
+    const __m256i sc = _mm256_sub_epi16(
+        _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(sw[3]), static_cast<int>(sw[2]),
+                                           static_cast<int>(sw[1]), static_cast<int>(sw[0]))),
+        _mm256_set1_epi16(32));
+    const __m256i mins = _mm256_slli_epi16(sc, 2);  // codes are stored +4
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00), sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i hm = loadu(b + blk::q3_k::hmask);
+    __m256i isum[TN];
+    zero<TN>(isum);
+    // Vector v = 4h + j: 2 low bits at bit 2j of qs[32h + l], high bit at bit v of hmask[l].
+    {
+      const __m256i q = loadu(b + blk::q3_k::qs);
+      const int64_t off = 256 * bi;
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m3), bit_to<0, 2>(hm)), pair_lane(sc_lo, 0), x, off, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), bit_to<1, 2>(hm)),
+                  pair_lane(sc_lo, 1), x, off + 32, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), bit_to<2, 2>(hm)),
+                  pair_lane(sc_lo, 2), x, off + 64, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), bit_to<3, 2>(hm)),
+                  pair_lane(sc_lo, 3), x, off + 96, isum);
+    }
+    {
+      const __m256i q = loadu(b + blk::q3_k::qs + 32);
+      const int64_t off = 256 * bi + 128;
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m3), bit_to<4, 2>(hm)), pair_lane(sc_hi, 0), x, off, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), bit_to<5, 2>(hm)),
+                  pair_lane(sc_hi, 1), x, off + 32, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), bit_to<6, 2>(hm)),
+                  pair_lane(sc_hi, 2), x, off + 64, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), bit_to<7, 2>(hm)),
+                  pair_lane(sc_hi, 3), x, off + 96, isum);
+    }
+    fold<TN, true>(isum, mins, f16(b + blk::q3_k::d), 0.0f, x, bi, acc);
+  }
+};
+
+// Q4_K and Q5_K share the scale layout; group j of 32 is one vector.
+static inline void k4_scales(const u8* s, __m256i& scb, __m256i& mins) {
+  const blk::K4Scales k = blk::unpack_k4_scales(s);
+  scb = _mm256_broadcastsi128_si256(u8x8_to_i16(k.sc[0], k.sc[1]));
+  const __m128i mn = u8x8_to_i16(k.mn[0], k.mn[1]);
+  mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+}
+
+struct Q4K {
+  static constexpr int kBytes = blk::q4_k::size;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    __m256i scb, mins;
+    k4_scales(b + blk::q4_k::scales, scb, mins);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i isum[TN];
+    zero<TN>(isum);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = loadu(b + blk::q4_k::qs + 32 * g);
+      const int64_t off = 256 * bi + 64 * g;
+      dot_vec<TN>(_mm256_and_si256(q, m4), bcast_lane(scb, 2 * g), x, off, isum);
+      dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bcast_lane(scb, 2 * g + 1), x, off + 32, isum);
+    }
+    fold<TN, false>(isum, mins, f16(b + blk::q4_k::d), f16(b + blk::q4_k::dmin), x, bi, acc);
+  }
+};
+
+struct Q5K {
+  static constexpr int kBytes = blk::q5_k::size;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    __m256i scb, mins;
+    k4_scales(b + blk::q5_k::scales, scb, mins);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i hb = loadu(b + blk::q5_k::qh);
+    __m256i isum[TN];
+    zero<TN>(isum);
+    const u8* qs = b + blk::q5_k::qs;
+    const int64_t off = 256 * bi;
+    __m256i q = loadu(qs);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m4), bit_to<0, 4>(hb)), bcast_lane(scb, 0), x, off, isum);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to<1, 4>(hb)),
+                bcast_lane(scb, 1), x, off + 32, isum);
+    q = loadu(qs + 32);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m4), bit_to<2, 4>(hb)), bcast_lane(scb, 2), x, off + 64, isum);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to<3, 4>(hb)),
+                bcast_lane(scb, 3), x, off + 96, isum);
+    q = loadu(qs + 64);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m4), bit_to<4, 4>(hb)), bcast_lane(scb, 4), x, off + 128, isum);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to<5, 4>(hb)),
+                bcast_lane(scb, 5), x, off + 160, isum);
+    q = loadu(qs + 96);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m4), bit_to<6, 4>(hb)), bcast_lane(scb, 6), x, off + 192, isum);
+    dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to<7, 4>(hb)),
+                bcast_lane(scb, 7), x, off + 224, isum);
+    fold<TN, false>(isum, mins, f16(b + blk::q5_k::d), f16(b + blk::q5_k::dmin), x, bi, acc);
+  }
+};
+
+struct Q6K {
+  static constexpr int kBytes = blk::q6_k::size;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    const __m256i sc = _mm256_cvtepi8_epi16(loadu128(b + blk::q6_k::scales));
+    const __m256i mins = _mm256_slli_epi16(sc, 5);  // codes are stored +32
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256i isum[TN];
+    zero<TN>(isum);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i sch = h ? _mm256_permute2x128_si256(sc, sc, 0x11) : _mm256_permute2x128_si256(sc, sc, 0x00);
+      const __m256i l0 = loadu(b + blk::q6_k::ql + 64 * h), l1 = loadu(b + blk::q6_k::ql + 64 * h + 32);
+      const __m256i hb = loadu(b + blk::q6_k::qh + 32 * h);
+      const int64_t off = 256 * bi + 128 * h;
+      // Element 32k + l: low nibble of l0 (k=0), l1 (k=1), high nibble of l0 (k=2), l1 (k=3);
+      // top two bits at bit 2k of hb.
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+                  pair_lane(sch, 0), x, off, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+                  pair_lane(sch, 1), x, off + 32, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+                  pair_lane(sch, 2), x, off + 64, isum);
+      dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                  _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
+                  pair_lane(sch, 3), x, off + 96, isum);
+    }
+    fold<TN, true>(isum, mins, f16(b + blk::q6_k::d), 0.0f, x, bi, acc);
+  }
+};
+
+template <class K, int TN>
+static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
+  const ActLayout& l = a.xl;
+  Toks<TN> x;
+  for (int t = 0; t < TN; ++t) {
+    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+    x.q[t] = act_q(row);
+    x.d[t] = act_d(row, l);
+    x.bs[t] = act_bsums(row, l);
+  }
+  __m256 acc[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t bi = 0; bi < l.nb; ++bi) K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]);
+}
+
+template <class K>
+void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) row_group<K, 4>(a, wr, r, t);
+    switch (t1 - t) {
+      case 3: row_group<K, 3>(a, wr, r, t); break;
+      case 2: row_group<K, 2>(a, wr, r, t); break;
+      case 1: row_group<K, 1>(a, wr, r, t); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+RowsFn avx2_rows_qk(DType t) {
+  switch (t) {
+    case DType::Q2_K: return rows<Q2K>;
+    case DType::Q3_K: return rows<Q3K>;
+    case DType::Q4_K: return rows<Q4K>;
+    case DType::Q5_K: return rows<Q5K>;
+    case DType::Q6_K: return rows<Q6K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::kernels::cpu::mm

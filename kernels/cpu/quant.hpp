@@ -1,0 +1,44 @@
+// Weight dequantization and the CPU matrix multiply for every weight type the engine runs
+// (F32, F16, BF16 and the GGUF block quantizations Q4_0..Q8_0, Q2_K..Q6_K).
+//
+// The matmul quantizes the activations to int8 once per call and computes integer dot
+// products against each weight block; every weight row is read from memory once for all
+// N tokens of the call. Results do not depend on N or on the thread count: token t of an
+// N-token call is bit-identical to the same token computed alone, which speculative
+// decoding relies on (a verified draft must reproduce plain decoding exactly).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/dtype.hpp"
+
+namespace tandem::kernels::cpu {
+
+// Plain scalar reference: obviously correct, used to test everything else. n must be a
+// multiple of the type's block size. Matches gguf-py's numpy dequantization bit for bit.
+void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
+// Fastest available (dispatched) dequantization; same results as the reference. Used for
+// embedding lookups.
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+
+// y[i*ldy + r] = sum_c x[i*ldx + c] * W[r, c]  for i < N, r < R.
+// W row r starts at w + r*w_stride bytes and holds C elements of type wt (C a multiple of
+// the block size). Threads split the rows; each weight row is read once for all N tokens.
+void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t R, int64_t C,
+            const float* x, int64_t ldx, int64_t N, float* y, int64_t ldy);
+// Reference: dequantize each row, then a double-accumulated dot product with exact x.
+void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,
+                int64_t ldx, int64_t N, float* y, int64_t ldy);
+
+// Instruction-set level of the kernels. Ordered: a CPU that supports one supports those below.
+enum class Isa { Scalar, Avx2, Avx512 };
+Isa detected_isa();  // best level this CPU supports and this binary has kernels for
+// Selects the kernels dequantize_row and matmul use from now on (process-wide). Throws
+// std::invalid_argument for a level above detected_isa(). Tests use it to run every path.
+void force_isa(Isa isa);
+Isa active_isa();  // what dequantize_row and matmul use now
+std::string isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+
+}  // namespace tandem::kernels::cpu

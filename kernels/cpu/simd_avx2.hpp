@@ -1,0 +1,53 @@
+// Small AVX2 helpers for the *_avx2.cpp kernel files only (they are compiled with
+// -mavx2 -mfma -mf16c). Everything is `static` so no AVX code can leak into baseline files
+// through the linker's merging of inline functions.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace tandem::kernels::cpu::avx2 {
+
+// Horizontal sums in a fixed order (results must not depend on the caller).
+static inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+static inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+static inline __m256i loadu(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+static inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+static inline float f16(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Bit K of every byte moved to bit P, all other bits cleared.
+template <int K, int P>
+static inline __m256i bit_to(__m256i v) {
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << P));
+  if constexpr (K == P) return _mm256_and_si256(v, m);
+  else if constexpr (K < P) return _mm256_and_si256(_mm256_slli_epi16(v, P - K), m);
+  else return _mm256_and_si256(_mm256_srli_epi16(v, K - P), m);
+}
+
+// 32 unsigned codes x 32 int8 activations -> 16 int16 pair sums. No saturation is
+// possible: codes are at most 63 here (the sign trick for Q8_0 keeps |code| <= 128 with
+// activations in [-127, 127]).
+static inline __m256i pair_dot(__m256i u, __m256i x) { return _mm256_maddubs_epi16(u, x); }
+
+}  // namespace tandem::kernels::cpu::avx2

@@ -1,0 +1,66 @@
+#include "tests/support/forward_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "engine/forward.hpp"
+#include "tests/support/paths.hpp"
+
+namespace tandem::test {
+
+std::vector<float> engine_logits(const std::string& path, const std::vector<int32_t>& tokens, DType kv_type,
+                                 int threads) {
+  auto be = kernels::make_cpu_backend(threads);
+  auto model = Model::load(path, *be);
+  KVCacheOptions o;
+  o.block_size = 4;  // small blocks: several per sequence even in short tests
+  o.max_tokens = static_cast<int64_t>(tokens.size()) + 8;
+  o.dtype = kv_type;
+  KVCache cache(*be, model->config(), o);
+  Transformer tf(*model, cache);
+  SequenceKV seq(cache);
+  Batch b;
+  b.add_all_logits(seq, tokens);
+  std::vector<float> logits;
+  tf.forward(b, logits);
+  return logits;
+}
+
+std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens) {
+  const std::string out = scratch_dir("ref-logits") + "/logits.f32";
+  std::string ids;
+  for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
+  std::string log;
+  const int rc = run_python("tests/python/forward_ref.py", model + " --tokens " + ids + " --out " + out + " 2>&1", &log);
+  EXPECT_EQ(rc, 0) << "reference forward failed:\n" << log;
+  if (rc != 0) return {};
+  std::ifstream f(out, std::ios::binary | std::ios::ate);
+  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  return v;
+}
+
+LogitDiff compare_logits(const std::vector<float>& a, const std::vector<float>& ref, int64_t n_vocab) {
+  LogitDiff d;
+  EXPECT_EQ(a.size(), ref.size());
+  if (a.size() != ref.size() || ref.empty()) return d;
+  double ss = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    d.max_abs = std::max(d.max_abs, std::abs(double(a[i]) - ref[i]));
+    ss += double(ref[i]) * ref[i];
+  }
+  d.scale = std::sqrt(ss / double(ref.size()));
+  for (size_t r = 0; r < ref.size() / size_t(n_vocab); ++r) {
+    auto row_max = [&](const std::vector<float>& v) {
+      const float* p = v.data() + r * n_vocab;
+      return std::max_element(p, p + n_vocab) - p;
+    };
+    if (row_max(a) != row_max(ref)) ++d.argmax_mismatches;
+  }
+  return d;
+}
+
+}  // namespace tandem::test

@@ -1,0 +1,25 @@
+// Runs the engine's forward pass and the independent NumPy reference
+// (tests/python/forward_ref.py) on the same GGUF file and tokens.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.hpp"
+
+namespace tandem::test {
+
+// Engine logits for every position of `tokens` ([n, n_vocab]), one batch, fresh cache.
+std::vector<float> engine_logits(const std::string& model, const std::vector<int32_t>& tokens,
+                                 DType kv_type = DType::F32, int threads = 2);
+// Reference logits for every position; fails the test (and returns {}) if the script fails.
+std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens);
+
+struct LogitDiff {
+  double max_abs = 0;       // largest |a - b|
+  double scale = 0;         // RMS of the reference logits
+  int argmax_mismatches = 0;  // positions whose top token differs
+};
+LogitDiff compare_logits(const std::vector<float>& a, const std::vector<float>& ref, int64_t n_vocab);
+
+}  // namespace tandem::test

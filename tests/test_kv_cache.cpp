@@ -1,0 +1,104 @@
+// Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion.
+#include <gtest/gtest.h>
+
+#include "engine/kv_cache.hpp"
+#include "kernels/backend.hpp"
+
+namespace tandem {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 8;
+  c.n_embd = 32;
+  return c;
+}
+
+TEST(BlockAllocator, AllocatesEveryBlockOnceThenReportsFull) {
+  BlockAllocator a(4);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 4; ++i) got.push_back(a.allocate());
+  EXPECT_EQ(a.allocate(), -1);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(a.num_free(), 0);
+}
+
+TEST(BlockAllocator, SharedBlockIsFreedByItsLastUser) {
+  BlockAllocator a(2);
+  const int32_t b = a.allocate();
+  a.retain(b);
+  EXPECT_EQ(a.ref_count(b), 2);
+  a.release(b);
+  EXPECT_EQ(a.num_free(), 1);
+  a.release(b);
+  EXPECT_EQ(a.num_free(), 2);
+  EXPECT_THROW(a.release(b), std::logic_error);
+  EXPECT_THROW(a.retain(b), std::logic_error);
+}
+
+TEST(SequenceKV, GrowsByBlocksAndRollsBack) {
+  auto be = kernels::make_cpu_backend(1);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.num_blocks = 5;
+  KVCache cache(*be, tiny_config(), o);
+  SequenceKV s(cache);
+  ASSERT_TRUE(s.reserve(9));  // 3 blocks
+  EXPECT_EQ(s.block_table().size(), 3u);
+  EXPECT_EQ(cache.blocks().num_free(), 2);
+  s.set_length(9);
+  EXPECT_EQ(s.slot(5), s.block_table()[1] * 4 + 1);
+  s.truncate(4);  // rejected draft tokens: back to one block
+  EXPECT_EQ(s.length(), 4);
+  EXPECT_EQ(s.block_table().size(), 1u);
+  EXPECT_EQ(cache.blocks().num_free(), 4);
+  EXPECT_THROW(s.slot(4), std::out_of_range);
+}
+
+TEST(SequenceKV, ReserveFailsWithoutSideEffectsWhenFull) {
+  auto be = kernels::make_cpu_backend(1);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.num_blocks = 3;
+  KVCache cache(*be, tiny_config(), o);
+  SequenceKV a(cache), b(cache);
+  ASSERT_TRUE(a.reserve(8));
+  EXPECT_FALSE(b.reserve(8));
+  EXPECT_TRUE(b.block_table().empty());
+  EXPECT_EQ(cache.blocks().num_free(), 1);
+  a.clear();
+  EXPECT_TRUE(b.reserve(12));
+}
+
+TEST(SequenceKV, DestructorReturnsBlocks) {
+  auto be = kernels::make_cpu_backend(1);
+  KVCacheOptions o;
+  o.block_size = 2;
+  o.num_blocks = 3;
+  KVCache cache(*be, tiny_config(), o);
+  {
+    SequenceKV s(cache);
+    ASSERT_TRUE(s.reserve(6));
+    EXPECT_EQ(cache.blocks().num_free(), 0);
+  }
+  EXPECT_EQ(cache.blocks().num_free(), 3);
+}
+
+TEST(KVCache, SizesFollowTheModel) {
+  auto be = kernels::make_cpu_backend(1);
+  KVCacheOptions o;
+  o.block_size = 16;
+  o.max_tokens = 100;  // → 7 blocks
+  o.dtype = DType::F16;
+  KVCache cache(*be, tiny_config(), o);
+  EXPECT_EQ(cache.blocks().num_total(), 7);
+  EXPECT_EQ(cache.bytes(), KVCache::bytes_per_token(tiny_config(), DType::F16) * 7 * 16);
+  EXPECT_EQ(KVCache::bytes_per_token(tiny_config(), DType::F16), 2u * 2 * 16 * 2);
+}
+
+}  // namespace
+}  // namespace tandem
