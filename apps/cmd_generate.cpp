@@ -19,6 +19,7 @@ struct GenerateArgs {
   bool json = false;
   bool verbose = false;
   bool no_special = false;
+  std::string draft_mode;  // "", "model", "ngram"
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -31,6 +32,13 @@ int run_generate(const GenerateArgs& a) {
   }
   GenerateOptions gen = a.gen;
   gen.add_special = !a.no_special;
+  if (a.draft_mode == "ngram") {
+    gen.speculative.mode = DraftMode::Ngram;
+  } else if (a.draft_mode == "model" || (a.draft_mode.empty() && !a.load.draft_model_path.empty())) {
+    gen.speculative.mode = DraftMode::Model;
+  } else if (!a.draft_mode.empty() && a.draft_mode != "none") {
+    throw std::invalid_argument("--draft must be model, ngram or none");
+  }
   StreamCallback cb;
   if (!a.json) {
     std::fputs(a.prompt.c_str(), stdout);
@@ -60,12 +68,39 @@ int run_generate(const GenerateArgs& a) {
     tm["prefill_tokens_per_s"] = t.prefill_tokens_per_s();
     tm["decode_tokens_per_s"] = t.decode_tokens_per_s();
     o["timings"] = tm;
+    if (gen.speculative.mode != DraftMode::None) {
+      const SpeculativeMetrics& m = r.speculative;
+      boost::json::object sp;
+      sp["mode"] = gen.speculative.mode == DraftMode::Ngram ? "ngram" : "model";
+      sp["draft_max"] = gen.speculative.draft_max;
+      sp["drafts"] = m.drafts;
+      sp["drafted_tokens"] = m.drafted_tokens;
+      sp["accepted_tokens"] = m.accepted_tokens;
+      sp["acceptance_rate"] = m.acceptance_rate();
+      sp["mean_accepted_length"] = m.mean_accepted_length();
+      sp["drafted_per_position"] = boost::json::value_from(m.drafted_per_position);
+      sp["accepted_per_position"] = boost::json::value_from(m.accepted_per_position);
+      sp["target_passes"] = m.target_passes;
+      sp["draft_forwards"] = m.draft_forwards;
+      sp["draft_ms"] = m.draft_ms;
+      sp["target_ms"] = m.target_ms;
+      sp["verify_ms"] = m.verify_ms;
+      sp["cost_ratio_c"] = m.cost_ratio();
+      o["speculative"] = sp;
+    }
     std::printf("%s\n", boost::json::serialize(o).c_str());
   } else {
     std::printf("\n");
     std::fprintf(stderr, "\n[%s] prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | finish: %s\n",
                  info.backend.c_str(), t.n_prompt, t.prefill_tokens_per_s(), t.n_generated,
                  t.decode_tokens_per_s(), to_string(r.finish));
+    if (gen.speculative.mode != DraftMode::None) {
+      const SpeculativeMetrics& m = r.speculative;
+      std::fprintf(stderr, "[speculative] drafts %lld, drafted %lld, accepted %lld (%.1f%%), mean accepted length %.2f, c %.3f\n",
+                   static_cast<long long>(m.drafts), static_cast<long long>(m.drafted_tokens),
+                   static_cast<long long>(m.accepted_tokens), 100.0 * m.acceptance_rate(), m.mean_accepted_length(),
+                   m.cost_ratio());
+    }
   }
   return 0;
 }
@@ -77,6 +112,17 @@ Command add_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Generate text from a prompt");
   sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
+  sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
+  sub->add_option("--draft-min", a->gen.speculative.draft_min, "Verify no draft shorter than this")
+      ->capture_default_str();
+  sub->add_option("--draft-p-min", a->gen.speculative.draft_p_min,
+                  "Stop drafting when the draft's probability of its token is below this")
+      ->capture_default_str();
+  sub->add_option("--ngram-min", a->gen.speculative.ngram_min, "Shortest n-gram to match")->capture_default_str();
+  sub->add_option("--ngram-max", a->gen.speculative.ngram_max, "Longest n-gram to match")->capture_default_str();
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
   sub->add_option("--temp", a->gen.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
   sub->add_option("--top-k", a->gen.sampling.top_k, "Top-k (0 = off)")->capture_default_str();

@@ -3,11 +3,23 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <exception>
 #include <vector>
 
 #include "apps/commands.hpp"
 #include "tandem/version.hpp"
+
+namespace {
+// llama.cpp users type -md for the draft model; CLI11 short options are one letter, so the
+// two-letter spelling is rewritten to its long form before parsing.
+std::vector<std::string> normalise_args(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.push_back(std::strcmp(argv[i], "-md") == 0 ? "--model-draft" : argv[i]);
+  return args;  // CLI11 takes the arguments in reverse order
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tandem: speculative-decoding LLM inference engine"};
@@ -17,7 +29,11 @@ int main(int argc, char** argv) {
       tandem::cli::add_generate(app),
       tandem::cli::add_info(app),
   };
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(normalise_args(argc, argv));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   spdlog::set_pattern("[%l] %v");
   try {
     for (const auto& c : commands)

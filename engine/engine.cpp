@@ -1,23 +1,22 @@
-// tandem::Engine: the single-sequence generation loop behind the C++ API and the CLI.
-// prompt → tokenizer → chunked prefill → sample → decode step … → streamed text.
+// tandem::Engine: loads the target (and optional draft), and runs one request at a time
+// through the Coordinator: prompt → tokenizer → prefill → draft/verify/commit → text.
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
 
+#include "draft/model_proposer.hpp"
+#include "draft/ngram_proposer.hpp"
+#include "engine/coordinator.hpp"
 #include "engine/forward.hpp"
 #include "engine/gguf.hpp"
-#include "engine/sampler.hpp"
-#include "engine/stop_strings.hpp"
 #include "engine/tokenizer.hpp"
+#include "engine/vocab_compat.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// Prompt chunk size: bounds activation memory while keeping matmuls wide enough to be efficient.
+// Prompt chunk size for Engine::logits: bounds activation memory.
 constexpr int32_t kPrefillChunk = 256;
 
 DType parse_kv_type(const std::string& s) {
@@ -44,6 +43,11 @@ struct Engine::Impl {
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<Transformer> transformer;
   int32_t context = 0;
+  // Draft model (optional): its own weights and paged cache on the same backend.
+  std::unique_ptr<Model> draft;
+  std::unique_ptr<Tokenizer> draft_tokenizer;
+  std::unique_ptr<KVCache> draft_cache;
+  std::unique_ptr<ModelProposer> model_proposer;
   std::mutex mu;
 
   // Runs `tokens` through the model for `seq` in chunks; returns the logits of the last one
@@ -93,6 +97,18 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
   kv.dtype = parse_kv_type(opts.kv_type);
   impl->cache = std::make_unique<KVCache>(*impl->backend, c, kv);
   impl->transformer = std::make_unique<Transformer>(*impl->model, *impl->cache);
+  if (!opts.draft_model_path.empty()) {
+    impl->draft = Model::load(opts.draft_model_path, *impl->backend);
+    impl->draft_tokenizer = Tokenizer::from_gguf(impl->draft->file());
+    const std::string why = vocab_incompatibility(*impl->tokenizer, *impl->draft_tokenizer);
+    if (!why.empty())
+      throw std::runtime_error("draft model " + opts.draft_model_path + " cannot serve target " + opts.model_path +
+                               ": " + why);
+    KVCacheOptions dkv = kv;
+    dkv.max_tokens = impl->context + 16;  // drafts run a few positions past the committed text
+    impl->draft_cache = std::make_unique<KVCache>(*impl->backend, impl->draft->config(), dkv);
+    impl->model_proposer = std::make_unique<ModelProposer>(*impl->draft, *impl->draft_cache);
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -117,6 +133,10 @@ ModelInfo Engine::info() const {
   i.weight_bytes = impl_->model->weight_bytes();
   i.kv_bytes = impl_->cache->bytes();
   i.backend = impl_->backend->name();
+  if (impl_->draft) {
+    i.draft_path = impl_->opts.draft_model_path;
+    i.draft_name = impl_->draft->config().name;
+  }
   return i;
 }
 
@@ -142,67 +162,22 @@ GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const Ge
                                        const StreamCallback& cb) {
   std::lock_guard<std::mutex> lk(impl_->mu);
   Impl& m = *impl_;
-  GenerateResult res;
-  res.prompt_tokens.assign(prompt.begin(), prompt.end());
-  res.timings.n_prompt = static_cast<int32_t>(prompt.size());
-  if (prompt.empty()) throw std::invalid_argument("empty prompt: nothing to condition on");
-  if (static_cast<int32_t>(prompt.size()) >= m.context)
-    throw std::invalid_argument("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +
-                                std::to_string(m.context) + " tokens");
-  if (opts.max_tokens <= 0) return res;
-
-  SequenceKV seq(*m.cache);
-  Rng rng(opts.sampling.seed);
-  StreamDecoder decoder(*m.tokenizer);
-  StopMatcher stops(opts.stop);
-  std::vector<int32_t> history(prompt.begin(), prompt.end());
-  std::vector<float> logits;
-
-  const auto t0 = Clock::now();
-  m.prefill(seq, prompt, logits, false);
-  Clock::time_point t_first;
-  auto emit = [&](const std::string& text, int32_t tok) {
-    res.text += text;
-    return !cb || cb(text, tok);
-  };
-  for (;;) {
-    const Distribution dist = make_distribution(logits, opts.sampling, history);
-    const int32_t tok = sample(dist, rng);
-    if (res.tokens.empty()) {
-      res.timings.prefill_ms = ms_since(t0);
-      t_first = Clock::now();
-    }
-    res.tokens.push_back(tok);
-    history.push_back(tok);
-    if (!opts.ignore_eos && m.tokenizer->is_eog(tok)) {
-      res.finish = FinishReason::Stop;
+  std::unique_ptr<Proposer> ngram;
+  Proposer* proposer = nullptr;
+  switch (opts.speculative.mode) {
+    case DraftMode::None:
       break;
-    }
-    if (!emit(stops.push(decoder.push(tok)), tok)) {
-      res.finish = FinishReason::Cancelled;
+    case DraftMode::Model:
+      if (!m.model_proposer) throw std::invalid_argument("draft-model speculation needs a draft model (-md)");
+      proposer = m.model_proposer.get();
       break;
-    }
-    if (stops.stopped()) {
-      res.finish = FinishReason::Stop;
+    case DraftMode::Ngram:
+      ngram = std::make_unique<NgramProposer>(opts.speculative.ngram_min, opts.speculative.ngram_max);
+      proposer = ngram.get();
       break;
-    }
-    if (static_cast<int32_t>(res.tokens.size()) >= opts.max_tokens || seq.length() + 1 >= m.context) {
-      res.finish = FinishReason::Length;
-      break;
-    }
-    Batch b;
-    const int32_t one[1] = {tok};
-    b.add(seq, one);
-    m.transformer->forward(b, logits);
   }
-  if (res.finish != FinishReason::Cancelled && !stops.stopped()) {
-    std::string tail = stops.push(decoder.flush());
-    tail += stops.flush();
-    if (!tail.empty()) emit(tail, res.tokens.empty() ? -1 : res.tokens.back());
-  }
-  res.timings.n_generated = static_cast<int32_t>(res.tokens.size());
-  if (!res.tokens.empty()) res.timings.decode_ms = ms_since(t_first);
-  return res;
+  Coordinator coord(*m.transformer, *m.tokenizer, proposer, m.context);
+  return coord.run(prompt, opts, cb);
 }
 
 }  // namespace tandem

@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "tandem/sampling.hpp"
+#include "tandem/speculative.hpp"
 #include "tandem/version.hpp"
 
 namespace tandem {
 
 struct LoadOptions {
   std::string model_path;
+  std::string draft_model_path;  // optional draft model; must share the target's vocabulary
   int threads = 0;            // 0 → one per available core
   int32_t context = 0;        // max tokens per sequence; 0 → min(model's training context, 4096)
   std::string kv_type = "f16";  // "f16" | "f32"
@@ -30,6 +32,7 @@ struct GenerateOptions {
   bool add_special = true;        // prepend BOS etc. as the model's metadata says
   bool parse_special = true;      // special-token texts in the prompt become special tokens
   bool ignore_eos = false;
+  SpeculativeOptions speculative;
 };
 
 enum class FinishReason { Stop, Length, Cancelled };
@@ -53,6 +56,7 @@ struct GenerateResult {
   std::string text;             // generated text, cut before a stop string
   FinishReason finish = FinishReason::Length;
   Timings timings;
+  SpeculativeMetrics speculative;
 };
 
 struct ModelInfo {
@@ -60,6 +64,7 @@ struct ModelInfo {
   int32_t n_vocab = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, context = 0;
   size_t weight_bytes = 0, kv_bytes = 0;
   std::string backend;  // e.g. "cpu (avx2, 2 threads)"
+  std::string draft_path, draft_name;  // empty without a draft model
 };
 
 // Called with each newly completed piece of text (UTF-8 complete) and the token that

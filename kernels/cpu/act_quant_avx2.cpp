@@ -54,6 +54,7 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int8_t* q = reinterpret_cast<int8_t*>(row);
   float* d = reinterpret_cast<float*>(row + l.d_off);
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
+  float* fs = reinterpret_cast<float*>(row + l.fsum_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     const float* xb = x + 256 * b;
     const float amax = amax_of(xb, 256);
@@ -66,6 +67,7 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
       bs[16 * b + 2 * g + 1] = static_cast<int16_t>(hsum_i32(hi));
     }
     d[b] = nz ? amax / 127.0f : 0.0f;
+    for (int j = 0; j < 8; ++j) fs[8 * b + j] = d[b] * static_cast<float>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
   }
 }
 

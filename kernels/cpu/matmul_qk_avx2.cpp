@@ -51,32 +51,54 @@ struct Toks {
   const int8_t* q[TN];
   const float* d[TN];
   const int16_t* bs[TN];
+  const float* fs[TN];
 };
 
 // isum[t] += sum over the vector of u * x_t, weighted by the int16 scales sc.
+// The empty asm pins each sum in a register at this point: without it GCC reassociates the
+// integer adds across vectors, keeping 2*TN partial products live, and spills.
 template <int TN>
 static inline void dot_vec(__m256i u, __m256i sc, const Toks<TN>& x, int64_t off, __m256i* isum) {
-  for (int t = 0; t < TN; ++t)
+  for (int t = 0; t < TN; ++t) {
     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(pair_dot(u, loadu(x.q[t] + off)), sc));
+    __asm__("" : "+x"(isum[t]));
+  }
 }
 
-// Adds one block to the float accumulators. mins (16 int16, one per group of 16) times the
-// activation group sums gives the min/offset term. SameScale: the offset shares the block
-// scale d (Q3_K, Q6_K) and is subtracted in integers; otherwise it has its own dmin.
-template <int TN, bool SameScale>
-static inline void fold(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
-                        int64_t b, __m256* acc) {
+// Adding one block's integer sums to the float accumulators, three ways.
+// acc += d*dx * (isum - offset term): Q3_K and Q6_K store codes + offset, and the offset
+// shares the block scale, so it is subtracted in integers (mins = offset * group scale).
+template <int TN>
+static inline void fold_offset(const __m256i* isum, __m256i mins, float d, const Toks<TN>& x, int64_t b,
+                               __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d);
   for (int t = 0; t < TN; ++t) {
     const __m256i ms = _mm256_madd_epi16(mins, loadu(x.bs[t] + 16 * b));
-    const float dx = x.d[t][b];
-    if constexpr (SameScale) {
-      const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
-      acc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(d * dx), acc[t]);
-    } else {
-      const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d),
-                                       _mm256_mul_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin)));
-      acc[t] = _mm256_fmadd_ps(f, _mm256_set1_ps(dx), acc[t]);
-    }
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
+    acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)), acc[t]);
+  }
+}
+// acc += d*dx*isum - sum_j (dmin*min_j) * (dx*xsum_j): Q4_K/Q5_K, whose 8 mins per block
+// meet the activations' float group sums (fsum) in one FMA.
+template <int TN>
+static inline void fold_fmin(const __m256i* isum, __m256 fmins, float d, const Toks<TN>& x, int64_t b,
+                             __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d);
+  for (int t = 0; t < TN; ++t) {
+    const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)),
+                                     acc[t]);
+    acc[t] = _mm256_fnmadd_ps(fmins, _mm256_loadu_ps(x.fs[t] + 8 * b), a);
+  }
+}
+// acc += dx * (d*isum - dmin*msum) with msum from 16 int16 mins: Q2_K.
+template <int TN>
+static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
+                             int64_t b, __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
+  for (int t = 0; t < TN; ++t) {
+    const __m256i ms = _mm256_madd_epi16(mins, loadu(x.bs[t] + 16 * b));
+    const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), vd, _mm256_mul_ps(_mm256_cvtepi32_ps(ms), vm));
+    acc[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(x.d[t] + b), acc[t]);
   }
 }
 
@@ -111,7 +133,7 @@ struct Q2K {
       dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), pair_lane(sch, 2), x, off + 64, isum);
       dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), pair_lane(sch, 3), x, off + 96, isum);
     }
-    fold<TN, false>(isum, mins, f16(b + blk::q2_k::d), f16(b + blk::q2_k::dmin), x, bi, acc);
+    fold_imin<TN>(isum, mins, f16(b + blk::q2_k::d), f16(b + blk::q2_k::dmin), x, bi, acc);
   }
 };
 
@@ -154,24 +176,26 @@ struct Q3K {
       dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), bit_to<7, 2>(hm)),
                   pair_lane(sc_hi, 3), x, off + 96, isum);
     }
-    fold<TN, true>(isum, mins, f16(b + blk::q3_k::d), 0.0f, x, bi, acc);
+    fold_offset<TN>(isum, mins, f16(b + blk::q3_k::d), x, bi, acc);
   }
 };
 
-// Q4_K and Q5_K share the scale layout; group j of 32 is one vector.
-static inline void k4_scales(const u8* s, __m256i& scb, __m256i& mins) {
-  const blk::K4Scales k = blk::unpack_k4_scales(s);
+// Q4_K and Q5_K share the scale layout; group j of 32 is one vector. Scales as int16 in
+// both halves (for bcast_lane), mins times dmin as 8 floats.
+static inline void k4_scales(const u8* b, __m256i& scb, __m256& fmins) {
+  const blk::K4Scales k = blk::unpack_k4_scales(b + blk::q4_k::scales);
   scb = _mm256_broadcastsi128_si256(u8x8_to_i16(k.sc[0], k.sc[1]));
-  const __m128i mn = u8x8_to_i16(k.mn[0], k.mn[1]);
-  mins = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
+  const __m128i mn = _mm_cvtsi64_si128(static_cast<long long>(k.mn[0] | (static_cast<uint64_t>(k.mn[1]) << 32)));
+  fmins = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)), _mm256_set1_ps(f16(b + blk::q4_k::dmin)));
 }
 
 struct Q4K {
   static constexpr int kBytes = blk::q4_k::size;
   template <int TN>
   static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
-    __m256i scb, mins;
-    k4_scales(b + blk::q4_k::scales, scb, mins);
+    __m256i scb;
+    __m256 fmins;
+    k4_scales(b, scb, fmins);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i isum[TN];
     zero<TN>(isum);
@@ -181,7 +205,7 @@ struct Q4K {
       dot_vec<TN>(_mm256_and_si256(q, m4), bcast_lane(scb, 2 * g), x, off, isum);
       dot_vec<TN>(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bcast_lane(scb, 2 * g + 1), x, off + 32, isum);
     }
-    fold<TN, false>(isum, mins, f16(b + blk::q4_k::d), f16(b + blk::q4_k::dmin), x, bi, acc);
+    fold_fmin<TN>(isum, fmins, f16(b + blk::q4_k::d), x, bi, acc);
   }
 };
 
@@ -189,8 +213,10 @@ struct Q5K {
   static constexpr int kBytes = blk::q5_k::size;
   template <int TN>
   static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
-    __m256i scb, mins;
-    k4_scales(b + blk::q5_k::scales, scb, mins);
+    static_assert(blk::q5_k::scales == blk::q4_k::scales && blk::q5_k::dmin == blk::q4_k::dmin);
+    __m256i scb;
+    __m256 fmins;
+    k4_scales(b, scb, fmins);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i hb = loadu(b + blk::q5_k::qh);
     __m256i isum[TN];
@@ -213,7 +239,7 @@ struct Q5K {
     dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(q, m4), bit_to<6, 4>(hb)), bcast_lane(scb, 6), x, off + 192, isum);
     dot_vec<TN>(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit_to<7, 4>(hb)),
                 bcast_lane(scb, 7), x, off + 224, isum);
-    fold<TN, false>(isum, mins, f16(b + blk::q5_k::d), f16(b + blk::q5_k::dmin), x, bi, acc);
+    fold_fmin<TN>(isum, fmins, f16(b + blk::q5_k::d), x, bi, acc);
   }
 };
 
@@ -243,9 +269,19 @@ struct Q6K {
                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)),
                   pair_lane(sch, 3), x, off + 96, isum);
     }
-    fold<TN, true>(isum, mins, f16(b + blk::q6_k::d), 0.0f, x, bi, acc);
+    fold_offset<TN>(isum, mins, f16(b + blk::q6_k::d), x, bi, acc);
   }
 };
+
+// Weights stream through once; asking for them a little ahead keeps the loads and the
+// arithmetic overlapped (rows are usually contiguous, so this runs into the next row).
+#ifndef TANDEM_PF_DIST
+#define TANDEM_PF_DIST 2048
+#endif
+static inline void prefetch_ahead(const u8* p, int bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + TANDEM_PF_DIST;
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_T0);
+}
 
 template <class K, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
@@ -256,11 +292,30 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     x.q[t] = act_q(row);
     x.d[t] = act_d(row, l);
     x.bs[t] = act_bsums(row, l);
+    x.fs[t] = act_fsum(row, l);
   }
   __m256 acc[TN];
   for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t bi = 0; bi < l.nb; ++bi) K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
+  for (int64_t bi = 0; bi < l.nb; ++bi) {
+    prefetch_ahead(wr + bi * K::kBytes, K::kBytes);
+    K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
+  }
   for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]);
+}
+
+// Tokens per pass over a row: enough to amortize decoding the weights over many tokens,
+// few enough that the integer accumulators stay in registers.
+#ifndef TANDEM_QK_GROUP
+#define TANDEM_QK_GROUP 8
+#endif
+constexpr int kGroup = TANDEM_QK_GROUP;
+
+template <class K, int TN>
+static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
+  if constexpr (TN > 0) {
+    if (left == TN) return row_group<K, TN>(a, wr, r, t);
+    row_tail<K, TN - 1>(a, wr, r, t, left);
+  }
 }
 
 template <class K>
@@ -268,13 +323,8 @@ void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   for (int64_t r = r0; r < r1; ++r) {
     const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4) row_group<K, 4>(a, wr, r, t);
-    switch (t1 - t) {
-      case 3: row_group<K, 3>(a, wr, r, t); break;
-      case 2: row_group<K, 2>(a, wr, r, t); break;
-      case 1: row_group<K, 1>(a, wr, r, t); break;
-      default: break;
-    }
+    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
+    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
   }
 }
 

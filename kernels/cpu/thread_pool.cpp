@@ -9,6 +9,7 @@ namespace {
 // Spin this many polls before sleeping: long enough to bridge the gap between two ops of
 // one forward pass, short enough that an idle engine goes quiet within about a millisecond.
 constexpr int kSpinPolls = 20000;
+constexpr int kSpinBeforeYield = 2000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,7 +54,15 @@ void ThreadPool::run(const Job& job) {
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
   job(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Wait for the workers. When the machine is oversubscribed a worker may be descheduled;
+  // yielding after a short spin lets it run instead of burning the caller's time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinBeforeYield) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
 }
 

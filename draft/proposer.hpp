@@ -1,0 +1,44 @@
+// Proposers: where draft tokens come from. A proposer sees the committed context (prompt +
+// accepted output) and proposes up to max_tokens continuation tokens, with the draft's
+// final distribution q for each when it is a sampling draft. The chain shape is what
+// verification consumes today; `Proposal` is the place a token tree will go later
+// (several candidates per position with parent links).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/rng.hpp"
+#include "engine/sampler.hpp"
+
+namespace tandem {
+
+struct Proposal {
+  std::vector<int32_t> tokens;
+  // q_i for each token when the draft sampled from a distribution; empty when the tokens
+  // are deterministic (point masses: n-gram lookup, greedy draft).
+  std::vector<Distribution> dists;
+  bool deterministic() const { return dists.empty(); }
+};
+
+struct ProposeOptions {
+  int32_t max_tokens = 4;   // k
+  float p_min = 0.0f;       // stop drafting when the draft's probability of its token falls below this
+  const SamplingParams* sampling = nullptr;  // the request's sampling (q uses the same transforms as p)
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual std::string name() const = 0;
+  // context: every committed token so far (prompt and accepted output).
+  virtual Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) = 0;
+  // Drops any per-sequence state (a new request starts).
+  virtual void reset() {}
+  // Model forward passes run so far (0 for model-free proposers); for cost metrics.
+  virtual int64_t forward_passes() const { return 0; }
+};
+
+}  // namespace tandem

@@ -1,0 +1,47 @@
+// Speculative decoding options and metrics: part of the public API.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class DraftMode {
+  None,   // plain autoregressive decoding
+  Model,  // a draft model (LoadOptions::draft_model_path)
+  Ngram,  // prompt lookup: continue an earlier occurrence of the last n tokens
+};
+
+struct SpeculativeOptions {
+  DraftMode mode = DraftMode::None;
+  int32_t draft_max = 4;   // k: tokens drafted per step
+  int32_t draft_min = 0;   // fewer drafted tokens than this → verify none (plain step)
+  float draft_p_min = 0.0f;  // stop drafting once the draft's probability of its token is below this
+  int32_t ngram_min = 1, ngram_max = 4;
+};
+
+// Counters in the form users compare across engines (vLLM's spec_decode_* counters).
+struct SpeculativeMetrics {
+  int64_t drafts = 0;           // verification steps that carried at least one draft token
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
+  std::vector<int64_t> drafted_per_position;   // index i: steps that drafted a token at position i
+  std::vector<int64_t> accepted_per_position;  // index i: steps whose draft token i was accepted
+  int64_t target_passes = 0;    // target forward passes during decoding (verification or plain)
+  int64_t draft_forwards = 0;   // draft model forward passes (one token each while drafting)
+  double draft_ms = 0.0;        // time spent proposing
+  double target_ms = 0.0;       // time in target forward passes during decoding
+  double verify_ms = 0.0;       // time spent in the verifier (sampling, acceptance)
+
+  double acceptance_rate() const { return drafted_tokens ? double(accepted_tokens) / drafted_tokens : 0.0; }
+  // Tokens produced per draft step, counting the corrected/bonus token.
+  double mean_accepted_length() const { return drafts ? 1.0 + double(accepted_tokens) / drafts : 0.0; }
+  // Measured cost ratio c: time of one draft step over time of one target pass.
+  double cost_ratio() const {
+    if (!draft_forwards || !target_passes || target_ms <= 0) return 0.0;
+    return (draft_ms / draft_forwards) / (target_ms / target_passes);
+  }
+  void merge(const SpeculativeMetrics& o);
+};
+
+}  // namespace tandem

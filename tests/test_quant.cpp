@@ -1,0 +1,331 @@
+// Weight types: reference dequantization against gguf-py, fast dequantization and every
+// matmul kernel against the references, and the batch invariance speculative decoding
+// needs (N tokens at once == N single-token calls, bit for bit).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/random_blocks.hpp"
+
+namespace tandem {
+namespace {
+
+using kernels::cpu::Isa;
+namespace cpu = kernels::cpu;
+
+const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
+                           DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                           DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (static_cast<int>(i) <= static_cast<int>(cpu::detected_isa())) v.push_back(i);
+  return v;
+}
+
+// Restores the detected ISA when a test ends, whatever it forced.
+struct IsaGuard {
+  ~IsaGuard() { cpu::force_isa(cpu::detected_isa()); }
+};
+
+int block_of(DType t) { return static_cast<int>(dtype_info(t).block_size); }
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+// Activation quantization block: 256 for the K-quants, 32 for the other block types.
+int act_block(DType t) { return block_of(t) == 256 ? 256 : 32; }
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float sd = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& f : v) f = nd(rng);
+  return v;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Distance in units in the last place (both finite, same sign or zero).
+int64_t ulp_diff(float a, float b) {
+  auto key = [](float f) {
+    const int64_t u = bits(f);
+    return (u & 0x80000000) ? -(u & 0x7fffffff) : u;
+  };
+  return std::llabs(key(a) - key(b));
+}
+
+void write_file(const std::string& path, const void* data, size_t n) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  const auto n = static_cast<size_t>(f.tellg());
+  f.seekg(0);
+  std::vector<float> v(n / 4);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n));
+  return v;
+}
+
+// ---- dequantization ------------------------------------------------------------------------
+
+TEST(Dequant, ReferenceMatchesGgufPy) {
+  const std::string dir = test::scratch_dir("quant-dequant");
+  constexpr int64_t kN = 2048;  // 8 K-quant blocks, 64 small blocks
+  const uint64_t seeds[] = {1, 2, 3};
+  struct Job {
+    DType t;
+    uint64_t seed;
+    std::vector<uint8_t> data;
+    std::string out;
+  };
+  std::vector<Job> jobs;
+  std::string args;
+  for (DType t : kAllTypes)
+    for (uint64_t s : seeds) {
+      Job j{t, s, test::random_blocks(t, kN, s, s == 3 ? 100.0f : 1.0f), ""};
+      const std::string base = dir + "/" + dtype_name(t) + "_" + std::to_string(s);
+      write_file(base + ".bin", j.data.data(), j.data.size());
+      j.out = base + ".f32";
+      args += std::string(" ") + dtype_name(t) + ":" + base + ".bin:" + j.out;
+      jobs.push_back(std::move(j));
+    }
+  std::string log;
+  ASSERT_EQ(test::run_python("tests/python/dequant_ref.py", args + " 2>&1", &log), 0) << log;
+
+  for (const Job& j : jobs) {
+    SCOPED_TRACE(std::string(dtype_name(j.t)) + " seed " + std::to_string(j.seed));
+    const std::vector<float> want = read_floats(j.out);
+    ASSERT_EQ(want.size(), static_cast<size_t>(kN));
+    std::vector<float> got(kN);
+    cpu::dequantize_row_ref(j.t, j.data.data(), got.data(), kN);
+    int exact = 0;
+    for (int64_t i = 0; i < kN; ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+      // Same float operations in the same order: identical except where numpy's f16
+      // handling could round differently (allowed: 1 ulp, and it has not happened).
+      ASSERT_LE(ulp_diff(got[i], want[i]), 1) << "element " << i << ": " << got[i] << " vs " << want[i];
+      exact += bits(got[i]) == bits(want[i]);
+    }
+    EXPECT_EQ(exact, kN);
+  }
+}
+
+TEST(Dequant, FastMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : supported_isas()) {
+    cpu::force_isa(isa);
+    for (DType t : kAllTypes)
+      for (uint64_t seed : {7u, 8u}) {
+        SCOPED_TRACE(cpu::isa_name(isa) + " " + dtype_name(t));
+        const int64_t n = 1024 + (block_of(t) == 1 ? 5 : 0);  // float types: odd tail too
+        const auto data = test::random_blocks(t, n, seed);
+        std::vector<float> want(n), got(n, -1.0f);
+        cpu::dequantize_row_ref(t, data.data(), want.data(), n);
+        cpu::dequantize_row(t, data.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[i]), bits(want[i])) << "element " << i;
+      }
+  }
+}
+
+TEST(Dequant, RejectsBadInput) {
+  std::vector<uint8_t> buf(64);
+  std::vector<float> out(64);
+  EXPECT_THROW(cpu::dequantize_row_ref(DType::Q4_0, buf.data(), out.data(), 33), std::invalid_argument);
+  EXPECT_THROW(cpu::dequantize_row_ref(DType::Q8_K, buf.data(), out.data(), 256), std::invalid_argument);
+}
+
+// ---- matmul against the reference ---------------------------------------------------------
+
+// The integer paths quantize each activation block to int8: d = amax/127, codes
+// round(x * 127/amax). The test repeats that (a design fact, see matmul_impl.hpp) to get
+// xq = d*code, and then requires the kernel to match sum(w * xq) up to float rounding, and
+// the exact product sum(w * x) within the quantization's hard error bound.
+struct Expect {
+  DType t;
+  int64_t C;
+  std::vector<float> xq, step;
+
+  Expect(DType t_, const float* x, int64_t C_) : t(t_), C(C_), xq(x, x + C_), step(static_cast<size_t>(C_), 0.0f) {
+    if (is_float(t)) return;
+    const int ab = act_block(t);
+    for (int64_t b = 0; b < C / ab; ++b) {
+      float amax = 0.0f;
+      for (int i = 0; i < ab; ++i) amax = std::max(amax, std::fabs(x[b * ab + i]));
+      const float id = amax > 1e-30f ? 127.0f / amax : 0.0f, d = amax > 1e-30f ? amax / 127.0f : 0.0f;
+      for (int i = 0; i < ab; ++i) {
+        const size_t c = static_cast<size_t>(b * ab + i);
+        xq[c] = d * std::nearbyint(x[c] * id);
+        step[c] = d;
+      }
+    }
+  }
+  // Returns |y - sum(w*xq)| / allowance (must be <= 1), and checks the hard bound against
+  // the exact product `exact`.
+  double ratio(float y, double exact, const float* wrow) const {
+    double dot = 0.0, abs_sum = 0.0, amax_w = 0.0, abs_x = 0.0, hard = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double w = wrow[c], xv = xq[static_cast<size_t>(c)];
+      dot += w * xv;
+      abs_sum += std::fabs(w * xv);
+      amax_w = std::max(amax_w, std::fabs(w));
+      abs_x += std::fabs(xv);
+      hard += std::fabs(w) * step[static_cast<size_t>(c)] * 0.5;
+    }
+    // float32 accumulation (8-16 lanes, then per-block scale products; the K-quants
+    // subtract a min term whose size is bounded by max|w| * sum|x|).
+    const double allow = (static_cast<double>(C) / 8 + 16) * 1.2e-7 * (abs_sum + amax_w * abs_x) + 1e-30;
+    EXPECT_LE(std::fabs(y - exact), hard * 1.001 + 2 * allow) << "outside the int8 rounding bound";
+    return std::fabs(y - dot) / allow;
+  }
+};
+
+struct Problem {
+  DType t;
+  int64_t R, C, N, ldx, ldy;
+  size_t w_stride;
+  std::vector<uint8_t> w;
+  std::vector<float> x, want, wdeq;
+
+  Problem(DType t_, int64_t R_, int64_t C_, int64_t N_, uint64_t seed, int pad = 0)
+      : t(t_), R(R_), C(C_), N(N_), ldx(C_ + pad), ldy(R_ + pad) {
+    const size_t rb = row_bytes(t, C);
+    w_stride = rb + static_cast<size_t>(pad);  // pad > 0: rows not packed, odd addresses
+    const auto packed = test::random_blocks(t, R * C, seed);
+    w.assign(w_stride * static_cast<size_t>(R) + 1, 0xee);
+    for (int64_t r = 0; r < R; ++r) std::memcpy(&w[w_stride * r], &packed[rb * r], rb);
+    x = random_floats(ldx * N, seed + 1000);
+    want.assign(static_cast<size_t>(ldy * N), 0.0f);
+    cpu::matmul_ref(t, w.data(), w_stride, R, C, x.data(), ldx, N, want.data(), ldy);
+    wdeq.resize(static_cast<size_t>(R * C));
+    for (int64_t r = 0; r < R; ++r) cpu::dequantize_row_ref(t, &w[w_stride * r], &wdeq[C * r], C);
+  }
+
+  std::vector<float> run(cpu::ThreadPool& pool) const {
+    std::vector<float> y(static_cast<size_t>(ldy * N), 12345.0f);
+    cpu::matmul(pool, t, w.data(), w_stride, R, C, x.data(), ldx, N, y.data(), ldy);
+    return y;
+  }
+
+  void check(const std::vector<float>& y) const {
+    for (int64_t i = 0; i < N; ++i) {
+      const Expect e(t, &x[i * ldx], C);
+      for (int64_t r = 0; r < R; ++r) {
+        const double ratio = e.ratio(y[i * ldy + r], want[i * ldy + r], &wdeq[C * r]);
+        ASSERT_LE(ratio, 1.0) << "token " << i << " row " << r << ": got " << y[i * ldy + r] << " want "
+                              << want[i * ldy + r];
+        if (::testing::Test::HasFailure()) return;
+      }
+      for (int64_t r = R; r < ldy; ++r) ASSERT_EQ(y[i * ldy + r], 12345.0f) << "wrote past R";
+    }
+  }
+};
+
+TEST(Matmul, MatchesReferenceAllTypesIsasShapes) {
+  IsaGuard guard;
+  cpu::ThreadPool pool1(1), pool2(2);
+  for (DType t : kAllTypes) {
+    const int bs = block_of(t) == 1 ? 32 : block_of(t);
+    for (int64_t nblk : {1, 2, 3})
+      for (int64_t R : {1, 3, 7, 33})
+        for (int64_t N = 1; N <= 17; ++N) {
+          const int64_t C = nblk * bs + (block_of(t) == 1 ? 3 : 0);  // float types: ragged C
+          const Problem p(t, R, C, N, 100 * nblk + 10 * R + N, (R == 7) ? 3 : 0);
+          for (Isa isa : supported_isas()) {
+            cpu::force_isa(isa);
+            for (cpu::ThreadPool* pool : {&pool1, &pool2}) {
+              SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa) + " R=" + std::to_string(R) +
+                           " C=" + std::to_string(C) + " N=" + std::to_string(N) +
+                           " threads=" + std::to_string(pool->size()));
+              p.check(p.run(*pool));
+              if (HasFatalFailure()) return;
+            }
+          }
+        }
+  }
+}
+
+TEST(Matmul, WideRowsAndLongBatches) {
+  IsaGuard guard;
+  cpu::ThreadPool pool(2);
+  for (DType t : kAllTypes) {
+    const Problem wide(t, 9, 4096, 5, 77);
+    const Problem longb(t, 5, 512, 70, 78);  // more tokens than one kernel chunk
+    for (Isa isa : supported_isas()) {
+      cpu::force_isa(isa);
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
+      wide.check(wide.run(pool));
+      longb.check(longb.run(pool));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Speculative decoding verifies k drafted tokens in one call and must reproduce what
+// one-token decoding would have produced: every token's result must not depend on N, on
+// its position in the batch, or on the thread count.
+TEST(Matmul, BatchGivesBitIdenticalResultsToSingleTokens) {
+  IsaGuard guard;
+  cpu::ThreadPool pool1(1), pool2(2);
+  for (DType t : kAllTypes) {
+    const int64_t C = block_of(t) == 1 ? 200 : 2 * std::max(256, block_of(t));
+    const Problem p(t, 37, C, 40, 4242);
+    for (Isa isa : supported_isas()) {
+      cpu::force_isa(isa);
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
+      const std::vector<float> batch = p.run(pool2);
+      const std::vector<float> batch1 = p.run(pool1);
+      for (int64_t i = 0; i < p.N; ++i) {
+        std::vector<float> single(static_cast<size_t>(p.R));
+        cpu::matmul(i % 2 ? pool1 : pool2, t, p.w.data(), p.w_stride, p.R, p.C, &p.x[i * p.ldx], p.ldx, 1,
+                    single.data(), p.R);
+        for (int64_t r = 0; r < p.R; ++r) {
+          ASSERT_EQ(bits(batch[i * p.ldy + r]), bits(single[r])) << "token " << i << " row " << r;
+          ASSERT_EQ(bits(batch1[i * p.ldy + r]), bits(single[r])) << "token " << i << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, DegenerateAndInvalidShapes) {
+  cpu::ThreadPool pool(2);
+  std::vector<uint8_t> w(1024);
+  std::vector<float> x(64, 1.0f), y(64, 5.0f);
+  cpu::matmul(pool, DType::Q4_0, w.data(), 18, 0, 32, x.data(), 32, 1, y.data(), 1);  // R = 0
+  cpu::matmul(pool, DType::Q4_0, w.data(), 18, 1, 32, x.data(), 32, 0, y.data(), 1);  // N = 0
+  EXPECT_EQ(y[0], 5.0f);
+  EXPECT_THROW(cpu::matmul(pool, DType::Q4_K, w.data(), 144, 1, 32, x.data(), 32, 1, y.data(), 1),
+               std::invalid_argument);
+  EXPECT_THROW(cpu::matmul(pool, DType::Q8_K, w.data(), 292, 1, 256, x.data(), 256, 1, y.data(), 1),
+               std::invalid_argument);
+}
+
+TEST(Isa, NamesAndForcing) {
+  IsaGuard guard;
+  EXPECT_EQ(cpu::isa_name(Isa::Scalar), "scalar");
+  EXPECT_EQ(cpu::isa_name(Isa::Avx2), "avx2");
+  EXPECT_EQ(cpu::isa_name(Isa::Avx512), "avx512");
+  cpu::force_isa(Isa::Scalar);
+  EXPECT_EQ(cpu::active_isa(), Isa::Scalar);
+  if (cpu::detected_isa() != Isa::Avx512) {
+    EXPECT_THROW(cpu::force_isa(Isa::Avx512), std::invalid_argument);
+  }
+}
+
+}  // namespace
+}  // namespace tandem

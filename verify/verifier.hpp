@@ -1,0 +1,48 @@
+// Verification of a drafted chain against the target model's distributions.
+//
+// Rules (Leviathan et al. 2023, Chen et al. 2023):
+//   * For draft token x_i with target distribution p_i and draft distribution q_i, accept
+//     with probability min(1, p_i(x_i) / q_i(x_i)).
+//   * On the first rejection, sample the replacement from norm(max(0, p_i − q_i)) and stop.
+//   * If all k are accepted, sample a bonus token from p_k (the position after the last).
+// p and q are the FINAL distributions (after temperature, top-k, top-p, min-p, penalties),
+// so the output follows the target's distribution exactly. A deterministic draft (n-gram,
+// argmax draft) is a point mass q = δ(x): accept with probability p(x), and on rejection
+// sample from p with x removed. Greedy targets (p a point mass) reduce to "accept while the
+// draft equals the argmax, then emit the argmax", which verify_greedy does without
+// consuming randomness.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/rng.hpp"
+#include "engine/sampler.hpp"
+
+namespace tandem {
+
+struct VerifyResult {
+  int32_t n_accepted = 0;  // leading draft tokens kept
+  int32_t next_token = -1; // the corrected token (after a rejection) or the bonus token
+  bool all_accepted = false;  // true → next_token is the bonus token
+};
+
+// target_dist(i) gives p_i for i in 0..k: the target's final distribution for the position
+// of draft token i (i == k: the bonus position). It is called lazily, only for the
+// positions that are reached, so penalties may depend on the tokens accepted before i.
+using DistFn = std::function<Distribution(int32_t i)>;
+
+// Greedy verification: p_i must be point masses (temperature 0).
+VerifyResult verify_greedy(std::span<const int32_t> draft, const DistFn& target_dist);
+
+// Rejection sampling. draft_dist(i) gives q_i; pass nullptr for a deterministic draft
+// (point masses on the drafted tokens).
+VerifyResult verify_stochastic(std::span<const int32_t> draft, const DistFn& target_dist, const DistFn* draft_dist,
+                               Rng& rng);
+
+// One draw from norm(max(0, p − q)). When the residual has no mass (p ≤ q everywhere,
+// which happens only through rounding when p == q), falls back to p.
+int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng);
+
+}  // namespace tandem
