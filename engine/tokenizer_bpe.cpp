@@ -108,7 +108,7 @@ class BpeEncoder final : public Encoder {
   struct Candidate {
     int32_t rank, pos;  // pos: index of the left symbol
     int32_t left, right, result;
-    bool operator<(const Candidate& o) const {  // std::priority_queue pops the largest
+    bool operator<(const Candidate& o) const {  // std heap functions pop the largest
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };

@@ -4,6 +4,8 @@
 // ties and the edge cases the engine relies on.
 #include <gtest/gtest.h>
 
+#include "tests/support/stats.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <cmath>
@@ -183,49 +185,9 @@ void expect_well_formed(const Distribution& d) {
   EXPECT_EQ(std::set<int32_t>(d.ids.begin(), d.ids.end()).size(), d.ids.size());
 }
 
-// ---- chi-square -------------------------------------------------------------------------
-// Regularised upper incomplete gamma Q(a, x) (series below a+1, Lentz continued fraction
-// above, as in Numerical Recipes); chi2_sf(x, df) = Q(df/2, x/2) is the p-value.
-double gamma_q(double a, double x) {
-  if (x <= 0.0) return 1.0;
-  const double log_prefix = -x + a * std::log(x) - std::lgamma(a);
-  if (x < a + 1.0) {
-    double ap = a, del = 1.0 / a, sum = del;
-    for (int i = 0; i < 100000 && std::fabs(del) > std::fabs(sum) * 1e-16; ++i) {
-      ap += 1.0;
-      del *= x / ap;
-      sum += del;
-    }
-    return 1.0 - sum * std::exp(log_prefix);
-  }
-  constexpr double kTiny = 1e-300;
-  double b = x + 1.0 - a, c = 1.0 / kTiny, d = 1.0 / b, h = d;
-  for (int i = 1; i < 100000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < kTiny) d = kTiny;
-    c = b + an / c;
-    if (std::fabs(c) < kTiny) c = kTiny;
-    d = 1.0 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1.0) < 1e-16) break;
-  }
-  return std::exp(log_prefix) * h;
-}
-double chi2_sf(double x, int df) { return gamma_q(df / 2.0, x / 2.0); }
-
-// Pearson's statistic of observed counts (indexed like d.ids) against the expected probs.
-double chi2_statistic(const std::vector<int64_t>& observed, const std::vector<double>& expected_probs, int64_t n) {
-  double stat = 0.0;
-  for (size_t j = 0; j < observed.size(); ++j) {
-    const double e = expected_probs[j] * static_cast<double>(n);
-    const double diff = static_cast<double>(observed[j]) - e;
-    stat += diff * diff / e;
-  }
-  return stat;
-}
+// ---- chi-square: tests/support/stats.hpp --------------------------------------------
+using test::chi2_sf;
+using test::chi2_statistic;
 
 // Draws n samples and counts them per rank of d; fails on a token outside the support.
 std::vector<int64_t> draw_counts(const Distribution& d, uint64_t seed, int64_t n) {

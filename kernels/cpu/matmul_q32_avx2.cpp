@@ -34,46 +34,68 @@ static inline __m256i high_bits(uint32_t qh) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+// The f16 at byte offset `off` of n (<= 8) consecutive blocks, as 8 floats (zeros past n).
+// Assembled in general registers: storing 16-bit values and reloading them as a vector
+// would stall on store forwarding.
+template <int Bytes>
+static inline uint64_t f16x4(const u8* b, int n) {
+  uint64_t w = 0;
+  for (int j = 0; j < 4; ++j)
+    if (j < n) w |= static_cast<uint64_t>(blk::u16_at(b + j * Bytes)) << (16 * j);
+  return w;
+}
+template <int Bytes>
+static inline __m256 f16x8(const u8* b, int off, int n) {
+  const uint64_t lo = f16x4<Bytes>(b + off, n), hi = f16x4<Bytes>(b + 4 * Bytes + off, n - 4);
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
+}
+// 8 floats from p, or the first n of them and zeros (tail of a row; rare).
+static inline __m256 load8(const float* p, int n) {
+  if (n == 8) return _mm256_loadu_ps(p);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_ps(p, mask);
+}
+
+// Per type: the codes of a block, where its scale is, and the coefficient c of the
+// activation sums (offset -8/-16 times d, or the min m) for 8 blocks.
 struct Q4_0 {
-  static constexpr int kBytes = blk::q4_0::size;
+  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
   static constexpr bool kSigned = false, kOffset = true;
   static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_0::qs); }
-  static inline float d(const u8* b) { return f16(b + blk::q4_0::d); }
-  static inline float c(const u8* b, float d) { return -8.0f * d; }
+  static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
 };
 struct Q4_1 {
-  static constexpr int kBytes = blk::q4_1::size;
+  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
   static constexpr bool kSigned = false, kOffset = true;
   static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_1::qs); }
-  static inline float d(const u8* b) { return f16(b + blk::q4_1::d); }
-  static inline float c(const u8* b, float) { return f16(b + blk::q4_1::m); }
+  static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q4_1::m, n); }
 };
 struct Q5_0 {
-  static constexpr int kBytes = blk::q5_0::size;
+  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
   static constexpr bool kSigned = false, kOffset = true;
   static inline __m256i codes(const u8* b) {
     return _mm256_or_si256(nibbles(b + blk::q5_0::qs), high_bits(blk::u32_at(b + blk::q5_0::qh)));
   }
-  static inline float d(const u8* b) { return f16(b + blk::q5_0::d); }
-  static inline float c(const u8* b, float d) { return -16.0f * d; }
+  static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
 };
 struct Q5_1 {
-  static constexpr int kBytes = blk::q5_1::size;
+  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
   static constexpr bool kSigned = false, kOffset = true;
   static inline __m256i codes(const u8* b) {
     return _mm256_or_si256(nibbles(b + blk::q5_1::qs), high_bits(blk::u32_at(b + blk::q5_1::qh)));
   }
-  static inline float d(const u8* b) { return f16(b + blk::q5_1::d); }
-  static inline float c(const u8* b, float) { return f16(b + blk::q5_1::m); }
+  static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q5_1::m, n); }
 };
 struct Q8_0 {
-  static constexpr int kBytes = blk::q8_0::size;
+  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
   static constexpr bool kSigned = true, kOffset = false;
   static inline __m256i codes(const u8* b) { return loadu(b + blk::q8_0::qs); }
-  static inline float d(const u8* b) { return f16(b + blk::q8_0::d); }
-  static inline float c(const u8*, float) { return 0.0f; }
+  static inline __m256 c8(const u8*, __m256, int) { return _mm256_setzero_ps(); }
 };
 
+// Blocks are taken 8 at a time: their 8 scale products d_w*d_x are formed with one
+// multiply per token, and each block's lane is picked out with a permute. The offset or
+// min term of 8 blocks is one FMA per token.
 template <class K, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   const ActLayout& l = a.xl;
@@ -87,24 +109,44 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     xs[t] = act_s(row, l);
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[TN];
-  float off[TN];
-  for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps(), off[t] = 0.0f;
-  for (int64_t bi = 0; bi < l.nb; ++bi) {
-    const u8* b = wr + bi * K::kBytes;
-    const __m256i u = K::codes(b);
-    const float d = K::d(b);
-    const float c = K::c(b, d);
-    const __m256i au = K::kSigned ? _mm256_sign_epi8(u, u) : u;  // |u| for the sign trick
+  __m256 acc[TN], off[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = off[t] = _mm256_setzero_ps();
+  alignas(32) float prod[TN][8];
+  for (int64_t b0 = 0; b0 < l.nb; b0 += 8) {
+    const int nblk = l.nb - b0 < 8 ? static_cast<int>(l.nb - b0) : 8;
+    prefetch_ahead(wr + b0 * K::kBytes, nblk * K::kBytes);
+    const __m256 dw = f16x8<K::kBytes>(wr + b0 * K::kBytes, K::kD, nblk);
+    const __m256 cw = K::c8(wr + b0 * K::kBytes, dw, nblk);
     for (int t = 0; t < TN; ++t) {
-      __m256i xv = loadu(xq[t] + 32 * bi);
-      if constexpr (K::kSigned) xv = _mm256_sign_epi8(xv, u);
-      const __m256i s = _mm256_madd_epi16(pair_dot(au, xv), ones);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xd[t][bi]), acc[t]);
-      if constexpr (K::kOffset) off[t] = __builtin_fmaf(c, xs[t][bi], off[t]);
+      _mm256_store_ps(prod[t], _mm256_mul_ps(dw, load8(xd[t] + b0, nblk)));
+      if constexpr (K::kOffset) off[t] = _mm256_fmadd_ps(cw, load8(xs[t] + b0, nblk), off[t]);
+    }
+    for (int j = 0; j < nblk; ++j) {
+      const int64_t bi = b0 + j;
+      const __m256i u = K::codes(wr + bi * K::kBytes);
+      const __m256i au = K::kSigned ? _mm256_sign_epi8(u, u) : u;  // |u| for the sign trick
+      for (int t = 0; t < TN; ++t) {
+        __m256i xv = loadu(xq[t] + 32 * bi);
+        if constexpr (K::kSigned) xv = _mm256_sign_epi8(xv, u);
+        const __m256i s = _mm256_madd_epi16(pair_dot(au, xv), ones);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(&prod[t][j]), acc[t]);
+      }
     }
   }
-  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]) + off[t];
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]) + hsum(off[t]);
+}
+
+#ifndef TANDEM_Q32_GROUP
+#define TANDEM_Q32_GROUP 8
+#endif
+constexpr int kGroup = TANDEM_Q32_GROUP;
+
+template <class K, int TN>
+static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
+  if constexpr (TN > 0) {
+    if (left == TN) return row_group<K, TN>(a, wr, r, t);
+    row_tail<K, TN - 1>(a, wr, r, t, left);
+  }
 }
 
 template <class K>
@@ -112,13 +154,8 @@ void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   for (int64_t r = r0; r < r1; ++r) {
     const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4) row_group<K, 4>(a, wr, r, t);
-    switch (t1 - t) {
-      case 3: row_group<K, 3>(a, wr, r, t); break;
-      case 2: row_group<K, 2>(a, wr, r, t); break;
-      case 1: row_group<K, 1>(a, wr, r, t); break;
-      default: break;
-    }
+    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
+    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
   }
 }
 

@@ -273,16 +273,6 @@ struct Q6K {
   }
 };
 
-// Weights stream through once; asking for them a little ahead keeps the loads and the
-// arithmetic overlapped (rows are usually contiguous, so this runs into the next row).
-#ifndef TANDEM_PF_DIST
-#define TANDEM_PF_DIST 2048
-#endif
-static inline void prefetch_ahead(const u8* p, int bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + TANDEM_PF_DIST;
-  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_T0);
-}
-
 template <class K, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   const ActLayout& l = a.xl;

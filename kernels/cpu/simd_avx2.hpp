@@ -45,6 +45,15 @@ static inline __m256i bit_to(__m256i v) {
   else return _mm256_and_si256(_mm256_srli_epi16(v, K - P), m);
 }
 
+// Weights stream through once; asking for them this far ahead keeps loads and arithmetic
+// overlapped (rows are usually contiguous, so this runs on into the next row). Tuned on
+// Zen 3: 2 KB beat 0.5, 1 and 4 KB for decode.
+constexpr uintptr_t kPrefetchBytes = 2048;
+static inline void prefetch_ahead(const uint8_t* p, int bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_NTA);
+}
+
 // 32 unsigned codes x 32 int8 activations -> 16 int16 pair sums. No saturation is
 // possible: codes are at most 63 here (the sign trick for Q8_0 keeps |code| <= 128 with
 // activations in [-127, 127]).

@@ -163,18 +163,18 @@ class SpmRef:
             if hit is None:
                 i += 1
                 continue
-            if i > start:
-                out += self.sp.encode(text[start:i])
+            out += self._segment(text[start:i], start)
             out.append(self.ids[hit])
             i += len(hit)
             start = i
-        if start < len(text):
-            seg = text[start:]
-            out += self.sp.encode(seg) if start == 0 or not self.dummy else self._no_prefix(seg)
-        return out
+        return out + self._segment(text[start:], start)
 
-    def _no_prefix(self, seg):
-        raise SystemExit("tokenize_ref: dummy prefix after a special token is not modelled")
+    def _segment(self, seg, offset):
+        # With a dummy prefix, sentencepiece would prefix every segment; tandem (like HF's
+        # Metaspace prepend_scheme="first") only prefixes the start of the text.
+        if seg and offset > 0 and self.dummy:
+            raise SystemExit("tokenize_ref: dummy prefix after a special token is not modelled")
+        return self.sp.encode(seg) if seg else []
 
 
 def make_ref(path):

@@ -1,0 +1,22 @@
+// Statistics for the distribution tests: Pearson's chi-square and its p-value.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace tandem::test {
+
+// Regularised upper incomplete gamma Q(a, x).
+double gamma_q(double a, double x);
+// P(X >= x) for X ~ chi-square(df): the p-value of a statistic.
+double chi2_sf(double x, int df);
+// Pearson's statistic of observed counts against expected probabilities (same indexing).
+double chi2_statistic(const std::vector<int64_t>& observed, const std::vector<double>& expected_probs, int64_t n);
+
+// Two-sample chi-square (homogeneity) over categorical counts: categories whose pooled
+// count is below min_pooled are merged into one cell so every expected count is large
+// enough. Returns the p-value and sets df.
+double chi2_two_sample_pvalue(const std::map<int64_t, int64_t>& a, const std::map<int64_t, int64_t>& b,
+                              int* df = nullptr, double min_pooled = 10.0);
+
+}  // namespace tandem::test
