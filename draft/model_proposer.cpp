@@ -17,7 +17,7 @@ float max_softmax_prob(std::span<const float> logits) {
 }
 }  // namespace
 
-ModelProposer::ModelProposer(const Model& draft, KVCache& cache) : tf_(draft, cache), seq_(cache) {}
+ModelProposer::ModelProposer(Transformer& draft) : tf_(draft), seq_(draft.cache()) {}
 
 void ModelProposer::reset() {
   seq_.clear();

@@ -13,7 +13,9 @@ namespace tandem {
 
 class ModelProposer final : public Proposer {
  public:
-  ModelProposer(const Model& draft, KVCache& cache);
+  // The draft Transformer (weights, cache, scratch) is shared: each sequence being drafted
+  // for has its own ModelProposer, i.e. its own block table in the draft's cache.
+  explicit ModelProposer(Transformer& draft);
   std::string name() const override { return "draft-model"; }
   Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
   void reset() override;
@@ -23,7 +25,7 @@ class ModelProposer final : public Proposer {
   // Feeds tokens after what the cache holds; leaves the logits of the last in logits_.
   void feed(std::span<const int32_t> tokens);
 
-  Transformer tf_;
+  Transformer& tf_;
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order
   std::vector<float> logits_;

@@ -12,14 +12,16 @@
 #include "draft/proposer.hpp"
 #include "engine/forward.hpp"
 #include "engine/tokenizer.hpp"
+#include "policies/policy.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
 
 class Coordinator {
  public:
-  // proposer may be null (no speculation possible).
-  Coordinator(Transformer& target, const Tokenizer& tokenizer, Proposer* proposer, int32_t context);
+  // proposer may be null (no speculation possible); policy null → FixedPolicy.
+  Coordinator(Transformer& target, const Tokenizer& tokenizer, Proposer* proposer, int32_t context,
+              SpeculationPolicy* policy = nullptr);
 
   GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamCallback& cb);
 
@@ -28,6 +30,8 @@ class Coordinator {
   const Tokenizer& tok_;
   Proposer* proposer_;
   int32_t context_;
+  SpeculationPolicy* policy_;
+  FixedPolicy fixed_;
 };
 
 }  // namespace tandem

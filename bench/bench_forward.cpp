@@ -1,0 +1,75 @@
+// Model-level timings: prefill tokens/s, decode tokens/s, and T(n)/T(1) — the cost of one
+// target pass over n tokens (speculative verification of n-1 drafts) relative to one token.
+//
+//   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]
+//
+// Each T(n) is the median of `reps` passes of n new tokens appended at position `ctx`
+// (the cache already holds ctx tokens), then rolled back, so every n sees the same state.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/forward.hpp"
+
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::string path;
+  int threads = 0, nmax = 16, reps = 5, ctx = 256;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
+    if (!std::strcmp(argv[i], "-m")) path = next();
+    else if (!std::strcmp(argv[i], "-t")) threads = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: %s -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]\n", argv[0]);
+    return 2;
+  }
+  auto be = tandem::kernels::make_cpu_backend(threads);
+  auto model = tandem::Model::load(path, *be);
+  tandem::KVCacheOptions o;
+  o.max_tokens = ctx + nmax + 16;
+  tandem::KVCache cache(*be, model->config(), o);
+  tandem::Transformer tf(*model, cache);
+  tandem::SequenceKV seq(cache);
+  const int32_t vocab = model->config().n_vocab;
+  std::vector<int32_t> prompt(static_cast<size_t>(ctx));
+  for (int i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % std::min(vocab, 30000);
+  std::vector<float> logits;
+  const auto tp = Clock::now();
+  {
+    tandem::Batch b;
+    b.add(seq, prompt);
+    tf.forward(b, logits);
+  }
+  const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
+  std::printf("model %s\nbackend %s\nprefill: %d tokens in %.1f ms = %.1f tokens/s\n\n", path.c_str(),
+              be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
+  std::printf("| n | T(n) ms | T(n)/T(1) | tokens/s |\n|---|---|---|---|\n");
+  double t1 = 0;
+  for (int n = 1; n <= nmax; ++n) {
+    std::vector<double> times;
+    std::vector<int32_t> run(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + i * 31) % std::min(vocab, 30000);
+    for (int r = 0; r < reps + 1; ++r) {
+      tandem::Batch b;
+      b.add_all_logits(seq, run);
+      const auto t0 = Clock::now();
+      tf.forward(b, logits);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (r > 0) times.push_back(ms);  // the first pass warms caches
+      seq.truncate(ctx);
+    }
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    if (n == 1) t1 = med;
+    std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
+  }
+  return 0;
+}

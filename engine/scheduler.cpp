@@ -1,0 +1,389 @@
+#include "engine/scheduler.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "draft/model_proposer.hpp"
+#include "draft/ngram_proposer.hpp"
+#include "engine/engine_access.hpp"
+#include "engine/sequence_run.hpp"
+#include "policies/factory.hpp"
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int32_t blocks_for(int32_t positions, int32_t block_size) { return (positions + block_size - 1) / block_size; }
+
+}  // namespace
+
+struct Scheduler::Impl {
+  struct Entry {
+    uint64_t id = 0;
+    ServeRequest req;
+    Clock::time_point arrival;
+    std::unique_ptr<Proposer> proposer;
+    std::unique_ptr<SpeculationPolicy> policy;
+    std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
+    bool got_first = false;
+    Clock::time_point last_token;
+  };
+
+  EngineParts parts;
+  SchedulerOptions opts;
+  std::thread thread;
+
+  mutable std::mutex mu;  // guards everything below up to `running`
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Entry>> queue;
+  std::unordered_set<uint64_t> cancels;
+  SchedulerStats stats;
+  bool stopping = false, drain = false;
+  uint64_t next_id = 1;
+
+  std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
+
+  Impl(Engine& e, const SchedulerOptions& o) : parts(EngineAccess::parts(e)), opts(o) {}
+
+  void loop();
+  bool admit_and_step();
+  bool start(Entry& e);
+  void retire(std::unique_ptr<Entry> e, const std::string& error);
+  void preempt_youngest();
+  void apply_cancels();
+};
+
+// ---- public surface ----------------------------------------------------------------------
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::make_unique<Impl>(engine, opts)) {
+  if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0)
+    throw std::invalid_argument("scheduler: limits must be positive");
+  impl_->stats.kv_blocks_total = impl_->parts.target.cache().blocks().num_total();
+  impl_->thread = std::thread([this] { impl_->loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(false); }
+
+SubmitResult Scheduler::submit(ServeRequest req) {
+  SubmitResult r;
+  Impl& m = *impl_;
+  if (req.prompt.empty()) return {SubmitStatus::Invalid, 0, "the prompt is empty"};
+  if (static_cast<int32_t>(req.prompt.size()) >= m.parts.context)
+    return {SubmitStatus::PromptTooLong, 0,
+            "prompt of " + std::to_string(req.prompt.size()) + " tokens does not fit the context of " +
+                std::to_string(m.parts.context) + " tokens"};
+  const int32_t vocab = m.parts.target.model().config().n_vocab;
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= vocab) return {SubmitStatus::Invalid, 0, "prompt token " + std::to_string(t) + " is out of range"};
+  if (req.opts.speculative.mode == DraftMode::Model && !m.parts.draft)
+    return {SubmitStatus::Invalid, 0, "draft-model speculation requested but the server has no draft model"};
+  std::lock_guard<std::mutex> lk(m.mu);
+  if (m.stopping) return {SubmitStatus::ShuttingDown, 0, "the server is shutting down"};
+  if (static_cast<int32_t>(m.queue.size()) >= m.opts.max_queue)
+    return {SubmitStatus::QueueFull, 0, "too many requests waiting (" + std::to_string(m.queue.size()) + ")"};
+  auto e = std::make_unique<Impl::Entry>();
+  e->id = m.next_id++;
+  e->req = std::move(req);
+  e->arrival = Clock::now();
+  r.id = e->id;
+  m.queue.push_back(std::move(e));
+  ++m.stats.requests_total;
+  m.cv.notify_all();
+  return r;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->cancels.insert(id);
+  impl_->cv.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  SchedulerStats s = impl_->stats;
+  s.queue_length = static_cast<int64_t>(impl_->queue.size());
+  return s;
+}
+
+void Scheduler::shutdown(bool drain) {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (!impl_->stopping) {
+      impl_->stopping = true;
+      impl_->drain = drain;
+    }
+    impl_->cv.notify_all();
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+// ---- the scheduler thread ----------------------------------------------------------------
+
+void Scheduler::Impl::loop() {
+  std::unique_lock<std::mutex> model_lock(parts.mu);  // the models are ours while we run
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait(lk, [&] { return stopping || !queue.empty() || !running.empty() || !cancels.empty(); });
+      if (stopping && !drain) {
+        for (auto& e : queue) cancels.insert(e->id);
+        for (auto& e : running) cancels.insert(e->id);
+      }
+      if (stopping && queue.empty() && running.empty() && cancels.empty()) break;
+    }
+    apply_cancels();
+    try {
+      admit_and_step();
+    } catch (const std::exception& ex) {
+      // A failure inside the pass (not a request's own fault we could pin down): fail the
+      // running requests rather than crash or hang; the server keeps serving new ones.
+      std::vector<std::unique_ptr<Entry>> failed;
+      failed.swap(running);
+      for (auto& e : failed) {
+        if (e->run) e->run->finish(FinishReason::Cancelled);
+        retire(std::move(e), std::string("internal error: ") + ex.what());
+      }
+    }
+  }
+}
+
+void Scheduler::Impl::apply_cancels() {
+  std::unordered_set<uint64_t> ids;
+  std::vector<std::unique_ptr<Entry>> dropped;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (cancels.empty()) return;
+    ids.swap(cancels);
+    for (auto it = queue.begin(); it != queue.end();) {
+      if (ids.count((*it)->id)) {
+        dropped.push_back(std::move(*it));
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto it = running.begin(); it != running.end();) {
+    if (ids.count((*it)->id)) {
+      dropped.push_back(std::move(*it));
+      it = running.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& e : dropped) {
+    if (e->run) e->run->finish(FinishReason::Cancelled);
+    retire(std::move(e), "");
+  }
+}
+
+// Builds the per-request objects on first admission. False (and the request is retired
+// with an error) when the request cannot run at all.
+bool Scheduler::Impl::start(Entry& e) {
+  if (e.run) return true;
+  const SpeculativeOptions& so = e.req.opts.speculative;
+  switch (so.mode) {
+    case DraftMode::None:
+      break;
+    case DraftMode::Model:
+      e.proposer = std::make_unique<ModelProposer>(*parts.draft);
+      break;
+    case DraftMode::Ngram:
+      e.proposer = std::make_unique<NgramProposer>(so.ngram_min, so.ngram_max);
+      break;
+  }
+  e.policy = make_policy(so, nullptr);
+  Entry* self = &e;
+  auto on_token = [this, self](std::string_view text, int32_t token) {
+    const auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!self->got_first) {
+        stats.ttft.observe(seconds_between(self->arrival, now));
+      } else {
+        stats.itl.observe(seconds_between(self->last_token, now));
+      }
+      ++stats.generated_tokens_total;
+    }
+    self->got_first = true;
+    self->last_token = now;
+    return !self->req.on_text || self->req.on_text(text, token);
+  };
+  e.run = std::make_unique<SequenceRun>(parts.target.cache(), parts.tokenizer, e.req.prompt, e.req.opts, on_token,
+                                        parts.context, parts.target.model().config().n_vocab, e.proposer.get(),
+                                        e.policy.get(), e.arrival);
+  std::lock_guard<std::mutex> lk(mu);
+  stats.prompt_tokens_total += static_cast<int64_t>(e.req.prompt.size());
+  return true;
+}
+
+void Scheduler::Impl::retire(std::unique_ptr<Entry> e, const std::string& error) {
+  GenerateResult result;
+  if (e->run) result = std::move(e->run->result());
+  if (!e->run) {
+    result.prompt_tokens = e->req.prompt;
+    result.timings.n_prompt = static_cast<int32_t>(e->req.prompt.size());
+    result.finish = FinishReason::Cancelled;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!error.empty()) {
+      ++stats.requests_failed;
+    } else if (result.finish == FinishReason::Cancelled) {
+      ++stats.requests_cancelled;
+    } else {
+      ++stats.requests_finished;
+    }
+    stats.speculative.merge(result.speculative);
+    const BlockAllocator& blocks = parts.target.cache().blocks();
+    stats.kv_blocks_used = blocks.num_total() - blocks.num_free();
+    stats.running = static_cast<int64_t>(running.size());
+  }
+  if (e->req.on_done) e->req.on_done(result, error);
+}
+
+void Scheduler::Impl::preempt_youngest() {
+  // The most recently admitted sequence loses its blocks and waits at the head of the queue:
+  // the oldest requests keep making progress, so nothing starves.
+  auto it = std::max_element(running.begin(), running.end(),
+                             [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+  std::unique_ptr<Entry> e = std::move(*it);
+  running.erase(it);
+  e->run->preempt();
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.preemptions;
+  queue.push_front(std::move(e));
+}
+
+bool Scheduler::Impl::admit_and_step() {
+  KVCache& cache = parts.target.cache();
+  const int32_t bs = cache.block_size();
+  auto extra_blocks = [&](Entry& e, int32_t positions) {
+    return std::max(0, blocks_for(positions, bs) - static_cast<int32_t>(e.run->kv().block_table().size()));
+  };
+  // What every running sequence needs for its next step (prefill chunks bounded).
+  auto step_need = [&](Entry& e) {
+    if (e.run->prefilling()) {
+      const int32_t chunk = std::min<int32_t>(opts.prefill_chunk, static_cast<int32_t>(e.run->prefill_todo().size()));
+      return extra_blocks(e, e.run->kv().length() + chunk);
+    }
+    return extra_blocks(e, e.run->next_step_positions());
+  };
+
+  // Admission: oldest first, while the pool can hold the newcomer's first chunk on top of
+  // the next step of everything already running.
+  for (;;) {
+    std::unique_ptr<Entry> e;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (queue.empty() || static_cast<int32_t>(running.size()) >= opts.max_seqs) break;
+      e = std::move(queue.front());
+      queue.pop_front();
+    }
+    try {
+      start(*e);
+    } catch (const std::exception& ex) {
+      retire(std::move(e), ex.what());
+      continue;
+    }
+    int32_t need = step_need(*e);
+    for (auto& r : running) need += step_need(*r);
+    if (need > cache.blocks().num_free() && !running.empty()) {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_front(std::move(e));
+      break;
+    }
+    running.push_back(std::move(e));
+  }
+  if (running.empty()) return false;
+
+  // Preempt until this step fits. A lone sequence that still does not fit has used up the
+  // whole KV budget: it ends with finish reason "length", as at the context limit.
+  for (;;) {
+    int32_t need = 0;
+    for (auto& r : running) need += step_need(*r);
+    if (need <= cache.blocks().num_free()) break;
+    if (running.size() > 1) {
+      preempt_youngest();
+      continue;
+    }
+    std::unique_ptr<Entry> e = std::move(running.front());
+    running.clear();
+    e->run->finish(FinishReason::Length);
+    retire(std::move(e), "");
+    return false;
+  }
+
+  // One ragged target pass: decode steps first (latency), then prompt chunks up to the
+  // token budget.
+  Batch batch;
+  std::vector<std::pair<Entry*, size_t>> decoders;  // entry, rows of logits it gets
+  int32_t n_decode = 0;
+  for (auto& r : running)
+    if (!r->run->prefilling()) ++n_decode;
+  int32_t budget = opts.max_batch_tokens;
+  for (auto& r : running) {
+    if (r->run->prefilling()) continue;
+    const auto tokens = r->run->plan_step(n_decode);
+    batch.add_all_logits(r->run->kv(), tokens);
+    budget -= static_cast<int32_t>(tokens.size());
+    decoders.emplace_back(r.get(), tokens.size());
+  }
+  for (auto& r : running) {
+    if (!r->run->prefilling() || budget <= 0) continue;
+    const auto todo = r->run->prefill_todo();
+    const auto chunk = todo.first(std::min<size_t>({todo.size(), static_cast<size_t>(opts.prefill_chunk),
+                                                    static_cast<size_t>(budget)}));
+    batch.add(r->run->kv(), chunk, std::vector<bool>(chunk.size(), false));
+    budget -= static_cast<int32_t>(chunk.size());
+  }
+
+  std::vector<float> logits;
+  const auto t0 = Clock::now();
+  if (!batch.empty()) parts.target.forward(batch, logits);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+
+  // Hand each decoding sequence its rows, in the order they were added.
+  const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
+  size_t row = 0;
+  for (auto& [e, rows] : decoders) {
+    e->run->finish_step(std::span<const float>(logits).subspan(row * vocab, rows * vocab), ms);
+    row += rows;
+  }
+
+  // Finished sequences leave at once; their blocks are already back in the pool.
+  for (auto it = running.begin(); it != running.end();) {
+    if ((*it)->run->done()) {
+      std::unique_ptr<Entry> e = std::move(*it);
+      it = running.erase(it);
+      retire(std::move(e), "");
+    } else {
+      ++it;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.steps;
+  stats.running = static_cast<int64_t>(running.size());
+  stats.kv_blocks_used = cache.blocks().num_total() - cache.blocks().num_free();
+  return true;
+}
+
+}  // namespace tandem

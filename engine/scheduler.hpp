@@ -1,0 +1,89 @@
+// Continuous batching for the server: many requests share one target model and one draft.
+// A dedicated thread runs steps; each step admits waiting requests (memory permitting),
+// drafts for every speculating sequence, runs ONE ragged target pass over all sequences'
+// pending+draft tokens plus chunks of new prompts, verifies each sequence, commits, streams
+// text out and retires finished sequences at once. When KV blocks run out, the youngest
+// running sequence is preempted (its blocks freed, its request re-queued at the front; it
+// is recomputed later from prompt + output so far, and its stream continues seamlessly).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/engine.hpp"
+
+namespace tandem {
+
+struct SchedulerOptions {
+  int32_t max_seqs = 16;          // running sequences at once
+  int32_t max_queue = 256;        // waiting requests; beyond → QueueFull (HTTP 429)
+  int32_t prefill_chunk = 256;    // prompt tokens per sequence per step
+  int32_t max_batch_tokens = 1024;  // target tokens per step (decode tokens are always scheduled first)
+  bool prefix_cache = true;       // share full KV blocks of identical prefixes between requests
+};
+
+struct ServeRequest {
+  std::vector<int32_t> prompt;
+  GenerateOptions opts;
+  // Both are called on the scheduler thread and must return quickly (post work elsewhere).
+  // on_text: newly completed text and the token that completed it; return false to cancel.
+  std::function<bool(std::string_view text, int32_t token)> on_text;
+  // Exactly once per accepted request: finished, cancelled, or failed (error non-empty).
+  std::function<void(const GenerateResult& result, const std::string& error)> on_done;
+};
+
+enum class SubmitStatus { Ok, QueueFull, PromptTooLong, ShuttingDown, Invalid };
+
+struct SubmitResult {
+  SubmitStatus status = SubmitStatus::Ok;
+  uint64_t id = 0;          // request id when Ok
+  std::string message;      // why, when not Ok
+};
+
+// Histogram with fixed upper bounds (seconds), Prometheus-style cumulative on output.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // per bucket (not cumulative), last = +Inf
+  double sum = 0.0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct SchedulerStats {
+  int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  int64_t queue_length = 0, running = 0, preemptions = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps = 0;
+  SpeculativeMetrics speculative;
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram itl{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+};
+
+class Scheduler {
+ public:
+  // The engine must outlive the scheduler; while a scheduler runs, Engine::generate must not
+  // be used (they share the caches).
+  Scheduler(Engine& engine, const SchedulerOptions& opts);
+  ~Scheduler();  // shutdown(false) if still running
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  SubmitResult submit(ServeRequest req);  // thread-safe
+  void cancel(uint64_t id);               // thread-safe; on_done is still called (Cancelled)
+  SchedulerStats stats() const;           // thread-safe snapshot
+  // Stops accepting; drain=true finishes running and queued requests first, false cancels them.
+  // Blocks until the scheduler thread has stopped.
+  void shutdown(bool drain);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,216 @@
+#include "engine/sequence_run.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/sampler.hpp"
+#include "verify/verifier.hpp"
+
+namespace tandem {
+namespace {
+double ms_between(SequenceRun::Clock::time_point a, SequenceRun::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
+                         const GenerateOptions& opts, StreamCallback cb, int32_t context, int32_t n_vocab,
+                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start)
+    : kv_(cache),
+      tok_(tok),
+      opts_(opts),
+      cb_(std::move(cb)),
+      context_(context),
+      n_vocab_(n_vocab),
+      proposer_(proposer),
+      policy_(policy),
+      speculate_(opts.speculative.mode != DraftMode::None && opts.speculative.draft_max > 0),
+      rng_(opts.sampling.seed),
+      decoder_(tok),
+      stops_(opts.stop),
+      committed_(prompt.begin(), prompt.end()),
+      start_(start) {
+  res_.prompt_tokens.assign(prompt.begin(), prompt.end());
+  res_.timings.n_prompt = static_cast<int32_t>(prompt.size());
+  if (prompt.empty()) throw std::invalid_argument("empty prompt: nothing to condition on");
+  if (static_cast<int32_t>(prompt.size()) >= context_)
+    throw std::invalid_argument("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +
+                                std::to_string(context_) + " tokens");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab_)
+      throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  if (speculate_ && (!proposer_ || !policy_))
+    throw std::invalid_argument("speculation requested but no proposer is available");
+  if (speculate_) {
+    const size_t k = static_cast<size_t>(opts.speculative.draft_max);
+    res_.speculative.drafted_per_position.assign(k, 0);
+    res_.speculative.accepted_per_position.assign(k, 0);
+    res_.speculative.steps_per_k.assign(k + 1, 0);
+    proposer_->reset();
+    policy_->reset();
+  }
+  if (opts.max_tokens <= 0) done_ = true;
+}
+
+std::span<const int32_t> SequenceRun::prefill_todo() const {
+  const size_t have = static_cast<size_t>(kv_.length());
+  const size_t want = committed_.size() - 1;
+  if (have >= want) return {};
+  return std::span<const int32_t>(committed_).subspan(have, want - have);
+}
+
+int32_t SequenceRun::next_step_positions() const {
+  if (prefilling()) return static_cast<int32_t>(committed_.size()) - 1;
+  return kv_.length() + 1 + (speculate_ ? opts_.speculative.draft_max : 0);
+}
+
+std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
+  if (done_ || prefilling()) throw std::logic_error("SequenceRun::plan_step outside the decode phase");
+  // Room for this step: pending + k drafts must fit the context; drafting past the token
+  // budget is wasted work.
+  const int32_t room = context_ - kv_.length() - 1;
+  const int32_t budget = opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()) - 1;
+  step_k_max_ = speculate_ ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
+  const int32_t k = step_k_max_ > 0 ? std::clamp(policy_->choose_k({step_k_max_, batch_size,
+                                                                    static_cast<int32_t>(committed_.size())}),
+                                                 0, step_k_max_)
+                                    : 0;
+  prop_ = Proposal{};
+  step_draft_ms_ = 0.0;
+  if (k > 0) {
+    const auto td = Clock::now();
+    ProposeOptions po;
+    po.max_tokens = k;
+    po.p_min = opts_.speculative.draft_p_min;
+    po.sampling = &opts_.sampling;
+    const int64_t f0 = proposer_->forward_passes();
+    prop_ = proposer_->propose(committed_, po, rng_);
+    res_.speculative.draft_forwards += proposer_->forward_passes() - f0;
+    if (static_cast<int32_t>(prop_.tokens.size()) < std::max(1, opts_.speculative.draft_min)) prop_ = Proposal{};
+    step_draft_ms_ = ms_between(td, Clock::now());
+    res_.speculative.draft_ms += step_draft_ms_;
+  }
+  if (speculate_) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
+  step_base_len_ = kv_.length();
+  step_tokens_.clear();
+  step_tokens_.push_back(committed_.back());
+  step_tokens_.insert(step_tokens_.end(), prop_.tokens.begin(), prop_.tokens.end());
+  return step_tokens_;
+}
+
+void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
+  SpeculativeMetrics& m = res_.speculative;
+  const size_t n = step_tokens_.size();
+  if (logits.size() != n * static_cast<size_t>(n_vocab_))
+    throw std::logic_error("SequenceRun::finish_step: wrong number of logits");
+  if (!res_.tokens.empty()) {  // decoding; the first pass belongs to prefill
+    m.target_ms += target_ms;
+    ++m.target_passes;
+  }
+
+  // Verify. p_i's penalties see the tokens accepted before position i.
+  const auto tv = Clock::now();
+  std::vector<int32_t> hist = committed_;
+  const size_t base = committed_.size();
+  auto target_dist = [&](int32_t i) {
+    hist.resize(base);
+    hist.insert(hist.end(), prop_.tokens.begin(), prop_.tokens.begin() + i);
+    const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
+    return make_distribution(row, opts_.sampling, hist);
+  };
+  VerifyResult v;
+  if (opts_.sampling.greedy()) {
+    v = verify_greedy(prop_.tokens, target_dist);
+  } else if (prop_.deterministic()) {
+    v = verify_stochastic(prop_.tokens, target_dist, nullptr, rng_);
+  } else {
+    DistFn qf = [&](int32_t i) { return prop_.dists[static_cast<size_t>(i)]; };
+    v = verify_stochastic(prop_.tokens, target_dist, &qf, rng_);
+  }
+  m.verify_ms += ms_between(tv, Clock::now());
+  if (!prop_.tokens.empty()) {
+    ++m.drafts;
+    m.drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
+    m.accepted_tokens += v.n_accepted;
+    for (size_t i = 0; i < prop_.tokens.size(); ++i) ++m.drafted_per_position[i];
+    for (int32_t i = 0; i < v.n_accepted; ++i) ++m.accepted_per_position[static_cast<size_t>(i)];
+  }
+  if (step_k_max_ > 0) {
+    StepOutcome o;
+    o.drafted = static_cast<int32_t>(prop_.tokens.size());
+    o.accepted = v.n_accepted;
+    o.draft_ms = step_draft_ms_;
+    o.target_ms = target_ms;
+    o.target_tokens = static_cast<int32_t>(n);
+    policy_->observe(o);
+  }
+
+  // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
+  kv_.truncate(step_base_len_ + 1 + v.n_accepted);
+  if (res_.tokens.empty()) {
+    first_token_ = Clock::now();
+    res_.timings.prefill_ms = ms_between(start_, first_token_);
+  }
+  bool more = true;
+  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit(prop_.tokens[static_cast<size_t>(i)]);
+  if (more) more = commit(v.next_token);
+  if (more && kv_.length() >= context_) {
+    res_.finish = FinishReason::Length;
+    more = false;
+  }
+  if (!more) close_output();
+}
+
+bool SequenceRun::commit(int32_t token) {
+  res_.tokens.push_back(token);
+  committed_.push_back(token);
+  if (!opts_.ignore_eos && tok_.is_eog(token)) {
+    res_.finish = FinishReason::Stop;
+    return false;
+  }
+  if (!emit(stops_.push(decoder_.push(token)), token)) {
+    res_.finish = FinishReason::Cancelled;
+    return false;
+  }
+  if (stops_.stopped()) {
+    res_.finish = FinishReason::Stop;
+    return false;
+  }
+  if (static_cast<int32_t>(res_.tokens.size()) >= opts_.max_tokens) {
+    res_.finish = FinishReason::Length;
+    return false;
+  }
+  return true;
+}
+
+bool SequenceRun::emit(const std::string& text, int32_t token) {
+  res_.text += text;
+  return !cb_ || cb_(text, token);
+}
+
+void SequenceRun::close_output() {
+  if (res_.finish != FinishReason::Cancelled && !stops_.stopped()) {
+    std::string tail = stops_.push(decoder_.flush());
+    tail += stops_.flush();
+    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back());
+  }
+  res_.timings.n_generated = static_cast<int32_t>(res_.tokens.size());
+  if (!res_.tokens.empty()) res_.timings.decode_ms = ms_between(first_token_, Clock::now());
+  done_ = true;
+  kv_.clear();
+  if (proposer_) proposer_->reset();
+}
+
+void SequenceRun::finish(FinishReason r) {
+  if (done_) return;
+  res_.finish = r;
+  close_output();
+}
+
+void SequenceRun::preempt() {
+  kv_.clear();
+  if (proposer_) proposer_->reset();
+}
+
+}  // namespace tandem

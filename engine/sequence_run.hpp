@@ -1,0 +1,86 @@
+// One request's decoding state, stepped from outside: by the Coordinator (one sequence) or
+// the Scheduler (many sequences sharing each target pass). Keeping every decision about
+// drafting, verification, rollback and output in this one class is what makes a request's
+// output independent of how it was batched.
+//
+// Invariant: `committed` holds the prompt and every emitted token; the target cache holds
+// KV for all of them except the newest ("pending") one. A step runs the target over
+// [pending, d1..dk], verifies the drafts, truncates the cache to pending + the accepted
+// drafts, and commits the accepted drafts plus the corrected/bonus token (the new pending).
+#pragma once
+#include <chrono>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "draft/proposer.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/rng.hpp"
+#include "engine/stop_strings.hpp"
+#include "engine/tokenizer.hpp"
+#include "policies/policy.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem {
+
+class SequenceRun {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // proposer/policy may be null when opts.speculative.mode is None. Throws
+  // std::invalid_argument for an empty prompt or one that does not fit the context.
+  SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt, const GenerateOptions& opts,
+              StreamCallback cb, int32_t context, int32_t n_vocab, Proposer* proposer, SpeculationPolicy* policy,
+              Clock::time_point start = Clock::now());
+
+  bool done() const { return done_; }
+  GenerateResult& result() { return res_; }
+  SequenceKV& kv() { return kv_; }
+  const std::vector<int32_t>& committed() const { return committed_; }
+
+  // Prompt (or, after preemption, prompt + output) tokens still to be written to the cache
+  // before decoding can start: everything committed except the pending token.
+  std::span<const int32_t> prefill_todo() const;
+  bool prefilling() const { return !done_ && !prefill_todo().empty(); }
+
+  // Decode step, part 1: asks the policy for k and the proposer for drafts; returns the
+  // tokens of this step's target pass ([pending, drafts...]; logits needed for all).
+  std::span<const int32_t> plan_step(int32_t batch_size);
+  // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
+  void finish_step(std::span<const float> logits, double target_ms);
+
+  // Frees the target cache (and the draft's state); later steps re-prefill from committed.
+  void preempt();
+  // Ends the request now with the given reason (Cancelled for cancellation).
+  void finish(FinishReason r);
+  // KV positions the next step needs in total (for admission and preemption decisions).
+  int32_t next_step_positions() const;
+
+ private:
+  bool commit(int32_t token);  // false once the output is over
+  bool emit(const std::string& text, int32_t token);
+  void close_output();
+
+  SequenceKV kv_;
+  const Tokenizer& tok_;
+  GenerateOptions opts_;
+  StreamCallback cb_;
+  int32_t context_, n_vocab_;
+  Proposer* proposer_;
+  SpeculationPolicy* policy_;
+  bool speculate_;
+  Rng rng_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  std::vector<int32_t> committed_;
+  GenerateResult res_;
+  bool done_ = false;
+  Clock::time_point start_, first_token_{};
+  // The step in flight (between plan_step and finish_step).
+  Proposal prop_;
+  std::vector<int32_t> step_tokens_;
+  int32_t step_base_len_ = 0, step_k_max_ = 0;
+  double step_draft_ms_ = 0.0;
+};
+
+}  // namespace tandem

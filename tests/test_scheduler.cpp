@@ -1,0 +1,219 @@
+// Continuous batching: outputs do not depend on batching, preemption loses nothing,
+// cancellation and limits behave, shutdown drains or cancels.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "engine/scheduler.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+struct Fixture {
+  std::string target, draft;
+};
+
+const Fixture& models() {
+  static const Fixture f = [] {
+    Fixture r;
+    const std::string dir = test::scratch_dir("sched");
+    test::TinyModelSpec t;
+    t.arch = "llama";
+    t.seed = 11;
+    r.target = dir + "/target.gguf";
+    test::write_tiny_model(r.target, t);
+    t.weight_type = DType::F16;
+    t.embd_type = DType::F16;
+    r.draft = dir + "/draft.gguf";
+    test::write_tiny_model(r.draft, t);
+    return r;
+  }();
+  return f;
+}
+
+std::unique_ptr<Engine> load(size_t kv_mem = 0) {
+  LoadOptions o;
+  o.model_path = models().target;
+  o.draft_model_path = models().draft;
+  o.threads = 1;
+  o.context = 128;
+  o.kv_mem_bytes = kv_mem;
+  return Engine::load(o);
+}
+
+std::vector<int32_t> prompt_of(int n, uint32_t seed) {
+  std::vector<int32_t> t;
+  uint32_t x = seed * 2654435761u + 7;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.push_back(static_cast<int32_t>((x >> 8) % 300));
+  }
+  return t;
+}
+
+GenerateOptions greedy(int n, DraftMode mode) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  g.speculative.mode = mode;
+  g.speculative.draft_max = 3;
+  return g;
+}
+
+struct Outcome {
+  GenerateResult result;
+  std::string error;
+  std::string streamed;
+};
+
+// Submits all requests at once and waits for every on_done.
+std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vector<int32_t>, GenerateOptions>>& reqs) {
+  std::vector<Outcome> out(reqs.size());
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ServeRequest r;
+    r.prompt = reqs[i].first;
+    r.opts = reqs[i].second;
+    r.on_text = [&out, i](std::string_view t, int32_t) {
+      out[i].streamed += t;
+      return true;
+    };
+    r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
+      std::lock_guard<std::mutex> lk(mu);
+      out[i].result = res;
+      out[i].error = err;
+      ++done;
+      cv.notify_all();
+    };
+    const SubmitResult sr = s.submit(std::move(r));
+    EXPECT_EQ(sr.status, SubmitStatus::Ok) << sr.message;
+  }
+  std::unique_lock<std::mutex> lk(mu);
+  EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == reqs.size(); }));
+  return out;
+}
+
+TEST(Scheduler, GreedyOutputDoesNotDependOnBatching) {
+  auto e = load(4 << 20);
+  for (DraftMode mode : {DraftMode::None, DraftMode::Ngram, DraftMode::Model}) {
+    std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+    for (int i = 0; i < 16; ++i) reqs.emplace_back(prompt_of(3 + i * 3, i), greedy(8 + i % 5 * 4, mode));
+    // Alone (plain Engine::generate, no scheduler) ...
+    std::vector<GenerateResult> alone;
+    for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+    // ... and all 16 at once through the scheduler.
+    Scheduler s(*e, SchedulerOptions{});
+    const auto batched = run_all(s, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(batched[i].error, "");
+      EXPECT_EQ(batched[i].result.tokens, alone[i].tokens) << "request " << i << " mode " << int(mode);
+      EXPECT_EQ(batched[i].streamed, batched[i].result.text);
+    }
+    s.shutdown(true);
+    const auto st = s.stats();
+    EXPECT_EQ(st.requests_finished, 16);
+    EXPECT_EQ(st.kv_blocks_used, 0);
+  }
+}
+
+TEST(Scheduler, PreemptionLosesNothing) {
+  // Room for about two sequences' worth of blocks: the scheduler must preempt and recompute.
+  auto probe = load();
+  const size_t per_token = 2 * 2 * 2 * 32 * 2;  // 2 models x 2 (K,V) x 2 layers x kv width x f16
+  (void)probe;
+  auto e = load(per_token * 200);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 8; ++i) reqs.emplace_back(prompt_of(20 + i, 100 + i), greedy(40, i % 2 ? DraftMode::Model : DraftMode::None));
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+  SchedulerOptions so;
+  so.max_seqs = 8;
+  Scheduler s(*e, so);
+  const auto out = run_all(s, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(out[i].error, "");
+    EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+    EXPECT_EQ(out[i].streamed, out[i].result.text) << i;
+  }
+  const auto st = s.stats();
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_EQ(st.requests_finished, 8);
+}
+
+TEST(Scheduler, CancelFreesTheSequence) {
+  auto e = load(4 << 20);
+  Scheduler s(*e, SchedulerOptions{});
+  std::promise<GenerateResult> done;
+  std::atomic<int> pieces{0};
+  std::atomic<bool> cancel_sent{false};
+  ServeRequest r;
+  r.prompt = prompt_of(10, 1);
+  r.opts = greedy(100000, DraftMode::None);  // would run to the context end
+  r.on_text = [&](std::string_view, int32_t) {
+    // Hold the scheduler at the third token until the cancel is in, so the request cannot
+    // finish on its own first.
+    if (++pieces == 3)
+      while (!cancel_sent) std::this_thread::yield();
+    return true;
+  };
+  r.on_done = [&](const GenerateResult& res, const std::string&) { done.set_value(res); };
+  const auto sr = s.submit(std::move(r));
+  ASSERT_EQ(sr.status, SubmitStatus::Ok);
+  while (pieces < 3) std::this_thread::yield();
+  s.cancel(sr.id);
+  cancel_sent = true;
+  auto fut = done.get_future();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(fut.get().finish, FinishReason::Cancelled);
+  s.shutdown(true);
+  EXPECT_EQ(s.stats().kv_blocks_used, 0);
+  EXPECT_EQ(s.stats().requests_cancelled, 1);
+}
+
+TEST(Scheduler, RejectsWhatCannotRun) {
+  auto e = load(4 << 20);
+  SchedulerOptions so;
+  so.max_queue = 0;
+  Scheduler s(*e, so);
+  ServeRequest r;
+  r.prompt = prompt_of(200, 1);  // longer than the context of 128
+  EXPECT_EQ(s.submit(r).status, SubmitStatus::PromptTooLong);
+  r.prompt = {};
+  EXPECT_EQ(s.submit(r).status, SubmitStatus::Invalid);
+  r.prompt = {5, 99999};
+  EXPECT_EQ(s.submit(r).status, SubmitStatus::Invalid);
+  r.prompt = prompt_of(5, 2);
+  EXPECT_EQ(s.submit(r).status, SubmitStatus::QueueFull);
+  s.shutdown(true);
+  EXPECT_EQ(s.submit(r).status, SubmitStatus::ShuttingDown);
+}
+
+TEST(Scheduler, ShutdownWithoutDrainCancelsEverything) {
+  auto e = load(4 << 20);
+  std::atomic<int> cancelled{0}, finished{0};
+  {
+    Scheduler s(*e, SchedulerOptions{});
+    for (int i = 0; i < 6; ++i) {
+      ServeRequest r;
+      r.prompt = prompt_of(8, i);
+      r.opts = greedy(100000, DraftMode::None);
+      r.on_done = [&](const GenerateResult& res, const std::string&) {
+        (res.finish == FinishReason::Cancelled ? cancelled : finished)++;
+      };
+      ASSERT_EQ(s.submit(std::move(r)).status, SubmitStatus::Ok);
+    }
+    s.shutdown(false);
+  }
+  EXPECT_EQ(cancelled + finished, 6);
+  EXPECT_GT(cancelled, 0);
+}
+
+}  // namespace
+}  // namespace tandem
