@@ -83,6 +83,12 @@ void SequenceKV::truncate(int32_t n) {
   }
 }
 
+void SequenceKV::adopt_prefix(std::vector<int32_t> blocks) {
+  if (!table_.empty()) throw std::logic_error("SequenceKV::adopt_prefix on a sequence that holds blocks");
+  table_ = std::move(blocks);
+  length_ = static_cast<int32_t>(table_.size()) * cache_->block_size();
+}
+
 int32_t SequenceKV::slot(int32_t pos) const {
   const int32_t bs = cache_->block_size();
   if (pos < 0 || pos / bs >= static_cast<int32_t>(table_.size()))

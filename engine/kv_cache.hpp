@@ -75,6 +75,8 @@ class SequenceKV {
   // Rolls back to the first n positions and frees the blocks no longer needed.
   void truncate(int32_t n);
   void clear() { truncate(0); }
+  // Takes over already-retained blocks holding a shared prefix (empty sequences only).
+  void adopt_prefix(std::vector<int32_t> blocks);
   const std::vector<int32_t>& block_table() const { return table_; }
   int32_t capacity() const { return static_cast<int32_t>(table_.size()) * cache_->block_size(); }
   int32_t slot(int32_t pos) const;

@@ -10,6 +10,7 @@
 #include "draft/model_proposer.hpp"
 #include "draft/ngram_proposer.hpp"
 #include "engine/engine_access.hpp"
+#include "engine/prefix_cache.hpp"
 #include "engine/sequence_run.hpp"
 #include "policies/factory.hpp"
 
@@ -45,6 +46,7 @@ struct Scheduler::Impl {
     std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
     bool got_first = false;
     Clock::time_point last_token;
+    int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
   };
 
   EngineParts parts;
@@ -60,8 +62,13 @@ struct Scheduler::Impl {
   uint64_t next_id = 1;
 
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
+  std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
 
-  Impl(Engine& e, const SchedulerOptions& o) : parts(EngineAccess::parts(e)), opts(o) {}
+  Impl(Engine& e, const SchedulerOptions& o) : parts(EngineAccess::parts(e)), opts(o) {
+    if (o.prefix_cache)
+      prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
+  }
+  void update_kv_stats();
 
   void loop();
   bool admit_and_step();
@@ -163,6 +170,15 @@ void Scheduler::Impl::loop() {
       }
     }
   }
+  prefix.reset();  // gives the cached blocks back to the pool
+  update_kv_stats();
+}
+
+void Scheduler::Impl::update_kv_stats() {
+  const BlockAllocator& blocks = parts.target.cache().blocks();
+  std::lock_guard<std::mutex> lk(mu);
+  stats.kv_blocks_used = blocks.num_total() - blocks.num_free();
+  stats.running = static_cast<int64_t>(running.size());
 }
 
 void Scheduler::Impl::apply_cancels() {
@@ -237,7 +253,10 @@ bool Scheduler::Impl::start(Entry& e) {
 
 void Scheduler::Impl::retire(std::unique_ptr<Entry> e, const std::string& error) {
   GenerateResult result;
-  if (e->run) result = std::move(e->run->result());
+  if (e->run) {
+    e->run->kv().clear();
+    result = std::move(e->run->result());
+  }
   if (!e->run) {
     result.prompt_tokens = e->req.prompt;
     result.timings.n_prompt = static_cast<int32_t>(e->req.prompt.size());
@@ -253,10 +272,8 @@ void Scheduler::Impl::retire(std::unique_ptr<Entry> e, const std::string& error)
       ++stats.requests_finished;
     }
     stats.speculative.merge(result.speculative);
-    const BlockAllocator& blocks = parts.target.cache().blocks();
-    stats.kv_blocks_used = blocks.num_total() - blocks.num_free();
-    stats.running = static_cast<int64_t>(running.size());
   }
+  update_kv_stats();
   if (e->req.on_done) e->req.on_done(result, error);
 }
 
@@ -268,6 +285,7 @@ void Scheduler::Impl::preempt_youngest() {
   std::unique_ptr<Entry> e = std::move(*it);
   running.erase(it);
   e->run->preempt();
+  e->published_blocks = 0;
   std::lock_guard<std::mutex> lk(mu);
   ++stats.preemptions;
   queue.push_front(std::move(e));
@@ -304,8 +322,21 @@ bool Scheduler::Impl::admit_and_step() {
       retire(std::move(e), ex.what());
       continue;
     }
+    if (prefix && e->run->kv().length() == 0) {
+      // Reuse cached KV of the longest shared prefix; the pending token is never cached.
+      const auto& c = e->run->committed();
+      const auto todo = std::span<const int32_t>(c).first(c.size() - 1);
+      auto blocks = prefix->lookup(todo, static_cast<int32_t>(todo.size()) / bs);
+      if (!blocks.empty()) {
+        std::lock_guard<std::mutex> lk(mu);
+        stats.prefix_cache_hits_tokens += static_cast<int64_t>(blocks.size()) * bs;
+      }
+      e->published_blocks = static_cast<int32_t>(blocks.size());
+      e->run->kv().adopt_prefix(std::move(blocks));
+    }
     int32_t need = step_need(*e);
     for (auto& r : running) need += step_need(*r);
+    if (prefix && need > cache.blocks().num_free()) prefix->evict(need - cache.blocks().num_free());
     if (need > cache.blocks().num_free() && !running.empty()) {
       std::lock_guard<std::mutex> lk(mu);
       queue.push_front(std::move(e));
@@ -320,6 +351,7 @@ bool Scheduler::Impl::admit_and_step() {
   for (;;) {
     int32_t need = 0;
     for (auto& r : running) need += step_need(*r);
+    if (prefix && need > cache.blocks().num_free()) prefix->evict(need - cache.blocks().num_free());
     if (need <= cache.blocks().num_free()) break;
     if (running.size() > 1) {
       preempt_youngest();
@@ -369,6 +401,13 @@ bool Scheduler::Impl::admit_and_step() {
     row += rows;
   }
 
+  // Full blocks of committed tokens become shareable.
+  if (prefix)
+    for (auto& r : running)
+      if (r->run->result().finish != FinishReason::Cancelled)
+        r->published_blocks = prefix->publish(r->run->committed(), r->run->kv().block_table(), r->run->kv().length(),
+                                              r->published_blocks);
+
   // Finished sequences leave at once; their blocks are already back in the pool.
   for (auto it = running.begin(); it != running.end();) {
     if ((*it)->run->done()) {
@@ -379,10 +418,11 @@ bool Scheduler::Impl::admit_and_step() {
       ++it;
     }
   }
-  std::lock_guard<std::mutex> lk(mu);
-  ++stats.steps;
-  stats.running = static_cast<int64_t>(running.size());
-  stats.kv_blocks_used = cache.blocks().num_total() - cache.blocks().num_free();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ++stats.steps;
+  }
+  update_kv_stats();
   return true;
 }
 

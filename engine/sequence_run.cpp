@@ -198,7 +198,8 @@ void SequenceRun::close_output() {
   res_.timings.n_generated = static_cast<int32_t>(res_.tokens.size());
   if (!res_.tokens.empty()) res_.timings.decode_ms = ms_between(first_token_, Clock::now());
   done_ = true;
-  kv_.clear();
+  // The target cache is left to the owner: the scheduler publishes its full blocks to the
+  // prefix cache before freeing them. The draft's state is of no further use.
   if (proposer_) proposer_->reset();
 }
 

@@ -147,6 +147,29 @@ TEST(Scheduler, PreemptionLosesNothing) {
   EXPECT_EQ(st.requests_finished, 8);
 }
 
+TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {
+  auto e = load(4 << 20);
+  const auto system = prompt_of(50, 77);  // three full 16-token blocks and a bit
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> first, second;
+  for (int i = 0; i < 4; ++i) {
+    auto p = system;
+    const auto tail = prompt_of(5 + i, 200 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    (i == 0 ? first : second).emplace_back(p, greedy(12, DraftMode::None));
+  }
+  std::vector<GenerateResult> alone;
+  for (auto* set : {&first, &second})
+    for (auto& [p, g] : *set) alone.push_back(e->generate_tokens(p, g));
+  Scheduler s(*e, SchedulerOptions{});
+  const auto a = run_all(s, first);   // publishes the system prompt's blocks
+  const auto b = run_all(s, second);  // reuses them
+  EXPECT_EQ(a[0].result.tokens, alone[0].tokens);
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i].result.tokens, alone[i + 1].tokens) << i;
+  EXPECT_GE(s.stats().prefix_cache_hits_tokens, 3 * 3 * 16);
+  s.shutdown(true);
+  EXPECT_EQ(s.stats().kv_blocks_used, 0);
+}
+
 TEST(Scheduler, CancelFreesTheSequence) {
   auto e = load(4 << 20);
   Scheduler s(*e, SchedulerOptions{});
