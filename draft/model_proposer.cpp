@@ -5,7 +5,7 @@
 
 namespace tandem {
 namespace {
-constexpr size_t kChunk = 256;  // draft prefill chunk
+constexpr size_t kChunk = 256;  // draft catch-up chunk per sequence per pass
 
 // The draft's probability of its argmax at temperature 1: the confidence measure for
 // draft_p_min when the request is greedy (its final distribution is a point mass).
@@ -15,6 +15,16 @@ float max_softmax_prob(std::span<const float> logits) {
   for (float x : logits) z += std::exp(static_cast<double>(x - mx));
   return static_cast<float>(1.0 / z);
 }
+
+// Per-job state while a batch drafts.
+struct Lane {
+  ModelProposer::Job* job;
+  std::span<const int32_t> todo;  // catch-up tokens not yet fed
+  std::vector<int32_t> history;   // context + drafted so far (for penalties)
+  std::vector<float> logits;       // the draft's logits for the next token (a copy: the
+                                  // batch's buffer is reused by the next pass)
+  bool active = true;
+};
 }  // namespace
 
 ModelProposer::ModelProposer(Transformer& draft) : tf_(draft), seq_(draft.cache()) {}
@@ -22,65 +32,109 @@ ModelProposer::ModelProposer(Transformer& draft) : tf_(draft), seq_(draft.cache(
 void ModelProposer::reset() {
   seq_.clear();
   cached_.clear();
-  logits_.clear();
-}
-
-void ModelProposer::feed(std::span<const int32_t> tokens) {
-  for (size_t i = 0; i < tokens.size(); i += kChunk) {
-    const auto chunk = tokens.subspan(i, std::min(kChunk, tokens.size() - i));
-    Batch b;
-    b.add(seq_, chunk);
-    tf_.forward(b, logits_);
-    cached_.insert(cached_.end(), chunk.begin(), chunk.end());
-    ++forwards_;
-  }
 }
 
 Proposal ModelProposer::propose(std::span<const int32_t> ctx, const ProposeOptions& opts, Rng& rng) {
-  Proposal p;
-  if (ctx.empty() || opts.max_tokens <= 0 || !opts.sampling) return p;
-  // Roll back to the common prefix; at least the last context token is re-fed so its
-  // logits are fresh.
-  size_t common = 0;
-  while (common < cached_.size() && common < ctx.size() && cached_[common] == ctx[common]) ++common;
-  common = std::min(common, ctx.size() - 1);
-  seq_.truncate(static_cast<int32_t>(common));
-  cached_.resize(common);
-  const SamplingParams& sp = *opts.sampling;
-  std::vector<int32_t> history(ctx.begin(), ctx.end());
+  Job j{this, ctx, opts, &rng, {}};
+  propose_batch(tf_, std::span<Job>(&j, 1));
+  return std::move(j.out);
+}
+
+void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
+  std::vector<Lane> lanes;
+  for (Job& j : jobs) {
+    j.out = Proposal{};
+    if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
+    ModelProposer& p = *j.proposer;
+    // Roll back to the common prefix; at least the last context token is re-fed so its
+    // logits are fresh.
+    size_t common = 0;
+    while (common < p.cached_.size() && common < j.context.size() && p.cached_[common] == j.context[common]) ++common;
+    common = std::min(common, j.context.size() - 1);
+    p.seq_.truncate(static_cast<int32_t>(common));
+    p.cached_.resize(common);
+    lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}});
+  }
+  if (lanes.empty()) return;
+
+  std::vector<float> logits;
+  Batch b;
+  // Runs the batch and points each listed lane at its row of logits.
+  auto run = [&](const std::vector<Lane*>& with_logits) {
+    draft.forward(b, logits);
+    const size_t vocab = static_cast<size_t>(draft.model().config().n_vocab);
+    for (size_t i = 0; i < with_logits.size(); ++i)
+      with_logits[i]->logits.assign(logits.begin() + static_cast<ptrdiff_t>(i * vocab),
+                                    logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+    b.clear();
+  };
+
   try {
-    feed(ctx.subspan(common));
-    for (int32_t i = 0; i < opts.max_tokens; ++i) {
-      const int32_t vocab = static_cast<int32_t>(logits_.size());
-      int32_t tok;
-      float conf;
-      if (sp.greedy()) {
-        Distribution d = make_distribution(std::span(logits_.data(), static_cast<size_t>(vocab)), sp, history);
-        tok = d.ids[0];
-        conf = opts.p_min > 0.0f ? max_softmax_prob(logits_) : 1.0f;
-      } else {
-        Distribution d = make_distribution(std::span(logits_.data(), static_cast<size_t>(vocab)), sp, history);
-        tok = sample(d, rng);
-        conf = d.prob(tok);
-        p.dists.push_back(std::move(d));
+    // Catch-up: feed every lane's new context tokens (chunked), logits for the last one.
+    for (bool more = true; more;) {
+      more = false;
+      std::vector<Lane*> out;
+      for (Lane& l : lanes) {
+        if (l.todo.empty()) continue;
+        const auto chunk = l.todo.first(std::min(kChunk, l.todo.size()));
+        l.todo = l.todo.subspan(chunk.size());
+        const bool last = l.todo.empty();
+        std::vector<bool> want(chunk.size(), false);
+        if (last) want.back() = true;
+        b.add(l.job->proposer->seq_, chunk, want);
+        l.job->proposer->cached_.insert(l.job->proposer->cached_.end(), chunk.begin(), chunk.end());
+        ++l.job->proposer->forwards_;
+        if (last) out.push_back(&l);
+        more = more || !l.todo.empty();
       }
-      if (conf < opts.p_min) {
-        if (!p.dists.empty()) p.dists.pop_back();
-        break;
-      }
-      p.tokens.push_back(tok);
-      history.push_back(tok);
-      if (i + 1 < opts.max_tokens) {
+      run(out);
+    }
+    // Draft positions in lockstep: sample from each lane's logits, then one pass for all.
+    for (int32_t i = 0;; ++i) {
+      std::vector<Lane*> out;
+      for (Lane& l : lanes) {
+        if (!l.active) continue;
+        const Job& j = *l.job;
+        const SamplingParams& sp = *j.opts.sampling;
+        Distribution d = make_distribution(l.logits, sp, l.history);
+        int32_t tok;
+        float conf;
+        if (sp.greedy()) {
+          tok = d.ids[0];
+          conf = j.opts.p_min > 0.0f ? max_softmax_prob(l.logits) : 1.0f;
+        } else {
+          tok = sample(d, *j.rng);
+          conf = d.prob(tok);
+        }
+        if (conf < j.opts.p_min) {
+          l.active = false;
+          continue;
+        }
+        l.job->out.tokens.push_back(tok);
+        if (!sp.greedy()) l.job->out.dists.push_back(std::move(d));
+        l.history.push_back(tok);
+        if (i + 1 >= j.opts.max_tokens) {
+          l.active = false;
+          continue;
+        }
         const int32_t one[1] = {tok};
-        feed(one);
+        b.add(l.job->proposer->seq_, one);
+        l.job->proposer->cached_.push_back(tok);
+        ++l.job->proposer->forwards_;
+        out.push_back(&l);
       }
+      if (out.empty()) break;
+      run(out);
     }
   } catch (const KVCacheFull&) {
-    // The draft's cache is full: propose what we have; the target decides as usual.
-    p.dists.resize(std::min(p.dists.size(), p.tokens.size()));
+    // The draft's cache is full: every lane keeps what it drafted so far (nothing of the
+    // failed pass was written); the target decides as usual.
+    b.clear();
+    for (Lane& l : lanes) {
+      auto& cached = l.job->proposer->cached_;
+      cached.resize(static_cast<size_t>(l.job->proposer->seq_.length()));
+    }
   }
-  if (!p.dists.empty() && p.dists.size() != p.tokens.size()) p.dists.resize(p.tokens.size());
-  return p;
 }
 
 }  // namespace tandem

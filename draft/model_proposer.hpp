@@ -2,6 +2,10 @@
 // The cache keeps every context token the draft has already seen; on each call the draft
 // rolls back to the longest common prefix with the new context (dropping its rejected
 // drafts) and feeds only what is new — the corrected or bonus token included.
+//
+// Several sequences draft together (the server): propose_batch runs them in lockstep, so
+// each draft position costs ONE ragged draft pass for all of them instead of one per
+// sequence. A single propose() is a batch of one: both paths share every line.
 #pragma once
 #include <memory>
 #include <vector>
@@ -21,14 +25,21 @@ class ModelProposer final : public Proposer {
   void reset() override;
   int64_t forward_passes() const override { return forwards_; }
 
- private:
-  // Feeds tokens after what the cache holds; leaves the logits of the last in logits_.
-  void feed(std::span<const int32_t> tokens);
+  struct Job {
+    ModelProposer* proposer;
+    std::span<const int32_t> context;
+    ProposeOptions opts;
+    Rng* rng;
+    Proposal out;  // filled by propose_batch
+  };
+  // All jobs' proposers must share `draft`. Each job's proposal is exactly what propose()
+  // would have returned for it alone.
+  static void propose_batch(Transformer& draft, std::span<Job> jobs);
 
+ private:
   Transformer& tf_;
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order
-  std::vector<float> logits_;
   int64_t forwards_ = 0;
 };
 

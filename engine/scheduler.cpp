@@ -372,12 +372,42 @@ bool Scheduler::Impl::admit_and_step() {
   for (auto& r : running)
     if (!r->run->prefilling()) ++n_decode;
   int32_t budget = opts.max_batch_tokens;
+  // Drafts: n-gram proposers run per sequence; every draft-model sequence drafts together,
+  // one ragged draft pass per draft position.
+  std::vector<ModelProposer::Job> jobs;
+  std::vector<Entry*> job_owner;
+  std::vector<Entry*> deciding;
   for (auto& r : running) {
     if (r->run->prefilling()) continue;
-    const auto tokens = r->run->plan_step(n_decode);
-    batch.add_all_logits(r->run->kv(), tokens);
+    deciding.push_back(r.get());
+    const int32_t k = r->run->choose_k(n_decode);
+    if (k > 0 && r->req.opts.speculative.mode == DraftMode::Model) {
+      jobs.push_back({static_cast<ModelProposer*>(r->run->proposer()), r->run->committed(),
+                      r->run->propose_options(k), &r->run->rng(), {}});
+      job_owner.push_back(r.get());
+    } else if (k > 0) {
+      const auto td = Clock::now();
+      Proposal p = r->run->proposer()->propose(r->run->committed(), r->run->propose_options(k), r->run->rng());
+      r->run->set_proposal(std::move(p), std::chrono::duration<double, std::milli>(Clock::now() - td).count(), 0);
+    } else {
+      r->run->set_proposal(Proposal{}, 0.0, 0);
+    }
+  }
+  if (!jobs.empty()) {
+    std::vector<int64_t> f0;
+    for (auto& j : jobs) f0.push_back(j.proposer->forward_passes());
+    const auto td = Clock::now();
+    ModelProposer::propose_batch(*parts.draft, jobs);
+    // The batch's time is shared equally: each sequence's c then reflects batched drafting.
+    const double each = std::chrono::duration<double, std::milli>(Clock::now() - td).count() / double(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i)
+      job_owner[i]->run->set_proposal(std::move(jobs[i].out), each, jobs[i].proposer->forward_passes() - f0[i]);
+  }
+  for (Entry* e : deciding) {
+    const auto tokens = e->run->step_tokens();
+    batch.add_all_logits(e->run->kv(), tokens);
     budget -= static_cast<int32_t>(tokens.size());
-    decoders.emplace_back(r.get(), tokens.size());
+    decoders.emplace_back(e, tokens.size());
   }
   for (auto& r : running) {
     if (!r->run->prefilling() || budget <= 0) continue;

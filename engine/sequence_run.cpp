@@ -65,8 +65,8 @@ int32_t SequenceRun::next_step_positions() const {
   return kv_.length() + 1 + (speculate_ ? opts_.speculative.draft_max : 0);
 }
 
-std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
-  if (done_ || prefilling()) throw std::logic_error("SequenceRun::plan_step outside the decode phase");
+int32_t SequenceRun::choose_k(int32_t batch_size) {
+  if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
   // Room for this step: pending + k drafts must fit the context; drafting past the token
   // budget is wasted work.
   const int32_t room = context_ - kv_.length() - 1;
@@ -76,27 +76,38 @@ std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
                                                                     static_cast<int32_t>(committed_.size())}),
                                                  0, step_k_max_)
                                     : 0;
-  prop_ = Proposal{};
-  step_draft_ms_ = 0.0;
-  if (k > 0) {
-    const auto td = Clock::now();
-    ProposeOptions po;
-    po.max_tokens = k;
-    po.p_min = opts_.speculative.draft_p_min;
-    po.sampling = &opts_.sampling;
-    const int64_t f0 = proposer_->forward_passes();
-    prop_ = proposer_->propose(committed_, po, rng_);
-    res_.speculative.draft_forwards += proposer_->forward_passes() - f0;
-    if (static_cast<int32_t>(prop_.tokens.size()) < std::max(1, opts_.speculative.draft_min)) prop_ = Proposal{};
-    step_draft_ms_ = ms_between(td, Clock::now());
-    res_.speculative.draft_ms += step_draft_ms_;
-  }
   if (speculate_) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
+  return k;
+}
+
+ProposeOptions SequenceRun::propose_options(int32_t k) const {
+  ProposeOptions po;
+  po.max_tokens = k;
+  po.p_min = opts_.speculative.draft_p_min;
+  po.sampling = &opts_.sampling;
+  return po;
+}
+
+std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
+  prop_ = std::move(p);
+  if (static_cast<int32_t>(prop_.tokens.size()) < std::max(1, opts_.speculative.draft_min)) prop_ = Proposal{};
+  step_draft_ms_ = draft_ms;
+  res_.speculative.draft_ms += draft_ms;
+  res_.speculative.draft_forwards += draft_forwards;
   step_base_len_ = kv_.length();
   step_tokens_.clear();
   step_tokens_.push_back(committed_.back());
   step_tokens_.insert(step_tokens_.end(), prop_.tokens.begin(), prop_.tokens.end());
   return step_tokens_;
+}
+
+std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
+  const int32_t k = choose_k(batch_size);
+  if (k == 0) return set_proposal(Proposal{}, 0.0, 0);
+  const auto td = Clock::now();
+  const int64_t f0 = proposer_->forward_passes();
+  Proposal p = proposer_->propose(committed_, propose_options(k), rng_);
+  return set_proposal(std::move(p), ms_between(td, Clock::now()), proposer_->forward_passes() - f0);
 }
 
 void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {

@@ -46,6 +46,14 @@ class SequenceRun {
   // Decode step, part 1: asks the policy for k and the proposer for drafts; returns the
   // tokens of this step's target pass ([pending, drafts...]; logits needed for all).
   std::span<const int32_t> plan_step(int32_t batch_size);
+  // The same in two halves, for a caller that drafts for many sequences at once:
+  // choose_k, then (if k > 0) draft with propose_options(k) and rng(), then set_proposal.
+  int32_t choose_k(int32_t batch_size);
+  ProposeOptions propose_options(int32_t k) const;
+  Rng& rng() { return rng_; }
+  Proposer* proposer() const { return proposer_; }
+  std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
+  std::span<const int32_t> step_tokens() const { return step_tokens_; }
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
 
