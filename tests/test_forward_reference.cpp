@@ -27,6 +27,7 @@ struct Case {
   DType wtype;
   double tol;  // on max |diff| relative to the RMS of the reference logits
 };
+bool quantized(DType t) { return dtype_info(t).block_size > 1; }
 
 class TinyForward : public ::testing::TestWithParam<Case> {};
 
@@ -46,21 +47,30 @@ TEST_P(TinyForward, MatchesNumpyReference) {
   test::write_tiny_model(path, spec);
   const auto tokens = some_tokens(19, spec.n_vocab, 3);  // > sliding window, several KV blocks
   const auto ours = test::engine_logits(path, tokens);
-  const auto ref = test::reference_logits(path, tokens);
+  // Quantized weights: the engine quantizes activations to int8 on the fly; the reference
+  // emulates that rounding, so the tolerance stays tight (float accumulation order only).
+  const auto ref = test::reference_logits(path, tokens, quantized(c.wtype));
   const auto d = compare_logits(ours, ref, spec.n_vocab);
-  EXPECT_LE(d.max_abs, c.tol * d.scale) << "max |diff| " << d.max_abs << ", logit RMS " << d.scale;
+  EXPECT_LE(d.max_abs, c.tol * d.scale) << "max |diff| " << d.max_abs << ", RMS diff " << d.rms << ", logit RMS " << d.scale;
   EXPECT_GT(d.scale, 0.0);
+  if (quantized(c.wtype)) {
+    // Against exact float activations the difference is the activation rounding, which these
+    // random (chaotic) models amplify more than real ones: a sanity bound only.
+    const auto exact = compare_logits(ours, test::reference_logits(path, tokens, false), spec.n_vocab);
+    EXPECT_LE(exact.max_abs, 0.15 * exact.scale);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Archs, TinyForward,
     ::testing::Values(Case{"llama", DType::F32, 1e-4}, Case{"qwen2", DType::F32, 1e-4}, Case{"gemma3", DType::F32, 1e-4},
                       Case{"llama", DType::F16, 1e-4}, Case{"qwen2", DType::BF16, 1e-4},
-                      // Quantized weights: activations are quantized to int8 on the fly, so the
-                      // tolerance covers that rounding, not the weights (the reference
-                      // dequantizes the very same blocks).
-                      Case{"llama", DType::Q4_0, 5e-2}, Case{"qwen2", DType::Q4_K, 5e-2},
-                      Case{"gemma3", DType::Q6_K, 5e-2}, Case{"llama", DType::Q8_0, 5e-2}),
+                      Case{"llama", DType::Q4_0, 2e-3}, Case{"qwen2", DType::Q4_K, 2e-3},
+                      Case{"gemma3", DType::Q6_K, 2e-3}, Case{"llama", DType::Q8_0, 2e-3},
+                      Case{"qwen2", DType::Q5_0, 2e-3}, Case{"llama", DType::Q4_1, 2e-3},
+                      Case{"gemma3", DType::Q5_K, 2e-3}, Case{"qwen2", DType::Q3_K, 2e-3},
+                      Case{"llama", DType::Q2_K, 2e-3}, Case{"llama", DType::Q5_1, 2e-3},
+                      Case{"llama", DType::Q6_K, 2e-3}, Case{"gemma3", DType::Q4_K, 2e-3}),
     [](const auto& info) { return info.param.arch + "_" + dtype_name(info.param.wtype); });
 
 // Processing a sequence in one batch, in chunks, or one token at a time must give the same
@@ -164,10 +174,14 @@ TEST(Forward, RealSmolLM2MatchesReference) {
   // "The capital of France is" and a few more tokens.
   const std::vector<int32_t> tokens = {504, 3575, 282, 4649, 314, 3767, 30, 378, 3575};
   const auto ours = test::engine_logits(path, tokens);
-  const auto ref = test::reference_logits(path, tokens);
-  const auto d = compare_logits(ours, ref, 49152);
+  // 30 layers of int8-rounded activations: compare with the float reference statistically —
+  // the same top token everywhere, a small RMS difference — rather than value by value.
+  // (Emulating the int8 rounding in NumPy alone moves these logits by 4.9% RMS, 1.44 max;
+  // the engine measured 3.1% RMS, 1.04 max.)
+  const auto d = compare_logits(ours, test::reference_logits(path, tokens, false), 49152);
   EXPECT_EQ(d.argmax_mismatches, 0);
-  EXPECT_LE(d.max_abs, 0.05 * d.scale) << "max |diff| " << d.max_abs << ", logit RMS " << d.scale;
+  EXPECT_LE(d.rms, 0.05 * d.scale) << "RMS diff " << d.rms << ", logit RMS " << d.scale;
+  EXPECT_LE(d.max_abs, 0.2 * d.scale) << "max |diff| " << d.max_abs << ", logit RMS " << d.scale;
 }
 
 }  // namespace

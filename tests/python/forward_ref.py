@@ -157,6 +157,7 @@ class Model:
         self.w: dict[str, np.ndarray] = {}
         for t in reader.tensors:
             self.w[t.name] = _tensor_to_f32(t)
+            _ACT_BLOCK[id(self.w[t.name])] = _act_block_for(int(t.tensor_type))
         self.load_seconds = time.time() - t0
         self.n_vocab = self.w["token_embd.weight"].shape[0]
         # Tied embeddings: without output.weight the LM head is token_embd.weight.
@@ -226,9 +227,39 @@ def load_model(path: str) -> Model:
 # Math building blocks (all in float64)
 # --------------------------------------------------------------------------------------
 
+# --act-quant: emulate the engine's CPU matmul, which quantizes activations on the fly to
+# int8 blocks (symmetric, d = amax/127, round half to even) before multiplying them with
+# quantized weights: blocks of 32 for the 32-element weight types, 256 for the K-quants,
+# none for float weights. With it, the reference isolates kernel bugs from the (model-
+# dependent) effect of activation rounding.
+ACT_QUANT = False
+_ACT_BLOCK: dict[int, int] = {}
+
+
+def _act_block_for(ggml_type: int) -> int:
+    if ggml_type in (2, 3, 6, 7, 8):       # Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
+        return 32
+    if ggml_type in (10, 11, 12, 13, 14):  # Q2_K .. Q6_K
+        return 256
+    return 0
+
+
+def _quantize_act(x: np.ndarray, blk: int) -> np.ndarray:
+    n, c = x.shape
+    xb = x.astype(np.float32).reshape(n, c // blk, blk)
+    amax = np.abs(xb).max(axis=2, keepdims=True)
+    d = np.where(amax > 1e-30, amax / np.float32(127.0), np.float32(0.0)).astype(np.float32)
+    inv = np.where(amax > 1e-30, np.float32(127.0) / np.where(amax > 1e-30, amax, 1), 0).astype(np.float32)
+    q = np.rint(xb * inv)
+    return (q * d).reshape(n, c).astype(np.float64)
+
+
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, chunk: int = 16384) -> np.ndarray:
-    """y = x @ W.T (+ b).  x: (n, in) float64, W: (out, in) float32 (cast to float64
+    """y = x @ W.T (+ b) (with --act-quant, x is first rounded as the engine does).  x: (n, in) float64, W: (out, in) float32 (cast to float64
     chunk by chunk so huge LM heads do not need a full float64 copy)."""
+    blk = _ACT_BLOCK.get(id(w), 0) if ACT_QUANT else 0
+    if blk:
+        x = _quantize_act(x, blk)
     out = np.empty((x.shape[0], w.shape[0]), dtype=np.float64)
     for r in range(0, w.shape[0], chunk):
         out[:, r:r + chunk] = x @ w[r:r + chunk].astype(np.float64).T
@@ -527,7 +558,11 @@ def main(argv=None) -> int:
                     help="with IDS: print their text and exit; bare: also print the text")
     ap.add_argument("--tokenize", metavar="TEXT", help="print the ids of TEXT and exit")
     ap.add_argument("--info", action="store_true", help="print hyperparameters to stderr")
+    ap.add_argument("--act-quant", action="store_true",
+                    help="round linear-layer inputs to int8 blocks as the engine's CPU matmul does")
     args = ap.parse_args(argv)
+    global ACT_QUANT
+    ACT_QUANT = args.act_quant
 
     t0 = time.time()
     model = load_model(args.model)

@@ -28,12 +28,12 @@ std::vector<float> engine_logits(const std::string& path, const std::vector<int3
   return logits;
 }
 
-std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens) {
+std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens, bool act_quant) {
   const std::string out = scratch_dir("ref-logits") + "/logits.f32";
   std::string ids;
   for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
   std::string log;
-  const int rc = run_python("tests/python/forward_ref.py", model + " --tokens " + ids + " --out " + out + " 2>&1", &log);
+  const int rc = run_python("tests/python/forward_ref.py", model + (act_quant ? " --act-quant" : "") + " --tokens " + ids + " --out " + out + " 2>&1", &log);
   EXPECT_EQ(rc, 0) << "reference forward failed:\n" << log;
   if (rc != 0) return {};
   std::ifstream f(out, std::ios::binary | std::ios::ate);
@@ -47,12 +47,15 @@ LogitDiff compare_logits(const std::vector<float>& a, const std::vector<float>& 
   LogitDiff d;
   EXPECT_EQ(a.size(), ref.size());
   if (a.size() != ref.size() || ref.empty()) return d;
-  double ss = 0;
+  double ss = 0, sd = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    d.max_abs = std::max(d.max_abs, std::abs(double(a[i]) - ref[i]));
+    const double diff = double(a[i]) - ref[i];
+    d.max_abs = std::max(d.max_abs, std::abs(diff));
+    sd += diff * diff;
     ss += double(ref[i]) * ref[i];
   }
   d.scale = std::sqrt(ss / double(ref.size()));
+  d.rms = std::sqrt(sd / double(ref.size()));
   for (size_t r = 0; r < ref.size() / size_t(n_vocab); ++r) {
     auto row_max = [&](const std::vector<float>& v) {
       const float* p = v.data() + r * n_vocab;

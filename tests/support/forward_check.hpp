@@ -13,10 +13,14 @@ namespace tandem::test {
 std::vector<float> engine_logits(const std::string& model, const std::vector<int32_t>& tokens,
                                  DType kv_type = DType::F32, int threads = 2);
 // Reference logits for every position; fails the test (and returns {}) if the script fails.
-std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens);
+// act_quant: the reference rounds linear-layer inputs to int8 blocks exactly as the engine's
+// CPU matmul does for quantized weights, so the comparison can be tight.
+std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens,
+                                    bool act_quant = false);
 
 struct LogitDiff {
   double max_abs = 0;       // largest |a - b|
+  double rms = 0;           // RMS of a - b
   double scale = 0;         // RMS of the reference logits
   int argmax_mismatches = 0;  // positions whose top token differs
 };
