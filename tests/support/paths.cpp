@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -13,7 +14,8 @@ std::string source_dir() { return TANDEM_SOURCE_DIR; }
 
 std::string scratch_dir(const std::string& name) {
   const char* tmp = std::getenv("TMPDIR");
-  fs::path p = fs::path(tmp && *tmp ? tmp : "/tmp") / ("tandem-test-" + name);
+  // The process id keeps parallel ctest processes (one per test case) out of each other's way.
+  fs::path p = fs::path(tmp && *tmp ? tmp : "/tmp") / ("tandem-test-" + std::to_string(getpid()) + "-" + name);
   std::error_code ec;
   fs::remove_all(p, ec);
   fs::create_directories(p);

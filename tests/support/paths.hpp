@@ -6,7 +6,7 @@
 namespace tandem::test {
 
 std::string source_dir();
-// A fresh, empty directory for the current test (removed and recreated each call).
+// A fresh, empty directory for the current test process (removed and recreated each call).
 std::string scratch_dir(const std::string& name);
 // The python3 that scripts/setup.sh installed the references (gguf, numpy) into.
 std::string python();
