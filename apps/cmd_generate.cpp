@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/commands.hpp"
+#include "apps/tune/config.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::cli {
@@ -20,9 +21,20 @@ struct GenerateArgs {
   bool verbose = false;
   bool no_special = false;
   std::string draft_mode;  // "", "model", "ngram"
+  std::string config_path;  // tune --write-config output
+  ExplicitFlags given;      // filled after parsing: flags that override the config
 };
 
-int run_generate(const GenerateArgs& a) {
+int run_generate(const GenerateArgs& args) {
+  GenerateArgs a = args;
+  // --config: tune's recommendation for this temperature; flags given explicitly win.
+  std::unique_ptr<TandemConfig> config;
+  if (!a.config_path.empty()) {
+    config = std::make_unique<TandemConfig>(load_config(a.config_path));
+    apply_config(*config, a.gen.sampling.temperature, a.given, a.draft_mode, a.gen.speculative);
+    // The draft model tune measured with, unless another was given.
+    if (a.draft_mode == "model" && a.load.draft_model_path.empty()) a.load.draft_model_path = config->draft;
+  }
   auto engine = Engine::load(a.load);
   const ModelInfo info = engine->info();
   if (a.verbose) {
@@ -39,6 +51,8 @@ int run_generate(const GenerateArgs& a) {
   } else if (!a.draft_mode.empty() && a.draft_mode != "none") {
     throw std::invalid_argument("--draft must be model, ngram or none");
   }
+  const std::string costs = ensure_cost_model(*engine, gen.speculative, config.get());
+  if (a.verbose && !costs.empty()) std::fprintf(stderr, "%s\n", costs.c_str());
   StreamCallback cb;
   if (!a.json) {
     std::fputs(a.prompt.c_str(), stdout);
@@ -73,6 +87,8 @@ int run_generate(const GenerateArgs& a) {
       boost::json::object sp;
       sp["mode"] = gen.speculative.mode == DraftMode::Ngram ? "ngram" : "model";
       sp["draft_max"] = gen.speculative.draft_max;
+      sp["policy"] = gen.speculative.policy;
+      sp["steps_per_k"] = boost::json::value_from(m.steps_per_k);
       sp["drafts"] = m.drafts;
       sp["drafted_tokens"] = m.drafted_tokens;
       sp["accepted_tokens"] = m.accepted_tokens;
@@ -115,12 +131,19 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
       ->check(CLI::ExistingFile);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
-  sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
+  auto* o_draft = sub->get_option("--draft");
+  auto* o_draft_max =
+      sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
+  auto* o_policy = sub->add_option("--policy", a->gen.speculative.policy,
+                                   "How many tokens to draft per step: fixed, confidence, adaptive, goodput")
+                       ->capture_default_str();
+  sub->add_option("--config", a->config_path, "Speculative settings from `tandem tune --write-config` (flags win)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--draft-min", a->gen.speculative.draft_min, "Verify no draft shorter than this")
       ->capture_default_str();
-  sub->add_option("--draft-p-min", a->gen.speculative.draft_p_min,
-                  "Stop drafting when the draft's probability of its token is below this")
-      ->capture_default_str();
+  auto* o_p_min = sub->add_option("--draft-p-min", a->gen.speculative.draft_p_min,
+                                  "Stop drafting when the draft's probability of its token is below this")
+                      ->capture_default_str();
   sub->add_option("--ngram-min", a->gen.speculative.ngram_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--ngram-max", a->gen.speculative.ngram_max, "Longest n-gram to match")->capture_default_str();
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
@@ -140,7 +163,10 @@ Command add_generate(CLI::App& app) {
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");
   sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");
   sub->add_flag("-v,--verbose", a->verbose, "Print model and backend details");
-  return {sub, [a] { return run_generate(*a); }};
+  return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
+            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};
+            return run_generate(*a);
+          }};
 }
 
 }  // namespace tandem::cli

@@ -17,5 +17,8 @@ struct Command {
 
 Command add_generate(CLI::App& app);
 Command add_info(CLI::App& app);
+Command add_serve(CLI::App& app);
+Command add_chat(CLI::App& app);
+Command add_tune(CLI::App& app);
 
 }  // namespace tandem::cli

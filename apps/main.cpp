@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   const std::vector<tandem::cli::Command> commands = {
       tandem::cli::add_generate(app),
       tandem::cli::add_info(app),
+      tandem::cli::add_serve(app),
+      tandem::cli::add_chat(app),
+      tandem::cli::add_tune(app),
   };
   try {
     app.parse(normalise_args(argc, argv));

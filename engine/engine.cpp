@@ -1,16 +1,20 @@
 // tandem::Engine: loads the target (and optional draft), and runs one request at a time
 // through the Coordinator: prompt → tokenizer → prefill → draft/verify/commit → text.
+#include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "draft/model_proposer.hpp"
 #include "draft/ngram_proposer.hpp"
 #include "engine/coordinator.hpp"
+#include "engine/engine_access.hpp"
 #include "engine/forward.hpp"
 #include "engine/gguf.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/vocab_compat.hpp"
+#include "policies/factory.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
@@ -35,7 +39,8 @@ const char* to_string(FinishReason r) {
   return "?";
 }
 
-struct Engine::Impl {
+// Hidden: Engine is exported from libtandem.so, and its nested types would be too.
+struct __attribute__((visibility("hidden"))) Engine::Impl {
   LoadOptions opts;
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Model> model;
@@ -47,8 +52,17 @@ struct Engine::Impl {
   std::unique_ptr<Model> draft;
   std::unique_ptr<Tokenizer> draft_tokenizer;
   std::unique_ptr<KVCache> draft_cache;
+  std::unique_ptr<Transformer> draft_transformer;
   std::unique_ptr<ModelProposer> model_proposer;
+  std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
+  mutable std::mutex cost_mu;                   // guards cost_model (not held while generating)
   std::mutex mu;
+  // Engine::cancel() bumps this; a generation cancels itself once it differs from the value
+  // it saw on entry. A counter, not a flag, so no call can miss or inherit a cancellation.
+  std::atomic<uint64_t> cancel_epoch{0};
+
+  GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamCallback& cb,
+                     uint64_t epoch);
 
   // Runs `tokens` through the model for `seq` in chunks; returns the logits of the last one
   // (or of all of them when all_logits).
@@ -92,11 +106,6 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
     throw std::runtime_error(opts.model_path + ": tokenizer has " + std::to_string(impl->tokenizer->n_vocab()) +
                              " tokens but the embedding matrix only " + std::to_string(c.n_vocab) + " rows");
   impl->context = opts.context > 0 ? opts.context : std::min<int32_t>(c.n_ctx_train, 4096);
-  KVCacheOptions kv;
-  kv.max_tokens = impl->context;
-  kv.dtype = parse_kv_type(opts.kv_type);
-  impl->cache = std::make_unique<KVCache>(*impl->backend, c, kv);
-  impl->transformer = std::make_unique<Transformer>(*impl->model, *impl->cache);
   if (!opts.draft_model_path.empty()) {
     impl->draft = Model::load(opts.draft_model_path, *impl->backend);
     impl->draft_tokenizer = Tokenizer::from_gguf(impl->draft->file());
@@ -104,10 +113,24 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
     if (!why.empty())
       throw std::runtime_error("draft model " + opts.draft_model_path + " cannot serve target " + opts.model_path +
                                ": " + why);
-    KVCacheOptions dkv = kv;
-    dkv.max_tokens = impl->context + 16;  // drafts run a few positions past the committed text
-    impl->draft_cache = std::make_unique<KVCache>(*impl->backend, impl->draft->config(), dkv);
-    impl->model_proposer = std::make_unique<ModelProposer>(*impl->draft, *impl->draft_cache);
+  }
+  // One KV budget for both models: each cache holds the same number of token slots.
+  KVCacheOptions kv;
+  kv.dtype = parse_kv_type(opts.kv_type);
+  size_t per_token = KVCache::bytes_per_token(c, kv.dtype);
+  if (impl->draft) per_token += KVCache::bytes_per_token(impl->draft->config(), kv.dtype);
+  // Drafts run a few positions past the committed text, hence the slack for one sequence.
+  kv.max_tokens = opts.kv_mem_bytes > 0 ? static_cast<int64_t>(opts.kv_mem_bytes / per_token) : impl->context + 16;
+  if (kv.max_tokens < impl->context + 16)
+    throw std::runtime_error("KV memory budget of " + std::to_string(opts.kv_mem_bytes) + " bytes holds only " +
+                             std::to_string(kv.max_tokens) + " tokens; one full context needs " +
+                             std::to_string((impl->context + 16) * per_token) + " bytes");
+  impl->cache = std::make_unique<KVCache>(*impl->backend, c, kv);
+  impl->transformer = std::make_unique<Transformer>(*impl->model, *impl->cache);
+  if (impl->draft) {
+    impl->draft_cache = std::make_unique<KVCache>(*impl->backend, impl->draft->config(), kv);
+    impl->draft_transformer = std::make_unique<Transformer>(*impl->draft, *impl->draft_cache);
+    impl->model_proposer = std::make_unique<ModelProposer>(*impl->draft_transformer);
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -153,15 +176,37 @@ std::vector<float> Engine::logits(std::span<const int32_t> tokens) {
   return out;
 }
 
+void Engine::cancel() { impl_->cancel_epoch.fetch_add(1); }
+
 GenerateResult Engine::generate(std::string_view prompt, const GenerateOptions& opts, const StreamCallback& cb) {
+  const uint64_t epoch = impl_->cancel_epoch.load();
   const auto ids = impl_->tokenizer->encode(prompt, opts.add_special, opts.parse_special);
-  return generate_tokens(ids, opts, cb);
+  return impl_->run(ids, opts, cb, epoch);
 }
 
 GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                        const StreamCallback& cb) {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  Impl& m = *impl_;
+  return impl_->run(prompt, opts, cb, impl_->cancel_epoch.load());
+}
+
+GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                 const StreamCallback& cb, uint64_t epoch) {
+  std::lock_guard<std::mutex> lk(mu);
+  Impl& m = *this;
+  const auto cancelled = [&] { return cancel_epoch.load(std::memory_order_relaxed) != epoch; };
+  if (cancelled()) {  // cancelled while waiting for the lock: skip the prefill too
+    GenerateResult r;
+    r.prompt_tokens.assign(prompt.begin(), prompt.end());
+    r.timings.n_prompt = static_cast<int32_t>(prompt.size());
+    r.finish = FinishReason::Cancelled;
+    return r;
+  }
+  // The coordinator calls the stream callback once per committed token: check there, after
+  // passing the token on, so the stream always holds exactly the result's text.
+  const StreamCallback checked = [&](std::string_view text, int32_t token) {
+    const bool go_on = !cb || cb(text, token);
+    return go_on && !cancelled();
+  };
   std::unique_ptr<Proposer> ngram;
   Proposer* proposer = nullptr;
   switch (opts.speculative.mode) {
@@ -176,8 +221,106 @@ GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const Ge
       proposer = ngram.get();
       break;
   }
-  Coordinator coord(*m.transformer, *m.tokenizer, proposer, m.context);
-  return coord.run(prompt, opts, cb);
+  // The request's speculation policy (policies/factory.hpp), deciding with the engine's cost model.
+  GenerateOptions run_opts = opts;
+  run_opts.speculative = effective_options(opts.speculative);
+  const std::shared_ptr<const CostModel> costs = [&] {
+    std::lock_guard<std::mutex> cl(m.cost_mu);
+    return m.cost_model;
+  }();
+  const std::unique_ptr<SpeculationPolicy> policy = make_policy(run_opts.speculative, costs.get());
+  Coordinator coord(*m.transformer, *m.tokenizer, proposer, m.context, policy.get());
+  return coord.run(prompt, run_opts, checked);
 }
 
+std::vector<std::vector<double>> Engine::time_forward_passes(bool draft, int32_t batch,
+                                                             std::span<const int32_t> n_values, int32_t context,
+                                                             int32_t reps) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  Impl& m = *impl_;
+  if (draft && !m.draft) throw std::invalid_argument("time_forward_passes: no draft model loaded");
+  if (batch < 1 || context < 0 || reps < 0) throw std::invalid_argument("time_forward_passes: bad batch/context/reps");
+  int32_t n_max = 0;
+  for (int32_t n : n_values) {
+    if (n < 1) throw std::invalid_argument("time_forward_passes: n must be >= 1");
+    n_max = std::max(n_max, n);
+  }
+  const int32_t room = draft ? m.context + 16 : m.context;  // the caches' sizes (see load)
+  if (static_cast<int64_t>(batch) * (context + n_max) > room)
+    throw std::invalid_argument("time_forward_passes: " + std::to_string(batch) + " sequences of " +
+                                std::to_string(context + n_max) + " tokens do not fit the cache of " +
+                                std::to_string(room) + " tokens");
+  if (draft) m.model_proposer->reset();  // gives its blocks back; every request resets it anyway
+  KVCache& cache = draft ? *m.draft_cache : *m.cache;
+  std::optional<Transformer> draft_tf;  // the proposer's own is private; weights are shared
+  if (draft) draft_tf.emplace(*m.draft, cache);
+  Transformer& tf = draft ? *draft_tf : *m.transformer;
+  // Any valid ids do: the time does not depend on which tokens they are.
+  const int32_t vocab = m.tokenizer->n_vocab();
+  auto ids = [&](int32_t n, int32_t salt) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = (7919 * (i + 1) + 104729 * salt) % vocab;
+    return t;
+  };
+  std::vector<std::unique_ptr<SequenceKV>> seqs;
+  std::vector<float> logits;
+  for (int32_t b = 0; b < batch; ++b) {
+    seqs.push_back(std::make_unique<SequenceKV>(cache));
+    if (context > 0) {
+      const auto ctx = ids(context, b);
+      for (int32_t i = 0; i < context; i += kPrefillChunk) {
+        Batch pb;
+        const auto chunk = std::span(ctx).subspan(static_cast<size_t>(i), static_cast<size_t>(std::min(kPrefillChunk, context - i)));
+        pb.add(*seqs.back(), chunk, std::vector<bool>(chunk.size(), false));
+        tf.forward(pb, logits);
+      }
+    }
+  }
+  // One untimed pass at the widest n first: sizes the transformer's scratch (as a running
+  // decoder's already is) and warms the caches.
+  {
+    Batch warm;
+    std::vector<std::vector<int32_t>> toks;
+    for (int32_t b = 0; b < batch; ++b) toks.push_back(ids(n_max, 2000 + b));
+    for (int32_t b = 0; b < batch; ++b) warm.add_all_logits(*seqs[static_cast<size_t>(b)], toks[static_cast<size_t>(b)]);
+    tf.forward(warm, logits);
+    for (auto& sq : seqs) sq->truncate(context);
+  }
+  std::vector<std::vector<double>> ms(n_values.size());
+  for (int32_t rep = 0; rep < reps; ++rep) {
+    for (size_t i = 0; i < n_values.size(); ++i) {
+      const int32_t n = n_values[i];
+      std::vector<std::vector<int32_t>> toks;
+      Batch pass;
+      for (int32_t b = 0; b < batch; ++b) toks.push_back(ids(n, 1000 + b));
+      for (int32_t b = 0; b < batch; ++b) {
+        if (draft) pass.add(*seqs[static_cast<size_t>(b)], toks[static_cast<size_t>(b)]);  // last logits: a draft step
+        else pass.add_all_logits(*seqs[static_cast<size_t>(b)], toks[static_cast<size_t>(b)]);  // all: verification
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      tf.forward(pass, logits);
+      ms[i].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      for (auto& sq : seqs) sq->truncate(context);
+    }
+  }
+  return ms;
+}
+
+void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
+  std::lock_guard<std::mutex> lk(impl_->cost_mu);
+  impl_->cost_model = std::move(model);
+}
+
+std::shared_ptr<const CostModel> Engine::cost_model() const {
+  std::lock_guard<std::mutex> lk(impl_->cost_mu);
+  return impl_->cost_model;
+}
+
+}  // namespace tandem
+
+namespace tandem {
+EngineParts EngineAccess::parts(Engine& e) {
+  Engine::Impl& m = *e.impl_;
+  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu};
+}
 }  // namespace tandem

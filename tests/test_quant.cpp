@@ -265,11 +265,15 @@ TEST(Matmul, WideRowsAndLongBatches) {
   for (DType t : kAllTypes) {
     const Problem wide(t, 9, 4096, 5, 77);
     const Problem longb(t, 5, 512, 70, 78);  // more tokens than one kernel chunk
+    // 11 blocks: kernels that take blocks in groups of 8 and in pairs meet a partial group
+    // and an odd last block.
+    const Problem odd(t, 6, 11 * std::max(32, block_of(t)) + (block_of(t) == 1 ? 5 : 0), 9, 79);
     for (Isa isa : supported_isas()) {
       cpu::force_isa(isa);
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
       wide.check(wide.run(pool));
       longb.check(longb.run(pool));
+      odd.check(odd.run(pool));
       if (HasFatalFailure()) return;
     }
   }

@@ -1,6 +1,23 @@
 // tandem's C++ API: load a model, generate text with streaming. The CLI is a thin user of
-// this header. Thread-safety: an Engine may be used from one thread at a time (generate
-// calls are serialised internally by a mutex); separate Engines are independent.
+// this header; include/tandem/tandem.h is the C API over it.
+//
+// Thread safety, per type:
+//  - LoadOptions, GenerateOptions, GenerateResult, Timings, ModelInfo, SamplingParams,
+//    SpeculativeOptions/Metrics: plain values, no shared state.
+//  - Engine: generate, generate_tokens and logits may be called from any thread; they run
+//    one at a time (an internal mutex: later callers wait). tokenize, detokenize, info,
+//    backend_description and cancel may be called from any thread at any time, also while a
+//    generation runs. The destructor must not overlap any other call. Separate Engines are
+//    independent and run in parallel (each has its own thread pool).
+//  - StreamCallback: runs on the thread that called generate, with the Engine's mutex held:
+//    it must not call generate/generate_tokens/logits on the same Engine (deadlock).
+//
+// Cancellation: return false from the StreamCallback, or call Engine::cancel() from another
+// thread. Either way generate returns normally with FinishReason::Cancelled and the output
+// produced so far.
+//
+// Binary compatibility: libtandem.so exports this class, but its layout and these structs
+// may change between minor versions: C++ programs rebuild on upgrade. The C API keeps ABI.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,11 +27,14 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/export.h"
 #include "tandem/sampling.hpp"
 #include "tandem/speculative.hpp"
 #include "tandem/version.hpp"
 
 namespace tandem {
+
+class CostModel;  // speculation cost model: policies/cost_model.hpp
 
 struct LoadOptions {
   std::string model_path;
@@ -22,6 +42,9 @@ struct LoadOptions {
   int threads = 0;            // 0 → one per available core
   int32_t context = 0;        // max tokens per sequence; 0 → min(model's training context, 4096)
   std::string kv_type = "f16";  // "f16" | "f32"
+  // KV cache memory for target and draft together; 0 → one context's worth (single-stream use).
+  // A server sets it to hold many sequences; it must hold at least one full context.
+  size_t kv_mem_bytes = 0;
   std::string device = "cpu";   // "cpu" ("cuda" when built with CUDA: see `tandem --version`)
 };
 
@@ -36,7 +59,7 @@ struct GenerateOptions {
 };
 
 enum class FinishReason { Stop, Length, Cancelled };
-const char* to_string(FinishReason r);
+TANDEM_API const char* to_string(FinishReason r);
 
 struct Timings {
   int32_t n_prompt = 0;
@@ -67,11 +90,13 @@ struct ModelInfo {
   std::string draft_path, draft_name;  // empty without a draft model
 };
 
-// Called with each newly completed piece of text (UTF-8 complete) and the token that
-// completed it; return false to cancel the generation.
+// Called for each generated token with the text it completed (UTF-8 complete; empty while
+// a character or a possible stop string is incomplete) and the token; return false to
+// cancel the generation. Text held back until the end comes in one last call whose return
+// value is ignored.
 using StreamCallback = std::function<bool(std::string_view text, int32_t token)>;
 
-class Engine {
+class TANDEM_API Engine {
  public:
   // Throws std::runtime_error with a message naming the file and the problem.
   static std::unique_ptr<Engine> load(const LoadOptions& opts);
@@ -85,14 +110,33 @@ class Engine {
   // Logits of every position of `tokens` from a fresh sequence ([n, n_vocab] row-major).
   std::vector<float> logits(std::span<const int32_t> tokens);
 
+  // Cancels every generate/generate_tokens call already running or waiting on this Engine
+  // when cancel() is called; later calls are unaffected. They stop at their next token
+  // (a long prompt's prefill is not interrupted) with FinishReason::Cancelled. Thread-safe.
+  void cancel();
+
   std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = true) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   ModelInfo info() const;
   std::string backend_description() const;
 
+  // Speculation cost model (policies/cost_model.hpp builds it with calibrate_cost_model()).
+  // Times forward passes: `batch` sequences already holding `context` tokens each get
+  // `n` new tokens in ONE pass (the target with logits at every position, as verification
+  // needs; the draft with the last position's, as drafting needs). Returns ms[i][r] for
+  // n = n_values[i] and repetition r; repetitions are interleaved across n_values so
+  // machine noise hits all alike. The context prefill is not timed. Throws when the cache
+  // cannot hold the batch, or for draft = true without a draft model.
+  std::vector<std::vector<double>> time_forward_passes(bool draft, int32_t batch, std::span<const int32_t> n_values,
+                                                       int32_t context, int32_t reps);
+  // The cost model the adaptive and goodput policies decide with (null → their default).
+  void set_cost_model(std::shared_ptr<const CostModel> model);
+  std::shared_ptr<const CostModel> cost_model() const;
+
   struct Impl;
 
  private:
+  friend struct EngineAccess;  // engine-internal code (the server's scheduler) reaches the parts
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

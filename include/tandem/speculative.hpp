@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/export.h"
+
 namespace tandem {
 
 enum class DraftMode {
@@ -18,6 +20,14 @@ struct SpeculativeOptions {
   int32_t draft_min = 0;   // fewer drafted tokens than this → verify none (plain step)
   float draft_p_min = 0.0f;  // stop drafting once the draft's probability of its token is below this
   int32_t ngram_min = 1, ngram_max = 4;
+  // How many tokens to draft at each step (policies/factory.hpp):
+  //  "fixed"      always draft_max;
+  //  "confidence" draft_max, drafting stops below draft_p_min (0.5 when left at 0);
+  //  "adaptive"   a per-sequence acceptance estimate and the engine's cost model pick k in
+  //               0..draft_max, turning speculation off (k = 0) when it would be slower;
+  //  "goodput"    adaptive, and k shrinks as the batch grows (verification gets dearer).
+  std::string policy = "fixed";
+  float alpha_prior = 0.0f;  // adaptive/goodput: acceptance expected before any evidence (0 → 0.6)
 };
 
 // Counters in the form users compare across engines (vLLM's spec_decode_* counters).
@@ -32,6 +42,7 @@ struct SpeculativeMetrics {
   double draft_ms = 0.0;        // time spent proposing
   double target_ms = 0.0;       // time in target forward passes during decoding
   double verify_ms = 0.0;       // time spent in the verifier (sampling, acceptance)
+  std::vector<int64_t> steps_per_k;  // index k: decoding steps the policy drafted k for (k = 0: speculation off)
 
   double acceptance_rate() const { return drafted_tokens ? double(accepted_tokens) / drafted_tokens : 0.0; }
   // Tokens produced per draft step, counting the corrected/bonus token.
@@ -41,7 +52,7 @@ struct SpeculativeMetrics {
     if (!draft_forwards || !target_passes || target_ms <= 0) return 0.0;
     return (draft_ms / draft_forwards) / (target_ms / target_passes);
   }
-  void merge(const SpeculativeMetrics& o);
+  TANDEM_API void merge(const SpeculativeMetrics& o);
 };
 
 }  // namespace tandem

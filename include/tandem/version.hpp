@@ -1,4 +1,5 @@
 #pragma once
+#include "tandem/export.h"
 
 #define TANDEM_VERSION_MAJOR 0
 #define TANDEM_VERSION_MINOR 1
@@ -6,5 +7,5 @@
 #define TANDEM_VERSION_STRING "0.1.0"
 
 namespace tandem {
-const char* version_string();
+TANDEM_API const char* version_string();
 }  // namespace tandem

@@ -1,5 +1,6 @@
-// AVX2 activation quantization; bit-identical to the scalar version in act_quant.cpp
-// (same scale formulas, cvtps rounds to nearest-even like nearbyint).
+// AVX2 activation quantization: the same values as the scalar version in act_quant.cpp
+// (same scale formulas, cvtps rounds to nearest-even like nearbyint); for the types whose
+// AVX2 kernels read codes in a different order, the codes are then reordered to match.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
@@ -50,7 +51,9 @@ void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row) {
   }
 }
 
-void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
+namespace {
+
+void quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int8_t* q = reinterpret_cast<int8_t*>(row);
   float* d = reinterpret_cast<float*>(row + l.d_off);
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
@@ -68,6 +71,61 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
     }
     d[b] = nz ? amax / 127.0f : 0.0f;
     for (int j = 0; j < 8; ++j) fs[8 * b + j] = d[b] * static_cast<float>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+  }
+}
+
+
+// Q4_K / Q5_K kernels read each 128 codes as tr4x64 of the four 32-code groups.
+void quant_qk_x4(const float* x, const ActLayout& l, uint8_t* row) {
+  quant_qk(x, l, row);
+  auto* v = reinterpret_cast<__m256i*>(row);
+  for (int64_t i = 0; i < l.C / 128; ++i, v += 4) {
+    __m256i a = loadu(v), b = loadu(v + 1), c = loadu(v + 2), d = loadu(v + 3);
+    tr4x64(a, b, c, d);
+    _mm256_storeu_si256(v, a), _mm256_storeu_si256(v + 1, b), _mm256_storeu_si256(v + 2, c), _mm256_storeu_si256(v + 3, d);
+  }
+}
+
+// The Q2_K, Q3_K and Q6_K kernels read each 64 codes as pair64 of two 32-code vectors.
+void quant_qk_x2(const float* x, const ActLayout& l, uint8_t* row) {
+  quant_qk(x, l, row);
+  auto* v = reinterpret_cast<__m256i*>(row);
+  for (int64_t i = 0; i < l.C / 64; ++i, v += 2) {
+    __m256i a = loadu(v), b = loadu(v + 1);
+    pair64(a, b);
+    _mm256_storeu_si256(v, a), _mm256_storeu_si256(v + 1, b);
+  }
+}
+
+// The 4- and 5-bit kernels read blocks in pairs (A, B) as (A 0-15 | B 0-15) and
+// (A 16-31 | B 16-31); an odd last block stays as it is.
+void quant_q32_pairs(const float* x, const ActLayout& l, uint8_t* row) {
+  avx2_quant_q32(x, l, row);
+  auto* v = reinterpret_cast<__m256i*>(row);
+  for (int64_t i = 0; i + 2 <= l.nb; i += 2, v += 2) {
+    const __m256i a = loadu(v), b = loadu(v + 1);
+    _mm256_storeu_si256(v, _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(v + 1, _mm256_permute2x128_si256(a, b, 0x31));
+  }
+}
+
+}  // namespace
+
+QuantFn avx2_quant_q32_for(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1: return quant_q32_pairs;
+    default: return avx2_quant_q32;
+  }
+}
+
+QuantFn avx2_quant_qk_for(DType t) {
+  switch (t) {
+    case DType::Q4_K:
+    case DType::Q5_K: return quant_qk_x4;
+    default: return quant_qk_x2;  // Q2_K, Q3_K, Q6_K
   }
 }
 

@@ -9,10 +9,17 @@ RowsFn avx2_rows(DType t) {
   if (RowsFn f = avx2_rows_q32(t)) return f;
   return avx2_rows_float(t);
 }
+QuantFn avx2_quant(DType t) {
+  switch (family(t)) {
+    case Family::Q32: return avx2_quant_q32_for(t);
+    case Family::QK: return avx2_quant_qk_for(t);
+    default: return nullptr;
+  }
+}
 }  // namespace
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels k{avx2_rows, avx2_quant_q32, avx2_quant_qk, avx2_dequant};
+  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant};
   return &k;
 }
 

@@ -54,22 +54,12 @@ const mm::IsaKernels* kernels_at(Isa isa) {
   return nullptr;
 }
 
-// The best kernel at or below `isa` for type t (a level may leave a type to the one below).
-mm::RowsFn pick_rows(Isa isa, DType t) {
+// The best kernel set at or below `isa` that handles type t (a level may leave a type to
+// the one below). Rows and activation quantizer must come from the same set.
+const mm::IsaKernels* pick(Isa isa, DType t) {
   for (int l = static_cast<int>(isa); l >= 0; --l) {
     const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
-    if (k && k->rows)
-      if (mm::RowsFn f = k->rows(t)) return f;
-  }
-  return nullptr;
-}
-
-mm::QuantFn pick_quant(Isa isa, Family f) {
-  for (int l = static_cast<int>(isa); l >= 0; --l) {
-    const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
-    if (!k) continue;
-    mm::QuantFn q = f == Family::QK ? k->quant_qk : k->quant_q32;
-    if (q) return q;
+    if (k && k->rows && k->rows(t)) return k;
   }
   return nullptr;
 }
@@ -104,9 +94,9 @@ void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t 
     return;
   }
 
-  const Isa isa = active_isa();
-  const mm::RowsFn fn = pick_rows(isa, wt);
-  if (!fn) fail(std::string("no kernel for ") + dtype_name(wt));
+  const mm::IsaKernels* kset = pick(active_isa(), wt);
+  if (!kset) fail(std::string("no kernel for ") + dtype_name(wt));
+  const mm::RowsFn fn = kset->rows(wt);
 
   mm::Args a;
   a.wt = wt;
@@ -131,7 +121,7 @@ void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t 
   }
 
   a.xl = mm::act_layout(fam, C);
-  const mm::QuantFn quant = pick_quant(isa, fam);
+  const mm::QuantFn quant = kset->quant(wt);
   const size_t rb = a.xl.row_bytes;
   if (N * C <= kPrivateQuantLimit) {
     pool.run([&](int, int) {

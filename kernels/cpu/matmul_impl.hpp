@@ -1,11 +1,13 @@
 // Internals shared by the matmul driver (matmul.cpp) and the per-ISA kernels
-// (matmul_*_scalar.cpp, *_avx2.cpp, *_avx512.cpp). Not part of the public API.
+// (matmul_scalar.cpp, *_avx2.cpp, *_avx512.cpp). Not part of the public API.
 // Included by SIMD files, so it holds no non-static inline code (see quant_blocks.hpp).
 //
 // A quantized-weight matmul first quantizes each activation row (token) to int8 blocks
 // that line up with the weight blocks, then each kernel computes whole weight rows against
 // a range of tokens. Activation row layout (one per token, `row_bytes` apart, 64-aligned):
-//   q   int8[C]      codes; x[c] ~= d[c / block] * q[c]
+//   q   int8[C]      codes; x[c] ~= d[c / block] * q[c]. Within a block a kernel set may
+//                    store them in another order that its decoded weights match
+//                    (d, s, bsums, fsum always refer to the natural order)
 //   d   float[nb]    per-block scale
 //   aux Q32: float s[nb] = d * sum(q of the block)   (applies the weight's offset/min)
 //       QK:  int16 bsums[nb*16] = sums of q over each 16 elements (applies K-quant mins)
@@ -69,15 +71,16 @@ struct Args {
 // Computes y[t*ldy + r] for r in [r0, r1), t in [t0, t1) with t1 - t0 <= kMaxTokens.
 // Every (r, t) result must be the same bits whatever the ranges are.
 using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-// Quantizes one activation row of a.xl.C floats into the layout above.
+// Quantizes one activation row of l.C floats into the layout above. A kernel may want the
+// codes of each block in its own order (see matmul_qk_avx2.cpp), so the quantizer always
+// comes from the same kernel set as the rows function.
 using QuantFn = void (*)(const float* x, const ActLayout& l, uint8_t* row);
 // Dequantizes n elements; returns false when this ISA has no fast path for the type.
 using DequantFn = bool (*)(DType t, const void* src, float* dst, int64_t n);
 
 struct IsaKernels {
-  RowsFn (*rows)(DType t) = nullptr;  // nullptr result: type not handled at this level
-  QuantFn quant_q32 = nullptr;
-  QuantFn quant_qk = nullptr;
+  RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
+  QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` handles (Float: unused)
   DequantFn dequant = nullptr;
 };
 
@@ -94,8 +97,9 @@ void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
 RowsFn avx2_rows_float(DType t);
 RowsFn avx2_rows_q32(DType t);
 RowsFn avx2_rows_qk(DType t);
+QuantFn avx2_quant_qk_for(DType t);  // K-quant activations in the order each kernel reads
+QuantFn avx2_quant_q32_for(DType t);  // 32-block activations in the order each kernel reads
 void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
-void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
 bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
 
 }  // namespace tandem::kernels::cpu::mm

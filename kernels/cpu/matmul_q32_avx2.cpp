@@ -2,9 +2,15 @@
 //
 // Each weight block is decoded once into 32 unsigned codes (Q8_0: signed, used with the
 // sign trick) and multiplied with every token of a group of up to 4: maddubs + madd give
-// 8 int32 partial sums, converted and scaled by d_w*d_x into a float accumulator. The
+// int32 partial sums, converted and scaled by d_w*d_x into a float accumulator. The
 // weight's offset (-8, -16) or min m is applied through s = d_x*sum(q_x), which comes with
 // the activations: off += c * s with c = -8*d_w, -16*d_w or m.
+//
+// madd is the costly instruction here, so the 4- and 5-bit types take blocks in pairs
+// (A, B): one vector holds elements 0-15 of A and of B, another 16-31 of both (that is how
+// the nibbles sit in two consecutive blocks, and the activations are stored in the same
+// order by avx2_quant_q32_for), so both maddubs results add up in int16 under one madd
+// whose low lanes are A's sums and high lanes B's.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
@@ -25,13 +31,30 @@ static inline __m256i nibbles(const u8* p) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
 }
 
-// Bit e of a 32-bit word -> 0x10 in byte e.
-static inline __m256i high_bits(uint32_t qh) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+// Byte e of the result is 0x10 where bit e of the 32-bit words is set: bits 0-31 of qh for
+// one block; for a pair, bits 0-15 (lo) or 16-31 (hi) of A's word in the low half and of
+// B's in the high half.
+static inline __m256i bits_to_0x10(__m256i words, __m256i which_byte) {
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  const __m256i spread = _mm256_shuffle_epi8(words, which_byte);
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+static inline __m256i high_bits(uint32_t qh) {
+  return bits_to_0x10(_mm256_set1_epi32(static_cast<int>(qh)),
+                      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+}
+static inline void high_bits2(uint32_t qa, uint32_t qb, __m256i& lo, __m256i& hi) {
+  const __m256i w = _mm256_set_m128i(_mm_set1_epi32(static_cast<int>(qb)), _mm_set1_epi32(static_cast<int>(qa)));
+  lo = bits_to_0x10(w, _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0));
+  hi = bits_to_0x10(w, _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303,
+                                         0x0202020202020202));
+}
+// Packed nibbles of blocks A and B -> (A 0-15 | B 0-15) and (A 16-31 | B 16-31).
+static inline void nibbles2(const u8* qa, const u8* qb, __m256i& lo, __m256i& hi) {
+  const __m256i q = _mm256_set_m128i(loadu128(qb), loadu128(qa));
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  lo = _mm256_and_si256(q, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 }
 
 // The f16 at byte offset `off` of n (<= 8) consecutive blocks, as 8 floats (zeros past n).
@@ -60,36 +83,57 @@ static inline __m256 load8(const float* p, int n) {
 // activation sums (offset -8/-16 times d, or the min m) for 8 blocks.
 struct Q4_0 {
   static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
-  static constexpr bool kSigned = false, kOffset = true;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
   static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_0::qs); }
+  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
+    nibbles2(b + blk::q4_0::qs, b + kBytes + blk::q4_0::qs, lo, hi);
+  }
   static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
 };
 struct Q4_1 {
   static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
-  static constexpr bool kSigned = false, kOffset = true;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
   static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_1::qs); }
+  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
+    nibbles2(b + blk::q4_1::qs, b + kBytes + blk::q4_1::qs, lo, hi);
+  }
   static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q4_1::m, n); }
 };
 struct Q5_0 {
   static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
-  static constexpr bool kSigned = false, kOffset = true;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
   static inline __m256i codes(const u8* b) {
     return _mm256_or_si256(nibbles(b + blk::q5_0::qs), high_bits(blk::u32_at(b + blk::q5_0::qh)));
+  }
+  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
+    __m256i hl, hh;
+    nibbles2(b + blk::q5_0::qs, b + kBytes + blk::q5_0::qs, lo, hi);
+    high_bits2(blk::u32_at(b + blk::q5_0::qh), blk::u32_at(b + kBytes + blk::q5_0::qh), hl, hh);
+    lo = _mm256_or_si256(lo, hl);
+    hi = _mm256_or_si256(hi, hh);
   }
   static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
 };
 struct Q5_1 {
   static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
-  static constexpr bool kSigned = false, kOffset = true;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
   static inline __m256i codes(const u8* b) {
     return _mm256_or_si256(nibbles(b + blk::q5_1::qs), high_bits(blk::u32_at(b + blk::q5_1::qh)));
+  }
+  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
+    __m256i hl, hh;
+    nibbles2(b + blk::q5_1::qs, b + kBytes + blk::q5_1::qs, lo, hi);
+    high_bits2(blk::u32_at(b + blk::q5_1::qh), blk::u32_at(b + kBytes + blk::q5_1::qh), hl, hh);
+    lo = _mm256_or_si256(lo, hl);
+    hi = _mm256_or_si256(hi, hh);
   }
   static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q5_1::m, n); }
 };
 struct Q8_0 {
   static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
-  static constexpr bool kSigned = true, kOffset = false;
+  static constexpr bool kSigned = true, kOffset = false, kPaired = false;
   static inline __m256i codes(const u8* b) { return loadu(b + blk::q8_0::qs); }
+  static inline void codes2(const u8*, __m256i&, __m256i&) {}
   static inline __m256 c8(const u8*, __m256, int) { return _mm256_setzero_ps(); }
 };
 
@@ -121,7 +165,24 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
       _mm256_store_ps(prod[t], _mm256_mul_ps(dw, load8(xd[t] + b0, nblk)));
       if constexpr (K::kOffset) off[t] = _mm256_fmadd_ps(cw, load8(xs[t] + b0, nblk), off[t]);
     }
-    for (int j = 0; j < nblk; ++j) {
+    int j = 0;
+    if constexpr (K::kPaired) {
+      // Pairs never straddle a chunk: chunks start at even blocks. 5-bit codes: each
+      // int16 lane sums at most 2 * 2*31*127 = 15748.
+      for (; j + 2 <= nblk; j += 2) {
+        const int64_t bi = b0 + j;
+        __m256i lo, hi;
+        K::codes2(wr + bi * K::kBytes, lo, hi);
+        const __m256i lanes = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
+        for (int t = 0; t < TN; ++t) {
+          const int8_t* q = xq[t] + 32 * bi;
+          const __m256i p = _mm256_add_epi16(pair_dot(lo, loadu(q)), pair_dot(hi, loadu(q + 32)));
+          const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+          acc[t] = _mm256_fmadd_ps(f, _mm256_permutevar8x32_ps(_mm256_load_ps(prod[t]), lanes), acc[t]);
+        }
+      }
+    }
+    for (; j < nblk; ++j) {  // Q8_0, and the odd last block of a row (stored unpaired)
       const int64_t bi = b0 + j;
       const __m256i u = K::codes(wr + bi * K::kBytes);
       const __m256i au = K::kSigned ? _mm256_sign_epi8(u, u) : u;  // |u| for the sign trick
@@ -136,10 +197,8 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]) + hsum(off[t]);
 }
 
-#ifndef TANDEM_Q32_GROUP
-#define TANDEM_Q32_GROUP 8
-#endif
-constexpr int kGroup = TANDEM_Q32_GROUP;
+// Tokens per pass over a row (4 and 8 measured the same on Zen 3; 4 needs fewer registers).
+constexpr int kGroup = 4;
 
 template <class K, int TN>
 static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {

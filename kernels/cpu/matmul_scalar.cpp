@@ -235,8 +235,16 @@ RowsFn scalar_rows(DType t) {
   }
 }
 
+QuantFn scalar_quant(DType t) {
+  switch (family(t)) {
+    case Family::Q32: return scalar_quant_q32;
+    case Family::QK: return scalar_quant_qk;
+    default: return nullptr;
+  }
+}
+
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{scalar_rows, scalar_quant_q32, scalar_quant_qk, no_fast_dequant};
+  static const IsaKernels k{scalar_rows, scalar_quant, no_fast_dequant};
   return k;
 }
 

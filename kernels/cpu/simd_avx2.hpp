@@ -51,7 +51,29 @@ static inline __m256i bit_to(__m256i v) {
 constexpr uintptr_t kPrefetchBytes = 2048;
 static inline void prefetch_ahead(const uint8_t* p, int bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
-  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_NTA);
+  for (int o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_T0);
+}
+
+// Reorderings that let several maddubs results be summed in int16 before one madd applies
+// the group scales (see matmul_qk_avx2.cpp). Weights are reordered at decode time and the
+// activations identically when they are quantized, so the dot product is unchanged.
+//
+// tr4x64: 4 vectors, vector g holding group g (32 codes) -> 4 vectors whose 64-bit unit p
+// (int16 lanes 4p..4p+3 after maddubs) always comes from group p.
+static inline void tr4x64(__m256i& v0, __m256i& v1, __m256i& v2, __m256i& v3) {
+  const __m256i a = _mm256_unpacklo_epi64(v0, v1), b = _mm256_unpacklo_epi64(v2, v3);
+  const __m256i c = _mm256_unpackhi_epi64(v0, v1), d = _mm256_unpackhi_epi64(v2, v3);
+  v0 = _mm256_permute2x128_si256(a, b, 0x20);
+  v1 = _mm256_permute2x128_si256(c, d, 0x20);
+  v2 = _mm256_permute2x128_si256(a, b, 0x31);
+  v3 = _mm256_permute2x128_si256(c, d, 0x31);
+}
+// pair64: 2 vectors each holding groups (A | B) and (C | D) of 16 -> 2 vectors both laid
+// out as 64-bit units (A, C | B, D).
+static inline void pair64(__m256i& v0, __m256i& v1) {
+  const __m256i lo = _mm256_unpacklo_epi64(v0, v1), hi = _mm256_unpackhi_epi64(v0, v1);
+  v0 = lo;
+  v1 = hi;
 }
 
 // 32 unsigned codes x 32 int8 activations -> 16 int16 pair sums. No saturation is

@@ -1,0 +1,152 @@
+// `tandem serve`: an OpenAI-compatible HTTP server (apps/server/) over the continuous-
+// batching scheduler (engine/scheduler.hpp).
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "apps/commands.hpp"
+#include "apps/server/chat_prompt.hpp"
+#include "apps/server/http_server.hpp"
+#include "apps/server/server_state.hpp"
+#include "engine/scheduler.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct ServeArgs {
+  LoadOptions load;
+  SchedulerOptions sched;
+  server::ServerOptions http;
+  std::string model_id;
+  std::string draft_mode;  // "", "model", "ngram", "none"
+  int32_t draft_max = 4;
+  std::string kv_mem;  // "", bytes, or with a unit: 512MiB, 2GiB, 800MB
+  bool no_prefix_cache = false;
+  bool verbose = false;
+};
+
+// "1048576", "512MiB", "1.5GiB", "800MB", "64k" → bytes.
+int64_t parse_bytes(const std::string& s) {
+  size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &end);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--kv-mem: not a size: " + s);
+  }
+  std::string unit = s.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib") mul = 1024.0;
+  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "kb") mul = 1e3;
+  else if (unit == "mb") mul = 1e6;
+  else if (unit == "gb") mul = 1e9;
+  else throw std::invalid_argument("--kv-mem: unknown unit '" + unit + "' (use bytes, KiB, MiB, GiB, KB, MB, GB)");
+  if (!(v > 0)) throw std::invalid_argument("--kv-mem must be positive");
+  return static_cast<int64_t>(v * mul);
+}
+
+// The KV budget goes to whichever options struct has a `kv_mem_bytes` field (the engine
+// sizes its block pool from it); until one does, the flag is accepted and reported unused.
+template <class Load, class Sched>
+void apply_kv_mem(Load& load, Sched& sched, int64_t bytes) {
+  if (bytes <= 0) return;
+  if constexpr (requires { load.kv_mem_bytes; }) {
+    load.kv_mem_bytes = static_cast<decltype(load.kv_mem_bytes)>(bytes);
+  } else if constexpr (requires { sched.kv_mem_bytes; }) {
+    sched.kv_mem_bytes = static_cast<decltype(sched.kv_mem_bytes)>(bytes);
+  } else {
+    spdlog::warn("--kv-mem: this build cannot limit KV memory yet; ignored");
+  }
+}
+
+DraftMode draft_mode(const ServeArgs& a) {
+  if (a.draft_mode == "ngram") return DraftMode::Ngram;
+  if (a.draft_mode == "none") return DraftMode::None;
+  if (a.draft_mode == "model") {
+    if (a.load.draft_model_path.empty()) throw std::invalid_argument("--draft model needs --model-draft");
+    return DraftMode::Model;
+  }
+  if (!a.draft_mode.empty()) throw std::invalid_argument("--draft must be model, ngram or none");
+  return a.load.draft_model_path.empty() ? DraftMode::None : DraftMode::Model;
+}
+
+int run_serve(ServeArgs a) {
+  if (a.verbose) spdlog::set_level(spdlog::level::debug);
+  const DraftMode mode = draft_mode(a);
+  apply_kv_mem(a.load, a.sched, a.kv_mem.empty() ? 0 : parse_bytes(a.kv_mem));
+  a.sched.prefix_cache = !a.no_prefix_cache;
+
+  auto engine = Engine::load(a.load);
+  const ModelInfo info = engine->info();
+  server::ProtocolConfig protocol;
+  const std::filesystem::path path(a.load.model_path);
+  // The served id, then the names a client may reasonably use for the same model.
+  protocol.model_ids = {a.model_id.empty() ? path.stem().string() : a.model_id, path.stem().string(),
+                        path.filename().string(), a.load.model_path};
+  if (!info.name.empty()) protocol.model_ids.push_back(info.name);
+  protocol.n_vocab = info.n_vocab;
+  protocol.has_draft_model = !a.load.draft_model_path.empty();
+  protocol.default_speculative.mode = mode;
+  protocol.default_speculative.draft_max = a.draft_max;
+
+  server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);
+  spdlog::info("model {} ({}, context {}, {} KV {:.1f} MiB){}; chat template: {}; speculation: {} (k={})",
+               protocol.model_ids[0], info.architecture, info.context, a.load.kv_type, info.kv_bytes / 1048576.0,
+               info.draft_path.empty() ? "" : ", draft " + info.draft_name, chat.from_gguf() ? "model's" : "ChatML",
+               mode == DraftMode::Model ? "model" : mode == DraftMode::Ngram ? "ngram" : "none", a.draft_max);
+  spdlog::info("{}", engine->backend_description());
+
+  Scheduler scheduler(*engine, a.sched);
+  server::ServerState state(*engine, scheduler, std::move(chat), std::move(protocol), a.http);
+  server::run_http_server(state);
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--model-id", a->model_id, "Model id clients send and responses carry (default: file name stem)");
+  sub->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", a->http.port, "Port (0 = any free port; the log says which)")->capture_default_str();
+  sub->add_option("-c,--ctx", a->load.context, "Context length per sequence (0 = min(model, 4096))")->capture_default_str();
+  sub->add_option("--max-seqs", a->sched.max_seqs, "Sequences decoded at once")->capture_default_str();
+  sub->add_option("--max-queue", a->sched.max_queue, "Waiting requests before 429")->capture_default_str();
+  sub->add_option("--prefill-chunk", a->sched.prefill_chunk, "Prompt tokens per sequence per step")->capture_default_str();
+  sub->add_option("--max-batch-tokens", a->sched.max_batch_tokens, "Target tokens per step")->capture_default_str();
+  sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share KV blocks of identical prompt prefixes");
+  sub->add_option("--kv-mem", a->kv_mem, "KV cache budget: bytes or with a unit (512MiB, 2GiB)");
+  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  sub->add_option("-t,--threads", a->load.threads, "CPU threads for the model (0 = all cores)")->capture_default_str();
+  sub->add_option("--http-threads", a->http.io_threads, "Threads serving HTTP")->capture_default_str();
+  sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  sub->add_option("--draft", a->draft_mode, "Default proposer: model (default with -md), ngram, none");
+  sub->add_option("--draft-max", a->draft_max, "Default tokens drafted per step (k)")->capture_default_str()
+      ->check(CLI::Range(1, 32));
+  sub->add_option("--request-timeout", a->http.request_timeout_s,
+                  "Cancel a generation after this many seconds, finish_reason \"length\" (0 = never)")
+      ->capture_default_str();
+  sub->add_option("--max-body", a->http.max_body, "Largest request body in bytes (larger → 413)")->capture_default_str();
+  sub->add_option("--drain-timeout", a->http.drain_timeout_s,
+                  "On SIGTERM/SIGINT, wait this many seconds for running requests")
+      ->capture_default_str();
+  sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
+  sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
+  return {sub, [a] { return run_serve(*a); }};
+}
+
+}  // namespace tandem::cli

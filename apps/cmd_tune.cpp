@@ -1,0 +1,171 @@
+// `tandem tune`: measures speculative decoding against plain decoding on this machine for
+// every policy × draft length × temperature, prints the table (or JSON when stdout is not
+// a terminal), recommends a configuration per temperature and writes the reports and the
+// config file that `generate --config` reads. The measuring lives in apps/tune/.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include "apps/commands.hpp"
+#include "apps/tune/config.hpp"
+#include "apps/tune/report.hpp"
+#include "apps/tune/runner.hpp"
+#include "policies/cost_model.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem::cli {
+namespace {
+
+struct TuneArgs {
+  LoadOptions load;
+  std::string draft_mode;  // "", "model", "ngram"
+  std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
+  int32_t n_tokens = 64, reps = 1, ar_every = 3, calib_reps = 5;
+  uint64_t seed = 1;
+  float alpha_prior = 0.0f;
+  std::string out_json, out_csv, out_svg, out_config, cost_cache;
+  bool json = false, table = false, quiet = false, recalibrate = false, no_calibrate = false;
+};
+
+// Progress on stderr: a bar on a terminal, JSON lines otherwise (for scripts and logs).
+class Progress {
+ public:
+  explicit Progress(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+  void update(const char* phase, double fraction, const std::string& what) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (tty_) {
+      const int width = 30, fill = static_cast<int>(fraction * width + 0.5);
+      std::string bar(static_cast<size_t>(fill), '#');
+      bar.resize(width, '.');
+      const double el = std::chrono::duration<double>(now - start_).count();
+      const double eta = fraction > 0.01 ? el * (1 - fraction) / fraction : 0;
+      std::fprintf(stderr, "\r\033[K%s [%s] %3.0f%% eta %4.0fs  %s", phase, bar.c_str(), 100 * fraction, eta,
+                   what.substr(0, 40).c_str());
+      if (fraction >= 1.0) std::fputc('\n', stderr);
+    } else {
+      std::fprintf(stderr, "{\"event\":\"progress\",\"phase\":\"%s\",\"fraction\":%.4f,\"what\":\"%s\"}\n", phase,
+                   fraction, what.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void phase_start() { start_ = std::chrono::steady_clock::now(); }
+
+ private:
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+int run_tune_command(const TuneArgs& a) {
+  TuneOptions o;
+  if (!a.prompts_file.empty()) o.prompts = load_prompts(a.prompts_file);
+  o.k_values = parse_k_list(a.k_list);
+  o.temps = parse_float_list(a.temps);
+  o.policies = parse_name_list(a.policies);
+  o.n_tokens = a.n_tokens;
+  o.reps = a.reps;
+  o.ar_every = a.ar_every;
+  o.seed = a.seed;
+  o.alpha_prior = a.alpha_prior;
+  if (a.draft_mode == "ngram") {
+    o.mode = DraftMode::Ngram;
+  } else if (a.draft_mode.empty() || a.draft_mode == "model") {
+    if (a.load.draft_model_path.empty()) throw std::invalid_argument("tune needs --model-draft (or --draft ngram)");
+    o.mode = DraftMode::Model;
+  } else {
+    throw std::invalid_argument("--draft must be model or ngram");
+  }
+  const std::string draft_mode = o.mode == DraftMode::Ngram ? "ngram" : "model";
+
+  LoadOptions load = a.load;
+  if (o.mode == DraftMode::Ngram) load.draft_model_path.clear();
+  auto engine = Engine::load(load);
+  Progress progress(a.quiet);
+
+  // The cost model: the adaptive policies decide with it, the report predicts with it.
+  if (!a.no_calibrate) {
+    CalibrationOptions co;
+    co.k_max = o.k_values.back();
+    co.reps = a.calib_reps;
+    co.cache_path = a.cost_cache.empty() ? default_cost_cache_path() : a.cost_cache;
+    co.force = a.recalibrate;
+    progress.phase_start();
+    co.progress = [&](double f) { progress.update("calibrating", f, "forward passes"); };
+    bool cached = false;
+    engine->set_cost_model(calibrate_cost_model(*engine, co, &cached));
+    if (cached && !a.quiet) std::fprintf(stderr, "cost model: cached in %s (--recalibrate to measure again)\n",
+                                         co.cache_path.c_str());
+  }
+  progress.phase_start();
+  o.progress = [&](int64_t done, int64_t total, const std::string& what) {
+    progress.update("measuring", static_cast<double>(done) / static_cast<double>(total), what);
+  };
+  const TuneReport report = run_tune(*engine, o);
+
+  const bool as_json = a.json || (!a.table && isatty(STDOUT_FILENO) != 1);
+  if (as_json)
+    std::printf("%s\n", report_json(report).c_str());
+  else
+    print_table(report, stdout);
+  std::fflush(stdout);
+  if (!a.out_json.empty()) write_file(a.out_json, report_json(report) + "\n");
+  if (!a.out_csv.empty()) write_file(a.out_csv, report_csv(report));
+  if (!a.out_svg.empty()) write_file(a.out_svg, report_svg(report));
+  if (!a.out_config.empty()) {
+    save_config(a.out_config, config_from_report(report, draft_mode));
+    if (!a.quiet) std::fprintf(stderr, "wrote %s: use it with `tandem generate --config %s`\n", a.out_config.c_str(),
+                               a.out_config.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_tune(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* sub = app.add_subcommand("tune", "Measure speculative decoding on this machine and recommend a configuration");
+  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) (alias: -md)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
+  sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--draft-max", a->k_list, "Draft lengths k: a range 1..8 or a list 1,2,4")->capture_default_str();
+  sub->add_option("--temps", a->temps, "Temperatures, e.g. 0,0.7")->capture_default_str();
+  sub->add_option("--policies", a->policies, "Policies: fixed, confidence, adaptive, goodput")->capture_default_str();
+  sub->add_option("-n,--max-tokens", a->n_tokens, "Tokens per generation")->capture_default_str();
+  sub->add_option("--reps", a->reps, "Passes over the prompts")->capture_default_str();
+  sub->add_option("--ar-every", a->ar_every, "A plain-decoding run after every this many configurations")
+      ->capture_default_str();
+  sub->add_option("--seed", a->seed, "Random seed (same for plain and speculative runs)")->capture_default_str();
+  sub->add_option("--alpha-prior", a->alpha_prior, "Adaptive policies: acceptance expected at the start (0 = default)");
+  sub->add_option("--out", a->out_json, "Write the full report as JSON");
+  sub->add_option("--csv", a->out_csv, "Write one CSV row per configuration");
+  sub->add_option("--plot", a->out_svg, "Write an SVG plot (speedup vs k, acceptance per position)");
+  sub->add_option("--write-config", a->out_config, "Write the recommended configuration for generate --config");
+  sub->add_option("--cost-cache", a->cost_cache, "Cost model cache file (default ~/.cache/tandem/cost_models.json)");
+  sub->add_option("--calib-reps", a->calib_reps, "Calibration: timed repetitions per pass")->capture_default_str();
+  sub->add_flag("--recalibrate", a->recalibrate, "Measure the cost model again even if cached");
+  sub->add_flag("--no-calibrate", a->no_calibrate, "No cost model: adaptive policies use the assumed default");
+  sub->add_option("-t,--threads", a->load.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("-c,--ctx", a->load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
+  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  sub->add_flag("--json", a->json, "Print the report as JSON (the default when stdout is not a terminal)");
+  sub->add_flag("--table", a->table, "Print the table even when stdout is not a terminal");
+  sub->add_flag("-q,--quiet", a->quiet, "No progress output");
+  return {sub, [a] { return run_tune_command(*a); }};
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,111 @@
+#include "apps/server/metrics_text.hpp"
+
+#include <charconv>
+#include <cmath>
+
+namespace tandem::server {
+
+std::string prom_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+namespace {
+
+std::string label(const char* key, const std::string& value) {
+  std::string l(key);
+  l.append("=\"").append(value).append("\"");
+  return l;
+}
+
+// Appends piece by piece (GCC 12 misreports `"literal" + std::string(...)` under -Wrestrict).
+class Writer {
+ public:
+  void header(const std::string& name, const char* type, const char* help) {
+    out_.append("# HELP ").append(name).append(" ").append(help).append("\n");
+    out_.append("# TYPE ").append(name).append(" ").append(type).append("\n");
+  }
+  void sample(const std::string& name, double v, const std::string& labels = {}) {
+    out_ += name;
+    if (!labels.empty()) out_.append("{").append(labels).append("}");
+    out_.append(" ").append(prom_number(v)).append("\n");
+  }
+  void metric(const std::string& name, const char* type, const char* help, double v) {
+    header(name, type, help);
+    sample(name, v);
+  }
+  void histogram(const std::string& name, const char* help, const Histogram& h) {
+    header(name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cumulative += i < h.counts.size() ? h.counts[i] : 0;
+      sample(name + "_bucket", static_cast<double>(cumulative), label("le", prom_number(h.bounds[i])));
+    }
+    // The +Inf bucket is the total count by definition, whatever the per-bucket counts say.
+    sample(name + "_bucket", static_cast<double>(h.count), "le=\"+Inf\"");
+    sample(name + "_sum", h.sum);
+    sample(name + "_count", static_cast<double>(h.count));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+void per_position(Writer& w, const std::string& name, const char* help, const std::vector<int64_t>& v) {
+  w.header(name, "counter", help);
+  for (size_t i = 0; i < v.size(); ++i)
+    w.sample(name, static_cast<double>(v[i]), label("position", std::to_string(i)));
+}
+
+}  // namespace
+
+std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
+  Writer w;
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  w.metric("tandem_requests_total", "counter", "Requests accepted by the scheduler", d(s.requests_total));
+  w.metric("tandem_requests_finished_total", "counter", "Requests that finished (stop or length)", d(s.requests_finished));
+  w.metric("tandem_requests_cancelled_total", "counter", "Requests cancelled (client gone, timeout, shutdown)",
+           d(s.requests_cancelled));
+  w.metric("tandem_requests_failed_total", "counter", "Requests that failed with an error", d(s.requests_failed));
+  w.metric("tandem_queue_length", "gauge", "Requests waiting to be scheduled", d(s.queue_length));
+  w.metric("tandem_running_sequences", "gauge", "Sequences being decoded", d(s.running));
+  w.metric("tandem_preemptions_total", "counter", "Sequences preempted because KV blocks ran out", d(s.preemptions));
+  w.metric("tandem_kv_blocks_used", "gauge", "KV cache blocks in use", d(s.kv_blocks_used));
+  w.metric("tandem_kv_blocks_total", "gauge", "KV cache blocks in the pool", d(s.kv_blocks_total));
+  w.metric("tandem_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use",
+           s.kv_blocks_total > 0 ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0);
+  w.metric("tandem_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from shared prefix blocks",
+           d(s.prefix_cache_hits_tokens));
+  w.metric("tandem_prompt_tokens_total", "counter", "Prompt tokens processed", d(s.prompt_tokens_total));
+  w.metric("tandem_generation_tokens_total", "counter", "Tokens generated", d(s.generated_tokens_total));
+  w.metric("tandem_scheduler_steps_total", "counter", "Scheduler steps (batched target passes)", d(s.steps));
+  w.histogram("tandem_time_to_first_token_seconds", "Time from arrival to the first generated token", s.ttft);
+  w.histogram("tandem_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence", s.itl);
+
+  const SpeculativeMetrics& m = s.speculative;
+  w.metric("tandem_spec_drafts_total", "counter", "Verification steps that carried draft tokens", d(m.drafts));
+  w.metric("tandem_spec_draft_tokens_total", "counter", "Tokens drafted", d(m.drafted_tokens));
+  w.metric("tandem_spec_accepted_tokens_total", "counter", "Draft tokens the target accepted", d(m.accepted_tokens));
+  w.metric("tandem_spec_acceptance_ratio", "gauge", "Accepted over drafted tokens since start", m.acceptance_rate());
+  per_position(w, "tandem_spec_drafted_per_position_total", "Steps that drafted a token at this position",
+               m.drafted_per_position);
+  per_position(w, "tandem_spec_accepted_per_position_total", "Steps whose draft token at this position was accepted",
+               m.accepted_per_position);
+
+  w.header("tandem_http_responses_total", "counter", "HTTP responses sent, by status code");
+  for (const auto& [status, n] : h.responses_by_status)
+    w.sample("tandem_http_responses_total", static_cast<double>(n), label("code", std::to_string(status)));
+  w.metric("tandem_http_request_timeouts_total", "counter", "Requests cancelled by the request timeout",
+           static_cast<double>(h.timeouts));
+  w.metric("tandem_http_client_disconnects_total", "counter", "Requests cancelled because the client disconnected",
+           static_cast<double>(h.client_disconnects));
+  w.metric("tandem_http_open_connections", "gauge", "Open client connections", d(h.open_connections));
+  w.metric("tandem_http_active_requests", "gauge", "Generation requests in flight", d(h.active_requests));
+  return w.take();
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,102 @@
+// The OpenAI wire format, without any networking: request bodies of /v1/chat/completions
+// and /v1/completions are parsed and validated into a ParsedRequest (GenerateOptions
+// included), and responses, stream chunks and usage are built as JSON text. Everything here
+// is pure so tests/test_openai_protocol.cpp can check every field and error case.
+//
+// Semantics chosen where OpenAI leaves room (also in apps/server/README.md):
+//  - Omitted sampling fields take OpenAI's defaults (temperature 1, top_p 1), and the
+//    extensions top_k / min_p are off unless given: a plain OpenAI client gets plain
+//    sampling, not the CLI's llama.cpp-style defaults.
+//  - `null` is the same as an omitted field (some clients send nulls).
+//  - `model` may be omitted (→ the served model); a given one must be a served id.
+//  - max_tokens: completions default to 16 (OpenAI's legacy default), chat to the rest of
+//    the context; a request asking for more than fits is clamped to the context (finish
+//    "length"), a prompt that alone fills the context is a 400 context_length_exceeded.
+#pragma once
+#include <cstdint>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/engine.hpp"
+
+namespace tandem::server {
+
+enum class Endpoint { Chat, Completion };
+
+// One chat message as the client sent it; content parts are already joined into text.
+struct InputMessage {
+  std::string role;  // system | user | assistant | tool ("developer" arrives as "system")
+  std::string content;
+};
+
+// What the parser needs to know about the server.
+struct ProtocolConfig {
+  std::vector<std::string> model_ids;  // accepted `model` values; [0] is the id echoed back
+  int32_t n_vocab = 0;                 // bounds token-id prompts
+  bool has_draft_model = false;        // "speculative": {"mode": "model"} needs one
+  SpeculativeOptions default_speculative;  // server's --draft/--draft-max
+  int32_t max_stop_strings = 16;
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Completion;
+  std::string model;                   // the id responses carry
+  std::vector<InputMessage> messages;  // chat
+  std::string prompt;                  // completions, text prompt
+  std::vector<int32_t> prompt_tokens;  // completions given as token ids
+  bool prompt_is_tokens = false;
+  GenerateOptions opts;
+  bool max_tokens_given = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Throws ApiError (400 for malformed JSON / wrong types / bad values / unsupported options,
+// 404 model_not_found).
+ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const ProtocolConfig& cfg);
+
+// Once the prompt is tokenized: rejects a prompt that leaves no room to generate (400
+// context_length_exceeded) or is empty, and fits max_tokens into the context.
+void fit_to_context(ParsedRequest& req, int32_t n_prompt, int32_t context);
+
+// ---- responses --------------------------------------------------------------------------
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::Completion;
+  std::string id;  // "chatcmpl-…" / "cmpl-…"
+  std::time_t created = 0;
+  std::string model;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// "chatcmpl-" or "cmpl-" followed by 24 random hex digits.
+std::string new_response_id(Endpoint endpoint);
+
+// Cancelled requests (timeout, server shutdown) were cut short by a server limit: "length".
+const char* finish_reason_name(FinishReason r);
+
+// The whole non-streaming response.
+std::string completion_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, const Usage& u);
+
+// One stream chunk: `text` as the delta (chat) or text (completions); finish_reason null
+// while running. Chat's first chunk carries role "assistant" (role_chunk). With
+// include_usage every chunk has "usage": null, as OpenAI's do.
+std::string chunk_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, bool role_chunk,
+                       bool include_usage);
+// The extra last chunk of stream_options.include_usage: empty choices, the usage.
+std::string usage_chunk_json(const ResponseMeta& m, const Usage& u);
+
+// Server-sent events framing.
+std::string sse_event(std::string_view data);  // "data: <data>\n\n"
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// GET /v1/models and /v1/models/{id}.
+std::string models_json(const std::vector<std::string>& ids, std::time_t created);
+std::string model_json(const std::string& id, std::time_t created);
+
+}  // namespace tandem::server

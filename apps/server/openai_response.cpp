@@ -1,0 +1,124 @@
+// Building OpenAI response bodies and stream chunks (see openai_protocol.hpp).
+#include <boost/json.hpp>
+#include <random>
+
+#include "apps/server/openai_protocol.hpp"
+
+namespace json = boost::json;
+
+namespace tandem::server {
+namespace {
+
+json::object envelope(const ResponseMeta& m, const char* object) {
+  json::object o;
+  o["id"] = m.id;
+  o["object"] = object;
+  o["created"] = static_cast<int64_t>(m.created);
+  o["model"] = m.model;
+  return o;
+}
+
+json::object usage_object(const Usage& u) {
+  json::object o;
+  o["prompt_tokens"] = u.prompt_tokens;
+  o["completion_tokens"] = u.completion_tokens;
+  o["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  return o;
+}
+
+json::value reason_value(const char* finish_reason) {
+  return finish_reason ? json::value(finish_reason) : json::value(nullptr);
+}
+
+}  // namespace
+
+std::string new_response_id(Endpoint endpoint) {
+  // Ids only need to be unique enough to tell responses apart in logs; not a secret.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-";
+  for (int i = 0; i < 24; ++i) id += kHex[rng() & 15];
+  return id;
+}
+
+const char* finish_reason_name(FinishReason r) {
+  return r == FinishReason::Stop ? "stop" : "length";
+}
+
+std::string completion_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, const Usage& u) {
+  const bool chat = m.endpoint == Endpoint::Chat;
+  json::object o = envelope(m, chat ? "chat.completion" : "text_completion");
+  json::object choice;
+  choice["index"] = 0;
+  if (chat) {
+    json::object msg;
+    msg["role"] = "assistant";
+    msg["content"] = text;
+    choice["message"] = std::move(msg);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason_value(finish_reason);
+  o["choices"] = json::array{std::move(choice)};
+  o["usage"] = usage_object(u);
+  return json::serialize(o);
+}
+
+std::string chunk_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, bool role_chunk,
+                       bool include_usage) {
+  const bool chat = m.endpoint == Endpoint::Chat;
+  json::object o = envelope(m, chat ? "chat.completion.chunk" : "text_completion");
+  json::object choice;
+  choice["index"] = 0;
+  if (chat) {
+    json::object delta;
+    if (role_chunk) delta["role"] = "assistant";
+    // The closing chunk (finish_reason set, no text) has an empty delta, as OpenAI's does.
+    if (role_chunk || !text.empty() || !finish_reason) delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = reason_value(finish_reason);
+  o["choices"] = json::array{std::move(choice)};
+  if (include_usage) o["usage"] = nullptr;
+  return json::serialize(o);
+}
+
+std::string usage_chunk_json(const ResponseMeta& m, const Usage& u) {
+  json::object o = envelope(m, m.endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion");
+  o["choices"] = json::array{};
+  o["usage"] = usage_object(u);
+  return json::serialize(o);
+}
+
+std::string sse_event(std::string_view data) {
+  std::string s;
+  s.reserve(data.size() + 8);
+  s += "data: ";
+  s += data;
+  s += "\n\n";
+  return s;
+}
+
+std::string model_json(const std::string& id, std::time_t created) {
+  json::object o;
+  o["id"] = id;
+  o["object"] = "model";
+  o["created"] = static_cast<int64_t>(created);
+  o["owned_by"] = "tandem";
+  return json::serialize(o);
+}
+
+std::string models_json(const std::vector<std::string>& ids, std::time_t created) {
+  json::array data;
+  for (const std::string& id : ids) data.push_back(json::parse(model_json(id, created)));
+  json::object o;
+  o["object"] = "list";
+  o["data"] = std::move(data);
+  return json::serialize(o);
+}
+
+}  // namespace tandem::server

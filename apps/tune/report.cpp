@@ -1,0 +1,234 @@
+#include "apps/tune/report.hpp"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cmath>
+#include <map>
+
+#include "apps/tune/svg_plot.hpp"
+#include "policies/factory.hpp"
+
+namespace tandem::cli {
+namespace json = boost::json;
+
+namespace {
+
+std::string fmt(double v, int prec = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string temp_name(float t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "T=%g", t);
+  return buf;
+}
+
+double tidy(float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; }
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::map<std::string, double> per_category(const ConfigResult& c) {
+  std::map<std::string, std::pair<double, int>> acc;
+  for (const auto& p : c.prompts) {
+    acc[p.category].first += p.speedup;
+    ++acc[p.category].second;
+  }
+  std::map<std::string, double> out;
+  for (const auto& [k, v] : acc) out[k] = v.first / v.second;
+  return out;
+}
+
+}  // namespace
+
+double r_model(const ConfigResult& c, const CostModel& costs) {
+  double sum = 0, n = 0;
+  const auto& steps = c.metrics.steps_per_k;
+  for (size_t k = 1; k < steps.size(); ++k) {
+    sum += steps[k] * costs.r(static_cast<int32_t>(k));
+    n += steps[k];
+  }
+  return n > 0 ? sum / n : 1.0;
+}
+
+std::string report_json(const TuneReport& r) {
+  json::object o;
+  o["format"] = "tandem-tune-report";
+  o["version"] = 1;
+  o["created"] = r.created;
+  o["target"] = r.target;
+  o["draft"] = r.draft;
+  o["backend"] = r.backend;
+  o["n_tokens"] = r.n_tokens;
+  o["reps"] = r.reps;
+  o["elapsed_s"] = r.elapsed_s;
+  json::array prompts;
+  for (const auto& p : r.prompts) prompts.push_back(json::object{{"category", p.category}, {"text", p.text}});
+  o["prompts"] = std::move(prompts);
+  o["cost_model"] = r.costs ? json::parse(r.costs->to_json()) : json::value(nullptr);
+  json::array results;
+  for (const ConfigResult& c : r.results) {
+    json::object e;
+    e["temp"] = tidy(c.temp);
+    e["policy"] = c.policy;
+    e["k"] = c.k;
+    e["tokens"] = c.tokens;
+    e["tokens_per_s"] = c.tokens_per_s();
+    e["ar_tokens_per_s"] = c.ar_tokens_per_s();
+    e["speedup"] = c.speedup();
+    e["e2e_speedup"] = c.e2e_speedup();
+    e["cpu_speedup"] = c.cpu_speedup();
+    e["min_prompt_speedup"] = c.min_prompt_speedup();
+    e["acceptance_rate"] = c.metrics.acceptance_rate();
+    e["alpha"] = c.alpha();
+    e["mean_accepted_length"] = c.metrics.mean_accepted_length();
+    e["acceptance_per_position"] = json::value_from(c.acceptance_per_position());
+    e["c"] = c.c();
+    e["r_measured"] = c.r_measured();
+    e["predicted_speedup_r1"] = c.predicted_r1();
+    if (r.costs) {
+      e["r_model"] = r_model(c, *r.costs);
+      e["predicted_speedup"] = c.predicted(*r.costs);
+      e["gap"] = c.speedup() - c.predicted(*r.costs);
+    } else {
+      e["r_model"] = nullptr;
+      e["predicted_speedup"] = nullptr;
+      e["gap"] = nullptr;
+    }
+    e["steps_per_k"] = json::value_from(c.metrics.steps_per_k);
+    e["steps_off_fraction"] = c.steps_off_fraction();
+    json::object cats;
+    for (const auto& [k, v] : per_category(c)) cats[k] = v;
+    e["speedup_per_category"] = std::move(cats);
+    json::array per;
+    for (const auto& p : c.prompts) per.push_back(p.speedup);
+    e["speedup_per_prompt"] = std::move(per);
+    e["drafts"] = c.metrics.drafts;
+    e["drafted_tokens"] = c.metrics.drafted_tokens;
+    e["accepted_tokens"] = c.metrics.accepted_tokens;
+    results.push_back(std::move(e));
+  }
+  o["results"] = std::move(results);
+  json::array recs;
+  for (const Recommendation& rc : r.recommendations)
+    recs.push_back(json::object{
+        {"temp", tidy(rc.temp)}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha}});
+  o["recommendations"] = std::move(recs);
+  return json::serialize(o);
+}
+
+std::string report_csv(const TuneReport& r) {
+  std::string s =
+      "temp,policy,k,tokens,tokens_per_s,ar_tokens_per_s,speedup,e2e_speedup,cpu_speedup,min_prompt_speedup,"
+      "acceptance_rate,"
+      "alpha,mean_accepted_length,c,r_model,r_measured,predicted_speedup_r1,predicted_speedup,gap,"
+      "steps_off_fraction,acceptance_per_position\n";
+  for (const ConfigResult& c : r.results) {
+    std::string acc;
+    for (double a : c.acceptance_per_position()) acc += (acc.empty() ? "" : ";") + fmt(a, 4);
+    const bool cm = r.costs != nullptr;
+    s += fmt(c.temp, 2) + "," + c.policy + "," + std::to_string(c.k) + "," + std::to_string(c.tokens) + "," +
+         fmt(c.tokens_per_s()) + "," + fmt(c.ar_tokens_per_s()) + "," + fmt(c.speedup(), 4) + "," +
+         fmt(c.e2e_speedup(), 4) + "," + fmt(c.cpu_speedup(), 4) + "," + fmt(c.min_prompt_speedup(), 4) + "," + fmt(c.metrics.acceptance_rate(), 4) +
+         "," + fmt(c.alpha(), 4) + "," + fmt(c.metrics.mean_accepted_length(), 4) + "," + fmt(c.c(), 4) + "," +
+         (cm ? fmt(r_model(c, *r.costs), 4) : "") + "," + fmt(c.r_measured(), 4) + "," + fmt(c.predicted_r1(), 4) +
+         "," + (cm ? fmt(c.predicted(*r.costs), 4) : "") + "," +
+         (cm ? fmt(c.speedup() - c.predicted(*r.costs), 4) : "") + "," + fmt(c.steps_off_fraction(), 4) + "," + acc +
+         "\n";
+  }
+  return s;
+}
+
+std::string report_svg(const TuneReport& r) {
+  Chart speed;
+  speed.title = "Speedup over plain decoding";
+  speed.x_label = "k (draft tokens per step; adaptive policies: largest k allowed)";
+  speed.y_label = "decode speedup";
+  speed.reference_y = 1.0;
+  speed.integer_x = true;
+  Chart acc;
+  acc.title = "Acceptance at each draft position";
+  acc.x_label = "draft position";
+  acc.y_label = "accepted / drafted";
+  acc.y_from_zero = true;
+  acc.integer_x = true;
+  // Colour: the policy; line style: the temperature.
+  const auto& names = policy_names();
+  auto color_of = [&](const std::string& p) {
+    return static_cast<int>(std::find(names.begin(), names.end(), p) - names.begin());
+  };
+  const char* dashes[] = {"", "7 4", "2 3", "10 3 2 3"};
+  for (size_t ti = 0; ti < r.temps.size(); ++ti) {
+    const float t = r.temps[ti];
+    const std::string dash = dashes[ti % 4];
+    std::map<std::string, Series> by_policy;
+    const ConfigResult* widest = nullptr;
+    for (const ConfigResult& c : r.results) {
+      if (c.temp != t) continue;
+      Series& s = by_policy[c.policy];
+      s.name = c.policy + " " + temp_name(t);
+      s.markers_only = policy_uses_cost_model(c.policy);
+      s.color = color_of(c.policy);
+      s.dash = dash;
+      s.points.emplace_back(c.k, c.speedup());
+      if (!policy_uses_cost_model(c.policy) &&
+          (!widest || c.acceptance_per_position().size() > widest->acceptance_per_position().size()))
+        widest = &c;
+    }
+    for (auto& [name, s] : by_policy) speed.series.push_back(std::move(s));
+    if (widest) {
+      Series a;
+      a.name = widest->policy + " k=" + std::to_string(widest->k) + " " + temp_name(t);
+      a.color = static_cast<int>(ti);
+      a.dash = dash;
+      const auto per = widest->acceptance_per_position();
+      for (size_t i = 0; i < per.size(); ++i) a.points.emplace_back(static_cast<double>(i + 1), per[i]);
+      acc.series.push_back(std::move(a));
+    }
+  }
+  const double w = 760, h = 360;
+  std::string header = "<text x=\"20\" y=\"24\" font-size=\"13\">" +
+                       xml_escape("tandem tune: " + base_name(r.target) + " with " + base_name(r.draft) + ", " +
+                                  r.backend + ", " + std::to_string(r.n_tokens) + " tokens per run") +
+                       "</text>\n";
+  return svg_document(w, 2 * h + 40, {header, render_chart(speed, 0, 40, w, h), render_chart(acc, 0, 40 + h, w, h)});
+}
+
+void print_table(const TuneReport& r, std::FILE* out) {
+  std::fprintf(out, "target %s\ndraft  %s\nbackend %s, %d tokens per run, %zu prompts x %d\n\n", r.target.c_str(),
+               r.draft.c_str(), r.backend.c_str(), r.n_tokens, r.prompts.size(), r.reps);
+  std::fprintf(out, "%-5s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
+               "policy", "k", "tok/s", "plain", "speedup", "worst", "e2e", "cpu", "acc", "alpha", "E", "c", "r(k)", "r_ms", "S(r=1)", "S_pred",
+               "gap", "off%");
+  for (const ConfigResult& c : r.results) {
+    const bool cm = r.costs != nullptr;
+    const std::string off = policy_uses_cost_model(c.policy) ? fmt(100.0 * c.steps_off_fraction(), 1) : "-";
+    std::fprintf(out,
+                 "%-5.2f %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
+                 c.temp, c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
+                 c.min_prompt_speedup(), c.e2e_speedup(), c.cpu_speedup(), c.metrics.acceptance_rate(), c.alpha(), c.metrics.mean_accepted_length(),
+                 c.c(), cm ? fmt(r_model(c, *r.costs), 2).c_str() : "-", c.r_measured(), c.predicted_r1(),
+                 cm ? fmt(c.predicted(*r.costs), 2).c_str() : "-",
+                 cm ? fmt(c.speedup() - c.predicted(*r.costs), 2).c_str() : "-", off.c_str());
+  }
+  std::fprintf(out,
+               "\nspeedup: decode tokens/s over plain decoding of the same prompts, run in between; worst: the "
+               "worst prompt;\ne2e: the same over prefill + decode time; cpu: over decode CPU time (robust to machine "
+               "load with -t 1);\nacc: accepted/drafted; alpha: per-token acceptance (tried positions); E: mean "
+               "accepted length;\nc: draft forward / plain target pass; r(k): cost model, r_ms: measured "
+               "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
+               "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0).\n\n");
+  for (const Recommendation& rc : r.recommendations) {
+    if (rc.policy == "none")
+      std::fprintf(out, "recommended at T=%.2f: plain decoding (no configuration beat it)\n", rc.temp);
+    else
+      std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d (speedup %.3f)\n", rc.temp,
+                   rc.policy.c_str(), rc.k, rc.speedup);
+  }
+}
+
+}  // namespace tandem::cli

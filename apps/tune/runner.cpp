@@ -1,0 +1,423 @@
+#include "apps/tune/runner.hpp"
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <time.h>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include "policies/factory.hpp"
+
+namespace tandem::cli {
+namespace json = boost::json;
+
+namespace {
+
+std::string chatml(const std::string& user) {
+  return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t p = s.find(sep, start);
+    out.push_back(trim(s.substr(start, p == std::string::npos ? std::string::npos : p - start)));
+    if (p == std::string::npos) break;
+    start = p + 1;
+  }
+  return out;
+}
+
+std::string unescape_newlines(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && s[i + 1] == 'n') {
+      out += '\n';
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// One generation's numbers.
+struct Run {
+  double decode_ms = 0.0, total_ms = 0.0, cpu_decode_ms = 0.0;
+  int64_t tokens = 0;  // decode tokens
+  SpeculativeMetrics m;
+};
+
+Run generate(Engine& e, const std::string& prompt, const GenerateOptions& g) {
+  // Decode starts when the first token arrives (it comes from the prefill pass).
+  double cpu_first = -1.0;
+  const GenerateResult r = e.generate(prompt, g, [&](std::string_view, int32_t) {
+    if (cpu_first < 0) cpu_first = cpu_ms();
+    return true;
+  });
+  const double cpu_end = cpu_ms();
+  Run out;
+  out.cpu_decode_ms = cpu_first >= 0 ? cpu_end - cpu_first : 0.0;
+  out.decode_ms = r.timings.decode_ms;
+  out.total_ms = r.timings.prefill_ms + r.timings.decode_ms;
+  out.tokens = std::max(0, r.timings.n_generated - 1);
+  out.m = r.speculative;
+  return out;
+}
+
+struct Config {
+  std::string policy;
+  int32_t k;
+};
+
+}  // namespace
+
+const std::vector<TunePrompt>& builtin_prompts() {
+  static const std::vector<TunePrompt> p = {
+      {"chat", chatml("What are three good habits for staying focused while working from home?")},
+      {"chat", chatml("Explain in a few sentences why the sky is blue.")},
+      {"chat", chatml("Suggest a name for a small bakery and say why it works.")},
+      {"code", "def quicksort(arr):\n    \"\"\"Sort a list of numbers in ascending order.\"\"\"\n"},
+      {"code", "// Returns true when n is a prime number.\nbool is_prime(int n) {\n"},
+      {"code", chatml("Write a Python function that counts the words in a text file.")},
+      {"summarise", chatml("Summarise in one sentence: The city council met on Tuesday to discuss the new bike "
+                           "lanes. Residents spoke for and against the plan. The council voted 5 to 2 to build "
+                           "the lanes next spring, with a review after one year.")},
+      {"summarise", chatml("Summarise: Photosynthesis lets plants turn sunlight, water and carbon dioxide into "
+                           "sugar and oxygen. It happens mostly in the leaves, inside chloroplasts, and it is the "
+                           "source of nearly all the oxygen in the air.")},
+      {"summarise", chatml("Give a two-line summary: The meeting moved from Monday to Thursday because the "
+                           "projector was broken. Anna will bring a new one. Everyone should read the report "
+                           "before Thursday and send questions to Ben.")},
+  };
+  return p;
+}
+
+std::vector<TunePrompt> load_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open prompts file " + path);
+  const bool jsonl = path.size() >= 6 && path.substr(path.size() - 6) == ".jsonl";
+  std::vector<TunePrompt> out;
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (trim(line).empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
+    if (!jsonl) {
+      out.push_back({"file", unescape_newlines(line)});
+      continue;
+    }
+    boost::system::error_code ec;
+    const json::value v = json::parse(line, ec);
+    if (ec || !v.is_object()) throw std::runtime_error(where + ": not a JSON object");
+    const json::object& o = v.as_object();
+    const json::value* text = o.if_contains("prompt");
+    if (!text) text = o.if_contains("text");
+    if (!text || !text->is_string()) throw std::runtime_error(where + ": needs a \"prompt\" string");
+    TunePrompt p{"file", std::string(text->as_string())};
+    if (const json::value* c = o.if_contains("category"); c && c->is_string()) p.category = std::string(c->as_string());
+    if (p.text.empty()) throw std::runtime_error(where + ": empty prompt");
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) throw std::runtime_error(path + ": no prompts");
+  return out;
+}
+
+std::vector<int32_t> parse_k_list(const std::string& s) {
+  std::vector<int32_t> ks;
+  auto num = [&](const std::string& t) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != t.size() || v < 1 || v > 32)
+      throw std::invalid_argument("draft lengths must be integers in 1..32: '" + s + "'");
+    return static_cast<int32_t>(v);
+  };
+  for (const std::string& part : split(s, ',')) {
+    const size_t dots = part.find("..");
+    if (dots == std::string::npos) {
+      ks.push_back(num(part));
+      continue;
+    }
+    const int32_t a = num(trim(part.substr(0, dots))), b = num(trim(part.substr(dots + 2)));
+    if (a > b) throw std::invalid_argument("empty range '" + part + "'");
+    for (int32_t k = a; k <= b; ++k) ks.push_back(k);
+  }
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  return ks;
+}
+
+std::vector<float> parse_float_list(const std::string& s) {
+  std::vector<float> out;
+  for (const std::string& part : split(s, ',')) {
+    size_t used = 0;
+    float v = 0;
+    try {
+      v = std::stof(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || !(v >= 0.0f) || !std::isfinite(v))
+      throw std::invalid_argument("temperatures must be numbers >= 0: '" + s + "'");
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::string> parse_name_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (const std::string& part : split(s, ','))
+    if (!part.empty() && std::find(out.begin(), out.end(), part) == out.end()) out.push_back(part);
+  if (out.empty()) throw std::invalid_argument("empty list: '" + s + "'");
+  return out;
+}
+
+// ---- ConfigResult ------------------------------------------------------------------------
+
+double ConfigResult::speedup() const {
+  const double ar = ar_tokens_per_s();
+  return ar > 0 ? tokens_per_s() / ar : 0.0;
+}
+
+double ConfigResult::e2e_speedup() const {
+  // Both generate the same number of tokens per prompt.
+  return total_ms > 0 && ar_tokens > 0 ? (ar_total_ms / ar_tokens) / (total_ms / std::max<int64_t>(1, tokens)) : 0.0;
+}
+
+double ConfigResult::cpu_speedup() const {
+  return cpu_decode_ms > 0 && ar_tokens > 0 ? (ar_cpu_decode_ms / ar_tokens) / (cpu_decode_ms / std::max<int64_t>(1, tokens))
+                                            : 0.0;
+}
+
+double ConfigResult::min_prompt_speedup() const {
+  double m = std::numeric_limits<double>::infinity();
+  for (const Prompt& p : prompts) m = std::min(m, p.speedup);
+  return prompts.empty() ? 0.0 : m;
+}
+
+double ConfigResult::alpha() const {
+  const auto& d = metrics.drafted_per_position;
+  const auto& a = metrics.accepted_per_position;
+  double trials = 0, accepted = 0;
+  for (size_t i = 0; i < d.size() && i < a.size(); ++i) {
+    // Tried at i: drafted there with everything before it accepted.
+    const double before = i == 0 ? static_cast<double>(d[0]) : static_cast<double>(a[i - 1]);
+    trials += std::min(before, static_cast<double>(d[i]));
+    accepted += static_cast<double>(a[i]);
+  }
+  return trials > 0 ? accepted / trials : 0.0;
+}
+
+std::vector<double> ConfigResult::acceptance_per_position() const {
+  std::vector<double> out;
+  const auto& d = metrics.drafted_per_position;
+  const auto& a = metrics.accepted_per_position;
+  for (size_t i = 0; i < d.size() && i < a.size(); ++i) {
+    if (d[i] == 0) break;
+    out.push_back(static_cast<double>(a[i]) / static_cast<double>(d[i]));
+  }
+  return out;
+}
+
+double ConfigResult::c() const {
+  const double t1 = ar_pass_ms();
+  return metrics.draft_forwards > 0 && t1 > 0 ? (metrics.draft_ms / metrics.draft_forwards) / t1 : 0.0;
+}
+
+double ConfigResult::r_measured() const {
+  const double t1 = ar_pass_ms();
+  return metrics.target_passes > 0 && t1 > 0 ? (metrics.target_ms / metrics.target_passes) / t1 : 0.0;
+}
+
+double ConfigResult::steps_off_fraction() const {
+  int64_t all = 0;
+  for (int64_t s : metrics.steps_per_k) all += s;
+  return all > 0 ? static_cast<double>(metrics.steps_per_k[0]) / static_cast<double>(all) : 0.0;
+}
+
+namespace {
+// Σ_k n_k·E(α, k) / Σ_k n_k·(k·c + r(k)) over the steps that chose each k.
+double mixture(const ConfigResult& r, const std::function<double(int32_t)>& rk) {
+  const double a = r.alpha(), c = r.c();
+  double tokens = 0, cost = 0;
+  const auto& steps = r.metrics.steps_per_k;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const auto kk = static_cast<int32_t>(k);
+    tokens += steps[k] * CostModel::expected_tokens(a, kk);
+    cost += steps[k] * (kk == 0 ? 1.0 : kk * c + rk(kk));
+  }
+  return cost > 0 ? tokens / cost : 0.0;
+}
+}  // namespace
+
+double ConfigResult::predicted_r1() const {
+  return mixture(*this, [](int32_t) { return 1.0; });
+}
+
+double ConfigResult::predicted(const CostModel& costs) const {
+  return mixture(*this, [&](int32_t k) { return costs.r(k); });
+}
+
+// ---- the run ----------------------------------------------------------------------------
+
+std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, const std::vector<float>& temps) {
+  std::vector<Recommendation> out;
+  for (float t : temps) {
+    Recommendation best;
+    best.temp = t;
+    best.policy = "none";
+    for (const ConfigResult& r : results) {
+      if (r.temp != t || r.speedup() <= best.speedup) continue;
+      best.policy = r.policy;
+      best.k = r.k;
+      best.speedup = r.speedup();
+      best.alpha = r.alpha();
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
+TuneReport run_tune(Engine& engine, const TuneOptions& o) {
+  if (o.k_values.empty() || o.temps.empty() || o.policies.empty())
+    throw std::invalid_argument("tune needs at least one draft length, temperature and policy");
+  for (const std::string& p : o.policies)
+    if (!is_policy_name(p) || p.empty()) throw std::invalid_argument("unknown policy '" + p + "'");
+  if (o.n_tokens < 2) throw std::invalid_argument("tune needs at least 2 tokens per generation");
+  if (o.reps < 1 || o.ar_every < 1) throw std::invalid_argument("tune needs reps >= 1 and ar_every >= 1");
+  const ModelInfo info = engine.info();
+  if (o.mode == DraftMode::Model && info.draft_path.empty())
+    throw std::invalid_argument("tune with a draft model needs one loaded (--model-draft)");
+  if (o.mode == DraftMode::None) throw std::invalid_argument("tune compares speculation with plain decoding");
+
+  TuneReport rep;
+  rep.target = info.path;
+  rep.draft = o.mode == DraftMode::Ngram ? "ngram" : info.draft_path;
+  rep.backend = info.backend;
+  rep.n_tokens = o.n_tokens;
+  rep.reps = o.reps;
+  rep.temps = o.temps;
+  rep.prompts = o.prompts.empty() ? builtin_prompts() : o.prompts;
+  rep.costs = engine.cost_model();
+  {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    rep.created = buf;
+  }
+
+  // Fixed-k policies at every k; the adaptive ones at the largest (they choose below it).
+  std::vector<Config> configs;
+  const int32_t k_top = o.k_values.back();
+  for (const std::string& p : o.policies) {
+    if (policy_uses_cost_model(p)) {
+      configs.push_back({p, k_top});
+    } else {
+      for (int32_t k : o.k_values) configs.push_back({p, k});
+    }
+  }
+  const int64_t C = static_cast<int64_t>(configs.size());
+  const int64_t ar_runs = 1 + (C + o.ar_every - 1) / o.ar_every;
+  const int64_t total =
+      static_cast<int64_t>(o.temps.size()) * o.reps * static_cast<int64_t>(rep.prompts.size()) * (C + ar_runs);
+  int64_t done = 0;
+  const auto t_start = Clock::now();
+
+  for (float temp : o.temps) {
+    const size_t first = rep.results.size();
+    for (const Config& c : configs) {
+      ConfigResult r;
+      r.policy = c.policy;
+      r.k = c.k;
+      r.temp = temp;
+      rep.results.push_back(std::move(r));
+    }
+    for (int32_t pass = 0; pass < o.reps; ++pass) {
+      for (size_t pi = 0; pi < rep.prompts.size(); ++pi) {
+        const TunePrompt& prompt = rep.prompts[pi];
+        GenerateOptions base;
+        base.max_tokens = o.n_tokens;
+        base.ignore_eos = true;  // every run generates exactly n tokens
+        base.sampling.temperature = temp;
+        base.sampling.seed = o.seed + 1000003ull * static_cast<uint64_t>(pass) + pi;
+        const std::string where = "T=" + std::to_string(temp).substr(0, 4) + " " + prompt.category + " #" +
+                                  std::to_string(pi + 1);
+        auto step = [&](const std::string& what) {
+          ++done;
+          if (o.progress) o.progress(done, total, where + " " + what);
+        };
+        auto plain = [&] {
+          Run r = generate(engine, prompt.text, base);
+          step("plain");
+          return r;
+        };
+        Run ar_before = plain();
+        std::vector<std::pair<size_t, Run>> group;
+        for (size_t ci = 0; ci < configs.size(); ++ci) {
+          GenerateOptions g = base;
+          g.speculative.mode = o.mode;
+          g.speculative.policy = configs[ci].policy;
+          g.speculative.draft_max = configs[ci].k;
+          g.speculative.alpha_prior = o.alpha_prior;
+          group.emplace_back(ci, generate(engine, prompt.text, g));
+          step(configs[ci].policy + " k=" + std::to_string(configs[ci].k));
+          if (group.size() < static_cast<size_t>(o.ar_every) && ci + 1 < configs.size()) continue;
+          const Run ar_after = plain();
+          for (auto& [idx, run] : group) {
+            ConfigResult& res = rep.results[first + idx];
+            const double ar_decode = 0.5 * (ar_before.decode_ms + ar_after.decode_ms);
+            const double ar_total = 0.5 * (ar_before.total_ms + ar_after.total_ms);
+            const int64_t ar_tokens = (ar_before.tokens + ar_after.tokens) / 2;
+            res.tokens += run.tokens;
+            res.decode_ms += run.decode_ms;
+            res.total_ms += run.total_ms;
+            res.ar_tokens += ar_tokens;
+            res.ar_decode_ms += ar_decode;
+            res.ar_total_ms += ar_total;
+            res.cpu_decode_ms += run.cpu_decode_ms;
+            res.ar_cpu_decode_ms += 0.5 * (ar_before.cpu_decode_ms + ar_after.cpu_decode_ms);
+            res.ar_target_ms += ar_before.m.target_ms + ar_after.m.target_ms;
+            res.ar_target_passes += ar_before.m.target_passes + ar_after.m.target_passes;
+            res.metrics.merge(run.m);
+            const double sp = run.decode_ms > 0 && ar_decode > 0 && ar_tokens > 0
+                                  ? (run.tokens / run.decode_ms) / (ar_tokens / ar_decode)
+                                  : 0.0;
+            res.prompts.push_back({prompt.category, sp});
+          }
+          group.clear();
+          ar_before = ar_after;
+        }
+      }
+    }
+  }
+  rep.recommendations = recommend(rep.results, rep.temps);
+  rep.elapsed_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  return rep;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,212 @@
+/* tandem C API: load a GGUF model (and optionally a draft model), generate text with
+ * streaming and speculative decoding, tokenize and detokenize.
+ *
+ * Plain C99 types only, so it can be used from C and through any FFI (Python ctypes/cffi,
+ * Rust, Go, ...). No C++ exception ever crosses this boundary.
+ *
+ * Conventions
+ *  - Functions return a tandem_status: TANDEM_OK (0) on success, a negative TANDEM_ERR_*
+ *    code on failure. tandem_last_error() then describes the failure in English.
+ *  - Handles (tandem_engine*, tandem_result*) are opaque or library-allocated and freed with
+ *    the matching *_free function; freeing NULL is a no-op.
+ *  - Parameter structs start with `struct_size`: initialise them with the *_init function,
+ *    passing sizeof the struct as your program sees it. A library newer than your header
+ *    then uses defaults for the fields your program does not know about, so programs built
+ *    against an older header keep working with a newer libtandem (same major version).
+ *  - Strings are NUL-terminated UTF-8 unless a length is given.
+ *
+ * Thread safety
+ *  - tandem_last_error() is per thread.
+ *  - A tandem_engine may be shared between threads: tandem_generate* calls on one engine run
+ *    one at a time (later callers wait); tandem_tokenize, tandem_detokenize,
+ *    tandem_engine_info and tandem_engine_cancel may be called at any time from any thread.
+ *    tandem_engine_free must not overlap any other call on that engine.
+ *  - Separate engines are independent and run in parallel (each has its own threads).
+ *  - A tandem_result belongs to the caller; it is not tied to its engine. */
+#ifndef TANDEM_TANDEM_H
+#define TANDEM_TANDEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tandem/export.h"
+
+/* The version of this header. tandem_version() gives the library's. */
+#define TANDEM_VERSION_MAJOR 0
+#define TANDEM_VERSION_MINOR 1
+#define TANDEM_VERSION_PATCH 0
+#define TANDEM_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tandem_status {
+  TANDEM_OK = 0,
+  /* Not an error: the generation was cancelled (stream callback returned non-zero, or
+   * tandem_engine_cancel). The result holds the output produced until then. */
+  TANDEM_CANCELLED = 1,
+  TANDEM_ERR_INVALID_ARGUMENT = -1, /* NULL/invalid handle or pointer, bad option value, prompt too long */
+  TANDEM_ERR_LOAD = -2,             /* model file missing, unreadable, corrupt, unsupported, or draft incompatible */
+  TANDEM_ERR_BUFFER_TOO_SMALL = -3, /* the required size was stored; call again with a larger buffer */
+  TANDEM_ERR_OUT_OF_MEMORY = -4,
+  TANDEM_ERR_RUNTIME = -5,          /* failure while generating (e.g. the KV cache is full) */
+  TANDEM_ERR_INTERNAL = -6          /* unexpected failure inside the library (a bug: please report) */
+} tandem_status;
+
+typedef enum tandem_finish_reason {
+  TANDEM_FINISH_STOP = 0,      /* end-of-generation token or a stop string */
+  TANDEM_FINISH_LENGTH = 1,    /* max_tokens or the context limit reached */
+  TANDEM_FINISH_CANCELLED = 2  /* stream callback returned non-zero or tandem_engine_cancel */
+} tandem_finish_reason;
+
+typedef enum tandem_draft_mode {
+  TANDEM_DRAFT_NONE = 0,   /* plain autoregressive decoding */
+  TANDEM_DRAFT_MODEL = 1,  /* the draft model given at load time proposes tokens */
+  TANDEM_DRAFT_NGRAM = 2   /* prompt lookup: continue an earlier occurrence of the last n tokens */
+} tandem_draft_mode;
+
+typedef struct tandem_engine tandem_engine; /* opaque */
+
+typedef struct tandem_load_params {
+  size_t struct_size;
+  const char* model_path;        /* required */
+  const char* draft_model_path;  /* NULL or "" → no draft model; must share the target's vocabulary */
+  int32_t threads;               /* 0 → one per available core */
+  int32_t context;               /* max tokens per sequence; 0 → min(model's training context, 4096) */
+  const char* kv_type;           /* NULL → "f16"; or "f32" */
+  const char* device;            /* NULL → "cpu" */
+} tandem_load_params;
+
+/* Speculative decoding never changes greedy output, and keeps the sampled output's
+ * distribution: it only changes speed. */
+typedef struct tandem_generate_params {
+  size_t struct_size;
+  int32_t max_tokens;            /* default 128 */
+  /* sampling */
+  float temperature;             /* default 0.8; <= 0 → greedy */
+  int32_t top_k;                 /* default 40; <= 0 → off */
+  float top_p;                   /* default 0.95; >= 1 → off */
+  float min_p;                   /* default 0.05; <= 0 → off */
+  float repetition_penalty;      /* default 1 (off) */
+  int32_t repetition_window;     /* default 64; < 0 → whole history */
+  float presence_penalty;        /* default 0 */
+  float frequency_penalty;       /* default 0 */
+  uint64_t seed;                 /* default 0 */
+  /* output */
+  const char* const* stop;       /* n_stop strings; generation ends before the first occurrence */
+  size_t n_stop;
+  int32_t add_special;           /* default 1: prepend BOS etc. as the model's metadata says */
+  int32_t parse_special;         /* default 1: special-token texts in the prompt become special tokens */
+  int32_t ignore_eos;            /* default 0 */
+  /* speculative decoding */
+  int32_t draft_mode;            /* a tandem_draft_mode; default TANDEM_DRAFT_NONE */
+  int32_t draft_max;             /* default 4: tokens drafted per step */
+  int32_t draft_min;             /* default 0: fewer drafted tokens than this → plain step */
+  float draft_p_min;             /* default 0: stop drafting below this draft probability */
+  int32_t ngram_min;             /* default 1 */
+  int32_t ngram_max;             /* default 4 */
+} tandem_generate_params;
+
+/* Allocated by the library, freed with tandem_result_free. New fields are only ever added
+ * at the end; struct_size says how many bytes this library filled in. */
+typedef struct tandem_result {
+  size_t struct_size;
+  const char* text;              /* generated text (NUL-terminated), cut before a stop string */
+  size_t text_len;
+  const int32_t* tokens;         /* generated tokens (a stop string's tokens included) */
+  size_t n_tokens;
+  const int32_t* prompt_tokens;
+  size_t n_prompt_tokens;
+  int32_t finish_reason;         /* a tandem_finish_reason */
+  /* timings */
+  double prefill_ms;             /* prompt forward, up to the first sampled token */
+  double decode_ms;              /* every later token */
+  double prefill_tokens_per_s;
+  double decode_tokens_per_s;
+  /* speculative decoding (zero without it) */
+  int64_t spec_drafts;           /* verification steps that carried at least one draft token */
+  int64_t spec_drafted_tokens;
+  int64_t spec_accepted_tokens;
+  double spec_acceptance_rate;   /* accepted / drafted */
+  double spec_mean_accepted_length; /* tokens per draft step, the corrected/bonus token included */
+  int64_t spec_target_passes;    /* target forward passes while decoding */
+  int64_t spec_draft_forwards;   /* draft model forward passes */
+  double spec_draft_ms;
+  double spec_target_ms;
+  double spec_verify_ms;
+  const int64_t* spec_drafted_per_position;  /* [spec_n_positions]: steps that drafted position i */
+  const int64_t* spec_accepted_per_position; /* [spec_n_positions]: steps whose draft i was accepted */
+  size_t spec_n_positions;
+} tandem_result;
+
+/* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */
+typedef struct tandem_model_info {
+  size_t struct_size;
+  const char* path;
+  const char* architecture;      /* "llama", "qwen2", "gemma3" */
+  const char* name;
+  const char* backend;           /* e.g. "cpu (avx2, 4 threads)" */
+  const char* draft_path;        /* "" without a draft model */
+  const char* draft_name;
+  int32_t n_vocab, n_layer, n_embd, n_head, n_head_kv;
+  int32_t context;               /* max tokens per sequence */
+  uint64_t weight_bytes, kv_bytes;
+} tandem_model_info;
+
+/* Called on the generating thread for every generated token, with the text it completed
+ * (len bytes followed by a NUL; len is 0 while a UTF-8 character or a possible stop string
+ * is incomplete). Text held back until the end comes in one last call (token = the last
+ * token) whose return value is ignored. Return 0 to continue, non-zero to cancel: the
+ * generation then stops without another token. The callback must not call tandem_generate*
+ * on the same engine (it would wait forever); other calls are fine. */
+typedef int (*tandem_stream_fn)(const char* text, size_t len, int32_t token, void* user_data);
+
+/* ---- library ------------------------------------------------------------------------ */
+TANDEM_API const char* tandem_version(void);  /* e.g. "0.1.0" */
+/* The message of the last tandem_* call on this thread: "" when it succeeded. */
+TANDEM_API const char* tandem_last_error(void);
+TANDEM_API const char* tandem_status_string(tandem_status status);  /* "ok", "invalid argument", ... */
+TANDEM_API const char* tandem_finish_reason_string(int32_t reason);  /* "stop", "length", "cancelled" */
+
+/* ---- parameters: fill with defaults; struct_size = sizeof(*params) ------------------- */
+TANDEM_API tandem_status tandem_load_params_init(tandem_load_params* params, size_t struct_size);
+TANDEM_API tandem_status tandem_generate_params_init(tandem_generate_params* params, size_t struct_size);
+
+/* ---- engine ------------------------------------------------------------------------- */
+TANDEM_API tandem_status tandem_engine_load(const tandem_load_params* params, tandem_engine** out_engine);
+TANDEM_API void tandem_engine_free(tandem_engine* engine);
+TANDEM_API tandem_status tandem_engine_info(const tandem_engine* engine, tandem_model_info* out_info);
+/* Cancels every generation running or waiting on this engine when it is called (later ones
+ * are unaffected); they return TANDEM_CANCELLED at their next token. A long prompt's
+ * prefill is not interrupted. Safe from any thread, e.g. a signal-watching thread. */
+TANDEM_API tandem_status tandem_engine_cancel(tandem_engine* engine);
+
+/* ---- generation ---------------------------------------------------------------------
+ * params NULL → defaults. callback may be NULL. out_result may be NULL when only the
+ * stream is wanted; otherwise it receives a result (also on TANDEM_CANCELLED) to free with
+ * tandem_result_free, or NULL on error. */
+TANDEM_API tandem_status tandem_generate(tandem_engine* engine, const char* prompt,
+                                         const tandem_generate_params* params, tandem_stream_fn callback,
+                                         void* user_data, tandem_result** out_result);
+TANDEM_API tandem_status tandem_generate_tokens(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
+                                                const tandem_generate_params* params, tandem_stream_fn callback,
+                                                void* user_data, tandem_result** out_result);
+TANDEM_API void tandem_result_free(tandem_result* result);
+
+/* ---- tokenizer ----------------------------------------------------------------------
+ * Both store the full size in *out_n / *out_len. If it does not fit (tokens: capacity
+ * elements; text: capacity bytes including the NUL) they return TANDEM_ERR_BUFFER_TOO_SMALL
+ * and write nothing: call again with a buffer that large (NULL with capacity 0 to query). */
+TANDEM_API tandem_status tandem_tokenize(const tandem_engine* engine, const char* text, int add_special,
+                                         int parse_special, int32_t* tokens, size_t capacity, size_t* out_n);
+/* Raw bytes of the tokens' texts (a cut UTF-8 character stays cut); ids outside the
+ * vocabulary are an error. */
+TANDEM_API tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens,
+                                           char* text, size_t capacity, size_t* out_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TANDEM_TANDEM_H */

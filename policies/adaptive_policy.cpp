@@ -1,0 +1,91 @@
+#include "policies/adaptive_policy.hpp"
+
+#include <algorithm>
+
+namespace tandem {
+
+AdaptivePolicy::AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg)
+    : costs_(costs), cfg_(cfg), est_(cfg.alpha_prior, cfg.prior_weight, cfg.decay) {
+  reset();
+}
+
+void AdaptivePolicy::reset() {
+  est_.reset();
+  off_ = false;
+  off_steps_ = 0;
+  credit_ = 0.0;
+  budget_ = cfg_.probe_budget;
+  probing_ = false;
+  last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
+}
+
+int32_t AdaptivePolicy::best_k(double alpha, int32_t k_max, int32_t batch, double* speedup) const {
+  int32_t best = 0;
+  double best_s = 1.0;
+  for (int32_t k = 1; k <= k_max; ++k) {
+    const double s = costs_.predict_speedup(alpha, k, batch, cfg_.draft_free);
+    if (s > best_s) {
+      best_s = s;
+      best = k;
+    }
+  }
+  if (best_s < 1.0 + cfg_.min_gain) {
+    best = 0;
+    best_s = 1.0;
+  }
+  if (speedup) *speedup = best_s;
+  return best;
+}
+
+double AdaptivePolicy::probe_cost(const PolicyInput& in, int32_t k, int32_t batch) const {
+  // Over a plain step: the catch-up pass (whose logits give the first draft token), the
+  // other k − 1 draft steps, and the wider target pass.
+  const int32_t missed = std::max(1, in.position - last_draft_pos_);
+  const double draft = cfg_.draft_free ? 0.0 : costs_.catch_up(missed, batch) + (k - 1) * costs_.c(batch);
+  return draft + costs_.r(k, batch) - 1.0;
+}
+
+int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
+  const int32_t batch = cfg_.batch_aware ? std::max(1, in.batch_size) : 1;
+  probing_ = false;
+  if (in.k_max <= 0) return 0;
+  // Not even a draft that is always right would pay here: no point probing for α.
+  if (best_k(1.0, in.k_max, batch) == 0) {
+    off_ = true;
+    return 0;
+  }
+  const int32_t k = best_k(est_.mean(), in.k_max, batch);
+  if (k > 0) {
+    if (off_) budget_ = cfg_.probe_budget;  // back on: probing is cheap again next time
+    off_ = false;
+    last_draft_pos_ = in.position;
+    return k;
+  }
+  if (!off_) {
+    off_ = true;
+    off_steps_ = 0;
+    credit_ = 0.0;
+  }
+  // Off. Save up probe budget (each off step is about one target step of time).
+  ++off_steps_;
+  credit_ += budget_;
+  const int32_t k_probe = std::max(1, best_k(cfg_.alpha_prior, in.k_max, batch));
+  const bool forced = cfg_.max_probe_interval > 0 && off_steps_ >= cfg_.max_probe_interval;
+  if (credit_ < probe_cost(in, k_probe, batch) && !forced) return 0;
+  off_steps_ = 0;
+  credit_ = 0.0;
+  budget_ = std::max(cfg_.probe_budget / 8, budget_ / 2);  // restored if the probe turns it on
+  probing_ = true;
+  last_draft_pos_ = in.position;
+  return k_probe;
+}
+
+void AdaptivePolicy::observe(const StepOutcome& o) {
+  // A probe that got a token accepted: the evidence from before the pause may be stale
+  // (the text moved on), so it gives way to the prior and this outcome.
+  if (probing_ && o.accepted > 0) est_.fade(cfg_.probe_fade);
+  probing_ = false;
+  est_.observe(o.drafted, o.accepted);
+}
+
+}  // namespace tandem

@@ -1,0 +1,72 @@
+// The adaptive and goodput policies: pick, before every step, the k in 0..k_max that
+// maximises expected tokens per unit time, S(α, k) = E(α, k) / (k·c + r(k)), with α from
+// the sequence's own acceptance history (AcceptanceEstimator) and c, r(k) from the cost
+// model. k = 0 (plain decoding, S = 1) wins whenever no k is predicted to beat it by
+// min_gain.
+//
+// Turning back on: while off, nothing about α is learnt, so the policy probes: it drafts
+// again once the probe's predicted cost — the draft's catch-up pass over every token it
+// missed, the other draft steps and the wider target pass — is covered by probe_budget
+// of the time spent off (each off step adds that share of a target step to a credit).
+// A probe that gets a draft token accepted fades the stale evidence (by default back to the
+// prior), so the sequence can turn speculation back on; a probe that gets nothing accepted
+// only adds its evidence and halves the budget (down to an eighth). The catch-up grows with the
+// time off, so a draft whose catch-up costs more per token than the budget (a large draft
+// model on a CPU) is probed soon after it turns off or not at all: probing it later would
+// cost that share of the whole time off whatever the interval. max_probe_interval > 0
+// forces a probe after that many off steps regardless (off by default, for that reason).
+// When not even α = 1 could pay at this batch size (c large, r(k) steep, big batch), the
+// policy stays off without probing: α is not what is missing.
+//
+// goodput differs only in reading c and r(k) at the step's batch size, so k shrinks and
+// speculation turns off as verification of a big batch gets relatively dearer.
+#pragma once
+#include "policies/acceptance_estimator.hpp"
+#include "policies/cost_model.hpp"
+#include "policies/policy.hpp"
+
+namespace tandem {
+
+struct AdaptiveConfig {
+  double alpha_prior = 0.6;
+  double prior_weight = 2.0;   // trials the prior is worth
+  double decay = 0.95;         // per trial: the estimate follows the last ~20 draft tokens
+  double min_gain = 0.02;      // speculate only for a predicted speedup of at least 1 + min_gain
+  double probe_budget = 0.02;  // share of the time spent off that probing may cost
+  double probe_fade = 0.0;     // evidence kept after a probe that got a token accepted
+  int32_t max_probe_interval = 0;  // > 0: probe after this many off steps whatever it costs
+  bool batch_aware = false;    // goodput: costs at the step's batch size
+  bool draft_free = false;     // the proposer costs nothing per token (n-gram): c = 0, no catch-up
+};
+
+class AdaptivePolicy final : public SpeculationPolicy {
+ public:
+  // costs must outlive the policy.
+  AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg);
+
+  std::string name() const override { return cfg_.batch_aware ? "goodput" : "adaptive"; }
+  int32_t choose_k(const PolicyInput& in) override;
+  void observe(const StepOutcome& o) override;
+  void reset() override;
+
+  // The k that maximises predicted speed at acceptance alpha (0 when none beats plain
+  // decoding by min_gain), and that speed relative to plain decoding.
+  int32_t best_k(double alpha, int32_t k_max, int32_t batch, double* speedup = nullptr) const;
+  double alpha() const { return est_.mean(); }
+  bool off() const { return off_; }
+
+ private:
+  double probe_cost(const PolicyInput& in, int32_t k, int32_t batch) const;
+
+  const CostModel& costs_;
+  AdaptiveConfig cfg_;
+  AcceptanceEstimator est_;
+  bool off_ = false;
+  int32_t off_steps_ = 0;       // steps off since turning off or the last probe
+  double credit_ = 0.0;         // probe budget saved up, in target steps
+  double budget_ = 0.0;         // current probe budget (halves per failed probe)
+  bool probing_ = false;        // the last choice was a probe
+  int32_t last_draft_pos_ = 0;  // committed tokens when the draft last ran (its cache is that far)
+};
+
+}  // namespace tandem

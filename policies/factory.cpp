@@ -1,0 +1,60 @@
+#include "policies/factory.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "policies/adaptive_policy.hpp"
+
+namespace tandem {
+namespace {
+
+constexpr float kDefaultPMin = 0.5f;
+constexpr double kDefaultAlphaPrior = 0.6;
+
+// Fixed k; what makes it "confidence" is the draft_p_min that effective_options sets.
+class ConfidencePolicy final : public SpeculationPolicy {
+ public:
+  std::string name() const override { return "confidence"; }
+  int32_t choose_k(const PolicyInput& in) override { return in.k_max; }
+};
+
+// The caller keeps `costs` alive for the policy's lifetime; the default is static.
+std::unique_ptr<SpeculationPolicy> make_adaptive(const SpeculativeOptions& so, const CostModel* costs,
+                                                 bool batch_aware) {
+  AdaptiveConfig cfg;
+  cfg.alpha_prior = so.alpha_prior > 0.0f ? std::min(1.0, static_cast<double>(so.alpha_prior)) : kDefaultAlphaPrior;
+  cfg.batch_aware = batch_aware;
+  cfg.draft_free = so.mode == DraftMode::Ngram;
+  return std::make_unique<AdaptivePolicy>(costs ? *costs : CostModel::assumed_default(), cfg);
+}
+
+}  // namespace
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {"fixed", "confidence", "adaptive", "goodput"};
+  return names;
+}
+
+bool is_policy_name(const std::string& name) {
+  const auto& n = policy_names();
+  return name.empty() || std::find(n.begin(), n.end(), name) != n.end();
+}
+
+bool policy_uses_cost_model(const std::string& name) { return name == "adaptive" || name == "goodput"; }
+
+SpeculativeOptions effective_options(const SpeculativeOptions& so) {
+  SpeculativeOptions e = so;
+  if (e.policy == "confidence" && e.draft_p_min <= 0.0f) e.draft_p_min = kDefaultPMin;
+  return e;
+}
+
+std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs) {
+  const std::string& p = so.policy;
+  if (p.empty() || p == "fixed") return std::make_unique<FixedPolicy>();
+  if (p == "confidence") return std::make_unique<ConfidencePolicy>();
+  if (p == "adaptive") return make_adaptive(so, costs, false);
+  if (p == "goodput") return make_adaptive(so, costs, true);
+  throw std::invalid_argument("unknown speculation policy '" + p + "' (use fixed, confidence, adaptive or goodput)");
+}
+
+}  // namespace tandem

@@ -1,0 +1,45 @@
+// Speculation policies: how many tokens to draft at each step. The coordinator asks
+// choose_k() before drafting and reports what happened with observe() after verifying, so
+// a policy can adapt per sequence (acceptance estimates) and per step (batch size).
+// k = 0 means "no speculation this step" (a plain target pass), which a policy must pick
+// whenever speculating is expected to be slower.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tandem/speculative.hpp"
+
+namespace tandem {
+
+struct PolicyInput {
+  int32_t k_max = 0;       // the request's draft_max, already clipped to context and token budget
+  int32_t batch_size = 1;  // sequences in this step's target pass (1 outside the server)
+  int32_t position = 0;    // committed tokens so far
+};
+
+struct StepOutcome {
+  int32_t drafted = 0;   // tokens the proposer returned (may be < chosen k: p_min, n-gram misses)
+  int32_t accepted = 0;
+  double draft_ms = 0.0;
+  double target_ms = 0.0;  // the target pass of this step
+  int32_t target_tokens = 1;  // tokens in that pass for this sequence (drafted + 1)
+};
+
+class SpeculationPolicy {
+ public:
+  virtual ~SpeculationPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual int32_t choose_k(const PolicyInput& in) = 0;
+  virtual void observe(const StepOutcome&) {}
+  virtual void reset() {}  // a new sequence starts
+};
+
+// Always drafts k_max (draft_p_min, if set, still stops the draft early).
+class FixedPolicy final : public SpeculationPolicy {
+ public:
+  std::string name() const override { return "fixed"; }
+  int32_t choose_k(const PolicyInput& in) override { return in.k_max; }
+};
+
+}  // namespace tandem

@@ -1,0 +1,602 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `tandem serve` with the official OpenAI client and raw HTTP.
+
+Starts real servers on 127.0.0.1 (port 0: the server picks a free port and logs it) on
+SmolLM2-135M and checks: the OpenAI surface (chat and completions, streaming or not,
+usage, stop strings), every error case (malformed JSON, wrong types, missing fields,
+unknown model, prompt too long, body too large, queue full, API key, shutting down),
+client disconnects cancelling their sequence, the request timeout, greedy outputs that
+do not depend on batching or speculation, a 32-stream load test, a KV budget so small
+that sequences are preempted (and still finish with the same text), and graceful
+shutdown on SIGTERM.
+
+    python3 tests/python/test_server.py --tandem build/release/apps/tandem [-k pattern]
+
+Exit code 77 (ctest: skipped) when the `openai` module or the model is missing.
+"""
+import argparse
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+SKIP = 77
+MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"
+API_KEY = "test-key"
+
+try:
+    import openai
+except ImportError:  # reported by main()
+    openai = None
+
+ARGS = None  # parsed command line
+
+
+def model_path():
+    root = os.environ.get("TANDEM_MODELS") or os.path.expanduser("~/.cache/tandem/models")
+    return os.path.join(root, MODEL_FILE)
+
+
+# ---- a server process ---------------------------------------------------------------
+
+
+class Server:
+    """`tandem serve` on a free loopback port; its log goes to a temporary file."""
+
+    def __init__(self, name, *extra):
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(prefix=f"tandem-{name}-", suffix=".log", delete=False)
+        cmd = [ARGS.tandem, "serve", "-m", model_path(), "--host", "127.0.0.1", "--port", "0",
+               "--threads", str(ARGS.threads), "--model-id", "smollm2", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        deadline = time.time() + 120
+        while time.time() < deadline and self.port is None:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {name} exited with {self.proc.returncode}:\n{self.text()}")
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
+            if m:
+                self.port = int(m.group(1))
+            else:
+                time.sleep(0.1)
+        if self.port is None:
+            self.kill()
+            raise RuntimeError(f"server {name} did not start:\n{self.text()}")
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def text(self):
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def client(self, **kw):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=kw.pop("api_key", API_KEY), max_retries=0,
+                             timeout=kw.pop("timeout", 120), **kw)
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, auth=True):
+        """One raw request on a fresh connection: (status, headers, parsed JSON or text)."""
+        h = {"Content-Type": "application/json"}
+        if auth:
+            h["Authorization"] = f"Bearer {API_KEY}"
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c = self.conn()
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read().decode("utf-8", errors="replace")
+            try:
+                data = json.loads(data)
+            except ValueError:
+                pass
+            return r.status, dict(r.getheaders()), data
+        finally:
+            c.close()
+
+    def metrics(self):
+        status, _, text = self.request("GET", "/metrics", auth=False)
+        assert status == 200, text
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def wait_metric(self, name, predicate, timeout=20):
+        deadline = time.time() + timeout
+        while True:
+            v = self.metrics().get(name, 0.0)
+            if predicate(v) or time.time() > deadline:
+                return v
+            time.sleep(0.1)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def sse_events(resp_lines):
+    """Yields the data of each SSE event from an iterator of raw lines."""
+    for raw in resp_lines:
+        line = raw.decode() if isinstance(raw, bytes) else raw
+        line = line.rstrip("\r\n")
+        if line.startswith("data: "):
+            yield line[6:]
+
+
+def raw_stream(server, path, body):
+    """POSTs a streaming request; returns (status, list of event payloads)."""
+    c = server.conn(timeout=120)
+    try:
+        c.request("POST", path, body=json.dumps(body),
+                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+        r = c.getresponse()
+        if r.status != 200:
+            return r.status, [r.read().decode()]
+        return 200, list(sse_events(iter(r.readline, b"")))
+    finally:
+        c.close()
+
+
+PROMPTS = [
+    "The capital of France is",
+    "1, 2, 3, 4, 5, 6, 7, 8,",
+    "Once upon a time, there was a little",
+    "The cat sat on the mat. The cat sat on the mat. The cat sat on the",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+    "Water boils at a temperature of",
+    "My favourite colours are red, green and",
+    "Monday, Tuesday, Wednesday,",
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "In 1969, the first humans landed on",
+    "A B C D E F G H",
+    "The largest planet in the solar system is",
+    "Roses are red, violets are blue,",
+    "import numpy as np\nimport",
+    "To make a cup of tea, first",
+    "The opposite of hot is",
+]
+
+
+def complete(client, prompt, max_tokens, mode=None, **kw):
+    extra = dict(kw.pop("extra_body", {}))
+    if mode:
+        extra["speculative"] = {"mode": mode}
+    r = client.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                  extra_body=extra or None, **kw)
+    return r
+
+
+class Timed(unittest.TestCase):
+    """Prints how long each test took (the suite must stay within a few minutes)."""
+
+    def setUp(self):
+        self._t0 = time.time()
+
+    def tearDown(self):
+        print(f"  [{time.time() - self._t0:.1f} s] ", end="", file=sys.stderr, flush=True)
+
+
+# ---- server A: the main one (API key, ngram and self-draft speculation) -----------------
+
+
+class MainServer(Timed):
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("main", "--api-key", API_KEY, "--ctx", "2048", "--max-seqs", "16",
+                            "--model-draft", model_path(), "--draft", "none", "--draft-max", "4")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server:
+            rc = cls.server.stop()
+            if rc != 0:
+                print(cls.server.text(), file=sys.stderr)
+            assert rc == 0, f"server exited with {rc}"
+
+    # -- the surface --
+    def test_models_and_health(self):
+        models = self.client.models.list()
+        self.assertEqual([m.id for m in models.data], ["smollm2"])
+        self.assertEqual(self.client.models.retrieve("smollm2").id, "smollm2")
+        self.assertEqual(self.client.models.retrieve(MODEL_FILE).id, "smollm2")  # the file name is an alias
+        status, _, body = self.server.request("GET", "/health", auth=False)
+        self.assertEqual((status, body), (200, {"status": "ok"}))
+
+    def test_chat(self):
+        r = self.client.chat.completions.create(
+            model="smollm2", max_tokens=12, temperature=0,
+            messages=[{"role": "system", "content": "You are terse."},
+                      {"role": "user", "content": "Name a colour."},
+                      {"role": "assistant", "content": "Blue."},
+                      {"role": "user", "content": "Another one?"}])
+        self.assertTrue(r.id.startswith("chatcmpl-"))
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.model, "smollm2")
+        self.assertEqual(len(r.choices), 1)
+        c = r.choices[0]
+        self.assertEqual(c.message.role, "assistant")
+        self.assertIn(c.finish_reason, ("stop", "length"))
+        self.assertGreater(len(c.message.content), 0)
+        self.assertGreater(r.usage.prompt_tokens, 10)
+        self.assertLessEqual(r.usage.completion_tokens, 12)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+
+    def test_chat_stream_matches_non_stream(self):
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        full = self.client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16, temperature=0)
+        chunks = list(self.client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=16,
+                                                          temperature=0, stream=True,
+                                                          stream_options={"include_usage": True}))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, full.choices[0].message.content)
+        finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(len(finals), 1)
+        self.assertEqual(finals[0].choices[0].finish_reason, full.choices[0].finish_reason)
+        self.assertEqual(chunks[-1].choices, [])  # the usage chunk
+        self.assertEqual(chunks[-1].usage.completion_tokens, full.usage.completion_tokens)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, full.usage.prompt_tokens)
+        self.assertEqual(len({c.id for c in chunks}), 1)
+
+    def test_completion_stream_and_stop(self):
+        r = complete(self.client, "The capital of France is", 8)
+        self.assertEqual(r.object, "text_completion")
+        self.assertTrue(r.id.startswith("cmpl-"))
+        text = r.choices[0].text
+        parts = list(self.client.completions.create(model="smollm2", prompt="The capital of France is",
+                                                    max_tokens=8, temperature=0, stream=True))
+        self.assertEqual("".join(p.choices[0].text for p in parts if p.choices), text)
+        # A stop string cuts the text before it and finishes with "stop".
+        cut = text.find(".")
+        if cut > 0:
+            s = complete(self.client, "The capital of France is", 8, stop=["."])
+            self.assertEqual(s.choices[0].text, text[:cut])
+            self.assertEqual(s.choices[0].finish_reason, "stop")
+        # Prompt as a list of one string, and as token ids.
+        self.assertEqual(complete(self.client, ["The capital of France is"], 8).choices[0].text, text)
+        ids = complete(self.client, [504, 3575, 282, 4649, 314], 4)  # some token ids
+        self.assertEqual(ids.usage.prompt_tokens, 5)
+
+    def test_seeded_sampling_is_reproducible(self):
+        kw = dict(model="smollm2", prompt="Once upon a time", max_tokens=12, temperature=0.9, top_p=0.95,
+                  seed=1234, extra_body={"top_k": 40, "min_p": 0.05})
+        a = self.client.completions.create(**kw).choices[0].text
+        b = self.client.completions.create(**kw).choices[0].text
+        self.assertEqual(a, b)
+        r = self.client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=6,
+                                           presence_penalty=1.0, frequency_penalty=0.5, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 6)
+
+    # -- errors --
+    def test_client_errors(self):
+        with self.assertRaises(openai.NotFoundError) as e:
+            self.client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "x"}])
+        self.assertEqual(e.exception.body["code"], "model_not_found")
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}],
+                                                temperature=5)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}], n=2)
+        with self.assertRaises(openai.AuthenticationError):
+            self.server.client(api_key="wrong").models.list()
+
+    def test_raw_errors(self):
+        chat = "/v1/chat/completions"
+        msgs = [{"role": "user", "content": "x"}]
+        cases = [
+            ("malformed JSON", chat, '{"messages": [', 400, "invalid_json"),
+            ("not an object", chat, "[1, 2]", 400, "invalid_json"),
+            ("missing messages", chat, {"model": "smollm2"}, 400, "missing_required_parameter"),
+            ("messages wrong type", chat, {"messages": "hi"}, 400, "invalid_type"),
+            ("max_tokens wrong type", chat, {"messages": msgs, "max_tokens": "5"}, 400, "invalid_type"),
+            ("temperature wrong type", chat, {"messages": msgs, "temperature": "hot"}, 400, "invalid_type"),
+            ("stream wrong type", chat, {"messages": msgs, "stream": "yes"}, 400, "invalid_type"),
+            ("stop wrong type", chat, {"messages": msgs, "stop": 5}, 400, "invalid_type"),
+            ("role missing", chat, {"messages": [{"content": "x"}]}, 400, "missing_required_parameter"),
+            ("unknown model", chat, {"model": "nope", "messages": msgs}, 404, "model_not_found"),
+            ("n > 1", chat, {"messages": msgs, "n": 3}, 400, "unsupported_value"),
+            ("bad speculative mode", chat, {"messages": msgs, "speculative": {"mode": "x"}}, 400, "invalid_value"),
+            ("missing prompt", "/v1/completions", {"max_tokens": 3}, 400, "missing_required_parameter"),
+            ("prompt too long", "/v1/completions", {"prompt": "hello " * 2100}, 400, "context_length_exceeded"),
+            ("token id out of range", "/v1/completions", {"prompt": [10**7]}, 400, "invalid_value"),
+        ]
+        for what, path, body, status, code in cases:
+            with self.subTest(what):
+                s, h, b = self.server.request("POST", path, body)
+                self.assertEqual(s, status, b)
+                self.assertEqual(h.get("Content-Type"), "application/json")
+                self.assertEqual(set(b["error"]), {"message", "type", "param", "code"})
+                self.assertEqual(b["error"]["code"], code)
+                self.assertTrue(b["error"]["message"])
+        s, _, b = self.server.request("GET", "/v1/models", auth=False)
+        self.assertEqual((s, b["error"]["code"]), (401, "invalid_api_key"))
+        s, h, b = self.server.request("GET", chat)
+        self.assertEqual((s, h.get("Allow")), (405, "POST"))
+        s, _, b = self.server.request("GET", "/nowhere")
+        self.assertEqual((s, b["error"]["code"]), (404, "not_found"))
+        # After all that the server still serves.
+        self.assertEqual(self.server.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0], 200)
+
+    def test_malformed_http_gets_400_and_connection_survives_for_others(self):
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=30) as s:
+            s.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            data = s.recv(4096)
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"), data)
+        self.assertEqual(self.server.request("GET", "/health", auth=False)[0], 200)
+
+    def test_keep_alive_and_pipelining(self):
+        body = json.dumps({"prompt": "Hi", "max_tokens": 2, "temperature": 0}).encode()
+        req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + API_KEY.encode() +
+               b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as s:
+            s.sendall(req + req)  # two requests back to back on one connection
+            data = b""
+            deadline = time.time() + 60
+            while data.count(b"HTTP/1.1 200") < 2 and time.time() < deadline:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        self.assertEqual(data.count(b"HTTP/1.1 200"), 2, data)
+
+    # -- cancellation --
+    def test_client_disconnect_cancels(self):
+        before = self.server.metrics()
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "stream": True,
+                           "ignore_eos": True}).encode()
+        s = socket.create_connection(("127.0.0.1", self.server.port), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + API_KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        data = b""
+        while b"data: " not in data:
+            chunk = s.recv(4096)
+            self.assertTrue(chunk, "stream ended before the first chunk")
+            data += chunk
+        s.close()
+        key = "tandem_requests_cancelled_total"
+        v = self.server.wait_metric(key, lambda v: v > before.get(key, 0))
+        self.assertGreater(v, before.get(key, 0))
+        after = self.server.metrics()
+        self.assertGreater(after["tandem_http_client_disconnects_total"],
+                           before["tandem_http_client_disconnects_total"])
+        self.assertEqual(self.server.wait_metric("tandem_running_sequences", lambda v: v == 0), 0)
+        # Far fewer than 400 tokens were generated before the cancel took effect.
+        self.assertLess(after["tandem_generation_tokens_total"] - before["tandem_generation_tokens_total"], 300)
+        self.assertEqual(self.server.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0], 200)
+
+    # -- concurrency --
+    def test_concurrent_clients(self):
+        def one(i):
+            c = self.client
+            if i % 4 == 0:
+                return c.chat.completions.create(model="smollm2", max_tokens=8,
+                                                 messages=[{"role": "user", "content": f"Count to {i}"}]
+                                                 ).choices[0].finish_reason
+            if i % 4 == 1:
+                parts = list(c.chat.completions.create(model="smollm2", max_tokens=8, stream=True,
+                                                       messages=[{"role": "user", "content": f"Say {i}"}]))
+                return [p for p in parts if p.choices and p.choices[0].finish_reason][0].choices[0].finish_reason
+            if i % 4 == 2:
+                return c.completions.create(model="smollm2", prompt=PROMPTS[i], max_tokens=8).choices[0].finish_reason
+            parts = list(c.completions.create(model="smollm2", prompt=PROMPTS[i], max_tokens=8, stream=True))
+            return [p for p in parts if p.choices[0].finish_reason][0].choices[0].finish_reason
+
+        with cf.ThreadPoolExecutor(8) as ex:
+            reasons = list(ex.map(one, range(16)))
+        self.assertTrue(all(r in ("stop", "length") for r in reasons), reasons)
+
+    def test_greedy_same_alone_and_batched(self):
+        """Batching and speculation never change greedy output."""
+        n = 10
+        solo = [complete(self.client, p, n, "none").choices[0].text for p in PROMPTS]
+        # Speculation alone must not change it either (checked on a few, to save time).
+        self.assertEqual([complete(self.client, p, n, "ngram").choices[0].text for p in PROMPTS[:4]], solo[:4])
+        for mode in ("none", "ngram"):
+            with cf.ThreadPoolExecutor(16) as ex:
+                batched = list(ex.map(lambda p: complete(self.client, p, n, mode).choices[0].text, PROMPTS))
+            for p, a, b in zip(PROMPTS, solo, batched):
+                self.assertEqual(a, b, f"{mode}: prompt {p!r} alone vs in a batch of 16")
+        m = self.server.metrics()
+        self.assertGreater(m["tandem_spec_drafts_total"], 0)
+        self.assertIn('tandem_spec_accepted_per_position_total{position="0"}', m)
+        # The draft-model proposer (SmolLM2 drafting for itself) in a small batch.
+        subset = PROMPTS[:4]
+        with cf.ThreadPoolExecutor(4) as ex:
+            model = list(ex.map(lambda p: complete(self.client, p, n, "model").choices[0].text, subset))
+        self.assertEqual(model, solo[:4])
+
+    def test_load_32_streams(self):
+        rng = random.Random(7)
+        jobs = []
+        for i in range(32):
+            prompt = " ".join(PROMPTS[rng.randrange(len(PROMPTS))] for _ in range(rng.choice([1, 1, 2, 5])))
+            jobs.append((i % 2 == 0, prompt, rng.randint(2, 16)))
+
+        def one(job):
+            chat, prompt, max_tokens = job
+            if chat:
+                path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}
+            else:
+                path, body = "/v1/completions", {"prompt": prompt}
+            body.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
+            status, events = raw_stream(self.server, path, body)
+            if status != 200 or events[-1] != "[DONE]":
+                return f"status {status}, last {events[-1:]}"
+            objs = [json.loads(e) for e in events[:-1]]
+            usage = objs[-1].get("usage")
+            if not usage or usage["completion_tokens"] > max_tokens:
+                return f"bad usage {usage}"
+            if [o for o in objs if "error" in o]:
+                return "error event"
+            return None
+
+        t0 = time.time()
+        with cf.ThreadPoolExecutor(32) as ex:
+            errors = [e for e in ex.map(one, jobs) if e]
+        self.assertEqual(errors, [])
+        print(f"\n  32 streams in {time.time() - t0:.1f} s", file=sys.stderr)
+
+
+# ---- server B: small limits (queue, timeout, body size) ------------------------------
+
+
+class LimitsServer(Timed):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("limits", "--api-key", API_KEY, "--max-seqs", "1", "--max-queue", "1",
+                            "--request-timeout", "2", "--max-body", "4096", "--ctx", "1024")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def test_body_too_large(self):
+        s, _, b = self.server.request("POST", "/v1/completions", json.dumps({"prompt": "x" * 10000}))
+        self.assertEqual((s, b["error"]["code"]), (413, "payload_too_large"))
+        self.assertEqual(self.server.request("GET", "/health", auth=False)[0], 200)
+
+    def test_queue_full(self):
+        body = {"prompt": "Once upon a time", "max_tokens": 24, "ignore_eos": True}
+        with cf.ThreadPoolExecutor(5) as ex:
+            results = list(ex.map(lambda _: self.server.request("POST", "/v1/completions", body), range(5)))
+        statuses = [r[0] for r in results]
+        self.assertIn(429, statuses)
+        self.assertIn(200, statuses)
+        for s, h, b in results:
+            if s == 429:
+                self.assertEqual(h.get("Retry-After"), "1")
+                self.assertEqual(b["error"]["code"], "queue_full")
+        self.assertGreaterEqual(self.server.metrics()['tandem_http_responses_total{code="429"}'], 1)
+
+    def test_request_timeout(self):
+        self.server.wait_metric("tandem_running_sequences", lambda v: v == 0)
+        t0 = time.time()
+        s, _, b = self.server.request("POST", "/v1/completions",
+                                      {"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": True})
+        self.assertEqual(s, 200, b)
+        self.assertEqual(b["choices"][0]["finish_reason"], "length")
+        self.assertLess(b["usage"]["completion_tokens"], 1000)
+        self.assertLess(time.time() - t0, 30)
+        self.assertGreaterEqual(self.server.metrics()["tandem_http_request_timeouts_total"], 1)
+
+
+# ---- server C: KV budget too small for the batch; then graceful shutdown --------------
+
+
+class TightKvServer(Timed):
+    @classmethod
+    def setUpClass(cls):
+        # ~6 MiB of f16 KV is ~270 SmolLM2 tokens: 16 sequences of ~40 tokens cannot all fit.
+        cls.server = Server("tightkv", "--api-key", API_KEY, "--ctx", "256", "--kv-mem", "6MiB", "--max-seqs", "16",
+                            "--no-prefix-cache", "--drain-timeout", "60")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_1_preemption_keeps_every_stream_and_its_text(self):
+        client = self.server.client()
+        n = 24
+
+        def one(p):
+            parts = list(client.completions.create(model="smollm2", prompt=p, max_tokens=n, temperature=0,
+                                                   stream=True, extra_body={"ignore_eos": True}))
+            return "".join(x.choices[0].text for x in parts if x.choices), parts[-1].choices[0].finish_reason
+
+        with cf.ThreadPoolExecutor(16) as ex:
+            results = list(ex.map(one, PROMPTS))
+        self.assertTrue(all(r == "length" for _, r in results), results)
+        m = self.server.metrics()
+        print(f"\n  preemptions: {m['tandem_preemptions_total']:.0f}, KV blocks {m['tandem_kv_blocks_total']:.0f}",
+              file=sys.stderr)
+        self.assertGreater(m["tandem_preemptions_total"], 0)
+        self.assertEqual(m["tandem_requests_finished_total"], 16)
+        # Recomputed sequences continue exactly where they were: same greedy text as alone.
+        alone = [complete(client, p, n, extra_body={"ignore_eos": True}).choices[0].text for p in PROMPTS[:4]]
+        self.assertEqual([t for t, _ in results[:4]], alone)
+
+    def test_2_graceful_shutdown(self):
+        keep = self.server.conn()
+        keep.request("GET", "/health")
+        self.assertEqual(keep.getresponse().read(), b'{"status":"ok"}')
+        c = self.server.conn(timeout=120)
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Once upon a time", "max_tokens": 40,
+                                                              "stream": True, "ignore_eos": True}),
+                  headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+        r = c.getresponse()
+        lines = iter(r.readline, b"")
+        events = sse_events(lines)
+        first = next(events)
+        self.assertIn("text", json.loads(first)["choices"][0])
+        self.server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        # Open connections get 503 for new work; /health says draining; no new connections.
+        keep.request("POST", "/v1/completions", body=json.dumps({"prompt": "x"}),
+                     headers={"Authorization": f"Bearer {API_KEY}"})
+        resp = keep.getresponse()
+        self.assertEqual(resp.status, 503)
+        self.assertEqual(json.loads(resp.read())["error"]["code"], "service_unavailable")
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", self.server.port), timeout=5).close()
+        # The running stream is drained to its end.
+        rest = list(events)
+        self.assertEqual(rest[-1], "[DONE]")
+        self.assertEqual(json.loads(rest[-2])["choices"][0]["finish_reason"], "length")
+        self.assertEqual(self.server.proc.wait(60), 0)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tandem", required=True, help="path to the tandem executable")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("-k", dest="pattern", action="append", help="only tests matching this substring")
+    ap.add_argument("-v", action="store_true")
+    ARGS, rest = ap.parse_known_args()
+    if openai is None:
+        print("SKIPPED: the Python module 'openai' is not installed (pip install openai)")
+        return SKIP
+    if not os.path.exists(model_path()):
+        print(f"SKIPPED: model not downloaded: {model_path()} (python3 scripts/fetch_models.py --models smollm2)")
+        return SKIP
+    loader = unittest.TestLoader()
+    if ARGS.pattern:
+        loader.testNamePatterns = [f"*{p}*" for p in ARGS.pattern]
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer))
+    t0 = time.time()
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    print(f"server tests took {time.time() - t0:.0f} s")
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

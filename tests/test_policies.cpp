@@ -1,0 +1,500 @@
+// Speculation policies and the cost model on synthetic inputs: when speculation must turn
+// off (α tiny, c large, r(k) steep, big batch) and back on, not being fooled by short
+// drafts, probing within its budget; cost model formulas, interpolation, batch model, JSON
+// and cache round trips; and the policies wired through tandem::Engine on tiny models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "policies/acceptance_estimator.hpp"
+#include "policies/adaptive_policy.hpp"
+#include "policies/cost_model.hpp"
+#include "policies/factory.hpp"
+#include "tandem/engine.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+// r(k) = 1 + slope·k for k = 0..16.
+CostModel linear_costs(double c, double slope) {
+  std::vector<double> r;
+  for (int k = 0; k <= 16; ++k) r.push_back(1.0 + slope * k);
+  return CostModel::from_ratios(c, r);
+}
+
+// Runs a policy against a draft whose every token is accepted with probability alpha
+// (deterministic pseudo-random stream); returns the k chosen at each step.
+std::vector<int32_t> simulate(SpeculationPolicy& p, double alpha, int steps, int32_t k_max = 8, int32_t batch = 1,
+                              int32_t* position = nullptr, uint32_t seed = 1) {
+  std::vector<int32_t> ks;
+  int32_t pos = position ? *position : 20;
+  uint32_t x = seed;
+  auto uniform = [&] {
+    x = x * 1664525u + 1013904223u;
+    return (x >> 8) / 16777216.0;
+  };
+  for (int s = 0; s < steps; ++s) {
+    const int32_t k = p.choose_k({k_max, batch, pos});
+    ks.push_back(k);
+    StepOutcome o;
+    o.drafted = k;
+    while (o.accepted < k && uniform() < alpha) ++o.accepted;
+    p.observe(o);
+    pos += o.accepted + 1;
+  }
+  if (position) *position = pos;
+  return ks;
+}
+
+int count_on(const std::vector<int32_t>& ks, size_t from = 0, size_t to = SIZE_MAX) {
+  int n = 0;
+  for (size_t i = from; i < std::min(to, ks.size()); ++i) n += ks[i] > 0;
+  return n;
+}
+
+AdaptiveConfig cfg(double prior = 0.6) {
+  AdaptiveConfig c;
+  c.alpha_prior = prior;
+  return c;
+}
+
+// ---- cost model ------------------------------------------------------------------------
+
+TEST(CostModel, FormulasMatchTheNotes) {
+  EXPECT_DOUBLE_EQ(CostModel::expected_tokens(0.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(CostModel::expected_tokens(1.0, 4), 5.0);
+  EXPECT_NEAR(CostModel::expected_tokens(0.8, 5), (1 - std::pow(0.8, 6)) / 0.2, 1e-12);
+  EXPECT_DOUBLE_EQ(CostModel::expected_tokens(0.7, 0), 1.0);
+  // Leviathan's example: α = 0.8, k = 5, c = 0.05, r = 1 → S ≈ 2.95.
+  const CostModel flat = linear_costs(0.05, 0.0);
+  EXPECT_NEAR(flat.predict_speedup(0.8, 5), 2.95, 0.01);
+  // ... and with r = 4 it is below 1.
+  std::vector<double> r(9, 4.0);
+  r[0] = 1.0;
+  EXPECT_LT(CostModel::from_ratios(0.05, r).predict_speedup(0.8, 5), 1.0);
+  EXPECT_DOUBLE_EQ(flat.predict_speedup(0.3, 0), 1.0);
+  const CostModel m = linear_costs(0.2, 0.1);
+  EXPECT_NEAR(m.c(), 0.2, 1e-12);
+  EXPECT_NEAR(m.r(3), 1.3, 1e-12);
+  EXPECT_NEAR(m.predict_speedup(0.7, 3), CostModel::expected_tokens(0.7, 3) / (3 * 0.2 + 1.3), 1e-12);
+  EXPECT_NEAR(m.predict_speedup(0.7, 3, 1, /*draft_free=*/true), CostModel::expected_tokens(0.7, 3) / 1.3, 1e-12);
+}
+
+TEST(CostModel, CurvesInterpolateExtrapolateAndModelTheBatch) {
+  PassCurve t{1, {1, 2, 4, 8}, {10, 11, 13, 21}};
+  EXPECT_DOUBLE_EQ(t.at(1), 10);
+  EXPECT_DOUBLE_EQ(t.at(3), 12);
+  EXPECT_DOUBLE_EQ(t.at(12), 29);  // last segment: 2 ms per token
+  PassCurve down{1, {1, 2}, {10, 9}};
+  EXPECT_DOUBLE_EQ(down.at(10), 9);  // never extrapolates downhill
+  PassCurve d{1, {1, 2, 4, 8}, {3, 3.5, 4, 6}};
+  CostModel m("k", {t}, {d});
+  // No batch-4 curve: a pass of 4 sequences × n tokens costs one sequence's 4·n tokens.
+  EXPECT_DOUBLE_EQ(m.target_ms(2, 4), t.at(8));
+  EXPECT_DOUBLE_EQ(m.target_ms(1, 4), t.at(4));
+  EXPECT_DOUBLE_EQ(m.r(1, 4), t.at(8) / t.at(4));
+  EXPECT_DOUBLE_EQ(m.c(4), d.at(4) / t.at(4));
+  // With a measured batch-4 curve, that one.
+  PassCurve t4{4, {1, 2}, {15, 40}};
+  CostModel m4("k", {t, t4}, {d});
+  EXPECT_DOUBLE_EQ(m4.target_ms(2, 4), 40);
+  EXPECT_DOUBLE_EQ(m4.catch_up(8), 6.0 / 10.0);
+  EXPECT_EQ(m4.max_measured_n(), 8);
+  EXPECT_THROW(CostModel("k", {t4}, {}), std::invalid_argument);  // needs batch 1
+}
+
+TEST(CostModel, JsonRoundTrip) {
+  PassCurve t{1, {1, 2, 3, 16}, {10.5, 11.25, 12.125, 30}};
+  PassCurve t2{2, {1, 2, 3}, {12, 14, 17}};
+  PassCurve d{1, {1, 2, 3, 16}, {2.5, 2.75, 3, 8}};
+  CostModel m("target=a:1;draft=b:2;backend=cpu", {t, t2}, {d});
+  m.context = 32;
+  m.reps = 5;
+  m.warmup = 1;
+  m.created = "2026-01-01T00:00:00Z";
+  const CostModel back = CostModel::from_json(m.to_json());
+  EXPECT_EQ(back.key(), m.key());
+  EXPECT_EQ(back.created, m.created);
+  EXPECT_EQ(back.context, 32);
+  EXPECT_EQ(back.reps, 5);
+  ASSERT_EQ(back.target_curves().size(), 2u);
+  for (int b : {1, 2, 5})
+    for (int n = 1; n <= 20; ++n) {
+      EXPECT_DOUBLE_EQ(back.target_ms(n, b), m.target_ms(n, b));
+      EXPECT_DOUBLE_EQ(back.draft_ms(n, b), m.draft_ms(n, b));
+    }
+  EXPECT_THROW(CostModel::from_json("{"), std::runtime_error);
+  EXPECT_THROW(CostModel::from_json("{\"key\":\"x\"}"), std::runtime_error);
+  EXPECT_THROW(CostModel::from_json("{\"key\":\"x\",\"target\":[{\"batch\":1,\"n\":[1,2],\"ms\":[1]}]}"),
+               std::runtime_error);
+  EXPECT_THROW(CostModel::from_json("{\"key\":\"x\",\"target\":[{\"batch\":1,\"n\":[1],\"ms\":[-1]}]}"),
+               std::runtime_error);
+}
+
+TEST(CostModel, CacheFileKeepsOneModelPerKey) {
+  const std::string dir = test::scratch_dir("cost-cache");
+  const std::string path = dir + "/sub/cost_models.json";
+  EXPECT_EQ(load_cached_cost_model(path, "a"), nullptr);  // no file
+  PassCurve t{1, {1, 2}, {10, 12}};
+  save_cached_cost_model(path, CostModel("a", {t}, {}));
+  PassCurve t2{1, {1, 2}, {20, 30}};
+  save_cached_cost_model(path, CostModel("b", {t2}, {}));
+  auto a = load_cached_cost_model(path, "a");
+  auto b = load_cached_cost_model(path, "b");
+  ASSERT_TRUE(a && b);
+  EXPECT_DOUBLE_EQ(a->target_ms(2), 12);
+  EXPECT_DOUBLE_EQ(b->target_ms(2), 30);
+  EXPECT_EQ(load_cached_cost_model(path, "c"), nullptr);
+  save_cached_cost_model(path, CostModel("a", {t2}, {}));  // replaces
+  EXPECT_DOUBLE_EQ(load_cached_cost_model(path, "a")->target_ms(2), 30);
+  std::ofstream(path) << "not json";
+  EXPECT_EQ(load_cached_cost_model(path, "a"), nullptr);
+  save_cached_cost_model(path, CostModel("a", {t}, {}));  // a damaged file is replaced
+  EXPECT_NE(load_cached_cost_model(path, "a"), nullptr);
+}
+
+// ---- acceptance estimate ---------------------------------------------------------------
+
+TEST(AcceptanceEstimator, CountsOnlyTriedPositions) {
+  AcceptanceEstimator e(0.5, 2.0, 1.0);  // no decay: plain Beta posterior
+  e.observe(4, 4);                       // 4 successes
+  EXPECT_DOUBLE_EQ(e.trials(), 4);
+  e.observe(4, 1);  // 1 success, 1 failure; positions 3, 4 never tried
+  EXPECT_DOUBLE_EQ(e.trials(), 6);
+  EXPECT_DOUBLE_EQ(e.mean(), (5 + 1.0) / (6 + 2.0));
+  e.observe(0, 0);  // an n-gram miss: nothing tried
+  EXPECT_DOUBLE_EQ(e.trials(), 6);
+  e.fade(0.5);
+  EXPECT_DOUBLE_EQ(e.trials(), 3);
+  e.reset();
+  EXPECT_DOUBLE_EQ(e.mean(), 0.5);
+}
+
+TEST(AcceptanceEstimator, ShortDraftsAreNotRejections) {
+  // A proposer that only ever finds one token (asked for 8) that is always right: α → 1.
+  AcceptanceEstimator e(0.5, 2.0, 0.95);
+  for (int i = 0; i < 50; ++i) e.observe(1, 1);
+  EXPECT_GT(e.mean(), 0.9);
+  // Decay: after a switch to a draft that is always wrong, the estimate follows.
+  for (int i = 0; i < 60; ++i) e.observe(3, 0);
+  EXPECT_LT(e.mean(), 0.15);
+}
+
+// ---- adaptive ---------------------------------------------------------------------------
+
+TEST(AdaptivePolicy, SpeculatesDeeperTheBetterTheDraftAgrees) {
+  const CostModel m = linear_costs(0.05, 0.03);
+  AdaptivePolicy p(m, cfg());
+  const auto good = simulate(p, 0.9, 200);
+  EXPECT_GE(count_on(good, 20), 175);
+  int32_t k_good = good.back();
+  EXPECT_GE(k_good, 4);
+  p.reset();
+  const auto fair = simulate(p, 0.6, 200);
+  EXPECT_GE(count_on(fair, 20), 175);
+  EXPECT_LT(fair.back(), k_good);
+  // best_k agrees with a brute-force argmax of the formula.
+  for (double a : {0.2, 0.5, 0.7, 0.9, 0.99}) {
+    double best = 1.0;
+    int32_t kb = 0;
+    for (int32_t k = 1; k <= 8; ++k)
+      if (m.predict_speedup(a, k) > best) best = m.predict_speedup(a, k), kb = k;
+    if (best < 1.02) kb = 0;
+    EXPECT_EQ(p.best_k(a, 8, 1), kb) << a;
+  }
+}
+
+TEST(AdaptivePolicy, TurnsOffWhenTheDraftRarelyAgrees) {
+  // Catch-up of the draft: 0.3 · 0.03 = 0.009 target steps per missed token, within budget.
+  const CostModel m = linear_costs(0.3, 0.03);
+  AdaptivePolicy p(m, cfg());
+  const auto ks = simulate(p, 0.05, 400);
+  EXPECT_LE(count_on(ks, 0, 10), 4) << "learns within a few steps";
+  // Off, apart from occasional probes.
+  EXPECT_LE(count_on(ks, 10), 12);
+  EXPECT_GE(count_on(ks, 10), 1) << "keeps probing";
+  EXPECT_TRUE(p.off());
+}
+
+TEST(AdaptivePolicy, DoesNotProbeADraftWhoseCatchUpCostsMoreThanTheBudget) {
+  // Catch-up: 0.5 · 0.2 = 0.1 target steps per missed token, five times the 2% budget: any
+  // probe after L steps off would cost 10% of them.
+  const CostModel m = linear_costs(0.5, 0.2);
+  AdaptivePolicy p(m, cfg(0.95));
+  const auto ks = simulate(p, 0.0, 1000);
+  EXPECT_LE(count_on(ks, 0, 10), 3);
+  EXPECT_EQ(count_on(ks, 10), 0);
+  // Unless a forced probe interval says otherwise.
+  AdaptiveConfig forced = cfg(0.95);
+  forced.max_probe_interval = 100;
+  AdaptivePolicy q(m, forced);
+  const auto kq = simulate(q, 0.0, 1000);
+  EXPECT_GE(count_on(kq, 10), 8);
+  EXPECT_LE(count_on(kq, 10), 11);
+}
+
+TEST(AdaptivePolicy, TurnsOffForAnExpensiveDraftOrSteepVerificationWithoutProbing) {
+  // c = 1.2: even a draft that is always right cannot pay.
+  const CostModel dear = linear_costs(1.2, 0.05);
+  AdaptivePolicy p(dear, cfg(0.95));
+  EXPECT_EQ(count_on(simulate(p, 1.0, 300)), 0);
+  // r(k) = 1 + k: verification costs as much as decoding token by token.
+  const CostModel steep = linear_costs(0.02, 1.0);
+  AdaptivePolicy q(steep, cfg(0.95));
+  EXPECT_EQ(count_on(simulate(q, 1.0, 300)), 0);
+}
+
+TEST(AdaptivePolicy, TurnsBackOnWhenTheDraftStartsAgreeing) {
+  // A cheap catch-up (0.002 target steps per missed token): probing goes on even after the
+  // failed probes have cut the budget to its floor (an eighth of 2%).
+  const CostModel m = linear_costs(0.1, 0.02);
+  AdaptivePolicy p(m, cfg());
+  int32_t pos = 20;
+  const auto bad = simulate(p, 0.0, 150, 8, 1, &pos);
+  ASSERT_TRUE(p.off());
+  const auto good = simulate(p, 0.95, 400, 8, 1, &pos, 7);
+  // A probe finds the draft agreeing and speculation stays on from then on.
+  size_t first_on = 0;
+  while (first_on < good.size() && good[first_on] == 0) ++first_on;
+  ASSERT_LT(first_on, good.size()) << "never probed again";
+  EXPECT_GE(count_on(good, first_on), static_cast<int>(good.size() - first_on) - 3);
+  EXPECT_FALSE(p.off());
+}
+
+TEST(AdaptivePolicy, ProbingStaysWithinItsBudget) {
+  // Probes after L off steps cost catch_up(L) + (k − 1)·c + r(k) − 1 target steps.
+  const CostModel m = linear_costs(0.2, 0.02);
+  AdaptiveConfig c = cfg();
+  AdaptivePolicy p(m, c);
+  const int steps = 5000;
+  int32_t pos = 20, last_draft = 0;
+  double cost = 0;
+  int probes = 0;
+  for (int s = 0; s < steps; ++s) {
+    const int32_t k = p.choose_k({8, 1, pos});
+    StepOutcome o;
+    o.drafted = k;  // always rejected
+    p.observe(o);
+    if (k > 0) {
+      if (s >= 10) {
+        cost += m.catch_up(pos - last_draft) + (k - 1) * m.c() + m.r(k) - 1;
+        ++probes;
+      }
+      last_draft = pos;
+    }
+    pos += 1;
+  }
+  EXPECT_LT(cost / steps, c.probe_budget);
+  EXPECT_GE(probes, 3) << "probing continues, ever more rarely";
+}
+
+TEST(AdaptivePolicy, IsNotFooledByShortDrafts) {
+  // n-gram-like proposer: free, usually finds one token or none, and what it finds is right.
+  const CostModel m = linear_costs(0.3, 0.05);
+  AdaptiveConfig c = cfg(0.5);
+  c.draft_free = true;
+  AdaptivePolicy p(m, c);
+  int32_t pos = 10;
+  for (int s = 0; s < 300; ++s) {
+    const int32_t k = p.choose_k({8, 1, pos});
+    StepOutcome o;
+    o.drafted = k > 0 && s % 3 == 0 ? 1 : 0;  // a miss two steps in three
+    o.accepted = o.drafted;
+    p.observe(o);
+    pos += o.accepted + 1;
+  }
+  EXPECT_FALSE(p.off());
+  EXPECT_GT(p.alpha(), 0.85);
+}
+
+TEST(GoodputPolicy, ShrinksKAndTurnsOffAsTheBatchGrows) {
+  // A pass is memory-bound up to ~8 rows, then each row costs about a quarter step.
+  PassCurve t{1, {1, 2, 4, 8, 16, 32, 64, 128}, {10, 10.3, 10.8, 12, 14, 18, 26, 42}};
+  PassCurve d{1, {1, 2, 4, 8, 16, 32, 64, 128}, {1, 1.03, 1.08, 1.2, 1.4, 1.8, 2.6, 4.2}};
+  const CostModel m("k", {t}, {d});
+  AdaptiveConfig c = cfg(0.8);
+  c.batch_aware = true;
+  AdaptivePolicy goodput(m, c);
+  AdaptivePolicy adaptive(m, cfg(0.8));
+  EXPECT_EQ(goodput.name(), "goodput");
+  int32_t prev = 100;
+  std::vector<int32_t> by_batch;
+  for (int32_t b : {1, 2, 4, 8, 16, 32, 64}) {
+    goodput.reset();
+    const auto ks = simulate(goodput, 0.8, 60, 8, b);
+    const int32_t k = ks.back();
+    EXPECT_LE(k, prev) << "batch " << b;
+    prev = k;
+    by_batch.push_back(k);
+  }
+  EXPECT_GE(by_batch.front(), 3);
+  EXPECT_EQ(by_batch.back(), 0);
+  // The batch-unaware policy keeps speculating at the same batch.
+  EXPECT_GE(simulate(adaptive, 0.8, 60, 8, 64).back(), 3);
+  // And when the batch shrinks again, goodput turns back on at once (no probe needed).
+  EXPECT_GE(goodput.choose_k({8, 1, 500}), 3);
+}
+
+// ---- factory -----------------------------------------------------------------------------
+
+TEST(PolicyFactory, NamesOptionsAndDefaults) {
+  for (const auto& n : policy_names()) EXPECT_TRUE(is_policy_name(n));
+  EXPECT_TRUE(is_policy_name(""));
+  EXPECT_FALSE(is_policy_name("greedy"));
+  SpeculativeOptions so;
+  so.draft_max = 5;
+  EXPECT_EQ(make_policy(so, nullptr)->name(), "fixed");
+  EXPECT_EQ(make_policy(so, nullptr)->choose_k({5, 1, 0}), 5);
+  so.policy = "confidence";
+  EXPECT_EQ(make_policy(so, nullptr)->choose_k({5, 1, 0}), 5);
+  EXPECT_FLOAT_EQ(effective_options(so).draft_p_min, 0.5f);
+  so.draft_p_min = 0.2f;
+  EXPECT_FLOAT_EQ(effective_options(so).draft_p_min, 0.2f);
+  so.policy = "fixed";
+  so.draft_p_min = 0.0f;
+  EXPECT_FLOAT_EQ(effective_options(so).draft_p_min, 0.0f);
+  so.policy = "bogus";
+  EXPECT_THROW(make_policy(so, nullptr), std::invalid_argument);
+  // The prior decides the first step: pessimistic → off, optimistic → on.
+  const CostModel m = linear_costs(0.1, 0.05);
+  so.policy = "adaptive";
+  so.alpha_prior = 0.1f;
+  EXPECT_EQ(make_policy(so, &m)->choose_k({8, 1, 10}), 0);
+  so.alpha_prior = 0.9f;
+  EXPECT_GT(make_policy(so, &m)->choose_k({8, 1, 10}), 0);
+  so.policy = "goodput";
+  EXPECT_EQ(make_policy(so, &m)->name(), "goodput");
+  EXPECT_TRUE(policy_uses_cost_model("goodput"));
+  EXPECT_FALSE(policy_uses_cost_model("confidence"));
+}
+
+// ---- through the engine -------------------------------------------------------------------
+
+struct Fixture {
+  std::string target, close_draft, far_draft;
+};
+
+const Fixture& fixture() {
+  static const Fixture f = [] {
+    Fixture r;
+    const std::string dir = test::scratch_dir("policies-models");
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 3;
+    r.target = dir + "/target.gguf";
+    test::write_tiny_model(r.target, t);
+    test::TinyModelSpec c = t;
+    c.weight_type = DType::F16;
+    c.embd_type = DType::F16;
+    r.close_draft = dir + "/close.gguf";
+    test::write_tiny_model(r.close_draft, c);
+    test::TinyModelSpec f = t;
+    f.seed = 77;
+    f.n_layer = 1;
+    r.far_draft = dir + "/far.gguf";
+    test::write_tiny_model(r.far_draft, f);
+    return r;
+  }();
+  return f;
+}
+
+std::unique_ptr<Engine> load(const std::string& target, const std::string& draft) {
+  LoadOptions o;
+  o.model_path = target;
+  o.draft_model_path = draft;
+  o.threads = 1;
+  o.context = 256;
+  return Engine::load(o);
+}
+
+GenerateOptions greedy(int n, const std::string& policy, int k = 6) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = k;
+  g.speculative.policy = policy;
+  return g;
+}
+
+TEST(PoliciesInEngine, OutputIsTheTargetsAndAFarDraftIsTurnedOff) {
+  const Fixture& fx = fixture();
+  const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
+  for (const std::string& draft : {fx.close_draft, fx.far_draft}) {
+    auto e = load(fx.target, draft);
+    e->set_cost_model(std::make_shared<CostModel>(linear_costs(0.1, 0.05)));
+    GenerateOptions plain = greedy(48, "fixed");
+    plain.speculative.mode = DraftMode::None;
+    const auto ref = e->generate_tokens(prompt, plain);
+    for (const std::string& pol : policy_names()) {
+      const auto r = e->generate_tokens(prompt, greedy(48, pol));
+      ASSERT_EQ(r.tokens, ref.tokens) << draft << " " << pol;
+      int64_t steps = 0;
+      for (int64_t s : r.speculative.steps_per_k) steps += s;
+      EXPECT_GT(steps, 0) << pol;
+      if (pol == "adaptive" && draft == fx.far_draft) {
+        ASSERT_FALSE(r.speculative.steps_per_k.empty());
+        EXPECT_GT(r.speculative.steps_per_k[0], steps / 2) << "a far draft should be turned off";
+      }
+      if (pol == "fixed") {  // k = 0 only for the last step, which has no token budget left to draft
+        EXPECT_LE(r.speculative.steps_per_k.size() > 0 ? r.speculative.steps_per_k[0] : 0, 1);
+      }
+    }
+  }
+  auto e = load(fx.target, fx.far_draft);
+  GenerateOptions bad = greedy(8, "bogus");
+  EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+}
+
+TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
+  const Fixture& fx = fixture();
+  auto e = load(fx.target, fx.close_draft);
+  const std::vector<int32_t> n = {1, 3};
+  const auto ms = e->time_forward_passes(false, 2, n, 8, 3);
+  ASSERT_EQ(ms.size(), 2u);
+  for (const auto& v : ms) {
+    ASSERT_EQ(v.size(), 3u);
+    for (double x : v) EXPECT_GT(x, 0.0);
+  }
+  EXPECT_THROW(e->time_forward_passes(false, 64, n, 200, 1), std::invalid_argument);  // does not fit
+  auto plain = load(fx.target, "");
+  EXPECT_THROW(plain->time_forward_passes(true, 1, n, 0, 1), std::invalid_argument);
+
+  const std::string cache = test::scratch_dir("policies-calib") + "/cost.json";
+  CalibrationOptions co;
+  co.k_max = 3;
+  co.extra_n = {8};
+  co.batches = {1, 2};
+  co.reps = 2;
+  co.context = 8;
+  co.cache_path = cache;
+  double last = 0;
+  co.progress = [&](double f) { last = f; };
+  bool from_cache = true;
+  const auto m = calibrate_cost_model(*e, co, &from_cache);
+  EXPECT_FALSE(from_cache);
+  EXPECT_DOUBLE_EQ(last, 1.0);
+  EXPECT_EQ(m->key(), cost_model_key(*e));
+  EXPECT_TRUE(m->has_draft());
+  EXPECT_EQ(m->max_measured_n(), 8);
+  EXPECT_EQ(m->target_curves().size(), 2u);
+  EXPECT_GT(m->c(), 0.0);
+  for (int k = 0; k <= 3; ++k) EXPECT_GT(m->r(k), 0.0);
+  const auto again = calibrate_cost_model(*e, co, &from_cache);
+  EXPECT_TRUE(from_cache);
+  EXPECT_DOUBLE_EQ(again->target_ms(3), m->target_ms(3));
+  co.k_max = 9;  // needs n = 10, which the cache lacks: measured again
+  calibrate_cost_model(*e, co, &from_cache);
+  EXPECT_FALSE(from_cache);
+  e->set_cost_model(m);
+  EXPECT_EQ(e->cost_model(), m);
+}
+
+}  // namespace
+}  // namespace tandem

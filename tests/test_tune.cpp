@@ -1,0 +1,278 @@
+// `tandem tune` end to end on tiny fixture models (a target in F32 and the same weights in
+// F16 as a close draft): the measurement run, its JSON / CSV / SVG outputs, the config
+// file and `generate --config`'s reading of it; and the small parsers.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "apps/tune/config.hpp"
+#include "apps/tune/report.hpp"
+#include "apps/tune/runner.hpp"
+#include "apps/tune/svg_plot.hpp"
+#include "policies/cost_model.hpp"
+#include "tandem/engine.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem::cli {
+namespace {
+namespace json = boost::json;
+
+struct Models {
+  std::string target, draft;
+};
+
+const Models& models() {
+  static const Models m = [] {
+    Models r;
+    const std::string dir = test::scratch_dir("tune-models");
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 11;
+    r.target = dir + "/target.gguf";
+    test::write_tiny_model(r.target, t);
+    t.weight_type = DType::F16;
+    t.embd_type = DType::F16;
+    r.draft = dir + "/draft.gguf";
+    test::write_tiny_model(r.draft, t);
+    return r;
+  }();
+  return m;
+}
+
+std::unique_ptr<Engine> load_pair() {
+  LoadOptions o;
+  o.model_path = models().target;
+  o.draft_model_path = models().draft;
+  o.threads = 1;
+  o.context = 256;
+  return Engine::load(o);
+}
+
+// Checks that every tag is closed in order (self-closing tags aside) and counts elements.
+bool well_formed(const std::string& xml, std::map<std::string, int>& counts) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while ((i = xml.find('<', i)) != std::string::npos) {
+    const size_t end = xml.find('>', i);
+    if (end == std::string::npos) return false;
+    std::string tag = xml.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag.empty() || tag[0] == '?' || tag[0] == '!') continue;
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1)) return false;
+      stack.pop_back();
+      continue;
+    }
+    const bool self_closing = tag.back() == '/';
+    const std::string name = tag.substr(0, tag.find_first_of(" /"));
+    ++counts[name];
+    if (!self_closing) stack.push_back(name);
+  }
+  return stack.empty();
+}
+
+std::vector<std::string> split_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, ',')) out.push_back(cell);
+  if (!line.empty() && line.back() == ',') out.push_back("");
+  return out;
+}
+
+TEST(Tune, ParsesListsAndPromptFiles) {
+  EXPECT_EQ(parse_k_list("1..4"), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(parse_k_list("4,1, 2,2"), (std::vector<int32_t>{1, 2, 4}));
+  EXPECT_EQ(parse_k_list("1..2,6"), (std::vector<int32_t>{1, 2, 6}));
+  EXPECT_THROW(parse_k_list("0"), std::invalid_argument);
+  EXPECT_THROW(parse_k_list("3..1"), std::invalid_argument);
+  EXPECT_THROW(parse_k_list("x"), std::invalid_argument);
+  EXPECT_EQ(parse_float_list("0,0.7"), (std::vector<float>{0.0f, 0.7f}));
+  EXPECT_THROW(parse_float_list("-1"), std::invalid_argument);
+  EXPECT_EQ(parse_name_list("fixed, adaptive"), (std::vector<std::string>{"fixed", "adaptive"}));
+
+  const std::string dir = test::scratch_dir("tune-prompts");
+  std::ofstream(dir + "/p.jsonl") << "{\"prompt\": \"a\\nb\", \"category\": \"code\"}\n\n{\"text\": \"c\"}\n";
+  const auto p = load_prompts(dir + "/p.jsonl");
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].text, "a\nb");
+  EXPECT_EQ(p[0].category, "code");
+  EXPECT_EQ(p[1].category, "file");
+  std::ofstream(dir + "/p.txt") << "first\\nline\nsecond\n";
+  const auto t = load_prompts(dir + "/p.txt");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].text, "first\nline");
+  std::ofstream(dir + "/bad.jsonl") << "{\"prompt\": 3}\n";
+  EXPECT_THROW(load_prompts(dir + "/bad.jsonl"), std::runtime_error);
+  EXPECT_THROW(load_prompts(dir + "/missing.txt"), std::runtime_error);
+  EXPECT_GE(builtin_prompts().size(), 9u);
+}
+
+TEST(Tune, SvgChartIsWellFormed) {
+  Chart c;
+  c.title = "a < b & c";
+  Series s1, s2;
+  s1.name = "s1";
+  s1.points = {{1, 0.5}, {2, 1.5}};
+  s2.name = "s2";
+  s2.points = {{3, 1.0}};
+  s2.markers_only = true;
+  c.series = {s1, s2};
+  c.reference_y = 1.0;
+  const std::string svg = svg_document(400, 300, {render_chart(c, 0, 0, 400, 300)});
+  std::map<std::string, int> n;
+  EXPECT_TRUE(well_formed(svg, n)) << svg;
+  EXPECT_EQ(n["svg"], 1);
+  EXPECT_EQ(n["polyline"], 1);
+  EXPECT_EQ(n["circle"], 4);  // three points and the marker series's legend entry
+  EXPECT_NE(svg.find("a &lt; b &amp; c"), std::string::npos);
+  const auto ticks = nice_ticks(0.13, 0.97);
+  EXPECT_LE(ticks.front(), 0.13);
+  EXPECT_GE(ticks.back(), 0.97);
+}
+
+TEST(Tune, EndToEndOnTinyModels) {
+  auto engine = load_pair();
+  const std::string dir = test::scratch_dir("tune-run");
+  CalibrationOptions co;
+  co.k_max = 3;
+  co.extra_n = {8};
+  co.reps = 2;
+  co.context = 8;
+  co.cache_path = dir + "/cost.json";
+  engine->set_cost_model(calibrate_cost_model(*engine, co));
+
+  TuneOptions o;
+  o.prompts = {{"chat", "Hello there, how are you today?"}, {"code", "def add(a, b):\n    return"}};
+  o.k_values = {1, 3};
+  o.temps = {0.0f, 0.8f};
+  o.policies = {"fixed", "confidence", "adaptive", "goodput"};
+  o.n_tokens = 12;
+  o.ar_every = 2;
+  int64_t last_done = 0, total = 0;
+  o.progress = [&](int64_t done, int64_t all, const std::string&) {
+    EXPECT_EQ(done, last_done + 1);
+    last_done = done;
+    total = all;
+  };
+  const TuneReport rep = run_tune(*engine, o);
+  EXPECT_EQ(last_done, total);
+  // fixed and confidence at k = 1, 3; adaptive and goodput at k = 3; per temperature.
+  ASSERT_EQ(rep.results.size(), 2u * 6u);
+  for (const ConfigResult& c : rep.results) {
+    EXPECT_EQ(c.prompts.size(), 2u);
+    EXPECT_EQ(c.tokens, 2 * 11);  // n − 1 decode tokens per prompt
+    EXPECT_GT(c.speedup(), 0.0);
+    EXPECT_GT(c.e2e_speedup(), 0.0);
+    EXPECT_GT(c.cpu_speedup(), 0.0);
+    EXPECT_GE(c.alpha(), 0.0);
+    EXPECT_LE(c.alpha(), 1.0);
+    EXPECT_GT(c.ar_pass_ms(), 0.0);
+    EXPECT_GT(c.predicted(*rep.costs), 0.0);
+    if (c.policy == "fixed" && c.temp == 0.0f) {
+      EXPECT_GT(c.metrics.accepted_tokens, 0) << "the F16 copy should agree with its F32 original";
+      EXPECT_EQ(c.acceptance_per_position().size(), static_cast<size_t>(c.k));
+    }
+  }
+  ASSERT_EQ(rep.recommendations.size(), 2u);
+
+  // JSON: parses, and holds what the table shows.
+  const json::value j = json::parse(report_json(rep));
+  const json::object& o_ = j.as_object();
+  EXPECT_EQ(o_.at("format").as_string(), "tandem-tune-report");
+  const json::array& results = o_.at("results").as_array();
+  ASSERT_EQ(results.size(), rep.results.size());
+  for (const char* key : {"temp", "policy", "k", "speedup", "alpha", "acceptance_rate", "mean_accepted_length", "c",
+                          "r_model", "predicted_speedup", "predicted_speedup_r1", "gap", "acceptance_per_position",
+                          "steps_per_k", "speedup_per_category"})
+    EXPECT_TRUE(results[0].as_object().contains(key)) << key;
+  EXPECT_TRUE(o_.at("cost_model").is_object());
+  EXPECT_EQ(o_.at("recommendations").as_array().size(), 2u);
+
+  // CSV: a header and one row per configuration with as many cells.
+  std::stringstream csv(report_csv(rep));
+  std::string line;
+  std::getline(csv, line);
+  const auto header = split_line(line);
+  for (const char* col : {"temp", "policy", "k", "speedup", "e2e_speedup", "cpu_speedup", "alpha", "c", "r_model",
+                          "predicted_speedup", "gap", "acceptance_per_position"})
+    EXPECT_NE(std::find(header.begin(), header.end(), col), header.end()) << col;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    EXPECT_EQ(split_line(line).size(), header.size()) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(rep.results.size()));
+
+  // SVG: well formed, two charts, a line per fixed-k policy and temperature.
+  std::map<std::string, int> n;
+  const std::string svg = report_svg(rep);
+  EXPECT_TRUE(well_formed(svg, n));
+  EXPECT_EQ(n["svg"], 1);
+  EXPECT_EQ(n["g"], 2);
+  EXPECT_GE(n["polyline"], 4);
+  EXPECT_GE(n["circle"], 8);
+
+  // The table prints without trouble.
+  std::FILE* f = std::tmpfile();
+  print_table(rep, f);
+  EXPECT_GT(std::ftell(f), 200);
+  std::fclose(f);
+
+  // The config: written, read back, applied per temperature with explicit flags winning.
+  const TandemConfig cfg = config_from_report(rep, "model");
+  save_config(dir + "/tandem.json", cfg);
+  const TandemConfig back = load_config(dir + "/tandem.json");
+  ASSERT_EQ(back.per_temperature.size(), 2u);
+  ASSERT_TRUE(back.cost_model);
+  EXPECT_EQ(back.cost_model->key(), rep.costs->key());
+  EXPECT_EQ(back.draft, models().draft);
+  for (size_t i = 0; i < 2; ++i) {
+    const Recommendation& r = rep.recommendations[i];
+    const SpecSettings& s = back.for_temperature(r.temp);
+    EXPECT_EQ(s.draft, r.policy == "none" ? "none" : "model");
+    if (r.policy != "none") {
+      EXPECT_EQ(s.policy, r.policy);
+      EXPECT_EQ(s.draft_max, r.k);
+    }
+  }
+  std::string mode;
+  SpeculativeOptions so;
+  so.draft_max = 7;
+  apply_config(back, 0.0f, ExplicitFlags{false, true, false, false}, mode, so);
+  EXPECT_EQ(so.draft_max, 7) << "an explicit --draft-max wins";
+  EXPECT_EQ(mode, back.for_temperature(0.0f).draft);
+  EXPECT_EQ(so.policy, back.for_temperature(0.0f).policy);
+
+  // generate's cost-model helper takes the config's model for this engine.
+  auto fresh = load_pair();
+  SpeculativeOptions adaptive;
+  adaptive.mode = DraftMode::Model;
+  adaptive.policy = "adaptive";
+  adaptive.draft_max = 3;
+  EXPECT_EQ(ensure_cost_model(*fresh, adaptive, &back), "cost model: from the config file");
+  EXPECT_EQ(fresh->cost_model()->key(), back.cost_model->key());
+}
+
+TEST(Tune, ConfigRejectsWhatItCannotUse) {
+  EXPECT_THROW(config_from_json("[]"), std::runtime_error);
+  EXPECT_THROW(config_from_json("{\"format\": \"other\"}"), std::runtime_error);
+  EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"speculative\": {\"policy\": \"nope\"}}"),
+               std::runtime_error);
+  EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"speculative\": {\"draft\": \"maybe\"}}"),
+               std::runtime_error);
+  const TandemConfig c = config_from_json(
+      "{\"format\": \"tandem-config\", \"speculative\": {\"draft\": \"model\", \"policy\": \"adaptive\", "
+      "\"draft_max\": 5}}");
+  EXPECT_EQ(c.for_temperature(0.3f).policy, "adaptive");
+  EXPECT_EQ(c.for_temperature(0.3f).draft_max, 5);
+  EXPECT_EQ(c.cost_model, nullptr);
+  EXPECT_THROW(load_config("/nonexistent/tandem.json"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace tandem::cli
