@@ -73,6 +73,7 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
 
  private:
+  ChatTemplate() = default;  // only parse() makes one
   std::shared_ptr<const jinja::ast::Template> tpl_;
   std::string source_;
 };

@@ -133,11 +133,14 @@ Value affix_impl(const Value& self, Args& args, bool prefix) {
 Value m_startswith(Interpreter&, const Value& s, Args& a) { return affix_impl(s, a, true); }
 Value m_endswith(Interpreter&, const Value& s, Args& a) { return affix_impl(s, a, false); }
 
-template <std::string (*F)(std::string_view)>
-Value case_impl(Interpreter&, const Value& self, Args& args) {
-  ArgReader("str method", args).done();
-  return Value::string(F(self.str()));
+Value case_impl(const Value& self, Args& args, const char* name, std::string (*f)(std::string_view)) {
+  ArgReader(name, args).done();
+  return Value::string(f(self.str()));
 }
+Value m_lower(Interpreter&, const Value& s, Args& a) { return case_impl(s, a, "lower", text::lower); }
+Value m_upper(Interpreter&, const Value& s, Args& a) { return case_impl(s, a, "upper", text::upper); }
+Value m_title(Interpreter&, const Value& s, Args& a) { return case_impl(s, a, "title", text::title); }
+Value m_capitalize(Interpreter&, const Value& s, Args& a) { return case_impl(s, a, "capitalize", text::capitalize); }
 
 Value m_replace(Interpreter&, const Value& self, Args& args) {
   ArgReader r("replace", args);
@@ -237,10 +240,10 @@ const std::map<std::string_view, MethodFn>& str_methods() {
       {"rsplit", m_rsplit},
       {"startswith", m_startswith},
       {"endswith", m_endswith},
-      {"lower", case_impl<text::lower>},
-      {"upper", case_impl<text::upper>},
-      {"title", case_impl<text::title>},
-      {"capitalize", case_impl<text::capitalize>},
+      {"lower", m_lower},
+      {"upper", m_upper},
+      {"title", m_title},
+      {"capitalize", m_capitalize},
       {"replace", m_replace},
       {"find", m_find},
       {"count", m_count},

@@ -100,10 +100,6 @@ size_t length(std::string_view s) {
   return n;
 }
 
-bool is_ascii(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-}
-
 bool is_space(char32_t cp) {
   if (cp < 0x80) return is_ws_byte(static_cast<unsigned char>(cp));
   switch (cp) {

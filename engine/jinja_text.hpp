@@ -26,7 +26,6 @@ Char char_at(std::string_view s, size_t pos);
 // Byte offset of every character, followed by s.size().
 std::vector<size_t> char_offsets(std::string_view s);
 size_t length(std::string_view s);  // in characters
-bool is_ascii(std::string_view s);
 
 bool is_space(char32_t cp);      // str.isspace()
 bool is_cased(char32_t cp);      // islower() or isupper() or istitle()

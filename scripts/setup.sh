@@ -27,9 +27,11 @@ fi
 
 # Python packages used only as independent references in tests and by scripts.
 PY=${PYTHON:-python3}
-if ! $PY -c "import gguf, numpy" 2>/dev/null; then
-  echo "[setup] installing Python test references (gguf, numpy)"
-  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" || \
-  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1"
+# gguf + numpy: independent references (dequantization, forward pass); openai: the official
+# client the server tests drive the HTTP endpoint with.
+if ! $PY -c "import gguf, numpy, openai" 2>/dev/null; then
+  echo "[setup] installing Python test references (gguf, numpy, openai)"
+  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" "openai>=1.0" || \
+  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1" "openai>=1.0"
 fi
 echo "[setup] done"

@@ -51,7 +51,11 @@ TEST_P(TinyForward, MatchesNumpyReference) {
   // emulates that rounding, so the tolerance stays tight (float accumulation order only).
   const auto ref = test::reference_logits(path, tokens, quantized(c.wtype));
   const auto d = compare_logits(ours, ref, spec.n_vocab);
-  EXPECT_LE(d.max_abs, c.tol * d.scale) << "max |diff| " << d.max_abs << ", RMS diff " << d.rms << ", logit RMS " << d.scale;
+  // Float types: value by value. Quantized: an activation that lands on a rounding boundary
+  // can round the other way in the reference, so a few logits move by more than the rest.
+  const double max_tol = quantized(c.wtype) ? 3e-2 : c.tol;
+  EXPECT_LE(d.max_abs, max_tol * d.scale) << "max |diff| " << d.max_abs << ", RMS diff " << d.rms << ", logit RMS " << d.scale;
+  EXPECT_LE(d.rms, c.tol * 5 * d.scale) << "RMS diff " << d.rms << ", logit RMS " << d.scale;
   EXPECT_GT(d.scale, 0.0);
   if (quantized(c.wtype)) {
     // Against exact float activations the difference is the activation rounding, which these
