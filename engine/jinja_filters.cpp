@@ -84,6 +84,51 @@ Value f_replace(Interpreter&, const Value& v, Args& args) {
   return checked_string(text::replace(to_str(v), old, repl, n));
 }
 
+// Jinja's indent: every line but the first (unless first=True) gets the prefix; blank
+// lines only with blank=True.
+Value f_indent(Interpreter&, const Value& v, Args& args) {
+  ArgReader r("indent", args);
+  const Value width = r.get("width", Value::integer(4));
+  const bool first = truthy(r.get("first", Value::boolean(false)));
+  const bool blank = truthy(r.get("blank", Value::boolean(false)));
+  r.done();
+  std::string prefix;
+  if (width.is_string()) {
+    prefix = width.str();
+  } else if (width.is_int()) {
+    prefix.assign(static_cast<size_t>(std::clamp<int64_t>(width.as_int(), 0, 1024)), ' ');
+  } else {
+    throw Error(std::string("indent: width must be an int or a string, not ") + type_name(width));
+  }
+  // Jinja appends a newline first so that a trailing line break survives splitlines().
+  const std::vector<std::string> lines = text::splitlines(to_str(v) + "\n");
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += '\n';
+    if ((i > 0 || first) && (blank || !lines[i].empty() || (i == 0 && first))) out += prefix;
+    out += lines[i];
+    check_string_size(out.size());
+  }
+  return Value::string(std::move(out));
+}
+
+// HTML escaping (markupsafe's): & < > " ' become entities.
+Value f_escape(Interpreter&, const Value& v, Args& a) {
+  ArgReader("escape", a).done();
+  std::string out;
+  for (char c : to_str(v)) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return checked_string(std::move(out));
+}
+
 Value f_tojson(Interpreter&, const Value& v, Args& args) {
   ArgReader r("tojson", args);
   JsonOptions o;
@@ -494,8 +539,11 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
       {"d", f_default},
       {"default", f_default},
       {"dictsort", f_dictsort},
+      {"e", f_escape},
+      {"escape", f_escape},
       {"first", f_first},
       {"float", f_float},
+      {"indent", f_indent},
       {"int", f_int},
       {"items", f_items},
       {"join", f_join},

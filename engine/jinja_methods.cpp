@@ -99,6 +99,13 @@ Value split_impl(const Value& self, Args& args, bool right) {
   return str_list(right ? text::rsplit(self.str(), sep, maxsplit) : text::split(self.str(), sep, maxsplit));
 }
 Value m_split(Interpreter&, const Value& s, Args& a) { return split_impl(s, a, false); }
+Value m_splitlines(Interpreter&, const Value& self, Args& args) {
+  ArgReader r("splitlines", args);
+  const bool keepends = truthy(r.get("keepends", Value::boolean(false)));
+  r.done();
+  if (keepends) throw Error("unsupported: splitlines(keepends=True)");
+  return str_list(text::splitlines(self.str()));
+}
 Value m_rsplit(Interpreter&, const Value& s, Args& a) { return split_impl(s, a, true); }
 
 // The part of `s` between optional start/end character indices, as str methods take them.
@@ -238,6 +245,7 @@ const std::map<std::string_view, MethodFn>& str_methods() {
       {"rstrip", m_rstrip},
       {"split", m_split},
       {"rsplit", m_rsplit},
+      {"splitlines", m_splitlines},
       {"startswith", m_startswith},
       {"endswith", m_endswith},
       {"lower", m_lower},

@@ -231,6 +231,7 @@ class Parser {
     auto node = std::make_unique<For>(cur().pos);
     ++i_;
     node->target = parse_target(false, {"in"});
+    check_not_loop(node->target);
     if (!skip_name("in")) fail(cur().pos, "expected 'in' in for loop, got " + describe(cur()));
     node->iter = parse_tuple(false, {"recursive"});
     if (skip_name("if")) node->filter = parse_expression(true);
@@ -299,6 +300,11 @@ class Parser {
     ++i_;
     expect_block_end();
     return node;
+  }
+
+  void check_not_loop(const Target& t) const {
+    if (t.name == "loop") fail(t.pos, "cannot assign to the special loop variable 'loop' in a for-loop target");
+    for (const Target& item : t.items) check_not_loop(item);
   }
 
   bool is_tuple_end(Names extra) const {

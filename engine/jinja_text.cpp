@@ -230,6 +230,28 @@ std::vector<std::string> rsplit(std::string_view s, std::optional<std::string_vi
   return out;
 }
 
+std::vector<std::string> splitlines(std::string_view s) {
+  auto is_break = [](char32_t cp) {
+    return cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 ||
+           cp == 0x2028 || cp == 0x2029;
+  };
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t pos = 0; pos < s.size();) {
+    const Char c = char_at(s, pos);
+    if (!is_break(c.cp)) {
+      pos += c.len;
+      continue;
+    }
+    out.emplace_back(s.substr(start, pos - start));
+    pos += c.len;
+    if (c.cp == '\r' && pos < s.size() && s[pos] == '\n') ++pos;
+    start = pos;
+  }
+  if (start < s.size()) out.emplace_back(s.substr(start));
+  return out;
+}
+
 std::string replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
   if (count < 0) count = INT64_MAX;
   std::string out;

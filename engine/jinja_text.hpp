@@ -43,6 +43,9 @@ std::string strip(std::string_view s, std::optional<std::string_view> chars, boo
 // An empty separator is the caller's error.
 std::vector<std::string> split(std::string_view s, std::optional<std::string_view> sep, int64_t maxsplit);
 std::vector<std::string> rsplit(std::string_view s, std::optional<std::string_view> sep, int64_t maxsplit);
+// str.splitlines() (without keepends): splits at \n, \r, \r\n, \v, \f, \x1c-\x1e,
+// U+0085, U+2028, U+2029; no empty piece after a final line break.
+std::vector<std::string> splitlines(std::string_view s);
 // str.replace; count < 0: all. An empty `old` inserts `repl` around every character.
 std::string replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count);
 int64_t find(std::string_view s, std::string_view sub);   // character index, -1 if absent

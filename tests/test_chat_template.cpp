@@ -258,6 +258,7 @@ TEST(ChatTemplateErrors, UnsupportedOrMalformedFailsAtParseWithPosition) {
        19},
       {"{{ messages[0, 1] }}", "several indices", 1, 14},
       {"{% set 1 = 2 %}", "cannot assign", 1, 8},
+      {"{% for a, loop in x %}{% endfor %}", "special loop variable", 1, 11},
       {"{% set true = 2 %}", "cannot assign", 1, 8},
       {"{{ \xc3\xa9t\xc3\xa9 }}", "non-ASCII", 1, 4},
       {"{{ 99999999999999999999 }}", "64-bit", 1, 4},
