@@ -7,6 +7,9 @@
 // "cold" runs rotate through copies of the matrix totalling 256 MB (8x the L3 of the
 // machine this was written on), so weights stream from DRAM as in a real forward pass; "hot" runs reuse one matrix (cache-resident compute cost).
 //
+// Counters are rates: wGB = GB of weights per second, Mtok*row = millions of (token, row)
+// dot products per second, copyGB / readGB = GB copied / read per second.
+//
 //   bench_matmul [--benchmark_filter=Q4_K] [--benchmark_min_time=0.3]
 //   TANDEM_THREADS=n  threads (default: the cores this process may use)
 //   TANDEM_ISA=scalar|avx2|avx512  kernels (default: the best this CPU supports)
@@ -97,8 +100,8 @@ void BM_matmul(benchmark::State& st, DType t, int64_t R, int64_t C, bool cold) {
     if (++k == copies) k = 0;
   }
   const double iters = static_cast<double>(st.iterations());
-  st.counters["wGB/s"] = benchmark::Counter(iters * static_cast<double>(mat) / 1e9, benchmark::Counter::kIsRate);
-  st.counters["Mtok*row/s"] = benchmark::Counter(iters * static_cast<double>(N * R) / 1e6, benchmark::Counter::kIsRate);
+  st.counters["wGB"] = benchmark::Counter(iters * static_cast<double>(mat) / 1e9, benchmark::Counter::kIsRate);
+  st.counters["Mtok*row"] = benchmark::Counter(iters * static_cast<double>(N * R) / 1e6, benchmark::Counter::kIsRate);
 }
 
 // ---- memory bandwidth references ------------------------------------------------------------
@@ -119,7 +122,7 @@ void BM_memcpy(benchmark::State& st) {
     });
     benchmark::ClobberMemory();
   }
-  st.counters["copy GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(half) / 1e9,
+  st.counters["copyGB"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(half) / 1e9,
                                                 benchmark::Counter::kIsRate);
 }
 
@@ -149,7 +152,7 @@ void BM_read(benchmark::State& st) {
     });
     benchmark::DoNotOptimize(sums);
   }
-  st.counters["read GB/s"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(buf.size()) / 1e9,
+  st.counters["readGB"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(buf.size()) / 1e9,
                                                 benchmark::Counter::kIsRate);
 }
 

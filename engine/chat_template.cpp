@@ -21,6 +21,20 @@ ChatTemplateError to_error(const jinja::Error& e, std::string_view normalized_so
   return ChatTemplateError(lc.line, lc.column, e.what(), e.raised_by_template);
 }
 
+// Runs the interpreter; every failure but running out of memory becomes a
+// ChatTemplateError, so callers have one exception type to handle.
+std::string run(const jinja::ast::Template& tpl, const jinja::Dict& vars) {
+  try {
+    return jinja::Interpreter(tpl).render(vars);
+  } catch (const jinja::Error& e) {
+    throw to_error(e, tpl.source);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ChatTemplateError(0, 0, std::string("internal error: ") + e.what(), false);
+  }
+}
+
 // Plain ChatML; the whitespace control keeps the template's own newlines out of the output.
 constexpr std::string_view kChatML =
     "{%- for message in messages -%}\n"
@@ -74,11 +88,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   vars.set(Value::string("add_generation_prompt"), Value::boolean(add_generation_prompt));
   vars.set(Value::string("bos_token"), Value::string(bos_token));
   vars.set(Value::string("eos_token"), Value::string(eos_token));
-  try {
-    return jinja::Interpreter(*tpl_).render(vars);
-  } catch (const jinja::Error& e) {
-    throw to_error(e, tpl_->source);
-  }
+  return run(*tpl_, vars);
 }
 
 std::string ChatTemplate::render_json(std::string_view variables_json) const {
@@ -95,11 +105,7 @@ std::string ChatTemplate::render_json(std::string_view variables_json) const {
   vars.set(Value::string("documents"), Value::none());
   vars.set(Value::string("add_generation_prompt"), Value::boolean(false));
   for (const auto& [k, v] : parsed.dict().entries) vars.set(k, v);
-  try {
-    return jinja::Interpreter(*tpl_).render(vars);
-  } catch (const jinja::Error& e) {
-    throw to_error(e, tpl_->source);
-  }
+  return run(*tpl_, vars);
 }
 
 ChatTemplate chatml_template() { return ChatTemplate::parse(kChatML); }

@@ -11,6 +11,31 @@
 // Anything outside the subset is rejected when the template is parsed, with the line and
 // column of the construct, so a template either renders as transformers would or fails
 // loudly at load time.
+//
+// The subset:
+//   {{ }}, {% %}, {# #}, whitespace control {%- -%} {{- -}} {#- -#} {%+ +%}, {% raw %}
+//   if/elif/else; for (loop.index/index0/revindex/revindex0/first/last/length/
+//     previtem/nextitem/cycle, for-else, `for x in xs if cond`, unpacking `for k, v in`),
+//     break/continue; set (incl. `ns.attr`, unpacking, {% set x %}...{% endset %});
+//     macro (positional/keyword arguments, defaults); {% generation %} (transformers')
+//   literals (str with Python escapes, int, float, bool, none, list, tuple, dict);
+//     .attr, [item], [a:b:c]; calls; + - * / // % ** ~, comparisons (chained), in,
+//     not in, and/or/not, `a if c else b`, `is [not] test`
+//   filters: abs capitalize count d default dictsort e escape first float indent int
+//     items join last length list lower map max min reject rejectattr replace reverse
+//     safe select selectattr sort string sum title tojson trim unique upper
+//   tests: defined undefined none boolean true false integer float number string
+//     mapping iterable sequence callable eq/equalto ne lt/lessthan le gt/greaterthan ge
+//     in sameas odd even divisibleby lower upper
+//   str methods: strip lstrip rstrip split rsplit splitlines startswith endswith lower
+//     upper title capitalize replace find count join; dict: items keys values get
+//   globals: raise_exception namespace range dict strftime_now
+// Not supported (parse error): include/extends/import/block/call/filter/with/do,
+// recursive loops, *args/**kwargs, caller/varargs/kwargs in macros, other filters,
+// tests and methods, lipsum/cycler/joiner. Differences that remain: integers are 64-bit
+// (overflow is an error); '%' string formatting is an error; map/select/... return lists
+// where Jinja returns generators (same under |list, |join, iteration); slicing a constant
+// non-sequence is an error where Jinja's constant folding yields Undefined.
 #pragma once
 
 #include <memory>

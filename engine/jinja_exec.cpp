@@ -101,7 +101,14 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
       case StmtKind::Macro: {
         const auto& m = static_cast<const Macro&>(s);
         frame->set(m.name, Value::function(std::make_shared<MacroFunction>(m, frame)));
-        pinned_.push_back(frame);
+        if (pinned_.empty() || pinned_.back() != frame) {
+          // Each pinned scope lives until the render ends; a macro defined inside a long
+          // loop would pin one per iteration.
+          if (pinned_.size() >= kMaxMacroScopes) {
+            throw Error("too many macro definitions executed (limit " + std::to_string(kMaxMacroScopes) + ")");
+          }
+          pinned_.push_back(frame);
+        }
         break;
       }
       case StmtKind::Break: return Flow::Break;

@@ -1,7 +1,7 @@
-// Filters ({{ x | f }}) and tests ({% if x is t %}), with Jinja's semantics and Hugging
-// Face's tojson. Where Jinja returns a generator (map, select, reverse, ...) these return
-// a list, which behaves the same under |list, |join, |first, iteration and the like.
+// Filters ({{ x | f }}), with Jinja's semantics and Hugging Face's tojson. Where Jinja returns a generator (map,
+// select, reverse, ...) these return a list, which behaves the same under |list, |join, |first, iteration and the like.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -17,7 +17,6 @@ namespace tandem::jinja {
 namespace {
 
 using FilterFn = Value (*)(Interpreter&, const Value&, Args&);
-using TestFn = bool (*)(Interpreter&, const Value&, Args&);
 
 Value no_args(const char* name, Args& args, Value result) {
   ArgReader(name, args).done();
@@ -38,8 +37,11 @@ Value get_path(const Value& obj, const Value& attribute, const Value* fallback) 
   }
   const std::string& a = attribute.str();
   for (const std::string& part : text::split(a, std::string_view("."), -1)) {
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    step(digits ? Value::integer(std::stoll(part)) : Value::string(part));
+    // Jinja turns all-digit parts into integer indexes.
+    int64_t index = 0;
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool digits = !part.empty() && part[0] != '-' && r.ec == std::errc() && r.ptr == part.data() + part.size();
+    step(digits ? Value::integer(index) : Value::string(part));
   }
   return cur;
 }
@@ -60,8 +62,12 @@ Value f_trim(Interpreter&, const Value& v, Args& args) {
   return Value::string(text::strip(to_str(v), c, true, true));
 }
 
-Value f_upper(Interpreter&, const Value& v, Args& a) { return no_args("upper", a, Value::string(text::upper(to_str(v)))); }
-Value f_lower(Interpreter&, const Value& v, Args& a) { return no_args("lower", a, Value::string(text::lower(to_str(v)))); }
+Value f_upper(Interpreter&, const Value& v, Args& a) {
+  return no_args("upper", a, Value::string(text::upper(to_str(v))));
+}
+Value f_lower(Interpreter&, const Value& v, Args& a) {
+  return no_args("lower", a, Value::string(text::lower(to_str(v))));
+}
 Value f_capitalize(Interpreter&, const Value& v, Args& a) {
   return no_args("capitalize", a, Value::string(text::capitalize(to_str(v))));
 }
@@ -78,7 +84,8 @@ Value f_replace(Interpreter&, const Value& v, Args& args) {
   r.done();
   int64_t n = -1;
   if (count && !count->is_none()) {
-    if (!count->is_int()) throw Error(std::string("'") + type_name(*count) + "' object cannot be interpreted as an integer");
+    if (!count->is_int())
+      throw Error(std::string("'") + type_name(*count) + "' object cannot be interpreted as an integer");
     n = count->as_int();
   }
   return checked_string(text::replace(to_str(v), old, repl, n));
@@ -459,15 +466,16 @@ Value f_sum(Interpreter& in, const Value& v, Args& args) {
   r.done();
   for (const Value& x : ops::iterate(v)) {
     in.tick();
-    total = ops::binary(ast::BinOp::Add, total,
-                        attribute && !attribute->is_none() ? get_path(x, *attribute, nullptr) : x);
+    total =
+        ops::binary(ast::BinOp::Add, total, attribute && !attribute->is_none() ? get_path(x, *attribute, nullptr) : x);
   }
   return total;
 }
 
 Value f_map(Interpreter& in, const Value& v, Args& args) {
   std::vector<Value> out;
-  const auto attr = std::find_if(args.named.begin(), args.named.end(), [](const auto& a) { return a.first == "attribute"; });
+  const auto attr =
+      std::find_if(args.named.begin(), args.named.end(), [](const auto& a) { return a.first == "attribute"; });
   if (args.positional.empty() && attr != args.named.end()) {
     // map(attribute='x', default=...)
     ArgReader r("map", args);
@@ -573,144 +581,6 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
   return m;
 }
 
-// ---- tests ----------------------------------------------------------------------------
-
-Value one_arg(const char* name, Args& args) {
-  ArgReader r(name, args);
-  Value v = r.required("other");
-  r.done();
-  return v;
-}
-
-void no_test_args(const char* name, Args& args) { ArgReader(name, args).done(); }
-
-bool t_defined(Interpreter&, const Value& v, Args& a) {
-  no_test_args("defined", a);
-  return !v.is_undefined();
-}
-bool t_undefined(Interpreter&, const Value& v, Args& a) {
-  no_test_args("undefined", a);
-  return v.is_undefined();
-}
-bool t_none(Interpreter&, const Value& v, Args& a) {
-  no_test_args("none", a);
-  return v.is_none();
-}
-bool t_boolean(Interpreter&, const Value& v, Args& a) {
-  no_test_args("boolean", a);
-  return v.kind() == Value::Kind::Bool;
-}
-bool t_true(Interpreter&, const Value& v, Args& a) {
-  no_test_args("true", a);
-  return v.kind() == Value::Kind::Bool && v.as_bool();
-}
-bool t_false(Interpreter&, const Value& v, Args& a) {
-  no_test_args("false", a);
-  return v.kind() == Value::Kind::Bool && !v.as_bool();
-}
-bool t_integer(Interpreter&, const Value& v, Args& a) {
-  no_test_args("integer", a);
-  return v.kind() == Value::Kind::Int;
-}
-bool t_float(Interpreter&, const Value& v, Args& a) {
-  no_test_args("float", a);
-  return v.kind() == Value::Kind::Float;
-}
-bool t_number(Interpreter&, const Value& v, Args& a) {
-  no_test_args("number", a);
-  return v.is_number();
-}
-bool t_string(Interpreter&, const Value& v, Args& a) {
-  no_test_args("string", a);
-  return v.is_string();
-}
-bool t_mapping(Interpreter&, const Value& v, Args& a) {
-  no_test_args("mapping", a);
-  return v.kind() == Value::Kind::Dict;
-}
-bool t_iterable(Interpreter&, const Value& v, Args& a) {
-  no_test_args("iterable", a);
-  return v.is_undefined() || v.is_string() || v.is_list() || v.kind() == Value::Kind::Dict;
-}
-bool t_sequence(Interpreter&, const Value& v, Args& a) {
-  no_test_args("sequence", a);
-  return v.is_undefined() || v.is_string() || v.is_list() || v.kind() == Value::Kind::Dict;
-}
-bool t_callable(Interpreter&, const Value& v, Args& a) {
-  no_test_args("callable", a);
-  // Jinja's Undefined and loop objects define __call__, so Python calls them callable.
-  return v.kind() == Value::Kind::Function || v.is_undefined() || v.kind() == Value::Kind::Loop;
-}
-bool t_eq(Interpreter&, const Value& v, Args& a) { return equal(v, one_arg("eq", a)); }
-bool t_ne(Interpreter&, const Value& v, Args& a) { return !equal(v, one_arg("ne", a)); }
-bool t_lt(Interpreter&, const Value& v, Args& a) { return less(v, one_arg("lt", a), "<"); }
-bool t_gt(Interpreter&, const Value& v, Args& a) { return greater(v, one_arg("gt", a), ">"); }
-bool t_le(Interpreter&, const Value& v, Args& a) {
-  const Value o = one_arg("le", a);
-  return less(v, o, "<=") || equal(v, o);
-}
-bool t_ge(Interpreter&, const Value& v, Args& a) {
-  const Value o = one_arg("ge", a);
-  return greater(v, o, ">=") || equal(v, o);
-}
-bool t_in(Interpreter&, const Value& v, Args& a) {
-  ArgReader r("in", a);
-  const Value seq = r.required("seq");
-  r.done();
-  return ops::contains(seq, v);
-}
-bool t_sameas(Interpreter&, const Value& v, Args& a) {
-  // Python identity: exact for None/True/False and shared objects; equal numbers and
-  // strings are treated as the same object (CPython usually, not always, shares them).
-  const Value o = one_arg("sameas", a);
-  if (v.kind() != o.kind()) return false;
-  if (v.identity() || o.identity()) return v.identity() == o.identity() || (v.is_string() && v.str() == o.str());
-  return equal(v, o);
-}
-bool mod_is(const Value& v, const Value& divisor, int64_t want) {
-  return equal(ops::binary(ast::BinOp::Mod, v, divisor), Value::integer(want));
-}
-bool t_odd(Interpreter&, const Value& v, Args& a) {
-  no_test_args("odd", a);
-  return mod_is(v, Value::integer(2), 1);
-}
-bool t_even(Interpreter&, const Value& v, Args& a) {
-  no_test_args("even", a);
-  return mod_is(v, Value::integer(2), 0);
-}
-bool t_divisibleby(Interpreter&, const Value& v, Args& a) {
-  ArgReader r("divisibleby", a);
-  const Value num = r.required("num");
-  r.done();
-  return mod_is(v, num, 0);
-}
-bool t_lower(Interpreter&, const Value& v, Args& a) {
-  no_test_args("lower", a);
-  return text::is_lower(to_str(v));
-}
-bool t_upper(Interpreter&, const Value& v, Args& a) {
-  no_test_args("upper", a);
-  return text::is_upper(to_str(v));
-}
-
-const std::unordered_map<std::string_view, TestFn>& tests() {
-  static const std::unordered_map<std::string_view, TestFn> m = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},
-      {"boolean", t_boolean},   {"true", t_true},           {"false", t_false},
-      {"integer", t_integer},   {"float", t_float},         {"number", t_number},
-      {"string", t_string},     {"mapping", t_mapping},     {"iterable", t_iterable},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"eq", t_eq},
-      {"equalto", t_eq},        {"==", t_eq},               {"ne", t_ne},
-      {"!=", t_ne},             {"lt", t_lt},               {"lessthan", t_lt},
-      {"<", t_lt},              {"le", t_le},               {"<=", t_le},
-      {"gt", t_gt},             {"greaterthan", t_gt},      {">", t_gt},
-      {"ge", t_ge},             {">=", t_ge},               {"in", t_in},
-      {"sameas", t_sameas},     {"odd", t_odd},             {"even", t_even},
-      {"divisibleby", t_divisibleby}, {"lower", t_lower},   {"upper", t_upper},
-  };
-  return m;
-}
-
 }  // namespace
 
 bool has_filter(std::string_view name) { return filters().count(name) != 0; }
@@ -718,14 +588,6 @@ bool has_filter(std::string_view name) { return filters().count(name) != 0; }
 Value apply_filter(Interpreter& in, std::string_view name, const Value& input, Args& args) {
   auto it = filters().find(name);
   if (it == filters().end()) throw Error("unsupported filter '" + std::string(name) + "'");
-  return it->second(in, input, args);
-}
-
-bool has_test(std::string_view name) { return tests().count(name) != 0; }
-
-bool apply_test(Interpreter& in, std::string_view name, const Value& input, Args& args) {
-  auto it = tests().find(name);
-  if (it == tests().end()) throw Error("unsupported test '" + std::string(name) + "'");
   return it->second(in, input, args);
 }
 

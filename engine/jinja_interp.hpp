@@ -31,6 +31,7 @@ class Interpreter {
  public:
   static constexpr uint64_t kMaxIterations = 10'000'000;  // loop iterations and built-in item work
   static constexpr int kMaxRecursion = 1000;              // nested evaluation / statement / macro frames
+  static constexpr size_t kMaxMacroScopes = 10'000;       // distinct scopes that defined macros
 
   explicit Interpreter(const ast::Template& t) : tpl_(t) {}
   // Renders with the given top-level variables (over the built-in globals).

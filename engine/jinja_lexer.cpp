@@ -138,6 +138,9 @@ class Lexer {
   }
 
   size_t skip_comment(size_t tag, size_t p) {
+    // Jinja quirk kept: an opener that ends the template is silently dropped (its
+    // "missing end" error needs at least one character after the opener).
+    if (p >= src_.size()) return p;
     for (size_t e = src_.find("#}", p); e != npos; e = src_.find("#}", e + 1)) {
       // The body is matched lazily up to the first "#}"; a "+" or "-" just before it is
       // the closing whitespace control (when it is not also the opening one's "-").
@@ -159,6 +162,7 @@ class Lexer {
   }
 
   size_t lex_raw(size_t tag, size_t body) {
+    if (body >= src_.size()) return body;  // same quirk as for comments
     for (size_t e = src_.find("{%", body); e != npos; e = src_.find("{%", e + 1)) {
       size_t p = e + 2;
       const char open_sign = p < src_.size() && (src_[p] == '-' || src_[p] == '+') ? src_[p] : 0;

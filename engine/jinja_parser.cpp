@@ -74,17 +74,27 @@ class Parser {
 
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case TokenType::Data: return "template text";
-      case TokenType::VarBegin: return "'{{'";
-      case TokenType::VarEnd: return "end of print statement '}}'";
-      case TokenType::BlockBegin: return "'{%'";
-      case TokenType::BlockEnd: return "end of statement '%}'";
-      case TokenType::Name: return "'" + t.text + "'";
-      case TokenType::String: return "string literal";
+      case TokenType::Data:
+        return "template text";
+      case TokenType::VarBegin:
+        return "'{{'";
+      case TokenType::VarEnd:
+        return "end of print statement '}}'";
+      case TokenType::BlockBegin:
+        return "'{%'";
+      case TokenType::BlockEnd:
+        return "end of statement '%}'";
+      case TokenType::Name:
+        return "'" + t.text + "'";
+      case TokenType::String:
+        return "string literal";
       case TokenType::Int:
-      case TokenType::Float: return "number " + t.text;
-      case TokenType::Operator: return "'" + t.text + "'";
-      case TokenType::Eof: return "end of template";
+      case TokenType::Float:
+        return "number " + t.text;
+      case TokenType::Operator:
+        return "'" + t.text + "'";
+      case TokenType::Eof:
+        return "end of template";
     }
     return "token";
   }
@@ -157,10 +167,12 @@ class Parser {
             for (std::string_view e : ends) {
               if (e.starts_with("end")) closer = e;
             }
-            fail(open_pos, "'" + std::string(open_what) + "' is never closed: missing {% " + std::string(closer) + " %}");
+            fail(open_pos,
+                 "'" + std::string(open_what) + "' is never closed: missing {% " + std::string(closer) + " %}");
           }
           return body;
-        default: fail(t.pos, "unexpected " + describe(t));
+        default:
+          fail(t.pos, "unexpected " + describe(t));
       }
     }
   }
@@ -658,7 +670,8 @@ class Parser {
         e = std::make_unique<Getattr>(a.pos, std::move(node), a.text);
         bump(*e, static_cast<Getattr&>(*e).obj.get());
       } else if (a.type == TokenType::Int) {
-        e = std::make_unique<Getitem>(a.pos, std::move(node), std::make_unique<Const>(a.pos, Value::integer(a.int_value)));
+        e = std::make_unique<Getitem>(a.pos, std::move(node),
+                                      std::make_unique<Const>(a.pos, Value::integer(a.int_value)));
         bump(*e, static_cast<Getitem&>(*e).obj.get());
       } else {
         fail(a.pos, "expected a name or number after '.', got " + describe(a));

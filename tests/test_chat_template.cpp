@@ -425,6 +425,8 @@ TEST(ChatTemplateLimits, RunawayRenderingIsAnError) {
   expect_limit("{% set ns = namespace(v=[]) %}{% for i in range(1000) %}{% set ns.v = [ns.v] %}{% endfor %}",
                "nested deeper", false);
   expect_limit("{% set ns = namespace() %}{% set ns.me = [ns] %}", "namespace inside itself", false);
+  expect_limit("{% for i in range(100000) %}{% macro m() %}{% endmacro %}{% endfor %}", "too many macro definitions",
+               false);
 }
 
 TEST(ChatTemplateLimits, DeepJsonVariablesAreRefused) {

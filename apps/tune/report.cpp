@@ -104,9 +104,13 @@ std::string report_json(const TuneReport& r) {
     json::object cats;
     for (const auto& [k, v] : per_category(c)) cats[k] = v;
     e["speedup_per_category"] = std::move(cats);
-    json::array per;
-    for (const auto& p : c.prompts) per.push_back(p.speedup);
+    json::array per, per_cpu;
+    for (const auto& p : c.prompts) {
+      per.push_back(p.speedup);
+      per_cpu.push_back(p.cpu_speedup);
+    }
     e["speedup_per_prompt"] = std::move(per);
+    e["cpu_speedup_per_prompt"] = std::move(per_cpu);
     e["drafts"] = c.metrics.drafts;
     e["drafted_tokens"] = c.metrics.drafted_tokens;
     e["accepted_tokens"] = c.metrics.accepted_tokens;
@@ -116,7 +120,8 @@ std::string report_json(const TuneReport& r) {
   json::array recs;
   for (const Recommendation& rc : r.recommendations)
     recs.push_back(json::object{
-        {"temp", tidy(rc.temp)}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha}});
+        {"temp", tidy(rc.temp)}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
+        {"off_fraction", rc.off_fraction}});
   o["recommendations"] = std::move(recs);
   return json::serialize(o);
 }
@@ -191,11 +196,15 @@ std::string report_svg(const TuneReport& r) {
     }
   }
   const double w = 760, h = 360;
-  std::string header = "<text x=\"20\" y=\"24\" font-size=\"13\">" +
-                       xml_escape("tandem tune: " + base_name(r.target) + " with " + base_name(r.draft) + ", " +
-                                  r.backend + ", " + std::to_string(r.n_tokens) + " tokens per run") +
-                       "</text>\n";
-  return svg_document(w, 2 * h + 40, {header, render_chart(speed, 0, 40, w, h), render_chart(acc, 0, 40 + h, w, h)});
+  // Two header lines: the model names can be long.
+  const std::string header =
+      "<text x=\"20\" y=\"18\" font-size=\"12\">" +
+      xml_escape("tandem tune: target " + base_name(r.target) + ", draft " + base_name(r.draft)) + "</text>\n" +
+      "<text x=\"20\" y=\"34\" font-size=\"12\">" +
+      xml_escape(r.backend + ", " + std::to_string(r.n_tokens) + " tokens per run, " + std::to_string(r.prompts.size()) +
+                 " prompts") +
+      "</text>\n";
+  return svg_document(w, 2 * h + 44, {header, render_chart(speed, 0, 44, w, h), render_chart(acc, 0, 44 + h, w, h)});
 }
 
 void print_table(const TuneReport& r, std::FILE* out) {
@@ -226,8 +235,9 @@ void print_table(const TuneReport& r, std::FILE* out) {
     if (rc.policy == "none")
       std::fprintf(out, "recommended at T=%.2f: plain decoding (no configuration beat it)\n", rc.temp);
     else
-      std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d (speedup %.3f)\n", rc.temp,
-                   rc.policy.c_str(), rc.k, rc.speedup);
+      std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d (speedup %.3f%s)\n", rc.temp,
+                   rc.policy.c_str(), rc.k, rc.speedup,
+                   rc.off_fraction > 0.99 ? "; it kept speculation off: plain decoding, measured with noise" : "");
   }
 }
 

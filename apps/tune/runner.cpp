@@ -295,6 +295,7 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
       best.k = r.k;
       best.speedup = r.speedup();
       best.alpha = r.alpha();
+      best.off_fraction = policy_uses_cost_model(r.policy) ? r.steps_off_fraction() : 0.0;
     }
     out.push_back(best);
   }
@@ -407,7 +408,11 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
             const double sp = run.decode_ms > 0 && ar_decode > 0 && ar_tokens > 0
                                   ? (run.tokens / run.decode_ms) / (ar_tokens / ar_decode)
                                   : 0.0;
-            res.prompts.push_back({prompt.category, sp});
+            const double ar_cpu = 0.5 * (ar_before.cpu_decode_ms + ar_after.cpu_decode_ms);
+            const double cpu_sp = run.cpu_decode_ms > 0 && ar_cpu > 0 && ar_tokens > 0
+                                      ? (run.tokens / run.cpu_decode_ms) / (ar_tokens / ar_cpu)
+                                      : 0.0;
+            res.prompts.push_back({prompt.category, sp, cpu_sp});
           }
           group.clear();
           ar_before = ar_after;

@@ -64,6 +64,7 @@ struct ConfigResult {
   struct Prompt {
     std::string category;
     double speedup = 0.0;
+    double cpu_speedup = 0.0;
   };
   std::vector<Prompt> prompts;
 
@@ -94,6 +95,7 @@ struct Recommendation {
   int32_t k = 0;
   double speedup = 1.0;
   double alpha = 0.0;  // measured in that configuration (a prior for adaptive)
+  double off_fraction = 0.0;  // adaptive policies: share of steps they kept speculation off
 };
 
 struct TuneReport {
