@@ -8,12 +8,16 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "apps/commands.hpp"
 #include "apps/server/chat_prompt.hpp"
 #include "apps/server/http_server.hpp"
 #include "apps/server/server_state.hpp"
+#include "apps/tune/config.hpp"
 #include "engine/scheduler.hpp"
+#include "policies/factory.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::cli {
@@ -26,6 +30,10 @@ struct ServeArgs {
   std::string model_id;
   std::string draft_mode;  // "", "model", "ngram", "none"
   int32_t draft_max = 4;
+  std::string policy = "fixed";
+  float draft_p_min = 0.0f;
+  std::string config_path;  // tune --write-config output
+  ExplicitFlags given;      // flags given explicitly win over the config file
   std::string kv_mem;  // "", bytes, or with a unit: 512MiB, 2GiB, 800MB
   bool no_prefix_cache = false;
   bool verbose = false;
@@ -69,20 +77,51 @@ void apply_kv_mem(Load& load, Sched& sched, int64_t bytes) {
   }
 }
 
-DraftMode draft_mode(const ServeArgs& a) {
-  if (a.draft_mode == "ngram") return DraftMode::Ngram;
-  if (a.draft_mode == "none") return DraftMode::None;
-  if (a.draft_mode == "model") {
-    if (a.load.draft_model_path.empty()) throw std::invalid_argument("--draft model needs --model-draft");
+DraftMode draft_mode(const std::string& mode, const LoadOptions& load) {
+  if (mode == "ngram") return DraftMode::Ngram;
+  if (mode == "none") return DraftMode::None;
+  if (mode == "model") {
+    if (load.draft_model_path.empty()) throw std::invalid_argument("--draft model needs --model-draft");
     return DraftMode::Model;
   }
-  if (!a.draft_mode.empty()) throw std::invalid_argument("--draft must be model, ngram or none");
-  return a.load.draft_model_path.empty() ? DraftMode::None : DraftMode::Model;
+  if (!mode.empty()) throw std::invalid_argument("--draft must be model, ngram or none");
+  return load.draft_model_path.empty() ? DraftMode::None : DraftMode::Model;
+}
+
+const char* mode_name(DraftMode m) {
+  return m == DraftMode::Model ? "model" : m == DraftMode::Ngram ? "ngram" : "none";
 }
 
 int run_serve(ServeArgs a) {
   if (a.verbose) spdlog::set_level(spdlog::level::debug);
-  const DraftMode mode = draft_mode(a);
+  SpeculativeOptions defaults;
+  defaults.draft_max = a.draft_max;
+  defaults.policy = a.policy;
+  defaults.draft_p_min = a.draft_p_min;
+  if (!is_policy_name(a.policy)) throw std::invalid_argument("--policy must be fixed, confidence, adaptive or goodput");
+  // --config: tune's recommendations per temperature; the one for T=0 (or the nearest) is
+  // also what requests without a temperature-specific entry get.
+  std::unique_ptr<TandemConfig> config;
+  std::vector<std::pair<float, SpeculativeOptions>> by_temp;
+  std::string mode_str = a.draft_mode;
+  if (!a.config_path.empty()) {
+    config = std::make_unique<TandemConfig>(load_config(a.config_path));
+    if (a.load.draft_model_path.empty() && !config->draft.empty() && !a.given.draft) {
+      // The draft model tune measured with, when a recommendation uses one.
+      bool uses_model = config->defaults.draft == "model";
+      for (const auto& e : config->per_temperature) uses_model = uses_model || e.spec.draft == "model";
+      if (uses_model) a.load.draft_model_path = config->draft;
+    }
+    for (const auto& e : config->per_temperature) {
+      SpeculativeOptions so = defaults;
+      std::string m = a.draft_mode;
+      apply_config(*config, e.temp, a.given, m, so);
+      so.mode = draft_mode(m, a.load);
+      by_temp.emplace_back(e.temp, so);
+    }
+    apply_config(*config, 0.0f, a.given, mode_str, defaults);
+  }
+  defaults.mode = draft_mode(mode_str, a.load);
   apply_kv_mem(a.load, a.sched, a.kv_mem.empty() ? 0 : parse_bytes(a.kv_mem));
   a.sched.prefix_cache = !a.no_prefix_cache;
 
@@ -96,14 +135,30 @@ int run_serve(ServeArgs a) {
   if (!info.name.empty()) protocol.model_ids.push_back(info.name);
   protocol.n_vocab = info.n_vocab;
   protocol.has_draft_model = !a.load.draft_model_path.empty();
-  protocol.default_speculative.mode = mode;
-  protocol.default_speculative.draft_max = a.draft_max;
+  protocol.default_speculative = defaults;
+  protocol.speculative_by_temp = by_temp;
+  // A default policy that decides with the cost model gets one calibrated on this machine
+  // (cached; only the first start pays). Per-request adaptive policies use it too.
+  for (const auto& so : by_temp) {
+    const std::string costs = ensure_cost_model(*engine, so.second, config.get());
+    if (!costs.empty()) spdlog::info("{}", costs);
+  }
+  if (const std::string costs = ensure_cost_model(*engine, defaults, config.get()); !costs.empty())
+    spdlog::info("{}", costs);
+  if (!a.load.draft_model_path.empty()) {  // requests may ask for "policy": "adaptive"
+    SpeculativeOptions probe = defaults;
+    probe.mode = DraftMode::Model;
+    probe.policy = "adaptive";
+    if (const std::string costs = ensure_cost_model(*engine, probe, config.get()); !costs.empty())
+      spdlog::info("{}", costs);
+  }
 
   server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);
-  spdlog::info("model {} ({}, context {}, {} KV {:.1f} MiB){}; chat template: {}; speculation: {} (k={})",
+  spdlog::info("model {} ({}, context {}, {} KV {:.1f} MiB){}; chat template: {}; speculation: {} (policy {}, k={}){}",
                protocol.model_ids[0], info.architecture, info.context, a.load.kv_type, info.kv_bytes / 1048576.0,
                info.draft_path.empty() ? "" : ", draft " + info.draft_name, chat.from_gguf() ? "model's" : "ChatML",
-               mode == DraftMode::Model ? "model" : mode == DraftMode::Ngram ? "ngram" : "none", a.draft_max);
+               mode_name(defaults.mode), defaults.policy, defaults.draft_max,
+               by_temp.empty() ? "" : "; per temperature from " + a.config_path);
   spdlog::info("{}", engine->backend_description());
 
   Scheduler scheduler(*engine, a.sched);
@@ -134,9 +189,19 @@ Command add_serve(CLI::App& app) {
   sub->add_option("-t,--threads", a->load.threads, "CPU threads for the model (0 = all cores)")->capture_default_str();
   sub->add_option("--http-threads", a->http.io_threads, "Threads serving HTTP")->capture_default_str();
   sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
-  sub->add_option("--draft", a->draft_mode, "Default proposer: model (default with -md), ngram, none");
-  sub->add_option("--draft-max", a->draft_max, "Default tokens drafted per step (k)")->capture_default_str()
-      ->check(CLI::Range(1, 32));
+  auto* o_draft = sub->add_option("--draft", a->draft_mode, "Default proposer: model (default with -md), ngram, none");
+  auto* o_draft_max = sub->add_option("--draft-max", a->draft_max, "Default tokens drafted per step (k)")
+                          ->capture_default_str()
+                          ->check(CLI::Range(1, 32));
+  auto* o_policy = sub->add_option("--policy", a->policy,
+                                   "Default speculation policy: fixed, confidence, adaptive, goodput")
+                       ->capture_default_str();
+  auto* o_p_min = sub->add_option("--draft-p-min", a->draft_p_min,
+                                  "Stop drafting when the draft's probability of its token is below this")
+                      ->capture_default_str();
+  sub->add_option("--config", a->config_path,
+                  "Speculative defaults per temperature from `tandem tune --write-config` (flags win)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--request-timeout", a->http.request_timeout_s,
                   "Cancel a generation after this many seconds, finish_reason \"length\" (0 = never)")
       ->capture_default_str();
@@ -146,7 +211,10 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
-  return {sub, [a] { return run_serve(*a); }};
+  return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
+            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};
+            return run_serve(*a);
+          }};
 }
 
 }  // namespace tandem::cli

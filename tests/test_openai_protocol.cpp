@@ -241,6 +241,30 @@ TEST(OpenAIRequest, Speculative) {
   c.has_draft_model = true;
   EXPECT_EQ(parse_request(Endpoint::Chat, chat_with(R"("speculative":{"mode":"model"})"), c).opts.speculative.mode,
             DraftMode::Model);
+  EXPECT_FLOAT_EQ(chat(chat_with(R"("speculative":{"draft_p_min":0.25})")).opts.speculative.draft_p_min, 0.25f);
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"draft_p_min":1.5})")).param, "speculative.draft_p_min");
+}
+
+// `serve --config`: each request starts from the entry tune measured nearest its temperature.
+TEST(OpenAIRequest, SpeculativeDefaultsFollowTheRequestTemperature) {
+  ProtocolConfig c = config();
+  SpeculativeOptions cold, warm;
+  cold.mode = DraftMode::Ngram, cold.draft_max = 5, cold.policy = "fixed";
+  warm.mode = DraftMode::None, warm.draft_max = 2, warm.policy = "adaptive";
+  c.speculative_by_temp = {{0.0f, cold}, {0.7f, warm}};
+  auto at = [&](const char* t) {
+    return parse_request(Endpoint::Chat, chat_with(std::string(R"("temperature":)") + t), c).opts.speculative;
+  };
+  EXPECT_EQ(at("0").draft_max, 5);
+  EXPECT_EQ(at("0.2").mode, DraftMode::Ngram);
+  EXPECT_EQ(at("0.5").policy, "adaptive");
+  EXPECT_EQ(at("1.5").mode, DraftMode::None);
+  // A request's own fields still win.
+  auto r = parse_request(Endpoint::Chat, chat_with(R"("temperature":0.9,"speculative":{"mode":"ngram"})"), c);
+  EXPECT_EQ(r.opts.speculative.mode, DraftMode::Ngram);
+  EXPECT_EQ(r.opts.speculative.draft_max, 2);
+  // Without entries: the server default.
+  EXPECT_EQ(chat(chat_with(R"("temperature":0.9)")).opts.speculative.draft_max, 3);
 }
 
 // ---- completion requests ------------------------------------------------------------

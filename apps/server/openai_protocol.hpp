@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tandem/engine.hpp"
@@ -37,7 +38,11 @@ struct ProtocolConfig {
   std::vector<std::string> model_ids;  // accepted `model` values; [0] is the id echoed back
   int32_t n_vocab = 0;                 // bounds token-id prompts
   bool has_draft_model = false;        // "speculative": {"mode": "model"} needs one
-  SpeculativeOptions default_speculative;  // server's --draft/--draft-max
+  SpeculativeOptions default_speculative;  // server's --draft/--draft-max/--policy
+  // From `serve --config`: the defaults tune recommended per temperature; a request gets the
+  // entry measured nearest its temperature (default_speculative when empty).
+  std::vector<std::pair<float, SpeculativeOptions>> speculative_by_temp;
+  const SpeculativeOptions& speculative_for(float temperature) const;
   int32_t max_stop_strings = 16;
 };
 

@@ -263,8 +263,8 @@ void parse_sampling(const json::object& o, SamplingParams& s) {
 
 // Extension: "speculative": {"mode": "ngram"|"model"|"none", "draft_max": K,
 //                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput"}.
-void parse_speculative(const json::object& o, const ProtocolConfig& cfg, SpeculativeOptions& sp) {
-  sp = cfg.default_speculative;
+void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float temperature, SpeculativeOptions& sp) {
+  sp = cfg.speculative_for(temperature);
   const json::value* v = field(o, "speculative");
   if (!v) return;
   if (!v->is_object()) throw wrong_type("speculative", "an object", *v);
@@ -285,6 +285,11 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, Specula
   if (auto k = get_int(so, "draft_min", "speculative")) {
     if (*k < 0 || *k > 32) throw bad_request("'speculative.draft_min' must be in 0..32", "speculative.draft_min", "invalid_value");
     sp.draft_min = static_cast<int32_t>(*k);
+  }
+  if (auto p = get_number(so, "draft_p_min", "speculative")) {
+    if (!(*p >= 0.0 && *p <= 1.0))
+      throw bad_request("'speculative.draft_p_min' must be in [0, 1]", "speculative.draft_p_min", "invalid_value");
+    sp.draft_p_min = static_cast<float>(*p);
   }
   if (auto p = get_string(so, "policy", "speculative")) {
     if (*p != "fixed" && *p != "confidence" && *p != "adaptive" && *p != "goodput")
@@ -332,6 +337,16 @@ void reject_unsupported(const json::object& o, Endpoint ep) {
 
 }  // namespace
 
+const SpeculativeOptions& ProtocolConfig::speculative_for(float temperature) const {
+  const SpeculativeOptions* best = &default_speculative;
+  float gap = 0.0f;
+  for (const auto& [t, so] : speculative_by_temp) {
+    const float g = std::abs(t - temperature);
+    if (best == &default_speculative || g < gap) best = &so, gap = g;
+  }
+  return *best;
+}
+
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const ProtocolConfig& cfg) {
   boost::system::error_code ec;
   json::value root = json::parse(json::string_view(body.data(), body.size()), ec);
@@ -364,7 +379,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   parse_sampling(o, r.opts.sampling);
   r.opts.stop = parse_stop(o, cfg);
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
-  parse_speculative(o, cfg, r.opts.speculative);
+  parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);
   // Chat prompts come from the template, which writes BOS itself where the model wants it.
   r.opts.add_special = endpoint == Endpoint::Completion;
   r.opts.parse_special = true;
