@@ -1,7 +1,11 @@
 // Model-level timings: prefill tokens/s, decode tokens/s, and T(n)/T(1) — the cost of one
 // target pass over n tokens (speculative verification of n-1 drafts) relative to one token.
 //
-//   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]
+//   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256] [--json]
+//
+// The prompt is `ctx` token ids (i * 7919 + 13) mod min(vocab, 30000), the runs of n
+// tokens (ctx + 31 i) mod min(vocab, 30000): bench/compare_llamacpp.py feeds llama.cpp the
+// same ids. --json prints one object (prefill_tok_s, t_ms[n-1], ...) instead of the table.
 //
 // Each T(n) is the median of `reps` passes of n new tokens appended at position `ctx`
 // (the cache already holds ctx tokens), then rolled back, so every n sees the same state.
@@ -19,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) {
   std::string path;
   int threads = 0, nmax = 16, reps = 5, ctx = 256;
+  bool json = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
     if (!std::strcmp(argv[i], "-m")) path = next();
@@ -26,6 +31,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--json")) json = true;
   }
   if (path.empty()) {
     std::fprintf(stderr, "usage: %s -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]\n", argv[0]);
@@ -49,9 +55,12 @@ int main(int argc, char** argv) {
     tf.forward(b, logits);
   }
   const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
-  std::printf("model %s\nbackend %s\nprefill: %d tokens in %.1f ms = %.1f tokens/s\n\n", path.c_str(),
-              be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
-  std::printf("| n | T(n) ms | T(n)/T(1) | tokens/s |\n|---|---|---|---|\n");
+  if (!json) {
+    std::printf("model %s\nbackend %s\nprefill: %d tokens in %.1f ms = %.1f tokens/s\n\n", path.c_str(),
+                be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
+    std::printf("| n | T(n) ms | T(n)/T(1) | tokens/s |\n|---|---|---|---|\n");
+  }
+  std::vector<double> medians;
   double t1 = 0;
   for (int n = 1; n <= nmax; ++n) {
     std::vector<double> times;
@@ -69,7 +78,15 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
     if (n == 1) t1 = med;
-    std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
+    medians.push_back(med);
+    if (!json) std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
+  }
+  if (json) {
+    std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"ctx\": %d, \"prefill_ms\": %.3f, "
+                "\"prefill_tok_s\": %.3f, \"t_ms\": [",
+                path.c_str(), be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
+    for (size_t i = 0; i < medians.size(); ++i) std::printf("%s%.4f", i ? ", " : "", medians[i]);
+    std::printf("]}\n");
   }
   return 0;
 }

@@ -163,7 +163,8 @@ struct Shape {
   int64_t R, C;
 };
 constexpr Shape kShapes[] = {{"1536x1536", 1536, 1536}, {"8960x1536", 8960, 1536}, {"1536x8960", 1536, 8960}};
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                            DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 void register_all() {
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -4,6 +4,11 @@ streaming clients over loopback, standard library only (asyncio, raw HTTP/1.1 + 
 
     python3 bench/loadgen.py --port 8080 --concurrency 16 --requests 64 --duration 120 \\
         --prompt-words 16,128,512 --max-tokens 16:128 [--endpoint chat] [--speculative ngram]
+        [--prompts bench/prompts.jsonl]
+
+Prompts are random words (--prompt-words) unless --prompts names a file (.jsonl with
+{"prompt": ...} per line, or one prompt per line): then request i gets prompt i mod count,
+which is what speculation should be measured on (random words give it nothing to agree on).
 
 Every request streams with stream_options.include_usage, so completion tokens are the
 server's count. Reports requests ok/failed (by reason), output tokens/s, requests/s, and
@@ -147,6 +152,19 @@ def handle_event(obj, res, endpoint):
         res.last = now
 
 
+def load_prompts(path):
+    prompts = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            prompts.append(json.loads(line)["prompt"] if path.endswith(".jsonl") else line)
+    if not prompts:
+        raise SystemExit(f"{path}: no prompts")
+    return prompts
+
+
 def make_prompt(rng, words):
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
@@ -166,7 +184,8 @@ async def client(args, rng, state, results):
             body["ignore_eos"] = True
         if args.speculative:
             body["speculative"] = {"mode": args.speculative}
-        prompt = make_prompt(rng, words)
+        prompt = (args.prompt_list[(state["issued"] - 1) % len(args.prompt_list)] if args.prompt_list
+                  else make_prompt(rng, words))
         if args.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -246,6 +265,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, seconds")
     ap.add_argument("--prompt-words", default="16,64,256", help="prompt lengths in words, drawn uniformly")
     ap.add_argument("--max-tokens", default="16:64", help="MIN:MAX output tokens per request, drawn uniformly")
+    ap.add_argument("--prompts", help="prompt file (.jsonl with {\"prompt\"} or one per line) instead of random words")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens (tandem/vLLM extension)")
     ap.add_argument("--speculative", choices=("none", "ngram", "model"), help="per-request speculation (extension)")
@@ -255,6 +275,7 @@ def main():
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         ap.error("loopback only: --host must be 127.0.0.1, localhost or ::1")
     args.prompt_words = [int(w) for w in args.prompt_words.split(",")]
+    args.prompt_list = load_prompts(args.prompts) if args.prompts else None
     lo, _, hi = args.max_tokens.partition(":")
     args.max_tokens = (int(lo), int(hi or lo))
     if args.concurrency < 1 or args.requests < 1 or min(args.max_tokens) < 1:

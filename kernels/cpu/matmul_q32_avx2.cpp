@@ -156,17 +156,48 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   __m256 acc[TN], off[TN];
   for (int t = 0; t < TN; ++t) acc[t] = off[t] = _mm256_setzero_ps();
   alignas(32) float prod[TN][8];
+  // Lane order of a full chunk's block sums after the hadd tree below: blocks 0 2 4 6 1 3 5 7.
+  const __m256i tree_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t b0 = 0; b0 < l.nb; b0 += 8) {
     const int nblk = l.nb - b0 < 8 ? static_cast<int>(l.nb - b0) : 8;
     prefetch_ahead(wr + b0 * K::kBytes, nblk * K::kBytes);
     const __m256 dw = f16x8<K::kBytes>(wr + b0 * K::kBytes, K::kD, nblk);
     const __m256 cw = K::c8(wr + b0 * K::kBytes, dw, nblk);
+    __m256 ptree[TN];
     for (int t = 0; t < TN; ++t) {
-      _mm256_store_ps(prod[t], _mm256_mul_ps(dw, load8(xd[t] + b0, nblk)));
+      const __m256 pr = _mm256_mul_ps(dw, load8(xd[t] + b0, nblk));
+      _mm256_store_ps(prod[t], pr);
+      ptree[t] = _mm256_permutevar8x32_ps(pr, tree_order);
       if constexpr (K::kOffset) off[t] = _mm256_fmadd_ps(cw, load8(xs[t] + b0, nblk), off[t]);
     }
     int j = 0;
     if constexpr (K::kPaired) {
+      if (nblk == 8) {
+        // A full chunk: the four pairs' int32 partial sums are reduced to one sum per block
+        // with three hadds, then scaled and accumulated with one FMA per token (instead of a
+        // lane permute and an FMA per pair).
+        __m256i h01[TN];
+        for (int jp = 0; jp < 8; jp += 4) {
+          __m256i lo0, hi0, lo1, hi1;
+          K::codes2(wr + (b0 + jp) * K::kBytes, lo0, hi0);
+          K::codes2(wr + (b0 + jp + 2) * K::kBytes, lo1, hi1);
+          for (int t = 0; t < TN; ++t) {
+            const int8_t* q = xq[t] + 32 * (b0 + jp);
+            const __m256i p0 =
+                _mm256_madd_epi16(_mm256_add_epi16(pair_dot(lo0, loadu(q)), pair_dot(hi0, loadu(q + 32))), ones);
+            const __m256i p1 =
+                _mm256_madd_epi16(_mm256_add_epi16(pair_dot(lo1, loadu(q + 64)), pair_dot(hi1, loadu(q + 96))), ones);
+            const __m256i h = _mm256_hadd_epi32(p0, p1);
+            if (jp == 0) {
+              h01[t] = h;
+            } else {
+              const __m256 f = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h01[t], h));
+              acc[t] = _mm256_fmadd_ps(f, ptree[t], acc[t]);
+            }
+          }
+        }
+        j = 8;
+      }
       // Pairs never straddle a chunk: chunks start at even blocks. 5-bit codes: each
       // int16 lane sums at most 2 * 2*31*127 = 15748.
       for (; j + 2 <= nblk; j += 2) {
