@@ -30,7 +30,9 @@ struct ServeArgs {
   std::string model_id;
   std::string draft_mode;  // "", "model", "ngram", "none"
   int32_t draft_max = 4;
-  std::string policy = "fixed";
+  // The server batches: goodput shrinks k and turns speculation off as the batch grows, and
+  // per sequence when the draft stops paying (it needs a cost model: calibrated once, cached).
+  std::string policy = "goodput";
   float draft_p_min = 0.0f;
   std::string config_path;  // tune --write-config output
   ExplicitFlags given;      // flags given explicitly win over the config file

@@ -139,7 +139,8 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     DistFn qf = [&](int32_t i) { return prop_.dists[static_cast<size_t>(i)]; };
     v = verify_stochastic(prop_.tokens, target_dist, &qf, rng_);
   }
-  m.verify_ms += ms_between(tv, Clock::now());
+  const double verify_ms = ms_between(tv, Clock::now());
+  m.verify_ms += verify_ms;
   if (!prop_.tokens.empty()) {
     ++m.drafts;
     m.drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
@@ -153,6 +154,7 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     o.accepted = v.n_accepted;
     o.draft_ms = step_draft_ms_;
     o.target_ms = target_ms;
+    o.verify_ms = verify_ms;
     o.target_tokens = static_cast<int32_t>(n);
     policy_->observe(o);
   }

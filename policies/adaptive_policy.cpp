@@ -17,13 +17,29 @@ void AdaptivePolicy::reset() {
   budget_ = cfg_.probe_budget;
   probing_ = false;
   last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
+  last_batch_ = 1;
+  spec_ratio_ = plain_ratio_ = 0.0;
+  spec_weight_ = plain_weight_ = 0.0;
+}
+
+double AdaptivePolicy::overhead() const {
+  // Needs a few steps of each kind; without plain steps the plain ratio is taken as 1 (the
+  // cost model is checked against the machine when loaded), once speculative ones are known.
+  // A model given as bare ratios (no key: tests, the assumed default) has no absolute
+  // scale, so it needs timed plain steps too.
+  if (!cfg_.measure_overhead || spec_weight_ < 0.5) return 1.0;
+  const bool have_plain = plain_weight_ >= 0.5;
+  if (!have_plain && !costs_.absolute()) return 1.0;
+  const double spec = spec_ratio_ / spec_weight_;
+  const double plain = have_plain ? plain_ratio_ / plain_weight_ : 1.0;
+  return std::clamp(spec / plain, 1.0 / 1.5, 2.0);
 }
 
 int32_t AdaptivePolicy::best_k(double alpha, int32_t k_max, int32_t batch, double* speedup) const {
   int32_t best = 0;
   double best_s = 1.0;
   for (int32_t k = 1; k <= k_max; ++k) {
-    const double s = costs_.predict_speedup(alpha, k, batch, cfg_.draft_free);
+    const double s = costs_.predict_speedup(alpha, k, batch, cfg_.draft_free) / overhead();
     if (s > best_s) {
       best_s = s;
       best = k;
@@ -47,6 +63,7 @@ double AdaptivePolicy::probe_cost(const PolicyInput& in, int32_t k, int32_t batc
 
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
   const int32_t batch = cfg_.batch_aware ? std::max(1, in.batch_size) : 1;
+  last_batch_ = std::max(1, in.batch_size);
   probing_ = false;
   if (in.k_max <= 0) return 0;
   // Not even a draft that is always right would pay here: no point probing for α.
@@ -81,6 +98,25 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
 }
 
 void AdaptivePolicy::observe(const StepOutcome& o) {
+  if (cfg_.measure_overhead && o.target_ms > 0.0) {
+    // Predicted: the pass this sequence was in (at the real batch size) plus its draft steps.
+    const int32_t b = last_batch_;
+    const bool plain = o.drafted == 0 && o.target_tokens <= 1;
+    const double predicted =
+        costs_.target_ms(std::max(1, o.target_tokens), b) +
+        (plain || cfg_.draft_free ? 0.0 : o.drafted * costs_.draft_ms(1, b));
+    const double measured = o.target_ms + o.verify_ms + (plain ? 0.0 : o.draft_ms);
+    if (predicted > 0.0 && !(probing_ && !plain)) {
+      const double r = measured / predicted, d = cfg_.overhead_decay;
+      if (plain) {
+        plain_ratio_ = d * plain_ratio_ + (1 - d) * r;
+        plain_weight_ = d * plain_weight_ + (1 - d);
+      } else {
+        spec_ratio_ = d * spec_ratio_ + (1 - d) * r;
+        spec_weight_ = d * spec_weight_ + (1 - d);
+      }
+    }
+  }
   // A probe that got a token accepted: the evidence from before the pause may be stale
   // (the text moved on), so it gives way to the prior and this outcome.
   if (probing_ && o.accepted > 0) est_.fade(cfg_.probe_fade);

@@ -20,6 +20,13 @@
 //
 // goodput differs only in reading c and r(k) at the step's batch size, so k shrinks and
 // speculation turns off as verification of a big batch gets relatively dearer.
+//
+// The cost model is calibrated on bare forward passes; a real step also pays sampling and
+// verification of k+1 positions, KV bookkeeping, and passes at a longer context. So the
+// policy also times its own steps: the measured time of speculative steps over what the
+// cost model predicts for them, against the same ratio for plain steps, is an overhead
+// factor (moving average, clamped to [1/1.5, 2]) that divides every predicted speedup.
+// Probes are not counted (their draft catch-up is not a regular step's cost).
 #pragma once
 #include "policies/acceptance_estimator.hpp"
 #include "policies/cost_model.hpp"
@@ -37,6 +44,8 @@ struct AdaptiveConfig {
   int32_t max_probe_interval = 0;  // > 0: probe after this many off steps whatever it costs
   bool batch_aware = false;    // goodput: costs at the step's batch size
   bool draft_free = false;     // the proposer costs nothing per token (n-gram): c = 0, no catch-up
+  bool measure_overhead = true;  // correct predictions with the timings of this sequence's steps
+  double overhead_decay = 0.9;   // moving-average weight of the past per step
 };
 
 class AdaptivePolicy final : public SpeculationPolicy {
@@ -53,6 +62,9 @@ class AdaptivePolicy final : public SpeculationPolicy {
   // decoding by min_gain), and that speed relative to plain decoding.
   int32_t best_k(double alpha, int32_t k_max, int32_t batch, double* speedup = nullptr) const;
   double alpha() const { return est_.mean(); }
+  // Measured cost of speculative steps over the cost model's prediction, relative to plain
+  // steps (1 until both kinds were timed).
+  double overhead() const;
   bool off() const { return off_; }
 
  private:
@@ -67,6 +79,10 @@ class AdaptivePolicy final : public SpeculationPolicy {
   double budget_ = 0.0;         // current probe budget (halves per failed probe)
   bool probing_ = false;        // the last choice was a probe
   int32_t last_draft_pos_ = 0;  // committed tokens when the draft last ran (its cache is that far)
+  int32_t last_batch_ = 1;      // batch size the last choice was made for
+  // Moving averages of measured / predicted step time, for speculative and plain steps.
+  double spec_ratio_ = 0.0, plain_ratio_ = 0.0;
+  double spec_weight_ = 0.0, plain_weight_ = 0.0;  // how much evidence each holds (0..1)
 };
 
 }  // namespace tandem

@@ -258,6 +258,28 @@ std::string cost_model_key(const Engine& engine) {
   return "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend;
 }
 
+namespace {
+
+// Median of a few one-token passes now, against the cached T(1) of target and draft.
+bool still_fresh(Engine& engine, const CostModel& m, bool with_draft, const CalibrationOptions& opts) {
+  if (opts.stale_tolerance <= 0.0) return true;
+  const int32_t one[] = {1};
+  auto check = [&](bool draft, const std::vector<PassCurve>& curves) {
+    const PassCurve* c = nullptr;
+    for (const PassCurve& pc : curves)
+      if (pc.batch == 1) c = &pc;
+    if (!c || c->n.empty()) return false;
+    engine.time_forward_passes(draft, 1, one, opts.context, 1);  // warm-up
+    std::vector<double> ms = engine.time_forward_passes(draft, 1, one, opts.context, 3)[0];
+    std::sort(ms.begin(), ms.end());
+    const double now = ms[ms.size() / 2], cached = c->at(1.0);
+    return cached > 0 && now > 0 && std::abs(now / cached - 1.0) <= opts.stale_tolerance;
+  };
+  return check(false, m.target_curves()) && (!with_draft || check(true, m.draft_curves()));
+}
+
+}  // namespace
+
 std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts, bool* from_cache) {
   if (opts.k_max < 1) throw std::invalid_argument("calibration needs k_max >= 1");
   if (opts.reps < 1 || opts.warmup < 0) throw std::invalid_argument("calibration needs reps >= 1, warmup >= 0");
@@ -278,7 +300,7 @@ std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const Calibratio
         for (const PassCurve& c : m->target_curves()) has = has || c.batch == b;
         covers = covers && has;
       }
-      if (covers) {
+      if (covers && still_fresh(engine, *m, with_draft, opts)) {
         if (from_cache) *from_cache = true;
         return m;
       }

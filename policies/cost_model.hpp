@@ -45,6 +45,9 @@ class CostModel {
   static const CostModel& assumed_default();
 
   const std::string& key() const { return key_; }
+  // Measured in milliseconds on a machine (calibrated), not bare ratios (from_ratios, the
+  // assumed default): only then can step timings be compared with it directly.
+  bool absolute() const { return !key_.empty() && key_ != "synthetic" && key_ != "assumed-default"; }
   bool has_draft() const { return !draft_.empty(); }
   int32_t max_measured_n() const;  // largest n in the batch-1 target curve
 
@@ -98,6 +101,11 @@ struct CalibrationOptions {
   int32_t reps = 5, warmup = 1;                  // median of reps after warmup passes
   std::string cache_path;                        // "" → no file cache
   bool force = false;                            // measure even when the cache has the key
+  // A cached model is checked against a quick timing of one-token passes (a few hundred
+  // ms): if target or draft is now more than this fraction faster or slower (another
+  // machine load, a kernel upgrade, a model measured under load), it is measured again.
+  // 0 trusts the cache.
+  double stale_tolerance = 0.35;
   std::function<void(double fraction)> progress;  // 0..1 while measuring
 };
 

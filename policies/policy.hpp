@@ -22,7 +22,8 @@ struct StepOutcome {
   int32_t drafted = 0;   // tokens the proposer returned (may be < chosen k: p_min, n-gram misses)
   int32_t accepted = 0;
   double draft_ms = 0.0;
-  double target_ms = 0.0;  // the target pass of this step
+  double target_ms = 0.0;  // the target pass of this step (the whole batch's, in the server)
+  double verify_ms = 0.0;  // sampling and verification of this sequence's positions
   int32_t target_tokens = 1;  // tokens in that pass for this sequence (drafted + 1)
 };
 

@@ -51,9 +51,10 @@ std::vector<int32_t> simulate(SpeculationPolicy& p, double alpha, int steps, int
 }
 
 int count_on(const std::vector<int32_t>& ks, size_t from = 0, size_t to = SIZE_MAX) {
-  int n = 0;
-  for (size_t i = from; i < std::min(to, ks.size()); ++i) n += ks[i] > 0;
-  return n;
+  const size_t end = std::min(to, ks.size());
+  if (from >= end) return 0;
+  const auto first = ks.begin() + static_cast<std::ptrdiff_t>(from), last = ks.begin() + static_cast<std::ptrdiff_t>(end);
+  return static_cast<int>(std::count_if(first, last, [](int32_t k) { return k > 0; }));
 }
 
 AdaptiveConfig cfg(double prior = 0.6) {
@@ -235,6 +236,55 @@ TEST(AdaptivePolicy, DoesNotProbeADraftWhoseCatchUpCostsMoreThanTheBudget) {
   const auto kq = simulate(q, 0.0, 1000);
   EXPECT_GE(count_on(kq, 10), 8);
   EXPECT_LE(count_on(kq, 10), 11);
+}
+
+// Step timings that exceed the cost model's predictions for speculative steps (sampling,
+// bookkeeping, longer contexts) turn an optimistic model's "on" into "off"; timings that
+// match it change nothing.
+TEST(AdaptivePolicy, MeasuredStepTimesCorrectAnOptimisticCostModel) {
+  // As calibrated on a machine (absolute milliseconds, T(1) = 1 ms): at α = 0.9, k = 3
+  // predicts 1.46; 1.8 times dearer speculative steps make every k lose.
+  const CostModel ratios = linear_costs(0.3, 0.15);
+  const CostModel costs("test-machine", ratios.target_curves(), ratios.draft_curves());
+  ASSERT_TRUE(costs.absolute());
+  AdaptiveConfig c;
+  c.alpha_prior = 0.9;
+  auto run = [&](double spec_slowdown) {
+    AdaptivePolicy p(costs, c);
+    int32_t pos = 20, on = 0;
+    uint32_t x = 1;
+    auto uniform = [&] {
+      x = x * 1664525u + 1013904223u;
+      return (x >> 8) / 16777216.0;
+    };
+    for (int s = 0; s < 400; ++s) {
+      const int32_t k = p.choose_k({4, 1, pos});
+      StepOutcome o;
+      o.drafted = k;
+      while (o.accepted < k && uniform() < 0.9) ++o.accepted;
+      o.target_tokens = k + 1;
+      // What the model predicts, times the slowdown for speculative steps.
+      const double slow = k > 0 ? spec_slowdown : 1.0;
+      o.target_ms = costs.target_ms(k + 1) * slow;
+      o.draft_ms = k * costs.draft_ms(1) * slow;
+      p.observe(o);
+      pos += o.accepted + 1;
+      if (s >= 300) on += k > 0;
+    }
+    return std::make_pair(on, p.overhead());
+  };
+  const auto [on_exact, oh_exact] = run(1.0);
+  EXPECT_GE(on_exact, 95);
+  EXPECT_NEAR(oh_exact, 1.0, 1e-9);
+  const auto [on_slow, oh_slow] = run(1.8);
+  EXPECT_GT(oh_slow, 1.5);
+  EXPECT_LT(on_slow, 10);  // off, apart from probes
+  // A model given as bare ratios has no time scale: without timed plain steps, no correction.
+  AdaptivePolicy bare(ratios, c);
+  StepOutcome o;
+  o.drafted = 3, o.accepted = 3, o.target_tokens = 4, o.target_ms = 50.0, o.draft_ms = 30.0;
+  for (int i = 0; i < 20; ++i) bare.observe(o);
+  EXPECT_DOUBLE_EQ(bare.overhead(), 1.0);
 }
 
 TEST(AdaptivePolicy, TurnsOffForAnExpensiveDraftOrSteepVerificationWithoutProbing) {
@@ -486,9 +536,25 @@ TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
   EXPECT_EQ(m->target_curves().size(), 2u);
   EXPECT_GT(m->c(), 0.0);
   for (int k = 0; k <= 3; ++k) EXPECT_GT(m->r(k), 0.0);
+  co.stale_tolerance = 0.0;  // tiny models time too noisily for the freshness check
   const auto again = calibrate_cost_model(*e, co, &from_cache);
   EXPECT_TRUE(from_cache);
   EXPECT_DOUBLE_EQ(again->target_ms(3), m->target_ms(3));
+  // A cached model whose one-token passes are far from what they take now (measured on
+  // another machine, or under load) is measured again.
+  {
+    auto scaled = [](std::vector<PassCurve> cs) {
+      for (PassCurve& c : cs)
+        for (double& ms : c.ms) ms *= 1000.0;
+      return cs;
+    };
+    save_cached_cost_model(cache, CostModel(m->key(), scaled(m->target_curves()), scaled(m->draft_curves())));
+    co.stale_tolerance = 0.35;
+    const auto fresh = calibrate_cost_model(*e, co, &from_cache);
+    EXPECT_FALSE(from_cache);
+    EXPECT_LT(fresh->target_ms(1), 100.0 * m->target_ms(1));
+    co.stale_tolerance = 0.0;
+  }
   co.k_max = 9;  // needs n = 10, which the cache lacks: measured again
   calibrate_cost_model(*e, co, &from_cache);
   EXPECT_FALSE(from_cache);

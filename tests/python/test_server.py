@@ -15,12 +15,14 @@ shutdown on SIGTERM.
 Exit code 77 (ctest: skipped) when the `openai` module or the model is missing.
 """
 import argparse
+import atexit
 import concurrent.futures as cf
 import http.client
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,7 +60,9 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix=f"tandem-{name}-", suffix=".log", delete=False)
         cmd = [ARGS.tandem, "serve", "-m", model_path(), "--host", "127.0.0.1", "--port", "0",
                "--threads", str(ARGS.threads), "--model-id", "smollm2", *extra]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        # A private cache: the servers that load a draft calibrate their cost model afresh.
+        env = dict(os.environ, TANDEM_CACHE=CACHE_DIR)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = None
         deadline = time.time() + 120
         while time.time() < deadline and self.port is None:
@@ -190,6 +194,10 @@ PROMPTS = [
 ]
 
 
+CACHE_DIR = tempfile.mkdtemp(prefix="tandem-server-test-cache-")
+atexit.register(shutil.rmtree, CACHE_DIR, True)
+
+
 def complete(client, prompt, max_tokens, mode=None, **kw):
     extra = dict(kw.pop("extra_body", {}))
     if mode:
@@ -217,7 +225,7 @@ class MainServer(Timed):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server("main", "--api-key", API_KEY, "--ctx", "2048", "--max-seqs", "16",
+        cls.server = Server("main", "--api-key", API_KEY, "--ctx", "2048", "--max-seqs", "16", "--policy", "fixed",
                             "--model-draft", model_path(), "--draft", "none", "--draft-max", "4")
         cls.client = cls.server.client()
 
