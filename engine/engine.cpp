@@ -55,6 +55,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<Transformer> draft_transformer;
   std::unique_ptr<ModelProposer> model_proposer;
   std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
+  std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
   mutable std::mutex cost_mu;                   // guards cost_model (not held while generating)
   std::mutex mu;
   // Engine::cancel() bumps this; a generation cancels itself once it differs from the value
@@ -224,11 +225,12 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   // The request's speculation policy (policies/factory.hpp), deciding with the engine's cost model.
   GenerateOptions run_opts = opts;
   run_opts.speculative = effective_options(opts.speculative);
-  const std::shared_ptr<const CostModel> costs = [&] {
+  const PolicyCosts costs = [&]() -> PolicyCosts {
     std::lock_guard<std::mutex> cl(m.cost_mu);
-    return m.cost_model;
+    return {m.cost_model, m.overhead};
   }();
-  const std::unique_ptr<SpeculationPolicy> policy = make_policy(run_opts.speculative, costs.get());
+  const std::unique_ptr<SpeculationPolicy> policy =
+      make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
   Coordinator coord(*m.transformer, *m.tokenizer, proposer, m.context, policy.get());
   return coord.run(prompt, run_opts, checked);
 }
@@ -309,6 +311,7 @@ std::vector<std::vector<double>> Engine::time_forward_passes(bool draft, int32_t
 void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
   std::lock_guard<std::mutex> lk(impl_->cost_mu);
   impl_->cost_model = std::move(model);
+  impl_->overhead = std::make_shared<OverheadTracker>();  // what was measured against the old model is void
 }
 
 std::shared_ptr<const CostModel> Engine::cost_model() const {
@@ -319,6 +322,11 @@ std::shared_ptr<const CostModel> Engine::cost_model() const {
 }  // namespace tandem
 
 namespace tandem {
+PolicyCosts EngineAccess::policy_costs(const Engine& e) {
+  std::lock_guard<std::mutex> lk(e.impl_->cost_mu);
+  return {e.impl_->cost_model, e.impl_->overhead};
+}
+
 EngineParts EngineAccess::parts(Engine& e) {
   Engine::Impl& m = *e.impl_;
   return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu};

@@ -41,6 +41,7 @@ struct Scheduler::Impl {
     uint64_t id = 0;
     ServeRequest req;
     Clock::time_point arrival;
+    std::shared_ptr<const CostModel> costs;  // the policy decides with it: outlives the policy (members are destroyed in reverse order)
     std::unique_ptr<Proposer> proposer;
     std::unique_ptr<SpeculationPolicy> policy;
     std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
@@ -49,6 +50,7 @@ struct Scheduler::Impl {
     int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
   };
 
+  Engine& engine;
   EngineParts parts;
   SchedulerOptions opts;
   std::thread thread;
@@ -64,7 +66,7 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
 
-  Impl(Engine& e, const SchedulerOptions& o) : parts(EngineAccess::parts(e)), opts(o) {
+  Impl(Engine& e, const SchedulerOptions& o) : engine(e), parts(EngineAccess::parts(e)), opts(o) {
     if (o.prefix_cache)
       prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
   }
@@ -226,7 +228,10 @@ bool Scheduler::Impl::start(Entry& e) {
       e.proposer = std::make_unique<NgramProposer>(so.ngram_min, so.ngram_max);
       break;
   }
-  e.policy = make_policy(so, nullptr);
+  // The engine's cost model (as calibrated for `serve`), kept alive with the entry.
+  PolicyCosts costs = EngineAccess::policy_costs(engine);
+  e.costs = costs.model;
+  e.policy = make_policy(so, costs.model.get(), std::move(costs.overhead));
   Entry* self = &e;
   auto on_token = [this, self](std::string_view text, int32_t token) {
     const auto now = Clock::now();

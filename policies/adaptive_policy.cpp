@@ -4,8 +4,13 @@
 
 namespace tandem {
 
-AdaptivePolicy::AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg)
-    : costs_(costs), cfg_(cfg), est_(cfg.alpha_prior, cfg.prior_weight, cfg.decay) {
+AdaptivePolicy::AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg,
+                               std::shared_ptr<OverheadTracker> overhead)
+    : costs_(costs), cfg_(cfg), est_(cfg.alpha_prior, cfg.prior_weight, cfg.decay), overhead_(std::move(overhead)) {
+  if (!overhead_) {
+    overhead_ = std::make_shared<OverheadTracker>();
+    own_overhead_ = true;
+  }
   reset();
 }
 
@@ -18,28 +23,19 @@ void AdaptivePolicy::reset() {
   probing_ = false;
   last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
   last_batch_ = 1;
-  spec_ratio_ = plain_ratio_ = 0.0;
-  spec_weight_ = plain_weight_ = 0.0;
+  if (own_overhead_) overhead_->reset();
 }
 
 double AdaptivePolicy::overhead() const {
-  // Needs a few steps of each kind; without plain steps the plain ratio is taken as 1 (the
-  // cost model is checked against the machine when loaded), once speculative ones are known.
-  // A model given as bare ratios (no key: tests, the assumed default) has no absolute
-  // scale, so it needs timed plain steps too.
-  if (!cfg_.measure_overhead || spec_weight_ < 0.5) return 1.0;
-  const bool have_plain = plain_weight_ >= 0.5;
-  if (!have_plain && !costs_.absolute()) return 1.0;
-  const double spec = spec_ratio_ / spec_weight_;
-  const double plain = have_plain ? plain_ratio_ / plain_weight_ : 1.0;
-  return std::clamp(spec / plain, 1.0 / 1.5, 2.0);
+  return cfg_.measure_overhead ? overhead_->overhead(costs_.absolute()) : 1.0;
 }
 
 int32_t AdaptivePolicy::best_k(double alpha, int32_t k_max, int32_t batch, double* speedup) const {
   int32_t best = 0;
   double best_s = 1.0;
+  const double oh = overhead();
   for (int32_t k = 1; k <= k_max; ++k) {
-    const double s = costs_.predict_speedup(alpha, k, batch, cfg_.draft_free) / overhead();
+    const double s = costs_.predict_speedup(alpha, k, batch, cfg_.draft_free) / oh;
     if (s > best_s) {
       best_s = s;
       best = k;
@@ -106,16 +102,7 @@ void AdaptivePolicy::observe(const StepOutcome& o) {
         costs_.target_ms(std::max(1, o.target_tokens), b) +
         (plain || cfg_.draft_free ? 0.0 : o.drafted * costs_.draft_ms(1, b));
     const double measured = o.target_ms + o.verify_ms + (plain ? 0.0 : o.draft_ms);
-    if (predicted > 0.0 && !(probing_ && !plain)) {
-      const double r = measured / predicted, d = cfg_.overhead_decay;
-      if (plain) {
-        plain_ratio_ = d * plain_ratio_ + (1 - d) * r;
-        plain_weight_ = d * plain_weight_ + (1 - d);
-      } else {
-        spec_ratio_ = d * spec_ratio_ + (1 - d) * r;
-        spec_weight_ = d * spec_weight_ + (1 - d);
-      }
-    }
+    if (predicted > 0.0 && !(probing_ && !plain)) overhead_->add(plain, measured / predicted);
   }
   // A probe that got a token accepted: the evidence from before the pause may be stale
   // (the text moved on), so it gives way to the prior and this outcome.

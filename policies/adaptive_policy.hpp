@@ -25,11 +25,15 @@
 // verification of k+1 positions, KV bookkeeping, and passes at a longer context. So the
 // policy also times its own steps: the measured time of speculative steps over what the
 // cost model predicts for them, against the same ratio for plain steps, is an overhead
-// factor (moving average, clamped to [1/1.5, 2]) that divides every predicted speedup.
-// Probes are not counted (their draft catch-up is not a regular step's cost).
+// factor (policies/overhead_tracker.hpp, shared by the sequences of one engine) that
+// divides every predicted speedup. Probes are not counted (their draft catch-up is not a
+// regular step's cost).
 #pragma once
 #include "policies/acceptance_estimator.hpp"
+#include <memory>
+
 #include "policies/cost_model.hpp"
+#include "policies/overhead_tracker.hpp"
 #include "policies/policy.hpp"
 
 namespace tandem {
@@ -44,14 +48,15 @@ struct AdaptiveConfig {
   int32_t max_probe_interval = 0;  // > 0: probe after this many off steps whatever it costs
   bool batch_aware = false;    // goodput: costs at the step's batch size
   bool draft_free = false;     // the proposer costs nothing per token (n-gram): c = 0, no catch-up
-  bool measure_overhead = true;  // correct predictions with the timings of this sequence's steps
-  double overhead_decay = 0.9;   // moving-average weight of the past per step
+  bool measure_overhead = true;  // correct predictions with the timings of real steps
 };
 
 class AdaptivePolicy final : public SpeculationPolicy {
  public:
-  // costs must outlive the policy.
-  AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg);
+  // costs must outlive the policy. `overhead` is shared with other sequences deciding with
+  // the same costs; null gives the policy a private one (reset with each sequence).
+  AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg,
+                 std::shared_ptr<OverheadTracker> overhead = nullptr);
 
   std::string name() const override { return cfg_.batch_aware ? "goodput" : "adaptive"; }
   int32_t choose_k(const PolicyInput& in) override;
@@ -63,7 +68,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   int32_t best_k(double alpha, int32_t k_max, int32_t batch, double* speedup = nullptr) const;
   double alpha() const { return est_.mean(); }
   // Measured cost of speculative steps over the cost model's prediction, relative to plain
-  // steps (1 until both kinds were timed).
+  // steps (1 until timed).
   double overhead() const;
   bool off() const { return off_; }
 
@@ -80,9 +85,8 @@ class AdaptivePolicy final : public SpeculationPolicy {
   bool probing_ = false;        // the last choice was a probe
   int32_t last_draft_pos_ = 0;  // committed tokens when the draft last ran (its cache is that far)
   int32_t last_batch_ = 1;      // batch size the last choice was made for
-  // Moving averages of measured / predicted step time, for speculative and plain steps.
-  double spec_ratio_ = 0.0, plain_ratio_ = 0.0;
-  double spec_weight_ = 0.0, plain_weight_ = 0.0;  // how much evidence each holds (0..1)
+  std::shared_ptr<OverheadTracker> overhead_;
+  bool own_overhead_ = false;
 };
 
 }  // namespace tandem

@@ -20,12 +20,13 @@ class ConfidencePolicy final : public SpeculationPolicy {
 
 // The caller keeps `costs` alive for the policy's lifetime; the default is static.
 std::unique_ptr<SpeculationPolicy> make_adaptive(const SpeculativeOptions& so, const CostModel* costs,
-                                                 bool batch_aware) {
+                                                 bool batch_aware, std::shared_ptr<OverheadTracker> overhead) {
   AdaptiveConfig cfg;
   cfg.alpha_prior = so.alpha_prior > 0.0f ? std::min(1.0, static_cast<double>(so.alpha_prior)) : kDefaultAlphaPrior;
   cfg.batch_aware = batch_aware;
   cfg.draft_free = so.mode == DraftMode::Ngram;
-  return std::make_unique<AdaptivePolicy>(costs ? *costs : CostModel::assumed_default(), cfg);
+  return std::make_unique<AdaptivePolicy>(costs ? *costs : CostModel::assumed_default(), cfg,
+                                          costs ? std::move(overhead) : nullptr);
 }
 
 }  // namespace
@@ -48,12 +49,13 @@ SpeculativeOptions effective_options(const SpeculativeOptions& so) {
   return e;
 }
 
-std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs) {
+std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs,
+                                               std::shared_ptr<OverheadTracker> overhead) {
   const std::string& p = so.policy;
   if (p.empty() || p == "fixed") return std::make_unique<FixedPolicy>();
   if (p == "confidence") return std::make_unique<ConfidencePolicy>();
-  if (p == "adaptive") return make_adaptive(so, costs, false);
-  if (p == "goodput") return make_adaptive(so, costs, true);
+  if (p == "adaptive") return make_adaptive(so, costs, false, std::move(overhead));
+  if (p == "goodput") return make_adaptive(so, costs, true, std::move(overhead));
   throw std::invalid_argument("unknown speculation policy '" + p + "' (use fixed, confidence, adaptive or goodput)");
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "policies/cost_model.hpp"
+#include "policies/overhead_tracker.hpp"
 #include "policies/policy.hpp"
 #include "tandem/speculative.hpp"
 
@@ -22,6 +23,8 @@ SpeculativeOptions effective_options(const SpeculativeOptions& so);
 
 // Throws std::invalid_argument for an unknown name. costs may be null (→ the assumed
 // default); otherwise it must outlive the policy.
-std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs);
+// `overhead`: shared step-timing evidence for the adaptive policies (null: a private one).
+std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs,
+                                               std::shared_ptr<OverheadTracker> overhead = nullptr);
 
 }  // namespace tandem

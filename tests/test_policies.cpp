@@ -279,6 +279,15 @@ TEST(AdaptivePolicy, MeasuredStepTimesCorrectAnOptimisticCostModel) {
   const auto [on_slow, oh_slow] = run(1.8);
   EXPECT_GT(oh_slow, 1.5);
   EXPECT_LT(on_slow, 10);  // off, apart from probes
+  // The engine shares one tracker between sequences: a new request starts from what earlier
+  // ones measured (and a new sequence does not wipe it).
+  auto shared = std::make_shared<OverheadTracker>();
+  for (int i = 0; i < 20; ++i) shared->add(false, 1.8);
+  AdaptivePolicy fresh(costs, c, shared);
+  EXPECT_GT(fresh.overhead(), 1.5);
+  EXPECT_EQ(fresh.choose_k({4, 1, 20}), 0);
+  fresh.reset();
+  EXPECT_GT(fresh.overhead(), 1.5);
   // A model given as bare ratios has no time scale: without timed plain steps, no correction.
   AdaptivePolicy bare(ratios, c);
   StepOutcome o;

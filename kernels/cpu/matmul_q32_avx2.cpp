@@ -44,7 +44,9 @@ static inline __m256i high_bits(uint32_t qh) {
                       _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
 }
 static inline void high_bits2(uint32_t qa, uint32_t qb, __m256i& lo, __m256i& hi) {
-  const __m256i w = _mm256_set_m128i(_mm_set1_epi32(static_cast<int>(qb)), _mm_set1_epi32(static_cast<int>(qa)));
+  // Two broadcasts (loads from the blocks) and a blend, rather than moving each word
+  // through a general register and shuffling.
+  const __m256i w = _mm256_blend_epi32(_mm256_set1_epi32(static_cast<int>(qa)), _mm256_set1_epi32(static_cast<int>(qb)), 0xF0);
   lo = bits_to_0x10(w, _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0));
   hi = bits_to_0x10(w, _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303,
                                          0x0202020202020202));
