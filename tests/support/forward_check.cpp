@@ -31,7 +31,10 @@ std::vector<float> engine_logits(const std::string& path, const std::vector<int3
 std::vector<float> reference_logits(const std::string& model, const std::vector<int32_t>& tokens, bool act_quant) {
   const std::string out = scratch_dir("ref-logits") + "/logits.f32";
   std::string ids;
-  for (size_t i = 0; i < tokens.size(); ++i) ids += (i ? "," : "") + std::to_string(tokens[i]);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) ids += ',';
+    ids += std::to_string(tokens[i]);
+  }
   std::string log;
   const int rc = run_python("tests/python/forward_ref.py", model + (act_quant ? " --act-quant" : "") + " --tokens " + ids + " --out " + out + " 2>&1", &log);
   EXPECT_EQ(rc, 0) << "reference forward failed:\n" << log;
