@@ -433,31 +433,13 @@ TEST(PolicyFactory, NamesOptionsAndDefaults) {
 
 // ---- through the engine -------------------------------------------------------------------
 
-struct Fixture {
-  std::string target, close_draft, far_draft;
-};
-
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture r;
-    const std::string dir = test::scratch_dir("policies-models");
+const test::TinyPair& fixture() {
+  static const test::TinyPair f = [] {
     test::TinyModelSpec t;
     t.arch = "qwen2";
     t.tied_embeddings = false;
     t.seed = 3;
-    r.target = dir + "/target.gguf";
-    test::write_tiny_model(r.target, t);
-    test::TinyModelSpec c = t;
-    c.weight_type = DType::F16;
-    c.embd_type = DType::F16;
-    r.close_draft = dir + "/close.gguf";
-    test::write_tiny_model(r.close_draft, c);
-    test::TinyModelSpec f = t;
-    f.seed = 77;
-    f.n_layer = 1;
-    r.far_draft = dir + "/far.gguf";
-    test::write_tiny_model(r.far_draft, f);
-    return r;
+    return test::write_tiny_pair(test::scratch_dir("policies-models"), t);
   }();
   return f;
 }
@@ -483,7 +465,7 @@ GenerateOptions greedy(int n, const std::string& policy, int k = 6) {
 }
 
 TEST(PoliciesInEngine, OutputIsTheTargetsAndAFarDraftIsTurnedOff) {
-  const Fixture& fx = fixture();
+  const auto& fx = fixture();
   const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
   for (const std::string& draft : {fx.close_draft, fx.far_draft}) {
     auto e = load(fx.target, draft);
@@ -512,7 +494,7 @@ TEST(PoliciesInEngine, OutputIsTheTargetsAndAFarDraftIsTurnedOff) {
 }
 
 TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
-  const Fixture& fx = fixture();
+  const auto& fx = fixture();
   auto e = load(fx.target, fx.close_draft);
   const std::vector<int32_t> n = {1, 3};
   const auto ms = e->time_forward_passes(false, 2, n, 8, 3);

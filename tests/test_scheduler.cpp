@@ -13,24 +13,13 @@
 namespace tandem {
 namespace {
 
-struct Fixture {
-  std::string target, draft;
-};
-
-const Fixture& models() {
-  static const Fixture f = [] {
-    Fixture r;
-    const std::string dir = test::scratch_dir("sched");
+// Target (F32) and a close draft (the same weights in F16).
+const test::TinyPair& models() {
+  static const test::TinyPair f = [] {
     test::TinyModelSpec t;
     t.arch = "llama";
     t.seed = 11;
-    r.target = dir + "/target.gguf";
-    test::write_tiny_model(r.target, t);
-    t.weight_type = DType::F16;
-    t.embd_type = DType::F16;
-    r.draft = dir + "/draft.gguf";
-    test::write_tiny_model(r.draft, t);
-    return r;
+    return test::write_tiny_pair(test::scratch_dir("sched"), t);
   }();
   return f;
 }
@@ -38,7 +27,7 @@ const Fixture& models() {
 std::unique_ptr<Engine> load(size_t kv_mem = 0) {
   LoadOptions o;
   o.model_path = models().target;
-  o.draft_model_path = models().draft;
+  o.draft_model_path = models().close_draft;
   o.threads = 1;
   o.context = 128;
   o.kv_mem_bytes = kv_mem;

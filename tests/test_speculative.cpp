@@ -18,34 +18,16 @@
 namespace tandem {
 namespace {
 
-struct Pair {
-  std::string target, close_draft, far_draft;
-};
-
 // Target (F32); a close draft (the same weights in F16: agrees often, not always); a far
 // draft (other random weights, one layer: rarely agrees).
-const Pair& fixture_pair() {
-  static const Pair p = [] {
-    Pair r;
-    const std::string dir = test::scratch_dir("spec-pair");
+const test::TinyPair& fixture_pair() {
+  static const test::TinyPair p = [] {
     test::TinyModelSpec t;
     t.arch = "qwen2";
     t.tied_embeddings = false;
     t.seed = 3;
     t.weight_scale = 0.0f;
-    r.target = dir + "/target.gguf";
-    test::write_tiny_model(r.target, t);
-    test::TinyModelSpec c = t;
-    c.weight_type = DType::F16;
-    c.embd_type = DType::F16;
-    r.close_draft = dir + "/close.gguf";
-    test::write_tiny_model(r.close_draft, c);
-    test::TinyModelSpec f = t;
-    f.seed = 77;
-    f.n_layer = 1;
-    r.far_draft = dir + "/far.gguf";
-    test::write_tiny_model(r.far_draft, f);
-    return r;
+    return test::write_tiny_pair(test::scratch_dir("spec-pair"), t);
   }();
   return p;
 }
@@ -78,7 +60,7 @@ GenerateOptions greedy(int n) {
 }
 
 TEST(Speculative, GreedyDraftModelOutputIsTheTargetsForEveryK) {
-  const Pair& fx = fixture_pair();
+  const auto& fx = fixture_pair();
   for (const std::string& draft : {fx.close_draft, fx.far_draft}) {
     auto e = load(fx.target, draft);
     int64_t accepted = 0;
@@ -121,7 +103,7 @@ TEST(Speculative, GreedyNgramOutputIsTheTargetsForEveryK) {
 }
 
 TEST(Speculative, StopStringsAndMaxTokensCutAcceptedSpansLikePlainDecoding) {
-  const Pair& fx = fixture_pair();
+  const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
   const auto prompt = prompt_of(8, 42);
   const auto plain_long = e->generate_tokens(prompt, greedy(30));
@@ -157,7 +139,7 @@ std::vector<std::map<int64_t, int64_t>> sample_positions(Engine& e, const std::v
 }
 
 TEST(Speculative, SampledOutputFollowsTheTargetDistribution) {
-  const Pair& fx = fixture_pair();
+  const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
   const auto prompt = prompt_of(6, 5);
   GenerateOptions g;
@@ -192,7 +174,7 @@ TEST(Speculative, SampledOutputFollowsTheTargetDistribution) {
 }
 
 TEST(Speculative, SameSeedSameOutput) {
-  const Pair& fx = fixture_pair();
+  const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
   GenerateOptions g;
   g.max_tokens = 24;
@@ -296,7 +278,7 @@ TEST(Speculative, VocabularyCheckNamesTheFirstDifferentToken) {
 }
 
 TEST(Speculative, MetricsAreConsistent) {
-  const Pair& fx = fixture_pair();
+  const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
   GenerateOptions g = greedy(40);
   g.speculative.mode = DraftMode::Model;

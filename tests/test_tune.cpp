@@ -20,25 +20,14 @@ namespace tandem::cli {
 namespace {
 namespace json = boost::json;
 
-struct Models {
-  std::string target, draft;
-};
-
-const Models& models() {
-  static const Models m = [] {
-    Models r;
-    const std::string dir = test::scratch_dir("tune-models");
+// Target (F32) and a close draft (the same weights in F16).
+const test::TinyPair& models() {
+  static const test::TinyPair m = [] {
     test::TinyModelSpec t;
     t.arch = "qwen2";
     t.tied_embeddings = false;
     t.seed = 11;
-    r.target = dir + "/target.gguf";
-    test::write_tiny_model(r.target, t);
-    t.weight_type = DType::F16;
-    t.embd_type = DType::F16;
-    r.draft = dir + "/draft.gguf";
-    test::write_tiny_model(r.draft, t);
-    return r;
+    return test::write_tiny_pair(test::scratch_dir("tune-models"), t);
   }();
   return m;
 }
@@ -46,7 +35,7 @@ const Models& models() {
 std::unique_ptr<Engine> load_pair() {
   LoadOptions o;
   o.model_path = models().target;
-  o.draft_model_path = models().draft;
+  o.draft_model_path = models().close_draft;
   o.threads = 1;
   o.context = 256;
   return Engine::load(o);
@@ -230,7 +219,7 @@ TEST(Tune, EndToEndOnTinyModels) {
   ASSERT_EQ(back.per_temperature.size(), 2u);
   ASSERT_TRUE(back.cost_model);
   EXPECT_EQ(back.cost_model->key(), rep.costs->key());
-  EXPECT_EQ(back.draft, models().draft);
+  EXPECT_EQ(back.draft, models().close_draft);
   for (size_t i = 0; i < 2; ++i) {
     const Recommendation& r = rep.recommendations[i];
     const SpecSettings& s = back.for_temperature(r.temp);

@@ -177,4 +177,18 @@ void write_tiny_model(const std::string& path, const TinyModelSpec& s) {
   w.write(path);
 }
 
+TinyPair write_tiny_pair(const std::string& dir, const TinyModelSpec& spec) {
+  TinyPair r{dir + "/target.gguf", dir + "/close.gguf", dir + "/far.gguf"};
+  write_tiny_model(r.target, spec);
+  TinyModelSpec close = spec;
+  close.weight_type = DType::F16;
+  close.embd_type = DType::F16;
+  write_tiny_model(r.close_draft, close);
+  TinyModelSpec far = spec;
+  far.seed = 77;
+  far.n_layer = 1;
+  write_tiny_model(r.far_draft, far);
+  return r;
+}
+
 }  // namespace tandem::test

@@ -30,4 +30,12 @@ struct TinyModelSpec {
 // Weights of quantized types come from random_blocks() (tests/support/random_blocks.hpp).
 void write_tiny_model(const std::string& path, const TinyModelSpec& spec);
 
+// A target and two drafts over its vocabulary, written into `dir`: the target as `spec`;
+// a close draft (the same weights stored in F16: agrees often, not always); a far draft
+// (seed 77, one layer: rarely agrees).
+struct TinyPair {
+  std::string target, close_draft, far_draft;
+};
+TinyPair write_tiny_pair(const std::string& dir, const TinyModelSpec& spec);
+
 }  // namespace tandem::test
