@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/common_options.hpp"
 #include "apps/server/chat_prompt.hpp"
 #include "tandem/engine.hpp"
 
@@ -171,16 +172,8 @@ Command add_chat(CLI::App& app) {
   sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
   sub->add_option("-s,--system", a->system, "System message");
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Longest reply in tokens")->capture_default_str();
-  sub->add_option("--temp", a->gen.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
-  sub->add_option("--top-k", a->gen.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
-  sub->add_option("--top-p", a->gen.sampling.top_p, "Top-p (1 = off)")->capture_default_str();
-  sub->add_option("--min-p", a->gen.sampling.min_p, "Min-p (0 = off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", a->gen.sampling.repetition_penalty, "Repetition penalty (1 = off)")
-      ->capture_default_str();
-  sub->add_option("--seed", a->gen.sampling.seed, "Random seed")->capture_default_str();
-  sub->add_option("-t,--threads", a->load.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  sub->add_option("-c,--ctx", a->load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
-  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  add_sampling_options(*sub, a->gen.sampling);
+  add_runtime_options(*sub, a->load);
   sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("-v,--verbose", a->verbose, "Print speed (and speculation) after each reply");
   return {sub, [a] { return run_chat(*a); }};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/commands.hpp"
+#include "apps/common_options.hpp"
 #include "apps/tune/config.hpp"
 #include "tandem/engine.hpp"
 
@@ -147,17 +148,9 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--ngram-min", a->gen.speculative.ngram_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--ngram-max", a->gen.speculative.ngram_max, "Longest n-gram to match")->capture_default_str();
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
-  sub->add_option("--temp", a->gen.sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
-  sub->add_option("--top-k", a->gen.sampling.top_k, "Top-k (0 = off)")->capture_default_str();
-  sub->add_option("--top-p", a->gen.sampling.top_p, "Top-p (1 = off)")->capture_default_str();
-  sub->add_option("--min-p", a->gen.sampling.min_p, "Min-p (0 = off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", a->gen.sampling.repetition_penalty, "Repetition penalty (1 = off)")
-      ->capture_default_str();
-  sub->add_option("--seed", a->gen.sampling.seed, "Random seed")->capture_default_str();
+  add_sampling_options(*sub, a->gen.sampling);
   sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
-  sub->add_option("-t,--threads", a->load.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  sub->add_option("-c,--ctx", a->load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
-  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  add_runtime_options(*sub, a->load);
   sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "apps/commands.hpp"
+#include "apps/common_options.hpp"
 #include "apps/tune/config.hpp"
 #include "apps/tune/report.hpp"
 #include "apps/tune/runner.hpp"
@@ -159,9 +160,7 @@ Command add_tune(CLI::App& app) {
   sub->add_option("--calib-reps", a->calib_reps, "Calibration: timed repetitions per pass")->capture_default_str();
   sub->add_flag("--recalibrate", a->recalibrate, "Measure the cost model again even if cached");
   sub->add_flag("--no-calibrate", a->no_calibrate, "No cost model: adaptive policies use the assumed default");
-  sub->add_option("-t,--threads", a->load.threads, "CPU threads (0 = all cores)")->capture_default_str();
-  sub->add_option("-c,--ctx", a->load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
-  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  add_runtime_options(*sub, a->load);
   sub->add_flag("--json", a->json, "Print the report as JSON (the default when stdout is not a terminal)");
   sub->add_flag("--table", a->table, "Print the table even when stdout is not a terminal");
   sub->add_flag("-q,--quiet", a->quiet, "No progress output");

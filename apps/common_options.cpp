@@ -1,0 +1,24 @@
+#include "apps/common_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "tandem/engine.hpp"
+
+namespace tandem::cli {
+
+void add_sampling_options(CLI::App& sub, SamplingParams& s) {
+  sub.add_option("--temp", s.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  sub.add_option("--top-k", s.top_k, "Top-k (0 = off)")->capture_default_str();
+  sub.add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
+  sub.add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
+  sub.add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  sub.add_option("--seed", s.seed, "Random seed")->capture_default_str();
+}
+
+void add_runtime_options(CLI::App& sub, LoadOptions& load) {
+  sub.add_option("-t,--threads", load.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub.add_option("-c,--ctx", load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
+  sub.add_option("--kv-type", load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+}
+
+}  // namespace tandem::cli

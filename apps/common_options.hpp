@@ -1,0 +1,20 @@
+// Options several subcommands share, registered the same way everywhere.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tandem {
+struct LoadOptions;
+struct SamplingParams;
+}  // namespace tandem
+
+namespace tandem::cli {
+
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed.
+void add_sampling_options(CLI::App& sub, SamplingParams& s);
+// -t/--threads, -c/--ctx, --kv-type.
+void add_runtime_options(CLI::App& sub, LoadOptions& load);
+
+}  // namespace tandem::cli
