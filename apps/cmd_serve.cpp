@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <memory>
@@ -139,20 +140,24 @@ int run_serve(ServeArgs a) {
   protocol.has_draft_model = !a.load.draft_model_path.empty();
   protocol.default_speculative = defaults;
   protocol.speculative_by_temp = by_temp;
-  // A default policy that decides with the cost model gets one calibrated on this machine
-  // (cached; only the first start pays). Per-request adaptive policies use it too.
-  for (const auto& so : by_temp) {
-    const std::string costs = ensure_cost_model(*engine, so.second, config.get());
-    if (!costs.empty()) spdlog::info("{}", costs);
-  }
-  if (const std::string costs = ensure_cost_model(*engine, defaults, config.get()); !costs.empty())
-    spdlog::info("{}", costs);
-  if (!a.load.draft_model_path.empty()) {  // requests may ask for "policy": "adaptive"
-    SpeculativeOptions probe = defaults;
-    probe.mode = DraftMode::Model;
-    probe.policy = "adaptive";
-    if (const std::string costs = ensure_cost_model(*engine, probe, config.get()); !costs.empty())
-      spdlog::info("{}", costs);
+  // Policies that decide with the cost model get one calibrated on this machine
+  // (cached; only the first start pays). One calibration covers every default the server
+  // may use, and per-request adaptive policies when a draft model is loaded.
+  {
+    SpeculativeOptions need = defaults;
+    bool needed = need.mode != DraftMode::None && policy_uses_cost_model(need.policy);
+    for (const auto& [t, so] : by_temp) {
+      if (so.mode == DraftMode::None || !policy_uses_cost_model(so.policy)) continue;
+      if (!needed) need = so;
+      need.draft_max = std::max(need.draft_max, so.draft_max);
+      needed = true;
+    }
+    if (!needed && !a.load.draft_model_path.empty()) {
+      need.mode = DraftMode::Model;
+      need.policy = "adaptive";
+      needed = true;
+    }
+    if (needed) spdlog::info("{}", ensure_cost_model(*engine, need, config.get()));
   }
 
   server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);

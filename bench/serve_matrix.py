@@ -115,9 +115,10 @@ def main():
                 n = max(4, a.waves * c)
                 print(f"{label}: {c} streams, {n} requests...", file=sys.stderr)
                 m0 = metrics(port)
-                res, wall = asyncio.run(loadgen.run(loadgen_args(port, c, n, a.max_tokens, a.prompts)))
+                lg = loadgen_args(port, c, n, a.max_tokens, a.prompts)
+                res, wall = asyncio.run(loadgen.run(lg))
                 with contextlib.redirect_stdout(io.StringIO()):
-                    out = loadgen.report(loadgen_args(port, c, n, a.max_tokens, a.prompts), res, wall)
+                    out = loadgen.report(lg, res, wall)
                 m1 = metrics(port)
                 drafted = m1.get("tandem_spec_draft_tokens_total", 0) - m0.get("tandem_spec_draft_tokens_total", 0)
                 accepted = m1.get("tandem_spec_accepted_tokens_total", 0) - m0.get("tandem_spec_accepted_tokens_total", 0)
