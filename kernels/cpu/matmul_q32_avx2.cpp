@@ -81,54 +81,46 @@ static inline __m256 load8(const float* p, int n) {
   return _mm256_maskload_ps(p, mask);
 }
 
+// Codes of the 4-bit types (nibbles at byte Qs of a block) and of the 5-bit ones (plus
+// their fifth bits, a 32-bit word at Qh).
+template <int Bytes, int Qs, int Qh = -1>
+struct NibbleCodes {
+  static inline __m256i codes(const u8* b) {
+    const __m256i v = nibbles(b + Qs);
+    if constexpr (Qh < 0) return v;
+    else return _mm256_or_si256(v, high_bits(blk::u32_at(b + Qh)));
+  }
+  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
+    nibbles2(b + Qs, b + Bytes + Qs, lo, hi);
+    if constexpr (Qh >= 0) {
+      __m256i hl, hh;
+      high_bits2(blk::u32_at(b + Qh), blk::u32_at(b + Bytes + Qh), hl, hh);
+      lo = _mm256_or_si256(lo, hl);
+      hi = _mm256_or_si256(hi, hh);
+    }
+  }
+};
+
 // Per type: the codes of a block, where its scale is, and the coefficient c of the
 // activation sums (offset -8/-16 times d, or the min m) for 8 blocks.
-struct Q4_0 {
+struct Q4_0 : NibbleCodes<blk::q4_0::size, blk::q4_0::qs> {
   static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
   static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_0::qs); }
-  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
-    nibbles2(b + blk::q4_0::qs, b + kBytes + blk::q4_0::qs, lo, hi);
-  }
   static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
 };
-struct Q4_1 {
+struct Q4_1 : NibbleCodes<blk::q4_1::size, blk::q4_1::qs> {
   static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
   static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256i codes(const u8* b) { return nibbles(b + blk::q4_1::qs); }
-  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
-    nibbles2(b + blk::q4_1::qs, b + kBytes + blk::q4_1::qs, lo, hi);
-  }
   static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q4_1::m, n); }
 };
-struct Q5_0 {
+struct Q5_0 : NibbleCodes<blk::q5_0::size, blk::q5_0::qs, blk::q5_0::qh> {
   static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
   static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256i codes(const u8* b) {
-    return _mm256_or_si256(nibbles(b + blk::q5_0::qs), high_bits(blk::u32_at(b + blk::q5_0::qh)));
-  }
-  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
-    __m256i hl, hh;
-    nibbles2(b + blk::q5_0::qs, b + kBytes + blk::q5_0::qs, lo, hi);
-    high_bits2(blk::u32_at(b + blk::q5_0::qh), blk::u32_at(b + kBytes + blk::q5_0::qh), hl, hh);
-    lo = _mm256_or_si256(lo, hl);
-    hi = _mm256_or_si256(hi, hh);
-  }
   static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
 };
-struct Q5_1 {
+struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
   static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
   static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256i codes(const u8* b) {
-    return _mm256_or_si256(nibbles(b + blk::q5_1::qs), high_bits(blk::u32_at(b + blk::q5_1::qh)));
-  }
-  static inline void codes2(const u8* b, __m256i& lo, __m256i& hi) {
-    __m256i hl, hh;
-    nibbles2(b + blk::q5_1::qs, b + kBytes + blk::q5_1::qs, lo, hi);
-    high_bits2(blk::u32_at(b + blk::q5_1::qh), blk::u32_at(b + kBytes + blk::q5_1::qh), hl, hh);
-    lo = _mm256_or_si256(lo, hl);
-    hi = _mm256_or_si256(hi, hh);
-  }
   static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q5_1::m, n); }
 };
 struct Q8_0 {
