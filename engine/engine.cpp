@@ -56,7 +56,11 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<ModelProposer> model_proposer;
   std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
   std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
-  mutable std::mutex cost_mu;                   // guards cost_model (not held while generating)
+  mutable std::mutex cost_mu;                   // guards cost_model and overhead (not held while generating)
+  PolicyCosts policy_costs() const {
+    std::lock_guard<std::mutex> lk(cost_mu);
+    return {cost_model, overhead};
+  }
   std::mutex mu;
   // Engine::cancel() bumps this; a generation cancels itself once it differs from the value
   // it saw on entry. A counter, not a flag, so no call can miss or inherit a cancellation.
@@ -225,10 +229,7 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   // The request's speculation policy (policies/factory.hpp), deciding with the engine's cost model.
   GenerateOptions run_opts = opts;
   run_opts.speculative = effective_options(opts.speculative);
-  const PolicyCosts costs = [&]() -> PolicyCosts {
-    std::lock_guard<std::mutex> cl(m.cost_mu);
-    return {m.cost_model, m.overhead};
-  }();
+  const PolicyCosts costs = policy_costs();
   const std::unique_ptr<SpeculationPolicy> policy =
       make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
   Coordinator coord(*m.transformer, *m.tokenizer, proposer, m.context, policy.get());
@@ -322,10 +323,7 @@ std::shared_ptr<const CostModel> Engine::cost_model() const {
 }  // namespace tandem
 
 namespace tandem {
-PolicyCosts EngineAccess::policy_costs(const Engine& e) {
-  std::lock_guard<std::mutex> lk(e.impl_->cost_mu);
-  return {e.impl_->cost_model, e.impl_->overhead};
-}
+PolicyCosts EngineAccess::policy_costs(const Engine& e) { return e.impl_->policy_costs(); }
 
 EngineParts EngineAccess::parts(Engine& e) {
   Engine::Impl& m = *e.impl_;

@@ -41,7 +41,7 @@ struct Scheduler::Impl {
     uint64_t id = 0;
     ServeRequest req;
     Clock::time_point arrival;
-    std::shared_ptr<const CostModel> costs;  // the policy decides with it: outlives the policy (members are destroyed in reverse order)
+    std::shared_ptr<const CostModel> costs;  // the policy decides with it; declared first, destroyed last
     std::unique_ptr<Proposer> proposer;
     std::unique_ptr<SpeculationPolicy> policy;
     std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption

@@ -29,9 +29,9 @@
 // divides every predicted speedup. Probes are not counted (their draft catch-up is not a
 // regular step's cost).
 #pragma once
-#include "policies/acceptance_estimator.hpp"
 #include <memory>
 
+#include "policies/acceptance_estimator.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
 #include "policies/policy.hpp"
