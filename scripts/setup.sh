@@ -9,6 +9,7 @@ APT_PKGS=(
   libboost1.81-dev libboost-json1.81-dev
   libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsimde-dev
   python3 python3-pip
 )
 

@@ -1,12 +1,16 @@
 // CPU backend ops against plain double-precision references written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <tuple>
 #include <numeric>
 #include <random>
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels {
 namespace {
@@ -95,91 +99,195 @@ TEST(CpuOps, GatedActivations) {
   }
 }
 
-// Two sequences with scrambled block tables, GQA, F16 and F32 caches, optional window
-// and soft-cap, against a dense double-precision softmax attention.
-void check_attention(DType kv_type, int window, float softcap) {
+// One attention problem: sequences with scrambled block tables, some new (query) tokens at
+// the end of each, a paged F16 or F32 cache.
+struct AttnCase {
+  DType kv_type = DType::F16;
+  int window = 0;
+  float softcap = 0.0f;
+  int n_heads = 4, n_kv = 2, hd = 16, bs = 4;
+  std::vector<int> lens = {7, 13};  // total positions per sequence after this batch
+  std::vector<int> n_new = {3, 1};  // new (query) tokens per sequence
+};
+
+struct AttnProblem {
+  AttnCase c;
   Host h;
-  const int n_heads = 4, n_kv = 2, hd = 16, bs = 4, n_blocks = 12;
-  const int kvw = n_kv * hd;
-  const std::vector<int> lens = {7, 13};  // total positions per sequence after this batch
-  const std::vector<int> n_new = {3, 1};  // new (query) tokens per sequence
-  std::vector<std::vector<int32_t>> tables = {{5, 2}, {9, 0, 11, 3}};
-  // Dense K/V per sequence, position-major.
-  std::vector<std::vector<float>> K, V;
-  for (int s = 0; s < 2; ++s) {
-    K.push_back(randn(size_t(lens[s]) * kvw, 10 + s));
-    V.push_back(randn(size_t(lens[s]) * kvw, 20 + s));
-  }
-  // Fill the paged cache directly.
-  const size_t row = row_bytes(kv_type, kvw);
-  std::vector<uint8_t> kc(row * n_blocks * bs), vc(row * n_blocks * bs);
-  auto put = [&](std::vector<uint8_t>& c, int slot, const float* src) {
-    for (int i = 0; i < kvw; ++i) {
-      if (kv_type == DType::F16) {
-        reinterpret_cast<uint16_t*>(c.data() + slot * row)[i] = cpu::f32_to_fp16(src[i]);
-      } else {
-        reinterpret_cast<float*>(c.data() + slot * row)[i] = src[i];
-      }
-    }
-  };
-  for (int s = 0; s < 2; ++s)
-    for (int p = 0; p < lens[s]; ++p) {
-      const int slot = tables[s][p / bs] * bs + p % bs;
-      put(kc, slot, &K[s][size_t(p) * kvw]);
-      put(vc, slot, &V[s][size_t(p) * kvw]);
-    }
-  h.bufs.push_back(h.be->alloc(kc.size()));
+  std::vector<std::vector<float>> K, V;  // dense, position-major, per sequence
+  std::vector<int32_t> pos, seq;
+  std::vector<float> q;
   KVLayer layer;
-  layer.k = make_tensor(h.bufs.back().get(), kv_type, kvw, n_blocks * bs);
-  h.be->upload(layer.k, kc.data(), kc.size());
-  h.bufs.push_back(h.be->alloc(vc.size()));
-  layer.v = make_tensor(h.bufs.back().get(), kv_type, kvw, n_blocks * bs);
-  h.be->upload(layer.v, vc.data(), vc.size());
+  std::vector<int32_t> bt;
+  int bt_cols = 0;
 
-  std::vector<int32_t> pos, seq, bt(2 * 4, 0);
-  for (int s = 0; s < 2; ++s) {
-    for (size_t j = 0; j < tables[s].size(); ++j) bt[s * 4 + j] = tables[s][j];
-    for (int i = 0; i < n_new[s]; ++i) {
-      pos.push_back(lens[s] - n_new[s] + i);
-      seq.push_back(s);
+  explicit AttnProblem(const AttnCase& cs) : c(cs) {
+    const int kvw = c.n_kv * c.hd, n_seq = static_cast<int>(c.lens.size());
+    for (int l : c.lens) bt_cols = std::max(bt_cols, (l + c.bs - 1) / c.bs);
+    const int n_blocks = bt_cols * n_seq + 3;
+    // Scrambled, disjoint block assignment.
+    std::vector<int32_t> free(n_blocks);
+    std::iota(free.begin(), free.end(), 0);
+    std::shuffle(free.begin(), free.end(), std::mt19937(5));
+    bt.assign(size_t(n_seq) * bt_cols, 0);
+    for (int s = 0, k = 0; s < n_seq; ++s)
+      for (int b = 0; b < (c.lens[s] + c.bs - 1) / c.bs; ++b) bt[size_t(s) * bt_cols + b] = free[k++];
+    const size_t row = row_bytes(c.kv_type, kvw);
+    std::vector<uint8_t> kc(row * n_blocks * c.bs), vc(row * n_blocks * c.bs);
+    auto put = [&](std::vector<uint8_t>& cache, int slot, const float* src) {
+      for (int i = 0; i < kvw; ++i) {
+        if (c.kv_type == DType::F16) {
+          reinterpret_cast<uint16_t*>(cache.data() + slot * row)[i] = cpu::f32_to_fp16(src[i]);
+        } else {
+          reinterpret_cast<float*>(cache.data() + slot * row)[i] = src[i];
+        }
+      }
+    };
+    for (int s = 0; s < n_seq; ++s) {
+      K.push_back(randn(size_t(c.lens[s]) * kvw, 10 + s));
+      V.push_back(randn(size_t(c.lens[s]) * kvw, 20 + s));
+      for (int p = 0; p < c.lens[s]; ++p) {
+        const int slot = bt[size_t(s) * bt_cols + p / c.bs] * c.bs + p % c.bs;
+        put(kc, slot, &K[s][size_t(p) * kvw]);
+        put(vc, slot, &V[s][size_t(p) * kvw]);
+      }
+      for (int i = 0; i < c.n_new[s]; ++i) {
+        pos.push_back(c.lens[s] - c.n_new[s] + i);
+        seq.push_back(s);
+      }
     }
+    h.bufs.push_back(h.be->alloc(kc.size()));
+    layer.k = make_tensor(h.bufs.back().get(), c.kv_type, kvw, n_blocks * c.bs);
+    h.be->upload(layer.k, kc.data(), kc.size());
+    h.bufs.push_back(h.be->alloc(vc.size()));
+    layer.v = make_tensor(h.bufs.back().get(), c.kv_type, kvw, n_blocks * c.bs);
+    h.be->upload(layer.v, vc.data(), vc.size());
+    q = randn(pos.size() * c.n_heads * c.hd, 30);
   }
-  const int n = static_cast<int>(pos.size());
-  auto q = randn(size_t(n) * n_heads * hd, 30);
-  PagedAttnMeta meta{h.i32(pos, n), h.i32(seq, n), h.i32(bt, 4), h.i32(std::vector<int32_t>(n, 0), n), bs};
-  Tensor tq = h.f32(q, n_heads * hd), to = h.f32(std::vector<float>(q.size()), n_heads * hd);
-  const float scale = 1.0f / std::sqrt(float(hd));
-  h.be->paged_attention(to, tq, layer, meta, n_heads, n_kv, hd, scale, window, softcap);
-  auto out = h.get(to);
 
-  auto rounded = [&](float x) { return kv_type == DType::F16 ? cpu::fp16_to_f32(cpu::f32_to_fp16(x)) : x; };
-  for (int t = 0; t < n; ++t)
-    for (int head = 0; head < n_heads; ++head) {
-      const int s = seq[t], kvh = head / (n_heads / n_kv);
-      const int j0 = window > 0 ? std::max(0, pos[t] - window + 1) : 0;
-      std::vector<double> sc;
-      for (int j = j0; j <= pos[t]; ++j) {
-        double d = 0;
-        for (int i = 0; i < hd; ++i)
-          d += double(q[(size_t(t) * n_heads + head) * hd + i]) * rounded(K[s][size_t(j) * kvw + kvh * hd + i]);
-        d *= scale;
-        if (softcap > 0) d = softcap * std::tanh(d / softcap);
-        sc.push_back(d);
+  // Runs tokens [t0, t1) in one call; returns their outputs.
+  std::vector<float> run(size_t t0, size_t t1) {
+    const int n = static_cast<int>(t1 - t0), w = c.n_heads * c.hd;
+    std::vector<int32_t> p(pos.begin() + t0, pos.begin() + t1), s(seq.begin() + t0, seq.begin() + t1);
+    std::vector<float> qq(q.begin() + t0 * w, q.begin() + t1 * w);
+    PagedAttnMeta meta{h.i32(p, n), h.i32(s, n), h.i32(bt, bt_cols), h.i32(std::vector<int32_t>(n, 0), n), c.bs};
+    Tensor tq = h.f32(qq, w), to = h.f32(std::vector<float>(qq.size()), w);
+    h.be->paged_attention(to, tq, layer, meta, c.n_heads, c.n_kv, c.hd, 1.0f / std::sqrt(float(c.hd)), c.window,
+                          c.softcap);
+    return h.get(to);
+  }
+  std::vector<float> run_all() { return run(0, pos.size()); }
+
+  // Dense double-precision softmax attention.
+  void check(const std::vector<float>& out, double tol = 1e-4) {
+    const int kvw = c.n_kv * c.hd;
+    auto rounded = [&](float x) { return c.kv_type == DType::F16 ? cpu::fp16_to_f32(cpu::f32_to_fp16(x)) : x; };
+    const double scale = 1.0 / std::sqrt(double(float(c.hd)));
+    for (size_t t = 0; t < pos.size(); ++t)
+      for (int head = 0; head < c.n_heads; ++head) {
+        const int s = seq[t], kvh = head / (c.n_heads / c.n_kv);
+        const int j0 = c.window > 0 ? std::max(0, pos[t] - c.window + 1) : 0;
+        std::vector<double> sc;
+        for (int j = j0; j <= pos[t]; ++j) {
+          double d = 0;
+          for (int i = 0; i < c.hd; ++i)
+            d += double(q[(t * c.n_heads + head) * c.hd + i]) * rounded(K[s][size_t(j) * kvw + kvh * c.hd + i]);
+          d *= double(float(scale));
+          if (c.softcap > 0) d = c.softcap * std::tanh(d / c.softcap);
+          sc.push_back(d);
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double z = 0;
+        for (auto& x : sc) z += (x = std::exp(x - mx));
+        for (int i = 0; i < c.hd; ++i) {
+          double acc = 0;
+          for (int j = j0; j <= pos[t]; ++j)
+            acc += sc[j - j0] / z * rounded(V[s][size_t(j) * kvw + kvh * c.hd + i]);
+          ASSERT_NEAR(out[(t * c.n_heads + head) * c.hd + i], acc, tol) << "token " << t << " head " << head;
+        }
       }
-      const double mx = *std::max_element(sc.begin(), sc.end());
-      double z = 0;
-      for (auto& x : sc) z += (x = std::exp(x - mx));
-      for (int i = 0; i < hd; ++i) {
-        double acc = 0;
-        for (int j = j0; j <= pos[t]; ++j) acc += sc[j - j0] / z * rounded(V[s][size_t(j) * kvw + kvh * hd + i]);
-        EXPECT_NEAR(out[(size_t(t) * n_heads + head) * hd + i], acc, 1e-4) << "token " << t << " head " << head;
-      }
-    }
+  }
+};
+
+// Every attention path the CPU has (portable, AVX2), each against the dense reference.
+std::vector<cpu::Isa> attention_isas() {
+  std::vector<cpu::Isa> v = {cpu::Isa::Scalar};
+  if (cpu::detected_isa() >= cpu::Isa::Avx2) v.push_back(cpu::Isa::Avx2);
+  return v;
+}
+struct IsaGuard {
+  ~IsaGuard() { cpu::force_isa(cpu::detected_isa()); }
+};
+
+void check_attention(const AttnCase& c) {
+  IsaGuard guard;
+  for (cpu::Isa isa : attention_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::force_isa(isa);
+    AttnProblem pr(c);
+    pr.check(pr.run_all());
+  }
 }
 
-TEST(CpuOps, PagedAttentionF32) { check_attention(DType::F32, 0, 0.0f); }
-TEST(CpuOps, PagedAttentionF16) { check_attention(DType::F16, 0, 0.0f); }
-TEST(CpuOps, PagedAttentionSlidingWindowAndSoftcap) { check_attention(DType::F16, 3, 5.0f); }
+TEST(CpuOps, PagedAttentionF32) { check_attention({DType::F32, 0, 0.0f}); }
+TEST(CpuOps, PagedAttentionF16) { check_attention({DType::F16, 0, 0.0f}); }
+TEST(CpuOps, PagedAttentionSlidingWindowAndSoftcap) { check_attention({DType::F16, 3, 5.0f}); }
+
+// Real-model shapes: GQA groups of 3, 6 and 7 heads, head_dim 64 and 128 (tiles of 8
+// positions with ragged ends), a head_dim that is no multiple of 8, and contexts long
+// enough to be split into several spans that are merged (1100 positions).
+TEST(CpuOps, PagedAttentionModelShapesAndLongContexts) {
+  AttnCase c;
+  c.kv_type = DType::F16;
+  c.bs = 16;
+  c.lens = {1100, 37, 9};
+  c.n_new = {5, 37, 1};
+  for (auto [nh, nkv, hd] : {std::tuple{9, 3, 64}, {12, 2, 128}, {14, 2, 64}, {4, 1, 12}}) {
+    SCOPED_TRACE(testing::Message() << nh << " heads, " << nkv << " kv, hd " << hd);
+    c.n_heads = nh;
+    c.n_kv = nkv;
+    c.hd = hd;
+    check_attention(c);
+  }
+  c.window = 600;  // a window that still spans two parts
+  c.n_heads = 6;
+  c.n_kv = 2;
+  c.hd = 64;
+  check_attention(c);
+}
+
+// A token's output must be the same bits whether it is attended alone (decode) or with
+// others (verification, prefill): the greedy speculative output depends on it.
+TEST(CpuOps, PagedAttentionIsBatchInvariant) {
+  AttnCase c;
+  c.bs = 16;
+  c.n_heads = 6;
+  c.n_kv = 2;
+  c.hd = 64;
+  c.lens = {700, 40};
+  c.n_new = {9, 4};
+  IsaGuard guard;
+  for (cpu::Isa isa : attention_isas()) {
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::force_isa(isa);
+    AttnProblem pr(c);
+    const auto all = pr.run_all();
+    const size_t w = size_t(c.n_heads) * c.hd;
+    for (size_t t = 0; t < pr.pos.size(); ++t) {
+      const auto one = pr.run(t, t + 1);
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+    }
+  }
+}
+
+// Bad metadata is an error on the caller's thread, not a crash in a worker.
+TEST(CpuOps, PagedAttentionRejectsBadTables) {
+  AttnProblem pr(AttnCase{});
+  pr.bt[0] = 1000;  // a block beyond the cache
+  EXPECT_THROW(pr.run_all(), std::out_of_range);
+  AttnProblem pr2(AttnCase{});
+  pr2.pos[0] = 4 * 4 * 100;  // beyond the block table
+  EXPECT_THROW(pr2.run_all(), std::out_of_range);
+}
 
 TEST(CpuOps, KvStoreWritesTheMappedSlots) {
   Host h;

@@ -52,8 +52,11 @@ TEST_P(TinyForward, MatchesNumpyReference) {
   const auto ref = test::reference_logits(path, tokens, quantized(c.wtype));
   const auto d = compare_logits(ours, ref, spec.n_vocab);
   // Float types: value by value. Quantized: an activation that lands on a rounding boundary
-  // can round the other way in the reference, so a few logits move by more than the rest.
-  const double max_tol = quantized(c.wtype) ? 3e-2 : c.tol;
+  // can round the other way in the reference, so a few logits move by more than the rest
+  // (which ones depends on float rounding anywhere upstream, e.g. in attention: llama Q8_0
+  // measured 3.05% of the logit RMS with the tiled attention, under 3% with the per-position
+  // one, although the tiled one is the more accurate of the two in tests/test_cpu_ops.cpp).
+  const double max_tol = quantized(c.wtype) ? 4e-2 : c.tol;
   EXPECT_LE(d.max_abs, max_tol * d.scale) << "max |diff| " << d.max_abs << ", RMS diff " << d.rms << ", logit RMS " << d.scale;
   EXPECT_LE(d.rms, c.tol * 5 * d.scale) << "RMS diff " << d.rms << ", logit RMS " << d.scale;
   EXPECT_GT(d.scale, 0.0);

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/support/paths.hpp"
@@ -26,10 +28,26 @@ const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, D
                            DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                            DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
+// On a CPU without AVX-512 the AVX-512 kernels still get tested: compiled against SIMDe
+// (tandem_avx512_emulated), installed as the Avx512 level. Installed once, on first use.
+bool avx512_emulated() {
+  static const bool on = [] {
+#if defined(TANDEM_HAVE_AVX512_EMULATION)
+    if (cpu::detected_isa() == Isa::Avx2) {
+      cpu::mm::install_avx512_kernels_for_testing(cpu::mm::avx512_emulated_kernels());
+      return true;
+    }
+#endif
+    return false;
+  }();
+  return on;
+}
+
 std::vector<Isa> supported_isas() {
   std::vector<Isa> v;
   for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
     if (static_cast<int>(i) <= static_cast<int>(cpu::detected_isa())) v.push_back(i);
+  if (avx512_emulated()) v.push_back(Isa::Avx512);
   return v;
 }
 
@@ -327,8 +345,28 @@ TEST(Isa, NamesAndForcing) {
   cpu::force_isa(Isa::Scalar);
   EXPECT_EQ(cpu::active_isa(), Isa::Scalar);
   if (cpu::detected_isa() != Isa::Avx512) {
+    const cpu::mm::IsaKernels* installed = cpu::mm::avx512_kernels_for_testing();
+    cpu::mm::install_avx512_kernels_for_testing(nullptr);
     EXPECT_THROW(cpu::force_isa(Isa::Avx512), std::invalid_argument);
+    cpu::mm::install_avx512_kernels_for_testing(installed);
   }
+}
+
+// Says (in the test log) how the AVX-512 kernels were tested on this machine, and fails
+// if a machine that could test them does not.
+TEST(Isa, Avx512KernelsAreTestedNativelyOrEmulated) {
+  if (cpu::detected_isa() == Isa::Avx512) {
+    std::printf("AVX-512 kernels: tested natively\n");
+  } else if (avx512_emulated()) {
+    std::printf("AVX-512 kernels: tested through SIMDe emulation (this CPU has no AVX-512 VNNI)\n");
+  } else {
+#if defined(TANDEM_HAVE_AVX512_EMULATION)
+    if (cpu::detected_isa() == Isa::Avx2) FAIL() << "emulated AVX-512 kernels were not installed";
+#endif
+    GTEST_SKIP() << "skipped: no AVX-512 CPU and no SIMDe emulation";
+  }
+  const std::vector<Isa> isas = supported_isas();
+  EXPECT_NE(std::find(isas.begin(), isas.end(), Isa::Avx512), isas.end());
 }
 
 }  // namespace

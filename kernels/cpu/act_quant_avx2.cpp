@@ -51,9 +51,7 @@ void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row) {
   }
 }
 
-namespace {
-
-void quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
+void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int8_t* q = reinterpret_cast<int8_t*>(row);
   float* d = reinterpret_cast<float*>(row + l.d_off);
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
@@ -74,10 +72,11 @@ void quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   }
 }
 
+namespace {
 
 // Q4_K / Q5_K kernels read each 128 codes as tr4x64 of the four 32-code groups.
 void quant_qk_x4(const float* x, const ActLayout& l, uint8_t* row) {
-  quant_qk(x, l, row);
+  avx2_quant_qk(x, l, row);
   auto* v = reinterpret_cast<__m256i*>(row);
   for (int64_t i = 0; i < l.C / 128; ++i, v += 4) {
     __m256i a = loadu(v), b = loadu(v + 1), c = loadu(v + 2), d = loadu(v + 3);
@@ -88,7 +87,7 @@ void quant_qk_x4(const float* x, const ActLayout& l, uint8_t* row) {
 
 // The Q2_K, Q3_K and Q6_K kernels read each 64 codes as pair64 of two 32-code vectors.
 void quant_qk_x2(const float* x, const ActLayout& l, uint8_t* row) {
-  quant_qk(x, l, row);
+  avx2_quant_qk(x, l, row);
   auto* v = reinterpret_cast<__m256i*>(row);
   for (int64_t i = 0; i < l.C / 64; ++i, v += 2) {
     __m256i a = loadu(v), b = loadu(v + 1);

@@ -1,6 +1,121 @@
-// The same attention code compiled with AVX2/FMA/F16C (see kernels/CMakeLists.txt).
+// The AVX2/FMA/F16C attention span (see attention_impl.hpp).
+//
+// Positions are taken in tiles of 8: the tile's K and V rows are converted to f32 once
+// (shared by every query head of the GQA group), the 8 scores of a head come from 8
+// independent FMA chains reduced together, and the online-softmax rescale and exp run once
+// per tile on a vector instead of once per position. The arithmetic of a span depends only
+// on its inputs and range, never on the threads or the other tokens of the batch.
+#include <immintrin.h>
+
 #include "kernels/cpu/attention_impl.hpp"
+#include "kernels/cpu/simd_avx2.hpp"
 
 namespace tandem::kernels::cpu {
-void attention_tasks_avx2(const AttnArgs& a, int64_t begin, int64_t end) { attention_tasks(a, begin, end); }
+namespace {
+
+using attn_detail::kMaxHeadDim;
+constexpr int kTile = 8;
+
+// exp(x) for 8 floats, x <= 0 in use (scores minus their running max). Cephes-style:
+// x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n through the
+// exponent bits. Relative error about 2e-7; inputs below -87.3 give ~1e-38 (callers mask).
+static inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447504019f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// One cached row (f16 or f32) as hd floats.
+static inline void load_row(const uint8_t* src, bool f16, float* dst, int hd) {
+  if (f16) {
+    const auto* h = reinterpret_cast<const __m128i*>(src);
+    for (int i = 0; i < hd / 8; ++i) _mm256_store_ps(dst + 8 * i, _mm256_cvtph_ps(_mm_loadu_si128(h + i)));
+  } else {
+    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(hd));
+  }
+}
+
+// Dot products of q with the 8 rows k[0..7] (hd floats each), as one vector of 8 scores.
+static inline __m256 scores8(const float* q, const float (*k)[kMaxHeadDim], int hd) {
+  __m256 s[kTile];
+  for (int j = 0; j < kTile; ++j) s[j] = _mm256_setzero_ps();
+  for (int i = 0; i < hd; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int j = 0; j < kTile; ++j) s[j] = _mm256_fmadd_ps(qv, _mm256_load_ps(k[j] + i), s[j]);
+  }
+  // hadd tree: h01 = [s0 s1 s2 s3 | s0 s1 s2 s3] (low / high 128-bit partial sums).
+  const __m256 h0 = _mm256_hadd_ps(s[0], s[1]), h1 = _mm256_hadd_ps(s[2], s[3]);
+  const __m256 h2 = _mm256_hadd_ps(s[4], s[5]), h3 = _mm256_hadd_ps(s[6], s[7]);
+  const __m256 h01 = _mm256_hadd_ps(h0, h1), h23 = _mm256_hadd_ps(h2, h3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h01, h23, 0x20), _mm256_permute2f128_ps(h01, h23, 0x31));
+}
+
+}  // namespace
+
+void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st) {
+  const int hd = a.head_dim, group = attn_group(a);
+  if (hd % 8 != 0) return attn_detail::span_generic(a, t, kvh, lo, hi, st);
+  alignas(32) float kt[kTile][kMaxHeadDim];
+  alignas(32) float vt[kTile][kMaxHeadDim];
+  const int32_t* bt = attn_table(a, t);
+  const float* qh = a.q + t * a.ldq + static_cast<int64_t>(kvh) * group * hd;
+  attn_detail::fill(st.acc, static_cast<size_t>(group) * hd, 0.0f);
+  attn_detail::fill(st.m, static_cast<size_t>(group), -INFINITY);
+  attn_detail::fill(st.l, static_cast<size_t>(group), 0.0f);
+  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  for (int32_t j0 = lo; j0 <= hi; j0 += kTile) {
+    const int n = hi - j0 + 1 < kTile ? hi - j0 + 1 : kTile;
+    for (int j = 0; j < n; ++j) {
+      const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
+      load_row(a.k + off, a.kv_f16, kt[j], hd);
+      load_row(a.v + off, a.kv_f16, vt[j], hd);
+    }
+    // Rows past n (last tile only) are zeroed so their scores are finite; they are masked.
+    for (int j = n; j < kTile; ++j) attn_detail::fill(kt[j], static_cast<size_t>(hd), 0.0f);
+    const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
+    for (int g = 0; g < group; ++g) {
+      __m256 s = _mm256_mul_ps(scores8(qh + static_cast<int64_t>(g) * hd, kt, hd), _mm256_set1_ps(a.scale));
+      if (a.softcap > 0.0f) {
+        alignas(32) float sv[kTile];
+        _mm256_store_ps(sv, s);
+        for (float& x : sv) x = a.softcap * std::tanh(x / a.softcap);
+        s = _mm256_load_ps(sv);
+      }
+      s = _mm256_blendv_ps(neg_inf, s, valid);
+      const float tmax = avx2::hmax(s);
+      float* ag = st.acc + static_cast<size_t>(g) * hd;
+      if (tmax > st.m[g]) {  // new running max: rescale what was accumulated so far
+        if (st.m[g] != -INFINITY) {
+          const float r = std::exp(st.m[g] - tmax);
+          st.l[g] *= r;
+          const __m256 rv = _mm256_set1_ps(r);
+          for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(ag + i, _mm256_mul_ps(_mm256_loadu_ps(ag + i), rv));
+        }
+        st.m[g] = tmax;
+      }
+      const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
+      st.l[g] += avx2::hsum(p);
+      alignas(32) float pv[kTile];
+      _mm256_store_ps(pv, p);
+      for (int i = 0; i < hd; i += 8) {
+        __m256 acc = _mm256_loadu_ps(ag + i);
+        for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(pv[j]), _mm256_load_ps(vt[j] + i), acc);
+        _mm256_storeu_ps(ag + i, acc);
+      }
+    }
+  }
+}
+
 }  // namespace tandem::kernels::cpu

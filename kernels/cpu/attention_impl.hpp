@@ -1,19 +1,17 @@
-// Paged causal attention for one (query token, kv head) pair at a time, with a streaming
-// (online) softmax so memory stays O(head_dim) whatever the context length. Included by
-// attention_generic.cpp and attention_avx2.cpp, which compile it for different ISAs;
-// the F16C path converts cached F16 rows eight values at a time.
+// Paged causal attention, split into spans: one span is one (query token, kv head) pair
+// over a contiguous range of cached positions, and yields for each query head of the GQA
+// group the *unnormalized* streaming-softmax state (running max m, sum l, weighted sum of
+// V rows acc). The driver (cpu_backend_attention.cpp) cuts long contexts into several
+// spans that threads run in parallel (flash-decoding), then merges their states.
+//
+// Two span implementations: attention_span_generic (this header, plain C++, one position
+// at a time; compiled into attention_generic.cpp) and attention_span_avx2 (tiles of 8
+// positions, vector exp; attention_avx2.cpp). Both read the paged cache through the block
+// table and must be called with positions whose slots the driver has validated.
 #pragma once
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <stdexcept>
-#include <string>
-#include <vector>
-
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/cpu/fp16.hpp"
 
@@ -41,84 +39,84 @@ struct AttnArgs {
   float softcap = 0.0f;
 };
 
+// Helpers are `static` (see attn_detail below for why).
+static inline int attn_group(const AttnArgs& a) { return a.n_heads / a.n_kv_heads; }
+static inline const int32_t* attn_table(const AttnArgs& a, int64_t t) {
+  return a.block_table + static_cast<int64_t>(a.seq[t]) * a.bt_cols;
+}
+// Byte offset of kv head `kvh` of cached position j, given the sequence's block table.
+static inline size_t attn_kv_offset(const AttnArgs& a, const int32_t* bt, int32_t j, int kvh) {
+  const int64_t slot = static_cast<int64_t>(bt[j / a.block_size]) * a.block_size + j % a.block_size;
+  return static_cast<size_t>(slot) * a.kv_row_bytes + static_cast<size_t>(kvh) * a.head_dim * (a.kv_f16 ? 2 : 4);
+}
+
+// The streaming-softmax state of one span for the `group` query heads of a kv head:
+// m[g], l[g] and acc[g*head_dim ...], all owned by the caller.
+struct AttnState {
+  float* m;
+  float* l;
+  float* acc;
+};
+
+// Runs token t, kv head kvh over cached positions [lo, hi] (inclusive, lo <= hi).
+using AttnSpanFn = void (*)(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
+void attention_span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
+void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
+
+// Everything below is `static`: this header is compiled into files of different ISAs, and
+// an inline function with external linkage (or a std:: template instance such as
+// std::fill) could be merged with an AVX2 copy by the linker and then run on an older CPU.
 namespace attn_detail {
 
-inline void load_row(const uint8_t* src, bool f16, float* dst, int n) {
+static inline void fill(float* p, size_t n, float v) {
+  for (size_t i = 0; i < n; ++i) p[i] = v;
+}
+
+static inline void load_row(const uint8_t* src, bool f16, float* dst, int n) {
   if (!f16) {
     std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
     return;
   }
   const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-  int i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-#endif
-  for (; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+  for (int i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
 }
 
-inline float dot(const float* a, const float* b, int n) {
-  float s = 0.0f;
-#pragma GCC ivdep
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+// The plain one-position-at-a-time span: the reference the vector path is tested against.
+// Scratch rows live on the stack (head_dim <= kMaxHeadDim, checked by the driver).
+constexpr int kMaxHeadDim = 512;
+constexpr int kMaxGroup = 64;
 
-}  // namespace attn_detail
-
-// Tasks are numbered t * n_kv_heads + kv_head; runs tasks [begin, end).
-inline void attention_tasks(const AttnArgs& a, int64_t begin, int64_t end) {
-  using namespace attn_detail;
-  const int hd = a.head_dim;
-  const int group = a.n_heads / a.n_kv_heads;
-  std::vector<float> krow(static_cast<size_t>(hd)), vrow(static_cast<size_t>(hd));
-  std::vector<float> acc(static_cast<size_t>(group) * hd), m(static_cast<size_t>(group)),
-      l(static_cast<size_t>(group)), sc(static_cast<size_t>(group));
-  for (int64_t task = begin; task < end; ++task) {
-    const int64_t t = task / a.n_kv_heads;
-    const int kvh = static_cast<int>(task % a.n_kv_heads);
-    const int32_t p = a.pos[t];
-    const int32_t s = a.seq[t];
-    if (s < 0 || s >= a.n_seqs) throw std::out_of_range("attention: sequence index out of range");
-    const int32_t* bt = a.block_table + static_cast<int64_t>(s) * a.bt_cols;
-    const int32_t j0 = a.window > 0 ? std::max<int32_t>(0, p - a.window + 1) : 0;
-    if (static_cast<int64_t>(p) / a.block_size >= a.bt_cols)
-      throw std::out_of_range("attention: position " + std::to_string(p) + " beyond the block table");
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    std::fill(m.begin(), m.end(), -INFINITY);
-    std::fill(l.begin(), l.end(), 0.0f);
-    const float* qh = a.q + t * a.ldq + static_cast<int64_t>(kvh) * group * hd;
-    for (int32_t j = j0; j <= p; ++j) {
-      const int64_t slot = static_cast<int64_t>(bt[j / a.block_size]) * a.block_size + j % a.block_size;
-      if (slot < 0 || slot >= a.n_slots) throw std::out_of_range("attention: cache slot out of range");
-      const size_t off = static_cast<size_t>(slot) * a.kv_row_bytes +
-                         static_cast<size_t>(kvh) * hd * (a.kv_f16 ? 2 : 4);
-      load_row(a.k + off, a.kv_f16, krow.data(), hd);
-      load_row(a.v + off, a.kv_f16, vrow.data(), hd);
-      for (int g = 0; g < group; ++g) {
-        float x = dot(qh + static_cast<int64_t>(g) * hd, krow.data(), hd) * a.scale;
-        if (a.softcap > 0.0f) x = a.softcap * std::tanh(x / a.softcap);
-        float* ag = acc.data() + static_cast<size_t>(g) * hd;
-        if (x > m[g]) {  // new running max: rescale what was accumulated so far
-          const float r = std::exp(m[g] - x);
-          l[g] *= r;
-          for (int i = 0; i < hd; ++i) ag[i] *= r;
-          m[g] = x;
-        }
-        const float e = std::exp(x - m[g]);
-        l[g] += e;
-        for (int i = 0; i < hd; ++i) ag[i] += e * vrow[i];
-      }
-    }
-    float* oh = a.out + t * a.ldo + static_cast<int64_t>(kvh) * group * hd;
+static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st) {
+  const int hd = a.head_dim, group = attn_group(a);
+  float krow[kMaxHeadDim], vrow[kMaxHeadDim];
+  const int32_t* bt = attn_table(a, t);
+  const float* qh = a.q + t * a.ldq + static_cast<int64_t>(kvh) * group * hd;
+  fill(st.acc, static_cast<size_t>(group) * hd, 0.0f);
+  fill(st.m, static_cast<size_t>(group), -INFINITY);
+  fill(st.l, static_cast<size_t>(group), 0.0f);
+  for (int32_t j = lo; j <= hi; ++j) {
+    const size_t off = attn_kv_offset(a, bt, j, kvh);
+    load_row(a.k + off, a.kv_f16, krow, hd);
+    load_row(a.v + off, a.kv_f16, vrow, hd);
     for (int g = 0; g < group; ++g) {
-      const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
-      for (int i = 0; i < hd; ++i) oh[static_cast<int64_t>(g) * hd + i] = acc[static_cast<size_t>(g) * hd + i] * inv;
+      const float* qg = qh + static_cast<int64_t>(g) * hd;
+      float x = 0.0f;
+      for (int i = 0; i < hd; ++i) x += qg[i] * krow[i];
+      x *= a.scale;
+      if (a.softcap > 0.0f) x = a.softcap * std::tanh(x / a.softcap);
+      float* ag = st.acc + static_cast<size_t>(g) * hd;
+      if (x > st.m[g]) {  // new running max: rescale what was accumulated so far
+        const float r = std::exp(st.m[g] - x);
+        st.l[g] *= r;
+        for (int i = 0; i < hd; ++i) ag[i] *= r;
+        st.m[g] = x;
+      }
+      const float e = std::exp(x - st.m[g]);
+      st.l[g] += e;
+      for (int i = 0; i < hd; ++i) ag[i] += e * vrow[i];
     }
   }
 }
 
-void attention_tasks_generic(const AttnArgs& a, int64_t begin, int64_t end);
-void attention_tasks_avx2(const AttnArgs& a, int64_t begin, int64_t end);
-
+}  // namespace attn_detail
 }  // namespace tandem::kernels::cpu

@@ -1,14 +1,19 @@
 // CpuBackend: KV-cache writes and paged attention, dispatched to the best ISA at run time.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/attention_impl.hpp"
 #include "kernels/cpu/convert_impl.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/host_buffer.hpp"
+#include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
 
@@ -65,10 +70,59 @@ void CpuBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v
   }
 }
 
+namespace {
+
+// Contexts longer than this many positions are cut into spans of this length that threads
+// run in parallel and then merge (flash-decoding). Fixed, so that a token's arithmetic
+// depends only on its own context, never on the batch or the thread count.
+constexpr int32_t kSplitPositions = 512;
+
+// One token's share of a context: positions [lo, hi], part `part` of `parts`.
+struct Span {
+  int64_t t;
+  int32_t lo, hi;
+  int32_t part, parts;
+  int64_t first;  // index of part 0 of this token in the span list
+};
+
+// Merges the states of a token's `parts` spans (in order) into the normalized output of
+// the group's heads. With one part this is acc / l.
+void finish(const AttnArgs& a, int64_t t, int kvh, const float* states, int parts, size_t state_floats) {
+  const int hd = a.head_dim, group = attn_group(a);
+  float* oh = a.out + t * a.ldo + static_cast<int64_t>(kvh) * group * hd;
+  for (int g = 0; g < group; ++g) {
+    float mx = -INFINITY;
+    for (int p = 0; p < parts; ++p) mx = std::max(mx, states[p * state_floats + static_cast<size_t>(g)]);
+    float l = 0.0f;
+    float* o = oh + static_cast<int64_t>(g) * hd;
+    for (int i = 0; i < hd; ++i) o[i] = 0.0f;
+    for (int p = 0; p < parts; ++p) {
+      const float* st = states + p * state_floats;
+      const float m = st[g];
+      if (m == -INFINITY) continue;
+      const float w = std::exp(m - mx);
+      l += st[group + g] * w;
+      const float* acc = st + 2 * group + static_cast<size_t>(g) * hd;
+      for (int i = 0; i < hd; ++i) o[i] += acc[i] * w;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int i = 0; i < hd; ++i) o[i] *= inv;
+  }
+}
+
+thread_local std::vector<float> t_attn_state;  // a worker's span state
+// The caller's span list and the states of split tokens, reused across calls.
+thread_local std::vector<Span> t_spans;
+thread_local std::vector<float> t_parts;
+
+}  // namespace
+
 void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache,
                                  const PagedAttnMeta& meta, int n_heads, int n_kv_heads, int head_dim,
                                  float scale, int sliding_window, float softcap) {
   require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "paged_attention", "n_heads must be a multiple of n_kv_heads");
+  require(head_dim > 0 && head_dim <= attn_detail::kMaxHeadDim, "paged_attention",
+          "head_dim must be in 1.." + std::to_string(attn_detail::kMaxHeadDim));
   require(q.type == DType::F32 && out.type == DType::F32, "paged_attention", "q, out F32");
   require(q.cols() >= static_cast<int64_t>(n_heads) * head_dim && out.cols() >= static_cast<int64_t>(n_heads) * head_dim,
           "paged_attention", "q/out rows too short");
@@ -98,20 +152,84 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   a.scale = scale;
   a.window = sliding_window;
   a.softcap = softcap;
-  const int64_t n_tasks = q.rows() * n_kv_heads;
-  auto fn = has_f16c_avx2() ? &attention_tasks_avx2 : &attention_tasks_generic;
+
+  // Validate every token's positions and cache blocks here, on the caller's thread, and
+  // cut its context into spans.
+  const int64_t n_tokens = q.rows();
+  const int64_t n_blocks = a.n_slots / a.block_size;
+  std::vector<Span>& spans = t_spans;
+  spans.clear();
+  bool split = false;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int32_t p = a.pos[t], s = a.seq[t];
+    if (s < 0 || s >= a.n_seqs)
+      throw std::out_of_range("attention: sequence index " + std::to_string(s) + " out of range");
+    if (p < 0 || static_cast<int64_t>(p) / a.block_size >= a.bt_cols)
+      throw std::out_of_range("attention: position " + std::to_string(p) + " beyond the block table");
+    const int32_t j0 = a.window > 0 ? std::max<int32_t>(0, p - a.window + 1) : 0;
+    const int32_t* bt = attn_table(a, t);
+    for (int32_t b = j0 / a.block_size; b <= p / a.block_size; ++b)
+      if (bt[b] < 0 || bt[b] >= n_blocks)
+        throw std::out_of_range("attention: cache block " + std::to_string(bt[b]) + " out of range");
+    const int32_t parts = (p - j0) / kSplitPositions + 1;
+    split |= parts > 1;
+    const int64_t first = static_cast<int64_t>(spans.size());
+    for (int32_t i = 0; i < parts; ++i)
+      spans.push_back({t, j0 + i * kSplitPositions, std::min(p, j0 + (i + 1) * kSplitPositions - 1), i, parts, first});
+  }
+
+  const AttnSpanFn span_fn = active_isa() >= Isa::Avx2 && has_f16c_avx2() ? &attention_span_avx2
+                                                                           : &attention_span_generic;
+  const int group = n_heads / n_kv_heads;
+  const size_t state_floats = static_cast<size_t>(group) * (2 + head_dim);
+  const int64_t n_items = static_cast<int64_t>(spans.size()) * n_kv_heads;
+  // Split tokens keep every part's state until all parts are done; the others finish at once.
+  if (split) t_parts.resize(static_cast<size_t>(n_items) * state_floats);
+  float* parts = t_parts.data();
+
   // Exceptions must not escape a worker thread: capture the first and rethrow here.
   std::exception_ptr err;
   std::mutex mu;
-  pool_.parallel_for(n_tasks, [&](int64_t b, int64_t e) {
+  auto guarded = [&](auto&& body) {
     try {
-      fn(a, b, e);
+      body();
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu);
       if (!err) err = std::current_exception();
     }
+  };
+  std::atomic<int64_t> next{0};
+  pool_.run([&](int, int) {
+    guarded([&] {
+      std::vector<float>& own = t_attn_state;
+      own.resize(state_floats);
+      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
+        const Span& sp = spans[static_cast<size_t>(i / n_kv_heads)];
+        const int kvh = static_cast<int>(i % n_kv_heads);
+        float* st = sp.parts > 1 ? parts + static_cast<size_t>(i) * state_floats : own.data();
+        span_fn(a, sp.t, kvh, sp.lo, sp.hi, AttnState{st, st + group, st + 2 * group});
+        if (sp.parts == 1) finish(a, sp.t, kvh, st, 1, state_floats);
+      }
+    });
   });
   if (err) std::rethrow_exception(err);
+  if (!split) return;
+  // Merge the parts of split tokens: part p of (token, kvh) is item (first + p)*n_kv + kvh.
+  pool_.parallel_for(static_cast<int64_t>(spans.size()) * n_kv_heads, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Span& sp = spans[static_cast<size_t>(i / n_kv_heads)];
+      if (sp.parts == 1 || sp.part != 0) continue;
+      const int kvh = static_cast<int>(i % n_kv_heads);
+      // Gather the parts' states (strided by n_kv items) into one contiguous run.
+      std::vector<float>& own = t_attn_state;
+      own.resize(state_floats * static_cast<size_t>(sp.parts));
+      for (int32_t p = 0; p < sp.parts; ++p) {
+        const float* src = parts + (static_cast<size_t>(sp.first + p) * n_kv_heads + kvh) * state_floats;
+        std::copy(src, src + state_floats, own.data() + static_cast<size_t>(p) * state_floats);
+      }
+      finish(a, sp.t, kvh, own.data(), sp.parts, state_floats);
+    }
+  });
 }
 
 }  // namespace tandem::kernels::cpu

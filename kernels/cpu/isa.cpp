@@ -34,7 +34,9 @@ Isa detected_isa() {
 }
 
 void force_isa(Isa isa) {
-  if (static_cast<int>(isa) > static_cast<int>(detected_isa()))
+  // Tests may install emulated AVX-512 kernels, which run on any AVX2 CPU.
+  const bool emulated = isa == Isa::Avx512 && mm::avx512_kernels_for_testing() && detected_isa() >= Isa::Avx2;
+  if (!emulated && static_cast<int>(isa) > static_cast<int>(detected_isa()))
     throw std::invalid_argument("force_isa: " + isa_name(isa) + " is not available on this CPU (best: " +
                                 isa_name(detected_isa()) + ")");
   g_forced.store(static_cast<int>(isa), std::memory_order_relaxed);

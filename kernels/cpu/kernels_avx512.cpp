@@ -1,9 +1,43 @@
-// The AVX-512 kernel set. Not written yet: returning nullptr makes detected_isa() stop at
-// AVX2, which runs on every AVX-512 CPU.
+// The AVX-512 kernel set (see matmul_impl.hpp): VNNI kernels for every quantized weight
+// type; float weights are left to the AVX2 level (pick() in matmul.cpp falls through).
+// Selected only after detected_isa() has confirmed AVX-512 F/BW/VL/DQ and VNNI at run time.
+// Compiled a second time against SIMDe for the tests (simd_avx512.hpp), which then exports
+// avx512_emulated_kernels() instead.
 #include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/simd_avx512.hpp"
 
 namespace tandem::kernels::cpu::mm {
+namespace TANDEM_AVX512_NS {
+RowsFn rows_q32(DType t);
+RowsFn rows_qk(DType t);
+QuantFn quant_qk_for(DType t);
+}  // namespace TANDEM_AVX512_NS
 
-const IsaKernels* avx512_kernels() { return nullptr; }
+namespace {
+RowsFn rows(DType t) {
+  if (RowsFn f = TANDEM_AVX512_NS::rows_qk(t)) return f;
+  return TANDEM_AVX512_NS::rows_q32(t);
+}
+// The 32-block kernels read the AVX2 kernels' activation order (AVX-512 CPUs have AVX2).
+QuantFn quant(DType t) {
+  switch (family(t)) {
+    case Family::Q32: return avx2_quant_q32_for(t);
+    case Family::QK: return TANDEM_AVX512_NS::quant_qk_for(t);
+    default: return nullptr;
+  }
+}
+}  // namespace
+
+#if defined(TANDEM_AVX512_EMULATED)
+const IsaKernels* avx512_emulated_kernels() {
+  static const IsaKernels k{rows, quant, nullptr};
+  return &k;
+}
+#else
+const IsaKernels* avx512_kernels() {
+  static const IsaKernels k{rows, quant, nullptr};
+  return &k;
+}
+#endif
 
 }  // namespace tandem::kernels::cpu::mm

@@ -45,9 +45,13 @@ class Scratch {
 };
 thread_local Scratch t_act_scratch;
 
+std::atomic<const mm::IsaKernels*> g_avx512_for_testing{nullptr};
+
 const mm::IsaKernels* kernels_at(Isa isa) {
   switch (isa) {
-    case Isa::Avx512: return mm::avx512_kernels();
+    case Isa::Avx512:
+      if (const mm::IsaKernels* k = g_avx512_for_testing.load(std::memory_order_acquire)) return k;
+      return mm::avx512_kernels();
     case Isa::Avx2: return mm::avx2_kernels();
     case Isa::Scalar: return &mm::scalar_kernels();
   }
@@ -79,6 +83,11 @@ void work(const mm::Args& a, mm::RowsFn fn, std::atomic<int64_t>& next, int64_t 
 }
 
 }  // namespace
+
+namespace mm {
+void install_avx512_kernels_for_testing(const IsaKernels* k) { g_avx512_for_testing.store(k, std::memory_order_release); }
+const IsaKernels* avx512_kernels_for_testing() { return g_avx512_for_testing.load(std::memory_order_acquire); }
+}  // namespace mm
 
 void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t R, int64_t C,
             const float* x, int64_t ldx, int64_t N, float* y, int64_t ldy) {

@@ -88,6 +88,12 @@ struct IsaKernels {
 const IsaKernels& scalar_kernels();
 const IsaKernels* avx2_kernels();
 const IsaKernels* avx512_kernels();
+// The AVX-512 kernels compiled against SIMDe (tests only: the tandem_avx512_emulated
+// library), and the hook that makes the Avx512 level use them on any CPU. Tests install
+// them to check the AVX-512 arithmetic where the machine has no AVX-512.
+const IsaKernels* avx512_emulated_kernels();
+void install_avx512_kernels_for_testing(const IsaKernels* k);
+const IsaKernels* avx512_kernels_for_testing();
 
 // Per-ISA entry points, defined in the files of that ISA.
 RowsFn scalar_rows(DType t);
@@ -100,6 +106,7 @@ RowsFn avx2_rows_qk(DType t);
 QuantFn avx2_quant_qk_for(DType t);  // K-quant activations in the order each kernel reads
 QuantFn avx2_quant_q32_for(DType t);  // 32-block activations in the order each kernel reads
 void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
+void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row);  // natural order
 bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
 
 }  // namespace tandem::kernels::cpu::mm

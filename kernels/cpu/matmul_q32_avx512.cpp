@@ -1,0 +1,208 @@
+// AVX-512 VNNI matmul kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+//
+// Blocks are taken in pairs: one 512-bit vector holds the 64 codes of blocks A and B, and
+// one vpdpbusd per token multiplies them with the token's 64 int8 activations into 16 int32
+// lanes (4 products each) that belong to A or B. Those lanes are converted to float and
+// accumulated with their block's scale product d_w*d_x, picked per lane from the 16 scale
+// products of the current chunk of 16 blocks (one permute). As in the AVX2 kernels the
+// weight's offset or min is applied through s = d_x*sum(q_x): off += c * s.
+//
+// Code order: the 4- and 5-bit types use the AVX2 kernels' paired activation order
+// (A 0-15 | B 0-15 | A 16-31 | B 16-31, written by avx2_quant_q32_for), which is exactly
+// how the nibbles of two consecutive blocks unpack; Q8_0 is in natural order. Signed Q8_0
+// codes use the sign trick (|w| times x with w's sign) since vpdpbusd wants u8 x s8.
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/simd_avx512.hpp"
+
+// Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
+// same for every token-group size.
+#pragma GCC optimize("fp-contract=off")
+
+namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
+namespace {
+
+using namespace avx512;
+using u8 = uint8_t;
+
+// The f16 at byte offset `off` of n (<= 16) consecutive blocks, as 16 floats (zeros past
+// n), assembled in general registers (see f16x8 in matmul_q32_avx2.cpp).
+template <int Bytes>
+static inline __m512 f16x16(const u8* b, int off, int n) {
+  uint64_t w[4] = {0, 0, 0, 0};
+  for (int j = 0; j < 16; ++j)
+    if (j < n) w[j / 4] |= static_cast<uint64_t>(blk::u16_at(b + j * Bytes + off)) << (16 * (j % 4));
+  return _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(w[3]), static_cast<long long>(w[2]),
+                                           static_cast<long long>(w[1]), static_cast<long long>(w[0])));
+}
+// 16 floats from p, or the first n of them and zeros (tail of a row).
+static inline __m512 load16(const float* p, int n) {
+  if (n == 16) return _mm512_loadu_ps(p);
+  alignas(64) float v[16] = {};
+  for (int i = 0; i < n; ++i) v[i] = p[i];
+  return _mm512_load_ps(v);
+}
+
+// Codes of the 4-bit types (nibbles at byte Qs) and the 5-bit ones (plus the fifth bits,
+// a 32-bit word at Qh), for a pair of blocks in the paired order.
+template <int Bytes, int Qs, int Qh = -1>
+struct NibbleCodes {
+  static inline __m512i codes2(const u8* b) {
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b + Qs)), loadu128(b + Bytes + Qs), 1);
+    // [qa qb | qa qb]: the low half keeps the low nibbles, the high half the high ones.
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+    __m512i v = _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xffff0000u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
+    if constexpr (Qh >= 0) {
+      // Fifth bit of element e of a block is bit e of its qh word. Byte i of the vector
+      // holds element (i % 16) + 16*(i >= 32) of A (i % 32 < 16) or B.
+      const uint32_t ha = blk::u32_at(b + Qh), hb = blk::u32_at(b + Bytes + Qh);
+      const uint64_t lo = (ha & 0xffffu) | (static_cast<uint64_t>(hb & 0xffffu) << 16);
+      const uint64_t hi = (ha >> 16) | (static_cast<uint64_t>(hb >> 16) << 16);
+      const __mmask64 k = static_cast<__mmask64>(lo | (hi << 32));
+      v = _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10));
+    }
+    return v;
+  }
+  // One block (odd last block of a row, natural order) in the low half, zeros above:
+  // elements 0-15 are the low nibbles, 16-31 the high ones.
+  static inline __m512i codes1(const u8* b) {
+    const __m128i q = loadu128(b + Qs);
+    const __m256i v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                                       _mm256_set1_epi8(0x0f));
+    __m512i z = _mm512_inserti64x4(_mm512_setzero_si512(), v, 0);
+    if constexpr (Qh >= 0) z = _mm512_mask_add_epi8(z, blk::u32_at(b + Qh), z, _mm512_set1_epi8(0x10));
+    return z;
+  }
+};
+
+struct Q4_0 : NibbleCodes<blk::q4_0::size, blk::q4_0::qs> {
+  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
+  static constexpr bool kSigned = false;
+  static inline __m512 c16(const u8*, __m512 d, int) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
+};
+struct Q4_1 : NibbleCodes<blk::q4_1::size, blk::q4_1::qs> {
+  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
+  static constexpr bool kSigned = false;
+  static inline __m512 c16(const u8* b, __m512, int n) { return f16x16<kBytes>(b, blk::q4_1::m, n); }
+};
+struct Q5_0 : NibbleCodes<blk::q5_0::size, blk::q5_0::qs, blk::q5_0::qh> {
+  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
+  static constexpr bool kSigned = false;
+  static inline __m512 c16(const u8*, __m512 d, int) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
+};
+struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
+  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
+  static constexpr bool kSigned = false;
+  static inline __m512 c16(const u8* b, __m512, int n) { return f16x16<kBytes>(b, blk::q5_1::m, n); }
+};
+struct Q8_0 {
+  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
+  static constexpr bool kSigned = true;
+  static inline __m512i codes2(const u8* b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(b + blk::q8_0::qs)), loadu256(b + kBytes + blk::q8_0::qs),
+                              1);
+  }
+  static inline __m512i codes1(const u8* b) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu256(b + blk::q8_0::qs), 0); }
+  static inline __m512 c16(const u8*, __m512, int) { return _mm512_setzero_ps(); }
+};
+
+template <class K, int TN>
+static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
+  const ActLayout& l = a.xl;
+  const int8_t* xq[TN];
+  const float* xd[TN];
+  const float* xs[TN];
+  for (int t = 0; t < TN; ++t) {
+    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+    xq[t] = act_q(row);
+    xd[t] = act_d(row, l);
+    xs[t] = act_s(row, l);
+  }
+  __m512 acc[TN], off[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = off[t] = _mm512_setzero_ps();
+  // Lane pattern of a pair's 16 int32 sums: which of the two blocks each lane belongs to.
+  const __m512i pair_lanes = K::kSigned ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+                                        : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
+    const int nblk = l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16;
+    const u8* wb = wr + b0 * K::kBytes;
+    prefetch_ahead(wb, nblk * K::kBytes);
+    const __m512 dw = f16x16<K::kBytes>(wb, K::kD, nblk);
+    const __m512 cw = K::c16(wb, dw, nblk);
+    __m512 prod[TN];
+    for (int t = 0; t < TN; ++t) {
+      prod[t] = _mm512_mul_ps(dw, load16(xd[t] + b0, nblk));
+      if constexpr (!K::kSigned) off[t] = _mm512_fmadd_ps(cw, load16(xs[t] + b0, nblk), off[t]);
+    }
+    int j = 0;
+    for (; j + 2 <= nblk; j += 2) {
+      const __m512i u = K::codes2(wb + j * K::kBytes);
+      const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j));
+      __m512i au = u;
+      __mmask64 neg = 0;
+      if constexpr (K::kSigned) {
+        au = _mm512_abs_epi8(u);
+        neg = _mm512_movepi8_mask(u);
+      }
+      for (int t = 0; t < TN; ++t) {
+        __m512i xv = loadu512(xq[t] + 32 * (b0 + j));
+        if constexpr (K::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), au, xv);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(lanes, prod[t]), acc[t]);
+      }
+    }
+    if (j < nblk) {  // the odd last block of a row (stored unpaired, natural order)
+      const __m512i u = K::codes1(wb + j * K::kBytes);
+      const __m512i lanes = _mm512_set1_epi32(j);
+      __m512i au = u;
+      __mmask64 neg = 0;
+      if constexpr (K::kSigned) {
+        au = _mm512_abs_epi8(u);
+        neg = _mm512_movepi8_mask(u);
+      }
+      for (int t = 0; t < TN; ++t) {
+        __m512i xv = _mm512_inserti64x4(_mm512_setzero_si512(), loadu256(xq[t] + 32 * (b0 + j)), 0);
+        if constexpr (K::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), au, xv);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(lanes, prod[t]), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(acc[t]) + hsum512(off[t]);
+}
+
+// Tokens per pass over a row (as the AVX2 kernels).
+constexpr int kGroup = 4;
+
+template <class K, int TN>
+static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
+  if constexpr (TN > 0) {
+    if (left == TN) return row_group<K, TN>(a, wr, r, t);
+    row_tail<K, TN - 1>(a, wr, r, t, left);
+  }
+}
+
+template <class K>
+void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
+    int64_t t = t0;
+    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
+    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+  }
+}
+
+}  // namespace
+
+RowsFn rows_q32(DType t) {
+  switch (t) {
+    case DType::Q4_0: return rows<Q4_0>;
+    case DType::Q4_1: return rows<Q4_1>;
+    case DType::Q5_0: return rows<Q5_0>;
+    case DType::Q5_1: return rows<Q5_1>;
+    case DType::Q8_0: return rows<Q8_0>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS

@@ -1,0 +1,339 @@
+// AVX-512 VNNI matmul kernels for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
+//
+// A 256-element block is decoded into four 512-bit vectors of 64 unsigned codes, each
+// spanning two 32-element chunks of the block, and four matching vectors of int16 group
+// scales (one per maddubs lane). Per token and vector: vpmaddubsw (u8 x s8 -> int16 pair
+// sums) and vpdpwssd (int16 x scale, summed into int32 lanes): the whole block costs a
+// token 4 + 4 instructions, against 8 + 4 madds and adds with AVX2. The chunk order each
+// type decodes most cheaply in is the order its activations are stored in (see kOrder and
+// quant_for); sums, bsums and fsums stay in natural order. The integer block sum then
+// meets the block and activation scales and the mins exactly as in the AVX2 kernels.
+//
+// Every token's arithmetic is the same sequence whatever the group size.
+#include <cstring>
+
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/simd_avx512.hpp"
+
+// Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
+// same for every token-group size.
+#pragma GCC optimize("fp-contract=off")
+
+namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
+namespace {
+
+using namespace avx512;
+using u8 = uint8_t;
+
+// Chunk orders: code vector k holds natural chunks order[2k] (low half) and order[2k+1].
+constexpr int kNatural[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+constexpr int kNibbles[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // Q4_K, Q5_K: qs bytes 0-63 and 64-127
+constexpr int kCrumbs[8] = {0, 4, 1, 5, 2, 6, 3, 7};   // Q2_K, Q3_K: bit pairs of qs bytes
+
+// vpermw controls that spread group scales (int16, natural group order) over the 32 lanes
+// of a code vector's maddubs result: lane i covers codes 2i, 2i+1 of the vector.
+struct ScaleIdx {
+  alignas(64) int16_t v[4][32];
+  constexpr ScaleIdx(const int* order, int group_size) : v() {
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < 32; ++i) {
+        const int chunk = order[2 * k + i / 16], elem = 32 * chunk + 2 * (i % 16);
+        v[k][i] = static_cast<int16_t>(elem / group_size);
+      }
+  }
+};
+constexpr ScaleIdx kIdxNib32(kNibbles, 32);
+constexpr ScaleIdx kIdxCrumb16(kCrumbs, 16);
+constexpr ScaleIdx kIdxNat16(kNatural, 16);
+
+static inline __m512i spread(const ScaleIdx& idx, int k, __m512i sc) {
+  return _mm512_permutexvar_epi16(_mm512_load_si512(idx.v[k]), sc);
+}
+static inline __m512i widen(__m256i v) { return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0); }
+
+// Byte-select masks for the extra code bit of chunk pairs: byte = 1 << bit in each half.
+static inline __m512i bit_sel(int lo_bit, int hi_bit) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << lo_bit))),
+                            _mm256_set1_epi8(static_cast<char>(1 << hi_bit)), 1);
+}
+
+// The activations of a token group, at the current block.
+template <int TN>
+struct Toks {
+  const int8_t* q[TN];
+  const float* d[TN];
+  const int16_t* bs[TN];
+  const float* fs[TN];
+};
+
+// Integer block sums of every token: sum over the 4 code vectors of scale * (code . x).
+// Lane bounds: maddubs pair sums at most 2*63*127 = 16002 (no saturation).
+template <int TN>
+static inline void block_dots(const __m512i* v, const __m512i* sc, const Toks<TN>& x, int64_t bi, __m256i* isum) {
+  for (int t = 0; t < TN; ++t) {
+    const int8_t* q = x.q[t] + 256 * bi;
+    __m512i s = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(v[k], loadu512(q + 64 * k)), sc[k]);
+    isum[t] = fold512(s);
+  }
+}
+
+// Adding one block's integer sums to the float accumulators (as the AVX2 kernels).
+// acc += d*dx * (isum - offset term): Q3_K and Q6_K store codes + offset.
+template <int TN>
+static inline void fold_offset(const __m256i* isum, __m256i mins, float d, const Toks<TN>& x, int64_t b,
+                               __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d);
+  for (int t = 0; t < TN; ++t) {
+    const __m256i ms = _mm256_madd_epi16(mins, loadu256(x.bs[t] + 16 * b));
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
+    acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)), acc[t]);
+  }
+}
+// acc += d*dx*isum - sum_j (dmin*min_j) * (dx*xsum_j): Q4_K/Q5_K.
+template <int TN>
+static inline void fold_fmin(const __m256i* isum, __m256 fmins, float d, const Toks<TN>& x, int64_t b,
+                             __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d);
+  for (int t = 0; t < TN; ++t) {
+    const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)),
+                                     acc[t]);
+    acc[t] = _mm256_fnmadd_ps(fmins, _mm256_loadu_ps(x.fs[t] + 8 * b), a);
+  }
+}
+// acc += dx * (d*isum - dmin*msum) with msum from 16 int16 mins: Q2_K.
+template <int TN>
+static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
+                             int64_t b, __m256* acc) {
+  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
+  for (int t = 0; t < TN; ++t) {
+    const __m256i ms = _mm256_madd_epi16(mins, loadu256(x.bs[t] + 16 * b));
+    const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), vd, _mm256_mul_ps(_mm256_cvtepi32_ps(ms), vm));
+    acc[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(x.d[t] + b), acc[t]);
+  }
+}
+
+static inline float f16(const u8* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+struct Q2K {
+  static constexpr int kBytes = blk::q2_k::size;
+  static constexpr const int* kOrder = kCrumbs;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    const __m128i s = loadu128(b + blk::q2_k::scales);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m512i sc = widen(_mm256_cvtepu8_epi16(_mm_and_si128(s, m4)));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4));
+    const __m512i q = loadu512(b + blk::q2_k::qs), m3 = _mm512_set1_epi8(3);
+    __m512i v[4], scv[4];
+    for (int j = 0; j < 4; ++j) {  // vector j: bits 2j of qs (chunk j low half, 4+j high)
+      v[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+      scv[j] = spread(kIdxCrumb16, j, sc);
+    }
+    __m256i isum[TN];
+    block_dots<TN>(v, scv, x, bi, isum);
+    fold_imin<TN>(isum, mins, f16(b + blk::q2_k::d), f16(b + blk::q2_k::dmin), x, bi, acc);
+  }
+};
+
+struct Q3K {
+  static constexpr int kBytes = blk::q3_k::size;
+  static constexpr const int* kOrder = kCrumbs;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    uint32_t sw[4];
+    blk::unpack_q3k_scales(b + blk::q3_k::scales, sw);
+    const __m256i sc16 = _mm256_sub_epi16(
+        _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(sw[3]), static_cast<int>(sw[2]),
+                                           static_cast<int>(sw[1]), static_cast<int>(sw[0]))),
+        _mm256_set1_epi16(32));
+    const __m512i sc = widen(sc16);
+    const __m256i mins = _mm256_slli_epi16(sc16, 2);  // codes are stored +4
+    const __m512i q = loadu512(b + blk::q3_k::qs), m3 = _mm512_set1_epi8(3);
+    const __m512i hm = _mm512_broadcast_i64x4(loadu256(b + blk::q3_k::hmask));
+    __m512i v[4], scv[4];
+    for (int j = 0; j < 4; ++j) {  // chunk c = 4h + j: bits 2j of qs[32h + l], bit c of hmask[l]
+      const __mmask64 hi = _mm512_test_epi8_mask(hm, bit_sel(j, 4 + j));
+      const __m512i lo2 = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), m3);
+      v[j] = _mm512_mask_add_epi8(lo2, hi, lo2, _mm512_set1_epi8(4));
+      scv[j] = spread(kIdxCrumb16, j, sc);
+    }
+    __m256i isum[TN];
+    block_dots<TN>(v, scv, x, bi, isum);
+    fold_offset<TN>(isum, mins, f16(b + blk::q3_k::d), x, bi, acc);
+  }
+};
+
+// Q4_K / Q5_K scales: int16 in the low lanes; mins times dmin as 8 floats.
+static inline void k4_scales(const u8* b, __m512i& sc, __m256& fmins) {
+  const blk::K4Scales k = blk::unpack_k4_scales(b + blk::q4_k::scales);
+  const __m128i s8 = _mm_cvtepu8_epi16(
+      _mm_cvtsi64_si128(static_cast<long long>(k.sc[0] | (static_cast<uint64_t>(k.sc[1]) << 32))));
+  sc = _mm512_inserti32x4(_mm512_setzero_si512(), s8, 0);
+  const __m128i mn = _mm_cvtsi64_si128(static_cast<long long>(k.mn[0] | (static_cast<uint64_t>(k.mn[1]) << 32)));
+  fmins = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)), _mm256_set1_ps(f16(b + blk::q4_k::dmin)));
+}
+
+// Four code vectors of nibbles: qs bytes 0-63 low / high nibbles, then 64-127.
+static inline void nibble_vectors(const u8* qs, __m512i* v) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i z0 = loadu512(qs), z1 = loadu512(qs + 64);
+  v[0] = _mm512_and_si512(z0, m4);
+  v[1] = _mm512_and_si512(_mm512_srli_epi16(z0, 4), m4);
+  v[2] = _mm512_and_si512(z1, m4);
+  v[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);
+}
+
+struct Q4K {
+  static constexpr int kBytes = blk::q4_k::size;
+  static constexpr const int* kOrder = kNibbles;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    __m512i sc;
+    __m256 fmins;
+    k4_scales(b, sc, fmins);
+    __m512i v[4], scv[4];
+    nibble_vectors(b + blk::q4_k::qs, v);
+    for (int k = 0; k < 4; ++k) scv[k] = spread(kIdxNib32, k, sc);
+    __m256i isum[TN];
+    block_dots<TN>(v, scv, x, bi, isum);
+    fold_fmin<TN>(isum, fmins, f16(b + blk::q4_k::d), x, bi, acc);
+  }
+};
+
+struct Q5K {
+  static constexpr int kBytes = blk::q5_k::size;
+  static constexpr const int* kOrder = kNibbles;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    static_assert(blk::q5_k::scales == blk::q4_k::scales && blk::q5_k::dmin == blk::q4_k::dmin);
+    __m512i sc;
+    __m256 fmins;
+    k4_scales(b, sc, fmins);
+    __m512i v[4], scv[4];
+    nibble_vectors(b + blk::q5_k::qs, v);
+    // Bit c of qh[l] is the fifth bit of element 32c + l.
+    const __m512i hb = _mm512_broadcast_i64x4(loadu256(b + blk::q5_k::qh));
+    for (int k = 0; k < 4; ++k) {
+      const __mmask64 hi = _mm512_test_epi8_mask(hb, bit_sel(kNibbles[2 * k], kNibbles[2 * k + 1]));
+      v[k] = _mm512_mask_add_epi8(v[k], hi, v[k], _mm512_set1_epi8(0x10));
+      scv[k] = spread(kIdxNib32, k, sc);
+    }
+    __m256i isum[TN];
+    block_dots<TN>(v, scv, x, bi, isum);
+    fold_fmin<TN>(isum, fmins, f16(b + blk::q5_k::d), x, bi, acc);
+  }
+};
+
+struct Q6K {
+  static constexpr int kBytes = blk::q6_k::size;
+  static constexpr const int* kOrder = kNatural;
+  template <int TN>
+  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(b + blk::q6_k::scales));
+    const __m512i sc = widen(sc16);
+    const __m256i mins = _mm256_slli_epi16(sc16, 5);  // codes are stored +32
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    // 16-bit shift counts: 4 | 2 and 0 | 2 in the low | high halves.
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    __m512i v[4], scv[4];
+    for (int h = 0; h < 2; ++h) {
+      // Element 32k + l of half h: nibble of ql (low: k = 0, 1; high: k = 2, 3; ql bytes
+      // 0-31 for even k, 32-63 for odd) and bits 2k, 2k+1 of qh[l] on top.
+      const __m512i l = loadu512(b + blk::q6_k::ql + 64 * h);
+      const __m512i hb = _mm512_broadcast_i64x4(loadu256(b + blk::q6_k::qh + 32 * h));
+      v[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, shl), m30));
+      v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                     _mm512_and_si512(_mm512_srlv_epi16(hb, shr), m30));
+    }
+    for (int k = 0; k < 4; ++k) scv[k] = spread(kIdxNat16, k, sc);
+    __m256i isum[TN];
+    block_dots<TN>(v, scv, x, bi, isum);
+    fold_offset<TN>(isum, mins, f16(b + blk::q6_k::d), x, bi, acc);
+  }
+};
+
+template <class K, int TN>
+static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
+  const ActLayout& l = a.xl;
+  Toks<TN> x;
+  for (int t = 0; t < TN; ++t) {
+    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+    x.q[t] = act_q(row);
+    x.d[t] = act_d(row, l);
+    x.bs[t] = act_bsums(row, l);
+    x.fs[t] = act_fsum(row, l);
+  }
+  __m256 acc[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t bi = 0; bi < l.nb; ++bi) {
+    prefetch_ahead(wr + bi * K::kBytes, K::kBytes);
+    K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
+  }
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum256(acc[t]);
+}
+
+constexpr int kGroup = 8;
+
+template <class K, int TN>
+static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
+  if constexpr (TN > 0) {
+    if (left == TN) return row_group<K, TN>(a, wr, r, t);
+    row_tail<K, TN - 1>(a, wr, r, t, left);
+  }
+}
+
+template <class K>
+void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
+    int64_t t = t0;
+    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
+    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+  }
+}
+
+// Activations in natural order (avx2_quant_qk), then each block's 32-byte chunks moved to
+// the order the type's kernel reads.
+template <const int* Order>
+void quant_ordered(const float* xf, const ActLayout& l, uint8_t* row) {
+  avx2_quant_qk(xf, l, row);
+  u8 tmp[256];
+  for (int64_t b = 0; b < l.nb; ++b) {
+    u8* q = row + 256 * b;
+    std::memcpy(tmp, q, 256);
+    for (int i = 0; i < 8; ++i) std::memcpy(q + 32 * i, tmp + 32 * Order[i], 32);
+  }
+}
+
+}  // namespace
+
+RowsFn rows_qk(DType t) {
+  switch (t) {
+    case DType::Q2_K: return rows<Q2K>;
+    case DType::Q3_K: return rows<Q3K>;
+    case DType::Q4_K: return rows<Q4K>;
+    case DType::Q5_K: return rows<Q5K>;
+    case DType::Q6_K: return rows<Q6K>;
+    default: return nullptr;
+  }
+}
+
+QuantFn quant_qk_for(DType t) {
+  switch (t) {
+    case DType::Q2_K:
+    case DType::Q3_K: return quant_ordered<kCrumbs>;
+    case DType::Q4_K:
+    case DType::Q5_K: return quant_ordered<kNibbles>;
+    case DType::Q6_K: return avx2_quant_qk;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS

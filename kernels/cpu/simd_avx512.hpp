@@ -1,0 +1,73 @@
+// Intrinsics for the *_avx512.cpp kernel files (AVX-512 F/BW/VL/DQ + VNNI).
+//
+// The same files are compiled twice:
+//  - natively with -mavx512f/bw/vl/dq/vnni into the engine, selected at run time only on
+//    CPUs that have all of them (isa.cpp);
+//  - with TANDEM_AVX512_EMULATED, for the tests only, against SIMDe (the simde headers
+//    implement every intrinsic in portable code, here on top of AVX2). That build lets a
+//    machine without AVX-512 check the kernels' arithmetic against the scalar reference;
+//    its code lives in another namespace so the two builds never collide at link time.
+// Everything here is `static` (see simd_avx2.hpp).
+#pragma once
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a self-initialized
+// variable), which -Wmaybe-uninitialized reports once inlined (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#if defined(TANDEM_AVX512_EMULATED)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define TANDEM_AVX512_NS avx512_emulated
+#else
+#include <immintrin.h>
+#define TANDEM_AVX512_NS avx512_native
+#endif
+
+#include <cstdint>
+
+namespace tandem::kernels::cpu::avx512 {
+
+#if defined(TANDEM_AVX512_EMULATED)
+// The few intrinsics the kernels use that SIMDe 0.7 lacks, built from its 256-bit ones.
+// (Names with a leading underscore are reserved only in the global namespace.)
+static inline __m512 _mm512_cvtepi32_ps(__m512i v) {
+  const __m512 lo = _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)));
+  return _mm512_insertf32x8(lo, _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)), 1);
+}
+static inline __m512 _mm512_cvtph_ps(__m256i h) {
+  const __m512 lo = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+  return _mm512_insertf32x8(lo, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), 1);
+}
+#endif
+
+static inline __m512i loadu512(const void* p) { return _mm512_loadu_si512(p); }
+static inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+static inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Horizontal sums in a fixed order (results must not depend on the caller).
+static inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline float hsum512(__m512 v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+// The 16 int32 lanes of v folded to 8 (lane i + lane i+8).
+static inline __m256i fold512(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+// Weights stream through once; prefetch this far ahead (as the AVX2 kernels).
+constexpr uintptr_t kPrefetchBytes = 2048;
+static inline void prefetch_ahead(const uint8_t* p, int bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
+  for (int o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_T0);
+}
+
+}  // namespace tandem::kernels::cpu::avx512
