@@ -17,6 +17,7 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s) {
 
 void add_runtime_options(CLI::App& sub, LoadOptions& load) {
   sub.add_option("-t,--threads", load.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub.add_flag("--pin-threads", load.pin_threads, "Bind each CPU worker thread to one core");
   sub.add_option("-c,--ctx", load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
   sub.add_option("--kv-type", load.kv_type, "KV cache type: f16|f32")->capture_default_str();
 }

@@ -72,6 +72,7 @@ LoadOptions to_load_options(const tandem_load_params& given) {
   o.context = p.context;
   if (p.kv_type) o.kv_type = p.kv_type;
   if (p.device) o.device = p.device;
+  o.pin_threads = p.pin_threads != 0;
   return o;
 }
 

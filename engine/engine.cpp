@@ -103,7 +103,7 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
   impl->opts = opts;
   if (opts.device != "cpu" && opts.device != "auto")
     throw std::runtime_error("device '" + opts.device + "' is not available: this build has only the cpu backend");
-  impl->backend = kernels::make_cpu_backend(opts.threads);
+  impl->backend = kernels::make_cpu_backend(opts.threads, opts.pin_threads);
   impl->model = Model::load(opts.model_path, *impl->backend);
   impl->tokenizer = Tokenizer::from_gguf(impl->model->file());
   const ModelConfig& c = impl->model->config();

@@ -122,7 +122,8 @@ class Backend {
                                float softcap = 0.0f) = 0;
 };
 
-// The CPU backend; n_threads <= 0 picks the number of physical cores available.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// The CPU backend; n_threads <= 0 picks the number of physical cores available;
+// pin_threads binds each worker thread to one core (see ThreadPool).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, bool pin_threads = false);
 
 }  // namespace tandem::kernels

@@ -324,6 +324,24 @@ TEST(CApi, InfoDescribesTheModel) {
   EXPECT_STREQ(info.draft_path, "");
 }
 
+TEST(CApi, PinnedThreadsAreReported) {
+  tandem_load_params lp;
+  ASSERT_EQ(tandem_load_params_init(&lp, sizeof lp), TANDEM_OK);
+  EXPECT_EQ(lp.pin_threads, 0);
+  const std::string path = model_path();
+  lp.model_path = path.c_str();
+  lp.threads = 2;
+  lp.context = 256;
+  lp.pin_threads = 1;
+  tandem_engine* raw = nullptr;
+  ASSERT_EQ(tandem_engine_load(&lp, &raw), TANDEM_OK) << tandem_last_error();
+  EnginePtr e(raw);
+  tandem_model_info info;
+  info.struct_size = sizeof info;
+  ASSERT_EQ(tandem_engine_info(e.get(), &info), TANDEM_OK);
+  EXPECT_NE(std::string(info.backend).find("pinned"), std::string::npos) << info.backend;
+}
+
 TEST(CApi, TokenizeDetokenizeRoundTripAndBufferSizes) {
   auto e = load(model_path());
   const char* text = "Hello world, hello tandem!";

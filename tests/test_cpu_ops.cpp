@@ -1,7 +1,11 @@
 // CPU backend ops against plain double-precision references written here.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -11,6 +15,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 namespace tandem::kernels {
 namespace {
@@ -95,6 +100,28 @@ TEST(CpuOps, GatedActivations) {
                            ? x / (1 + std::exp(-x))
                            : 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
       EXPECT_NEAR(y[i], a * u[i], 1e-5);
+    }
+  }
+}
+
+// Pinned workers each run on exactly one CPU; unpinned ones keep the process's set.
+TEST(ThreadPool, PinsWorkersOnlyWhenAsked) {
+  for (bool pin : {false, true}) {
+    cpu::ThreadPool pool(2, pin);
+    std::atomic<int> single{-1};
+    pool.run([&](int ith, int) {
+      if (ith == 0) return;
+      cpu_set_t s;
+      CPU_ZERO(&s);
+      ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof s, &s), 0);
+      single = CPU_COUNT(&s) == 1;
+    });
+    EXPECT_EQ(pool.pinned(), pin);
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+    if (pin || CPU_COUNT(&all) > 1) {
+      EXPECT_EQ(single.load(), pin ? 1 : 0);
     }
   }
 }

@@ -40,6 +40,7 @@ struct LoadOptions {
   std::string model_path;
   std::string draft_model_path;  // optional draft model; must share the target's vocabulary
   int threads = 0;            // 0 → one per available core
+  bool pin_threads = false;   // bind each CPU worker thread to one core
   int32_t context = 0;        // max tokens per sequence; 0 → min(model's training context, 4096)
   std::string kv_type = "f16";  // "f16" | "f32"
   // KV cache memory for target and draft together; 0 → one context's worth (single-stream use).

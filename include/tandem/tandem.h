@@ -76,6 +76,7 @@ typedef struct tandem_load_params {
   int32_t context;               /* max tokens per sequence; 0 → min(model's training context, 4096) */
   const char* kv_type;           /* NULL → "f16"; or "f32" */
   const char* device;            /* NULL → "cpu" */
+  int32_t pin_threads;           /* non-zero: bind each CPU worker thread to one core */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's

@@ -9,15 +9,17 @@
 
 namespace tandem::kernels::cpu {
 
-CpuBackend::CpuBackend(int n_threads)
-    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads()) {}
+CpuBackend::CpuBackend(int n_threads, bool pin_threads)
+    : pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads(), pin_threads) {}
 
 std::string CpuBackend::name() const {
-  return "cpu (" + isa_name(detected_isa()) + ", " + std::to_string(pool_.size()) + " threads)";
+  return "cpu (" + isa_name(detected_isa()) + ", " + std::to_string(pool_.size()) + " threads" +
+         (pool_.pinned() ? ", pinned" : "") + ")";
 }
 
 std::string CpuBackend::description() const {
-  std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + "\n  threads: " + std::to_string(pool_.size());
+  std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + "\n  threads: " + std::to_string(pool_.size()) +
+                  (pool_.pinned() ? " (workers pinned to cores)" : "");
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
@@ -53,7 +55,7 @@ void CpuBackend::fill_zero(const Tensor& dst) { std::memset(host_ptr(dst), 0, ds
 }  // namespace tandem::kernels
 
 namespace tandem::kernels {
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
-  return std::make_unique<cpu::CpuBackend>(n_threads);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool pin_threads) {
+  return std::make_unique<cpu::CpuBackend>(n_threads, pin_threads);
 }
 }  // namespace tandem::kernels

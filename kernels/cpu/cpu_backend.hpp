@@ -11,7 +11,7 @@ namespace tandem::kernels::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads);
+  explicit CpuBackend(int n_threads, bool pin_threads = false);
 
   DeviceKind kind() const override { return DeviceKind::CPU; }
   std::string name() const override;

@@ -1,5 +1,6 @@
 #include "kernels/cpu/thread_pool.hpp"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -18,9 +19,25 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads, bool pin) : n_threads_(std::max(1, n_threads)), pin_(pin) {
   threads_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  std::vector<int> cpus;
+  if (pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  for (int i = 1; i < n_threads_; ++i) {
+    threads_.emplace_back([this, i] { worker(i); });
+    if (!cpus.empty()) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[static_cast<size_t>(i) % cpus.size()], &one);
+      if (pthread_setaffinity_np(threads_.back().native_handle(), sizeof(one), &one) == 0) pinned_.fetch_add(1);
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -17,12 +17,18 @@ class ThreadPool {
  public:
   using Job = std::function<void(int ith, int nth)>;
 
-  explicit ThreadPool(int n_threads);  // n_threads >= 1, includes the caller
+  // n_threads >= 1, includes the caller. pin: each worker thread is bound to one CPU of
+  // the process's allowed set (worker i to the i-th allowed CPU; the caller, thread 0, is
+  // left alone: it belongs to the embedding program), which keeps a worker's share of the
+  // weights in its own core's caches across ops and stops the OS from stacking workers.
+  explicit ThreadPool(int n_threads, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // True when pinning was asked for and every worker could be pinned.
+  bool pinned() const { return pin_ && n_threads_ > 1 && pinned_.load() == n_threads_ - 1; }
   // Runs job(ith, n_threads) on every thread; returns when all have finished.
   // Not reentrant: a job must not call run() on the same pool.
   void run(const Job& job);
@@ -44,6 +50,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
+  bool pin_ = false;
+  std::atomic<int> pinned_{0};  // workers that pinned themselves
 };
 
 }  // namespace tandem::kernels::cpu
