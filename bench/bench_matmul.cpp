@@ -8,7 +8,8 @@
 // machine this was written on), so weights stream from DRAM as in a real forward pass; "hot" runs reuse one matrix (cache-resident compute cost).
 //
 // Counters are rates: wGB = GB of weights per second, Mtok*row = millions of (token, row)
-// dot products per second, copyGB / readGB = GB copied / read per second.
+// dot products per second, GOP = 10^9 operations (multiply or add) per second,
+// copyGB / readGB = GB copied / read per second.
 //
 //   bench_matmul [--benchmark_filter=Q4_K] [--benchmark_min_time=0.3]
 //   TANDEM_THREADS=n  threads (default: the cores this process may use)
@@ -102,6 +103,8 @@ void BM_matmul(benchmark::State& st, DType t, int64_t R, int64_t C, bool cold) {
   const double iters = static_cast<double>(st.iterations());
   st.counters["wGB"] = benchmark::Counter(iters * static_cast<double>(mat) / 1e9, benchmark::Counter::kIsRate);
   st.counters["Mtok*row"] = benchmark::Counter(iters * static_cast<double>(N * R) / 1e6, benchmark::Counter::kIsRate);
+  // Integer operations: one multiply and one add per weight and token.
+  st.counters["GOP"] = benchmark::Counter(iters * 2.0 * static_cast<double>(N * R * C) / 1e9, benchmark::Counter::kIsRate);
 }
 
 // ---- memory bandwidth references ------------------------------------------------------------

@@ -107,12 +107,23 @@ void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int3
       }
       const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
       st.l[g] += avx2::hsum(p);
+      // Weights broadcast once per tile (not per FMA: that would be a second load each).
       alignas(32) float pv[kTile];
       _mm256_store_ps(pv, p);
-      for (int i = 0; i < hd; i += 8) {
-        __m256 acc = _mm256_loadu_ps(ag + i);
-        for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(pv[j]), _mm256_load_ps(vt[j] + i), acc);
-        _mm256_storeu_ps(ag + i, acc);
+      __m256 pb[kTile];
+      for (int j = 0; j < kTile; ++j) pb[j] = _mm256_set1_ps(pv[j]);
+      if (n == kTile) {
+        for (int i = 0; i < hd; i += 8) {
+          __m256 acc = _mm256_loadu_ps(ag + i);
+          for (int j = 0; j < kTile; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vt[j] + i), acc);
+          _mm256_storeu_ps(ag + i, acc);
+        }
+      } else {
+        for (int i = 0; i < hd; i += 8) {
+          __m256 acc = _mm256_loadu_ps(ag + i);
+          for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vt[j] + i), acc);
+          _mm256_storeu_ps(ag + i, acc);
+        }
       }
     }
   }
