@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/host_buffer.hpp"
+#include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
@@ -18,14 +19,22 @@ std::string CpuBackend::name() const {
 }
 
 std::string CpuBackend::description() const {
-  std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + "\n  threads: " + std::to_string(pool_.size()) +
+  std::string built = "scalar";
+  if (mm::avx2_kernels()) built += " avx2";
+  if (mm::avx512_kernels()) built += " avx512-vnni";
+  std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
+                  "; the best one this CPU runs is chosen at start)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
   if (__builtin_cpu_supports("fma")) s += " fma";
   if (__builtin_cpu_supports("f16c")) s += " f16c";
+  if (__builtin_cpu_supports("bmi2")) s += " bmi2";
   if (__builtin_cpu_supports("avx512f")) s += " avx512f";
+  if (__builtin_cpu_supports("avx512bw")) s += " avx512bw";
+  if (__builtin_cpu_supports("avx512vl")) s += " avx512vl";
+  if (__builtin_cpu_supports("avx512dq")) s += " avx512dq";
   if (__builtin_cpu_supports("avx512vnni")) s += " avx512vnni";
   return s;
 }
