@@ -159,9 +159,10 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
     const bool local = c.layer_is_local[static_cast<size_t>(il)];
     // --- attention block
     be_.rms_norm(h, x, L.attn_norm, c.rms_eps);
-    be_.matmul(q, L.wq, h);
-    be_.matmul(k, L.wk, h);
-    be_.matmul(v, L.wv, h);
+    {
+      const kernels::Backend::MatmulTarget qkv[] = {{q, L.wq}, {k, L.wk}, {v, L.wv}};
+      be_.matmul_shared(h, qkv, 3);
+    }
     if (L.bq.buf) be_.add(q, q, L.bq);
     if (L.bk.buf) be_.add(k, k, L.bk);
     if (L.bv.buf) be_.add(v, v, L.bv);
@@ -180,8 +181,10 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
     be_.add(x, x, o);
     // --- feed-forward block
     be_.rms_norm(h, x, L.ffn_norm, c.rms_eps);
-    be_.matmul(gate, L.w_gate, h);
-    be_.matmul(up, L.w_up, h);
+    {
+      const kernels::Backend::MatmulTarget gate_up[] = {{gate, L.w_gate}, {up, L.w_up}};
+      be_.matmul_shared(h, gate_up, 2);
+    }
     be_.gated_act(gate, gate, up, c.activation);
     be_.matmul(o, L.w_down, gate);
     if (c.post_norms) be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);

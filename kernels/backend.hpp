@@ -98,6 +98,15 @@ class Backend {
   // dst[n, r] = sum_c x[n, c] * w[r, c]   (x F32 [N, C], w any weight type [R, C], dst F32 [N, R]).
   // Implementations must read each weight row once for all N tokens.
   virtual void matmul(const Tensor& dst, const Tensor& w, const Tensor& x) = 0;
+  // Several matmuls of the same x (q/k/v, gate/up of a layer): dst_i = matmul(w_i, x), same
+  // results as one by one (the default). A backend may share the work on x between them.
+  struct MatmulTarget {
+    Tensor dst;
+    Tensor w;
+  };
+  virtual void matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
+    for (int i = 0; i < n; ++i) matmul(targets[i].dst, targets[i].w, x);
+  }
   // dst = a + b, where b has either a's shape or one row broadcast over a's rows. dst may alias a.
   virtual void add(const Tensor& dst, const Tensor& a, const Tensor& b) = 0;
   // dst = a * b (same broadcasting as add). dst may alias a.

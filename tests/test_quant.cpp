@@ -324,6 +324,44 @@ TEST(Matmul, BatchGivesBitIdenticalResultsToSingleTokens) {
   }
 }
 
+// q/k/v and gate/up share one call (one activation quantization per kernel layout, one
+// pool job): every matrix's result must be the same bits as its own matmul.
+TEST(Matmul, SharedActivationsMatchSeparateCalls) {
+  IsaGuard guard;
+  cpu::ThreadPool pool(2);
+  const int64_t C = 512;
+  // Mixed families and code orders (Q4_K and Q6_K quantize differently on AVX2).
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::F16, DType::Q4_K, DType::Q5_0};
+  const int64_t rows[] = {37, 5, 64, 9, 0, 130};
+  for (int64_t N : {1, 3, 40}) {
+    std::vector<Problem> ps;
+    for (int j = 0; j < 6; ++j) ps.emplace_back(types[j], rows[j], C, N, 500 + j);
+    for (auto& p : ps) p.x = ps[0].x;  // the same activations
+    for (Isa isa : supported_isas()) {
+      cpu::force_isa(isa);
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " N=" + std::to_string(N));
+      std::vector<std::vector<float>> together(6);
+      std::vector<cpu::MatmulJob> jobs;
+      for (int j = 0; j < 6; ++j) {
+        together[j].assign(static_cast<size_t>(std::max<int64_t>(1, rows[j]) * N), 777.0f);
+        jobs.push_back({types[j], ps[j].w.data(), ps[j].w_stride, rows[j], together[j].data(), rows[j]});
+      }
+      cpu::matmul_multi(pool, jobs.data(), 6, C, ps[0].x.data(), C, N);
+      for (int j = 0; j < 6; ++j) {
+        if (rows[j] == 0) {
+          EXPECT_EQ(together[j][0], 777.0f);
+          continue;
+        }
+        const std::vector<float> alone = ps[j].run(pool);
+        for (int64_t i = 0; i < N * rows[j]; ++i)
+          ASSERT_EQ(bits(together[j][static_cast<size_t>(i)]), bits(alone[static_cast<size_t>(i)])) << "matrix " << j;
+      }
+    }
+  }
+  cpu::MatmulJob nine[9] = {};
+  EXPECT_THROW(cpu::matmul_multi(pool, nine, 9, C, nullptr, C, 1), std::invalid_argument);
+}
+
 TEST(Matmul, DegenerateAndInvalidShapes) {
   cpu::ThreadPool pool(2);
   std::vector<uint8_t> w(1024);

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   void get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, float eps, float w_offset) override;
   void matmul(const Tensor& dst, const Tensor& w, const Tensor& x) override;
+  void matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) override;
   void add(const Tensor& dst, const Tensor& a, const Tensor& b) override;
   void mul(const Tensor& dst, const Tensor& a, const Tensor& b) override;
   void scale(const Tensor& dst, float s) override;

@@ -1,6 +1,7 @@
 // CpuBackend: row-wise ops (embedding lookup, RMSNorm, elementwise, activations, RoPE, matmul).
 // These are memory-light next to matmul and attention; plain loops that GCC vectorizes,
 // split across the pool by rows when there are enough of them to pay for the wake-up.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,25 @@ void CpuBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
   cpu::matmul(pool_, w.type, host_ptr(w), w.row_stride(), w.rows(), w.cols(), host_as<float>(x),
               static_cast<int64_t>(x.row_stride() / sizeof(float)), x.rows(), host_as<float>(dst),
               static_cast<int64_t>(dst.row_stride() / sizeof(float)));
+}
+
+// One activation quantization and one pool job for all targets (see cpu::matmul_multi).
+void CpuBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
+  require(x.type == DType::F32, "matmul", "x must be F32");
+  std::vector<MatmulJob> jobs;
+  for (int i = 0; i < n; ++i) {
+    const Tensor& dst = targets[i].dst;
+    const Tensor& w = targets[i].w;
+    require(dst.type == DType::F32, "matmul", "dst must be F32");
+    require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
+    require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
+    jobs.push_back({w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
+                    static_cast<int64_t>(dst.row_stride() / sizeof(float))});
+  }
+  // Batches of at most 8 (the driver's limit).
+  for (size_t b = 0; b < jobs.size(); b += 8)
+    cpu::matmul_multi(pool_, jobs.data() + b, static_cast<int>(std::min<size_t>(8, jobs.size() - b)), x.cols(),
+                      host_as<float>(x), static_cast<int64_t>(x.row_stride() / sizeof(float)), x.rows());
 }
 
 void CpuBackend::add(const Tensor& dst, const Tensor& a, const Tensor& b) {

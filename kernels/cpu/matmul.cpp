@@ -70,17 +70,25 @@ const mm::IsaKernels* pick(Isa isa, DType t) {
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("matmul: " + msg); }
 
-// Pulls row chunks off a shared counter until none are left; each chunk runs every token
-// chunk so the chunk's weights are reused from cache.
-void work(const mm::Args& a, mm::RowsFn fn, std::atomic<int64_t>& next, int64_t chunk, int64_t R,
-          int64_t N) {
-  for (;;) {
-    const int64_t r0 = next.fetch_add(chunk, std::memory_order_relaxed);
-    if (r0 >= R) return;
-    const int64_t r1 = std::min(R, r0 + chunk);
-    for (int64_t t0 = 0; t0 < N; t0 += mm::kMaxTokens) fn(a, r0, r1, t0, std::min(N, t0 + mm::kMaxTokens));
-  }
-}
+// Up to this many weight matrices share one call (q/k/v, gate/up).
+constexpr int kMaxJobs = 8;
+
+// One weight matrix of a call, resolved to its kernels.
+struct Resolved {
+  mm::Args args;  // xq filled in once the activations are quantized
+  mm::RowsFn fn = nullptr;
+  int64_t R = 0, chunk = 1;
+  int quant = -1;          // index into the call's distinct quantizers; -1: float family
+  int64_t first_unit = 0;  // this matrix's first work unit in the call's numbering
+};
+
+// A distinct activation quantization of a call: matrices whose kernels read the same layout
+// in the same code order share one.
+struct QuantUse {
+  mm::QuantFn fn = nullptr;
+  mm::ActLayout layout;
+  size_t offset = 0;  // byte offset of its rows in the activation buffer
+};
 
 }  // namespace
 
@@ -89,66 +97,129 @@ void install_avx512_kernels_for_testing(const IsaKernels* k) { g_avx512_for_test
 const IsaKernels* avx512_kernels_for_testing() { return g_avx512_for_testing.load(std::memory_order_acquire); }
 }  // namespace mm
 
-void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t R, int64_t C,
-            const float* x, int64_t ldx, int64_t N, float* y, int64_t ldy) {
-  const Family fam = mm::family(wt);
-  if (fam == Family::None) fail(std::string("unsupported weight type ") + dtype_name(wt));
-  if (R < 0 || C < 0 || N < 0) fail("negative size");
-  const auto& info = dtype_info(wt);
-  if (C % info.block_size != 0)
-    fail("C=" + std::to_string(C) + " is not a multiple of the " + dtype_name(wt) + " block size");
-  if (R == 0 || N == 0) return;
-  if (C == 0) {
-    for (int64_t t = 0; t < N; ++t) std::fill(y + t * ldy, y + t * ldy + R, 0.0f);
-    return;
+void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
+                  int64_t N) {
+  if (n_jobs < 0 || n_jobs > kMaxJobs) fail("between 0 and " + std::to_string(kMaxJobs) + " matrices per call");
+  if (C < 0 || N < 0) fail("negative size");
+  Resolved res[kMaxJobs];
+  QuantUse quants[kMaxJobs];
+  int n_quants = 0, n_res = 0;
+  int64_t total_rows = 0;
+  const Isa isa = active_isa();
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& job = jobs[j];
+    const Family fam = mm::family(job.wt);
+    if (fam == Family::None) fail(std::string("unsupported weight type ") + dtype_name(job.wt));
+    if (job.R < 0) fail("negative size");
+    if (C % dtype_info(job.wt).block_size != 0)
+      fail("C=" + std::to_string(C) + " is not a multiple of the " + dtype_name(job.wt) + " block size");
   }
+  for (int j = 0; j < n_jobs; ++j) {
+    const MatmulJob& job = jobs[j];
+    if (job.R == 0 || N == 0) continue;
+    if (C == 0) {
+      for (int64_t t = 0; t < N; ++t) std::fill(job.y + t * job.ldy, job.y + t * job.ldy + job.R, 0.0f);
+      continue;
+    }
+    const mm::IsaKernels* kset = pick(isa, job.wt);
+    if (!kset) fail(std::string("no kernel for ") + dtype_name(job.wt));
+    Resolved& r = res[n_res++];
+    r.fn = kset->rows(job.wt);
+    r.R = job.R;
+    r.args.wt = job.wt;
+    r.args.w = static_cast<const uint8_t*>(job.w);
+    r.args.w_stride = job.w_stride;
+    r.args.C = C;
+    r.args.x = x;
+    r.args.ldx = ldx;
+    r.args.y = job.y;
+    r.args.ldy = job.ldy;
+    total_rows += job.R;
+    const Family fam = mm::family(job.wt);
+    if (fam == Family::Float) continue;
+    const mm::QuantFn qf = kset->quant(job.wt);
+    const mm::ActLayout layout = mm::act_layout(fam, C);
+    int q = 0;
+    while (q < n_quants && !(quants[q].fn == qf && quants[q].layout.block == layout.block)) ++q;
+    if (q == n_quants) {
+      quants[q].fn = qf;
+      quants[q].layout = layout;
+      quants[q].offset = q == 0 ? 0 : quants[q - 1].offset + quants[q - 1].layout.row_bytes * static_cast<size_t>(N);
+      ++n_quants;
+    }
+    r.quant = q;
+    r.args.xl = layout;
+  }
+  if (n_res == 0) return;
 
-  const mm::IsaKernels* kset = pick(active_isa(), wt);
-  if (!kset) fail(std::string("no kernel for ") + dtype_name(wt));
-  const mm::RowsFn fn = kset->rows(wt);
-
-  mm::Args a;
-  a.wt = wt;
-  a.w = static_cast<const uint8_t*>(w);
-  a.w_stride = w_stride;
-  a.C = C;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-
+  // Work units: row chunks of every matrix, numbered matrix after matrix. A chunk is small
+  // enough to balance the threads over all the call's rows, and (for prefill) to stay in L2
+  // while every token chunk reuses it.
   const int nth = pool.size();
-  const size_t row_bytes = tandem::row_bytes(wt, C);
-  const int64_t by_bytes = static_cast<int64_t>(std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, row_bytes)));
-  const int64_t by_threads = std::max<int64_t>(1, (R + 4 * nth - 1) / (4 * nth));
-  const int64_t chunk = std::min(by_bytes, by_threads);
+  const int64_t by_threads = std::max<int64_t>(1, (total_rows + 4 * nth - 1) / (4 * nth));
+  int64_t n_units = 0;
+  for (int i = 0; i < n_res; ++i) {
+    Resolved& r = res[i];
+    const size_t rb = tandem::row_bytes(r.args.wt, C);
+    const int64_t by_bytes = static_cast<int64_t>(std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, rb)));
+    r.chunk = std::min(by_bytes, by_threads);
+    r.first_unit = n_units;
+    n_units += (r.R + r.chunk - 1) / r.chunk;
+  }
   std::atomic<int64_t> next{0};
-
-  if (fam == Family::Float) {
-    pool.run([&](int, int) { work(a, fn, next, chunk, R, N); });
+  // Pulls units off the shared counter until none are left; each unit runs every token
+  // chunk so its weights are reused from cache.
+  auto work = [&](const Resolved* rs) {
+    int i = 0;
+    for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n_units;) {
+      while (i + 1 < n_res && rs[i + 1].first_unit <= u) ++i;  // a thread's units only grow
+      const Resolved& r = rs[i];
+      const int64_t r0 = (u - r.first_unit) * r.chunk, r1 = std::min(r.R, r0 + r.chunk);
+      for (int64_t t0 = 0; t0 < N; t0 += mm::kMaxTokens) r.fn(r.args, r0, r1, t0, std::min(N, t0 + mm::kMaxTokens));
+    }
+  };
+  if (n_quants == 0) {
+    pool.run([&](int, int) { work(res); });
     return;
   }
 
-  a.xl = mm::act_layout(fam, C);
-  const mm::QuantFn quant = kset->quant(wt);
-  const size_t rb = a.xl.row_bytes;
+  const QuantUse& last = quants[n_quants - 1];
+  const size_t act_bytes = last.offset + last.layout.row_bytes * static_cast<size_t>(N);
+  auto quantize = [&](uint8_t* buf, int64_t t) {
+    for (int q = 0; q < n_quants; ++q)
+      quants[q].fn(x + t * ldx, quants[q].layout,
+                   buf + quants[q].offset + quants[q].layout.row_bytes * static_cast<size_t>(t));
+  };
+  auto point_at = [&](Resolved* rs, const uint8_t* buf) {
+    for (int i = 0; i < n_res; ++i)
+      if (rs[i].quant >= 0) rs[i].args.xq = buf + quants[rs[i].quant].offset;
+  };
   if (N * C <= kPrivateQuantLimit) {
+    // Decode-sized: every thread quantizes into its own buffer inside the one pool job,
+    // cheaper than a second pool round trip.
     pool.run([&](int, int) {
-      mm::Args local = a;
-      uint8_t* buf = t_act_scratch.get(rb * static_cast<size_t>(N));
-      for (int64_t t = 0; t < N; ++t) quant(x + t * ldx, a.xl, buf + rb * static_cast<size_t>(t));
-      local.xq = buf;
-      work(local, fn, next, chunk, R, N);
+      Resolved local[kMaxJobs];
+      std::copy(res, res + n_res, local);
+      uint8_t* buf = t_act_scratch.get(act_bytes);
+      for (int64_t t = 0; t < N; ++t) quantize(buf, t);
+      point_at(local, buf);
+      work(local);
     });
     return;
   }
   // Shared activations: quantize in parallel by tokens, then (second run = barrier) multiply.
-  uint8_t* buf = t_act_scratch.get(rb * static_cast<size_t>(N));
+  uint8_t* buf = t_act_scratch.get(act_bytes);
   pool.run([&](int ith, int nth_) {
-    for (int64_t t = ith; t < N; t += nth_) quant(x + t * ldx, a.xl, buf + rb * static_cast<size_t>(t));
+    for (int64_t t = ith; t < N; t += nth_) quantize(buf, t);
   });
-  a.xq = buf;
-  pool.run([&](int, int) { work(a, fn, next, chunk, R, N); });
+  point_at(res, buf);
+  pool.run([&](int, int) { work(res); });
+}
+
+void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,
+            int64_t ldx, int64_t N, float* y, int64_t ldy) {
+  const MatmulJob job{wt, w, w_stride, R, y, ldy};
+  matmul_multi(pool, &job, 1, C, x, ldx, N);
 }
 
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,

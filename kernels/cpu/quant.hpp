@@ -28,6 +28,21 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // the block size). Threads split the rows; each weight row is read once for all N tokens.
 void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t R, int64_t C,
             const float* x, int64_t ldx, int64_t N, float* y, int64_t ldy);
+// Several weight matrices of the same C applied to the same activations (q/k/v, gate/up of
+// a layer): y_j[i*ldy_j + r] = sum_c x[i*ldx + c] * W_j[r, c]. The activations are quantized
+// once per distinct kernel layout and all matrices' rows are split over one pool job, so
+// the threads meet once instead of once per matrix. Each result has the same bits as the
+// single matmul gives. At most 8 matrices.
+struct MatmulJob {
+  DType wt;
+  const void* w;
+  size_t w_stride;
+  int64_t R;
+  float* y;
+  int64_t ldy;
+};
+void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
+                  int64_t N);
 // Reference: dequantize each row, then a double-accumulated dot product with exact x.
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,
                 int64_t ldx, int64_t N, float* y, int64_t ldy);
