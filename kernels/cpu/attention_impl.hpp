@@ -84,7 +84,6 @@ static inline void load_row(const uint8_t* src, bool f16, float* dst, int n) {
 // The plain one-position-at-a-time span: the reference the vector path is tested against.
 // Scratch rows live on the stack (head_dim <= kMaxHeadDim, checked by the driver).
 constexpr int kMaxHeadDim = 512;
-constexpr int kMaxGroup = 64;
 
 static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st) {
   const int hd = a.head_dim, group = attn_group(a);
