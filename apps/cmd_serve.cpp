@@ -190,6 +190,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-queue", a->sched.max_queue, "Waiting requests before 429")->capture_default_str();
   sub->add_option("--prefill-chunk", a->sched.prefill_chunk, "Prompt tokens per sequence per step")->capture_default_str();
   sub->add_option("--max-batch-tokens", a->sched.max_batch_tokens, "Target tokens per step")->capture_default_str();
+  sub->add_option("--max-step-ms", a->sched.max_step_ms,
+                  "While streams decode, cut prompt chunks so a step takes about this long (0 = no limit)")
+      ->capture_default_str();
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share KV blocks of identical prompt prefixes");
   sub->add_option("--kv-mem", a->kv_mem, "KV cache budget: bytes or with a unit (512MiB, 2GiB)");
   sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();

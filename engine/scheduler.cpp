@@ -65,6 +65,11 @@ struct Scheduler::Impl {
 
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
+  // Step time model for max_step_ms (scheduler thread only): a step of d decode tokens and
+  // p prompt tokens takes about base_ms + p * prompt_ms. Moving averages of what steps took.
+  double base_ms = 0.0, prompt_ms = 0.0;
+  void observe_step(double ms, int32_t prompt_tokens);
+  int32_t prompt_budget_by_time() const;
 
   Impl(Engine& e, const SchedulerOptions& o) : engine(e), parts(EngineAccess::parts(e)), opts(o) {
     if (o.prefix_cache)
@@ -82,8 +87,27 @@ struct Scheduler::Impl {
 
 // ---- public surface ----------------------------------------------------------------------
 
+// ---- step time model ------------------------------------------------------------------------
+
+void Scheduler::Impl::observe_step(double ms, int32_t prompt_tokens) {
+  constexpr double kWeight = 0.2;  // of the newest step
+  auto ema = [&](double& v, double x) { v = v == 0.0 ? x : (1 - kWeight) * v + kWeight * x; };
+  if (prompt_tokens == 0) {
+    ema(base_ms, ms);
+  } else if (prompt_tokens >= 4) {  // a few tokens say little about the per-token cost
+    ema(prompt_ms, std::max(0.0, ms - base_ms) / prompt_tokens);
+  }
+}
+
+int32_t Scheduler::Impl::prompt_budget_by_time() const {
+  if (opts.max_step_ms <= 0 || prompt_ms <= 0.0) return INT32_MAX;  // no limit, or nothing measured yet
+  const double tokens = (opts.max_step_ms - base_ms) / prompt_ms;
+  return std::max(opts.min_prefill_tokens, static_cast<int32_t>(std::min<double>(tokens, INT32_MAX / 2)));
+}
+
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::make_unique<Impl>(engine, opts)) {
-  if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0)
+  if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0 ||
+      opts.max_step_ms < 0 || opts.min_prefill_tokens <= 0)
     throw std::invalid_argument("scheduler: limits must be positive");
   impl_->stats.kv_blocks_total = impl_->parts.target.cache().blocks().num_total();
   impl_->thread = std::thread([this] { impl_->loop(); });
@@ -414,6 +438,20 @@ bool Scheduler::Impl::admit_and_step() {
     budget -= static_cast<int32_t>(tokens.size());
     decoders.emplace_back(e, tokens.size());
   }
+  // With streams decoding, their latency bounds the prompt work of the step.
+  int32_t prompt_tokens = 0;
+  if (!deciding.empty()) {
+    const int32_t by_time = prompt_budget_by_time();
+    if (by_time < budget) {
+      bool waiting = false;
+      for (auto& r : running) waiting |= r->run->prefilling();
+      if (waiting && by_time < opts.max_batch_tokens) {
+        std::lock_guard<std::mutex> lk(mu);
+        ++stats.steps_prefill_time_limited;
+      }
+      budget = by_time;
+    }
+  }
   for (auto& r : running) {
     if (!r->run->prefilling() || budget <= 0) continue;
     const auto todo = r->run->prefill_todo();
@@ -421,12 +459,14 @@ bool Scheduler::Impl::admit_and_step() {
                                                     static_cast<size_t>(budget)}));
     batch.add(r->run->kv(), chunk, std::vector<bool>(chunk.size(), false));
     budget -= static_cast<int32_t>(chunk.size());
+    prompt_tokens += static_cast<int32_t>(chunk.size());
   }
 
   std::vector<float> logits;
   const auto t0 = Clock::now();
   if (!batch.empty()) parts.target.forward(batch, logits);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!batch.empty()) observe_step(ms, prompt_tokens);
 
   // Hand each decoding sequence its rows, in the order they were added.
   const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);

@@ -23,6 +23,12 @@ struct SchedulerOptions {
   int32_t max_queue = 256;        // waiting requests; beyond → QueueFull (HTTP 429)
   int32_t prefill_chunk = 256;    // prompt tokens per sequence per step
   int32_t max_batch_tokens = 1024;  // target tokens per step (decode tokens are always scheduled first)
+  // While sequences are decoding, prompt chunks are cut so that a step is predicted to take at
+  // most this long: it is their inter-token latency, and a CPU prefills only tens of tokens
+  // per second on a 1.5B model (a 1024-token chunk would stall every stream for seconds).
+  // At least min_prefill_tokens per step keep prompts moving. 0 = token budgets only.
+  double max_step_ms = 250.0;
+  int32_t min_prefill_tokens = 16;
   bool prefix_cache = true;       // share full KV blocks of identical prefixes between requests
 };
 
@@ -59,6 +65,7 @@ struct SchedulerStats {
   int64_t queue_length = 0, running = 0, preemptions = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps = 0;
+  int64_t steps_prefill_time_limited = 0;  // steps whose prompt chunks max_step_ms cut short
   SpeculativeMetrics speculative;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

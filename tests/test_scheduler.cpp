@@ -112,6 +112,72 @@ TEST(Scheduler, GreedyOutputDoesNotDependOnBatching) {
   }
 }
 
+// While a stream decodes, a long prompt that arrives is fed in small chunks (max_step_ms)
+// instead of stalling the stream for a whole 256-token chunk; outputs are unchanged, and a
+// limit of 0 cuts nothing.
+TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
+  auto e = load(4 << 20);
+  const auto short_prompt = prompt_of(6, 1), long_prompt = prompt_of(100, 77);
+  const auto alone_short = e->generate_tokens(short_prompt, greedy(60, DraftMode::None));
+  const auto alone_long = e->generate_tokens(long_prompt, greedy(4, DraftMode::None));
+  for (double limit : {0.0, 1e-6}) {
+    SchedulerOptions so;
+    so.max_step_ms = limit;
+    so.min_prefill_tokens = 4;
+    Scheduler s(*e, so);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool short_started = false;
+    int done = 0;
+    GenerateResult got_short, got_long;
+    ServeRequest a;
+    a.prompt = short_prompt;
+    a.opts = greedy(60, DraftMode::None);
+    a.on_text = [&](std::string_view, int32_t) {
+      std::lock_guard<std::mutex> lk(mu);
+      short_started = true;
+      cv.notify_all();
+      return true;
+    };
+    a.on_done = [&](const GenerateResult& r, const std::string&) {
+      std::lock_guard<std::mutex> lk(mu);
+      got_short = r;
+      ++done;
+      cv.notify_all();
+    };
+    ASSERT_EQ(s.submit(std::move(a)).status, SubmitStatus::Ok);
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return short_started; }));
+    }
+    ServeRequest b;
+    b.prompt = long_prompt;
+    b.opts = greedy(4, DraftMode::None);
+    b.on_text = [](std::string_view, int32_t) { return true; };
+    b.on_done = [&](const GenerateResult& r, const std::string&) {
+      std::lock_guard<std::mutex> lk(mu);
+      got_long = r;
+      ++done;
+      cv.notify_all();
+    };
+    ASSERT_EQ(s.submit(std::move(b)).status, SubmitStatus::Ok);
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == 2; }));
+    }
+    s.shutdown(true);
+    EXPECT_EQ(got_short.tokens, alone_short.tokens);
+    EXPECT_EQ(got_long.tokens, alone_long.tokens);
+    const auto st = s.stats();
+    if (limit == 0.0) {
+      EXPECT_EQ(st.steps_prefill_time_limited, 0);
+    } else {
+      // 100 prompt tokens at 4 per step while the first stream decodes.
+      EXPECT_GE(st.steps_prefill_time_limited, 10) << "steps " << st.steps;
+    }
+  }
+}
+
 TEST(Scheduler, PreemptionLosesNothing) {
   // Room for about two sequences' worth of blocks: the scheduler must preempt and recompute.
   auto probe = load();

@@ -83,6 +83,9 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
   w.metric("tandem_prompt_tokens_total", "counter", "Prompt tokens processed", d(s.prompt_tokens_total));
   w.metric("tandem_generation_tokens_total", "counter", "Tokens generated", d(s.generated_tokens_total));
   w.metric("tandem_scheduler_steps_total", "counter", "Scheduler steps (batched target passes)", d(s.steps));
+  w.metric("tandem_scheduler_steps_prefill_time_limited_total", "counter",
+           "Steps whose prompt chunks were cut to keep decoding streams within --max-step-ms",
+           d(s.steps_prefill_time_limited));
   w.histogram("tandem_time_to_first_token_seconds", "Time from arrival to the first generated token", s.ttft);
   w.histogram("tandem_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence", s.itl);
 
