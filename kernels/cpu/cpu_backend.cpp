@@ -23,7 +23,7 @@ std::string CpuBackend::description() const {
   if (mm::avx2_kernels()) built += " avx2";
   if (mm::avx512_kernels()) built += " avx512-vnni";
   std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
-                  "; the best one this CPU runs is chosen at start)\n  threads: " + std::to_string(pool_.size()) +
+                  "; chosen at start from the CPU features below, capped by TANDEM_ISA)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
   s += "\n  cpu features:";
   __builtin_cpu_init();

@@ -1,6 +1,7 @@
 // Runtime choice of the kernel instruction set: detected once from CPUID, overridable
 // (downwards only) for tests and benchmarks.
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "kernels/cpu/matmul_impl.hpp"
@@ -9,7 +10,7 @@
 namespace tandem::kernels::cpu {
 namespace {
 
-Isa detect() {
+Isa detect_cpu() {
   __builtin_cpu_init();
   // The AVX-512 kernels use BW (byte/word ops) and VNNI (vpdpbusd) besides the foundation.
   if (mm::avx512_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -22,6 +23,17 @@ Isa detect() {
       __builtin_cpu_supports("bmi2"))
     return Isa::Avx2;
   return Isa::Scalar;
+}
+
+// TANDEM_ISA=scalar|avx2 caps the level for the whole process (a way around a suspected
+// kernel problem on one CPU, and for comparisons); it never raises it.
+Isa detect() {
+  const Isa cpu = detect_cpu();
+  const char* cap = std::getenv("TANDEM_ISA");
+  if (!cap || !*cap) return cpu;
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (isa_name(i) == cap) return static_cast<int>(i) < static_cast<int>(cpu) ? i : cpu;
+  return cpu;  // an unknown name changes nothing
 }
 
 std::atomic<int> g_forced{-1};
