@@ -7,6 +7,7 @@
 // Each prompt runs AR, draft-model and n-gram decoding in turn (interleaved, so machine
 // noise hits all modes alike); the totals are over all prompts.
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -108,5 +109,22 @@ int main(int argc, char** argv) {
   }
   std::printf("\n(predicted S assumes verifying k+1 tokens costs one target step; the measured speedup also\n"
               " pays the real T(k+1)/T(1) of the target and the verifier's sampling.)\n");
+
+  // Where a decoding step's time goes: drafting, the target pass, the verifier, and the rest
+  // (sampling of plain steps, KV bookkeeping, detokenizing, streaming).
+  std::printf("\n| mode | steps | ms/step | draft | target pass | verify | other | target pass / AR's |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const double ar_pass = totals[0].m.target_passes ? totals[0].m.target_ms / totals[0].m.target_passes : 0.0;
+  for (size_t mi = 0; mi < modes.size(); ++mi) {
+    const Totals& t = totals[mi];
+    const double steps = static_cast<double>(std::max<int64_t>(1, t.m.target_passes));
+    const double draft = t.m.draft_ms / steps, target = t.m.target_ms / steps, verify = t.m.verify_ms / steps;
+    const double all = t.ms / steps;
+    std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                modes[mi] == tandem::DraftMode::None ? "autoregressive"
+                : modes[mi] == tandem::DraftMode::Ngram ? "n-gram" : "draft model",
+                static_cast<long long>(t.m.target_passes), all, draft, target, verify, all - draft - target - verify,
+                ar_pass > 0 ? target / ar_pass : 0.0);
+  }
   return 0;
 }

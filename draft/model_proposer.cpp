@@ -34,6 +34,31 @@ void ModelProposer::reset() {
   cached_.clear();
 }
 
+void ModelProposer::prefill(std::span<const int32_t> context) {
+  if (context.size() < 2) return;
+  // Everything but the last token: propose() re-feeds that one to get fresh logits.
+  size_t common = 0;
+  while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
+  common = std::min(common, context.size() - 1);
+  seq_.truncate(static_cast<int32_t>(common));
+  cached_.resize(common);
+  const auto todo = context.subspan(common, context.size() - 1 - common);
+  std::vector<float> logits;
+  try {
+    for (size_t off = 0; off < todo.size(); off += kChunk) {
+      const auto chunk = todo.subspan(off, std::min(kChunk, todo.size() - off));
+      Batch b;
+      b.add(seq_, chunk, std::vector<bool>(chunk.size(), false));
+      tf_.forward(b, logits);
+      cached_.insert(cached_.end(), chunk.begin(), chunk.end());
+    }
+  } catch (const KVCacheFull&) {
+    // The draft's cache is full: propose() catches up what it can later (and drafts nothing
+    // if it cannot); the target decides as usual.
+    cached_.resize(static_cast<size_t>(seq_.length()));
+  }
+}
+
 Proposal ModelProposer::propose(std::span<const int32_t> ctx, const ProposeOptions& opts, Rng& rng) {
   Job j{this, ctx, opts, &rng, {}};
   propose_batch(tf_, std::span<Job>(&j, 1));

@@ -23,6 +23,7 @@ class ModelProposer final : public Proposer {
   std::string name() const override { return "draft-model"; }
   Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
   void reset() override;
+  void prefill(std::span<const int32_t> context) override;
   int64_t forward_passes() const override { return forwards_; }
 
   struct Job {

@@ -37,6 +37,10 @@ class Proposer {
   virtual Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) = 0;
   // Drops any per-sequence state (a new request starts).
   virtual void reset() {}
+  // Called once the prompt is processed (its first token sampled): a proposer with a model
+  // of its own reads the context now, as its prefill, so that drafting steps cost drafting
+  // only (and the speculation policy and the cost metrics see that cost, not a prefill).
+  virtual void prefill(std::span<const int32_t> context) { (void)context; }
   // Model forward passes run so far (0 for model-free proposers); for cost metrics.
   virtual int64_t forward_passes() const { return 0; }
 };

@@ -71,12 +71,15 @@ int32_t SequenceRun::choose_k(int32_t batch_size) {
   // budget is wasted work.
   const int32_t room = context_ - kv_.length() - 1;
   const int32_t budget = opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()) - 1;
-  step_k_max_ = speculate_ ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
+  // The first step (the prompt's last token) is plain: the first token goes out without
+  // waiting for the draft to read the prompt, which it does right after (finish_step).
+  const bool first = res_.tokens.empty();
+  step_k_max_ = speculate_ && !first ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
   const int32_t k = step_k_max_ > 0 ? std::clamp(policy_->choose_k({step_k_max_, batch_size,
                                                                     static_cast<int32_t>(committed_.size())}),
                                                  0, step_k_max_)
                                     : 0;
-  if (speculate_) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
+  if (speculate_ && !first) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
   return k;
 }
 
@@ -161,7 +164,8 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
 
   // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
   kv_.truncate(step_base_len_ + 1 + v.n_accepted);
-  if (res_.tokens.empty()) {
+  const bool first = res_.tokens.empty();
+  if (first) {
     first_token_ = Clock::now();
     res_.timings.prefill_ms = ms_between(start_, first_token_);
   }
@@ -172,7 +176,11 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     res_.finish = FinishReason::Length;
     more = false;
   }
-  if (!more) close_output();
+  if (!more) {
+    close_output();
+  } else if (first && proposer_ && speculate_) {
+    proposer_->prefill(committed_);  // the draft model's prefill, after the first token is out
+  }
 }
 
 bool SequenceRun::commit(int32_t token) {

@@ -305,6 +305,30 @@ TEST(Speculative, MetricsAreConsistent) {
   EXPECT_GT(m.cost_ratio(), 0.0);
 }
 
+// The first token comes from the target alone: the draft model reads the prompt after it
+// (its prefill), so a drafting step's measured cost is drafting, and a one-token request
+// never touches the draft. Each draft pass of a step feeds at most the pending tokens.
+TEST(Speculative, DraftReadsThePromptAfterTheFirstToken) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  GenerateOptions g = greedy(1);
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 4;
+  const auto one = e->generate_tokens(prompt_of(30, 5), g);
+  EXPECT_EQ(one.tokens.size(), 1u);
+  EXPECT_EQ(one.speculative.draft_forwards, 0);
+  EXPECT_EQ(one.speculative.draft_ms, 0.0);
+  g.max_tokens = 12;
+  const auto r = e->generate_tokens(prompt_of(30, 5), g);
+  const SpeculativeMetrics& m = r.speculative;
+  ASSERT_GT(m.drafts, 0);
+  // No prompt catch-up inside drafting: at most draft_max passes per drafting step.
+  EXPECT_LE(m.draft_forwards, m.drafts * 4);
+  int64_t steps = 0;
+  for (int64_t n : m.steps_per_k) steps += n;
+  EXPECT_EQ(steps, m.target_passes);  // every decoding step after the first was a policy decision
+}
+
 // The real pair: Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B.
 TEST(Speculative, RealQwenPairGreedyIsLossless) {
   const std::string target = test::model_path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
