@@ -13,6 +13,7 @@
 // whose low lanes are A's sums and high lanes B's.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
 // Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
@@ -223,35 +224,25 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
 }
 
 // Tokens per pass over a row (4 and 8 measured the same on Zen 3; 4 needs fewer registers).
-constexpr int kGroup = 4;
-
-template <class K, int TN>
-static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return row_group<K, TN>(a, wr, r, t);
-    row_tail<K, TN - 1>(a, wr, r, t, left);
-  }
-}
-
+// (row_groups.hpp walks the tokens in these groups.)
 template <class K>
-void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
-    int64_t t = t0;
-    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
-    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+struct Groups {
+  static constexpr int kGroup = 4;
+  template <int TN>
+  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
+    row_group<K, TN>(a, wr, r, t);
   }
-}
+};
 
 }  // namespace
 
 RowsFn avx2_rows_q32(DType t) {
   switch (t) {
-    case DType::Q4_0: return rows<Q4_0>;
-    case DType::Q4_1: return rows<Q4_1>;
-    case DType::Q5_0: return rows<Q5_0>;
-    case DType::Q5_1: return rows<Q5_1>;
-    case DType::Q8_0: return rows<Q8_0>;
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0>>;
     default: return nullptr;
   }
 }

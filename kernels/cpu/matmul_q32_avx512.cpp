@@ -13,6 +13,7 @@
 // codes use the sign trick (|w| times x with w's sign) since vpdpbusd wants u8 x s8.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
 
 // Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
@@ -22,6 +23,7 @@
 namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
 namespace {
 
+using namespace avx2;
 using namespace avx512;
 using u8 = uint8_t;
 
@@ -99,12 +101,31 @@ struct Q8_0 {
   static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
   static constexpr bool kSigned = true;
   static inline __m512i codes2(const u8* b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(loadu256(b + blk::q8_0::qs)), loadu256(b + kBytes + blk::q8_0::qs),
+    return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(b + blk::q8_0::qs)), loadu(b + kBytes + blk::q8_0::qs),
                               1);
   }
-  static inline __m512i codes1(const u8* b) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu256(b + blk::q8_0::qs), 0); }
+  static inline __m512i codes1(const u8* b) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(b + blk::q8_0::qs), 0); }
   static inline __m512 c16(const u8*, __m512, int) { return _mm512_setzero_ps(); }
 };
+
+// acc[t] += (codes . x_t) per int32 lane, times the scale product of the lane's block
+// (lanes picks it from prod[t], the chunk's 16 products). Signed codes (Q8_0) use the sign
+// trick: |w| times x with w's sign.
+template <class K, int TN, class LoadX>
+static inline void dot_block_lanes(__m512i u, __m512i lanes, LoadX load_x, const __m512* prod, __m512* acc) {
+  __m512i au = u;
+  __mmask64 neg = 0;
+  if constexpr (K::kSigned) {
+    au = _mm512_abs_epi8(u);
+    neg = _mm512_movepi8_mask(u);
+  }
+  for (int t = 0; t < TN; ++t) {
+    __m512i xv = load_x(t);
+    if constexpr (K::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), au, xv);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(lanes, prod[t]), acc[t]);
+  }
+}
 
 template <class K, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
@@ -136,71 +157,37 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     }
     int j = 0;
     for (; j + 2 <= nblk; j += 2) {
-      const __m512i u = K::codes2(wb + j * K::kBytes);
-      const __m512i lanes = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j));
-      __m512i au = u;
-      __mmask64 neg = 0;
-      if constexpr (K::kSigned) {
-        au = _mm512_abs_epi8(u);
-        neg = _mm512_movepi8_mask(u);
-      }
-      for (int t = 0; t < TN; ++t) {
-        __m512i xv = loadu512(xq[t] + 32 * (b0 + j));
-        if constexpr (K::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), au, xv);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(lanes, prod[t]), acc[t]);
-      }
+      dot_block_lanes<K, TN>(K::codes2(wb + j * K::kBytes), _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
+                             [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, acc);
     }
-    if (j < nblk) {  // the odd last block of a row (stored unpaired, natural order)
-      const __m512i u = K::codes1(wb + j * K::kBytes);
-      const __m512i lanes = _mm512_set1_epi32(j);
-      __m512i au = u;
-      __mmask64 neg = 0;
-      if constexpr (K::kSigned) {
-        au = _mm512_abs_epi8(u);
-        neg = _mm512_movepi8_mask(u);
-      }
-      for (int t = 0; t < TN; ++t) {
-        __m512i xv = _mm512_inserti64x4(_mm512_setzero_si512(), loadu256(xq[t] + 32 * (b0 + j)), 0);
-        if constexpr (K::kSigned) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), au, xv);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(lanes, prod[t]), acc[t]);
-      }
-    }
+    if (j < nblk)  // the odd last block of a row (stored unpaired, natural order, low half)
+      dot_block_lanes<K, TN>(K::codes1(wb + j * K::kBytes), _mm512_set1_epi32(j),
+                             [&](int t) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(xq[t] + 32 * (b0 + j)), 0); },
+                             prod, acc);
   }
   for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(acc[t]) + hsum512(off[t]);
 }
 
 // Tokens per pass over a row (as the AVX2 kernels).
-constexpr int kGroup = 4;
-
-template <class K, int TN>
-static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return row_group<K, TN>(a, wr, r, t);
-    row_tail<K, TN - 1>(a, wr, r, t, left);
-  }
-}
-
+// (row_groups.hpp walks the tokens in these groups.)
 template <class K>
-void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
-    int64_t t = t0;
-    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
-    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+struct Groups {
+  static constexpr int kGroup = 4;
+  template <int TN>
+  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
+    row_group<K, TN>(a, wr, r, t);
   }
-}
+};
 
 }  // namespace
 
 RowsFn rows_q32(DType t) {
   switch (t) {
-    case DType::Q4_0: return rows<Q4_0>;
-    case DType::Q4_1: return rows<Q4_1>;
-    case DType::Q5_0: return rows<Q5_0>;
-    case DType::Q5_1: return rows<Q5_1>;
-    case DType::Q8_0: return rows<Q8_0>;
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0>>;
     default: return nullptr;
   }
 }

@@ -14,6 +14,8 @@
 // depend on how many tokens are computed together.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/row_groups.hpp"
+#include "kernels/cpu/matmul_qk_common.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
 // Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
@@ -24,6 +26,7 @@ namespace tandem::kernels::cpu::mm {
 namespace {
 
 using namespace avx2;
+using namespace qk;
 using u8 = uint8_t;
 
 // vpshufb controls, all picking int16 lanes from a vector that holds 8 scales in each
@@ -48,15 +51,6 @@ static inline __m256i shuffle(__m256i v, const u8* ctl) {
   return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl)));
 }
 
-// The activations of a token group, at the current block.
-template <int TN>
-struct Toks {
-  const int8_t* q[TN];
-  const float* d[TN];
-  const int16_t* bs[TN];
-  const float* fs[TN];
-};
-
 // Sums of several maddubs results taken in int16 before the scales are applied: lane
 // bounds are 2*15*127 = 3810 per vector for 4-bit codes (4 vectors: 15240), 2*31*127 =
 // 7874 for 5-bit (4: 31496) and 2*63*127 = 16002 for 6-bit (2: 32004), all below 32767.
@@ -78,43 +72,6 @@ static inline void dot2(__m256i v0, __m256i v1, __m256i sc, const Toks<TN>& x, i
     const __m256i p = _mm256_add_epi16(pair_dot(v0, loadu(q)), pair_dot(v1, loadu(q + 32)));
     isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc));
     __asm__("" : "+x"(isum[t]));
-  }
-}
-
-// Adding one block's integer sums to the float accumulators, three ways.
-// acc += d*dx * (isum - offset term): Q3_K and Q6_K store codes + offset, and the offset
-// shares the block scale, so it is subtracted in integers (mins = offset * group scale).
-template <int TN>
-static inline void fold_offset(const __m256i* isum, __m256i mins, float d, const Toks<TN>& x, int64_t b,
-                               __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d);
-  for (int t = 0; t < TN; ++t) {
-    const __m256i ms = _mm256_madd_epi16(mins, loadu(x.bs[t] + 16 * b));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
-    acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)), acc[t]);
-  }
-}
-// acc += d*dx*isum - sum_j (dmin*min_j) * (dx*xsum_j): Q4_K/Q5_K, whose 8 mins per block
-// meet the activations' float group sums (fsum) in one FMA.
-template <int TN>
-static inline void fold_fmin(const __m256i* isum, __m256 fmins, float d, const Toks<TN>& x, int64_t b,
-                             __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d);
-  for (int t = 0; t < TN; ++t) {
-    const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)),
-                                     acc[t]);
-    acc[t] = _mm256_fnmadd_ps(fmins, _mm256_loadu_ps(x.fs[t] + 8 * b), a);
-  }
-}
-// acc += dx * (d*isum - dmin*msum) with msum from 16 int16 mins: Q2_K.
-template <int TN>
-static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
-                             int64_t b, __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
-  for (int t = 0; t < TN; ++t) {
-    const __m256i ms = _mm256_madd_epi16(mins, loadu(x.bs[t] + 16 * b));
-    const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), vd, _mm256_mul_ps(_mm256_cvtepi32_ps(ms), vm));
-    acc[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(x.d[t] + b), acc[t]);
   }
 }
 
@@ -291,58 +248,28 @@ struct Q6K {
   }
 };
 
-template <class K, int TN>
-static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
-  const ActLayout& l = a.xl;
-  Toks<TN> x;
-  for (int t = 0; t < TN; ++t) {
-    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
-    x.q[t] = act_q(row);
-    x.d[t] = act_d(row, l);
-    x.bs[t] = act_bsums(row, l);
-    x.fs[t] = act_fsum(row, l);
-  }
-  __m256 acc[TN];
-  for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t bi = 0; bi < l.nb; ++bi) {
-    prefetch_ahead(wr + bi * K::kBytes, K::kBytes);
-    K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
-  }
-  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum(acc[t]);
-}
-
 // Tokens per pass over a row: enough to amortize decoding the weights over many tokens,
 // few enough that the integer accumulators stay in registers (4..16 measured within noise
 // of each other on Zen 3).
-constexpr int kGroup = 8;
-
-template <class K, int TN>
-static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return row_group<K, TN>(a, wr, r, t);
-    row_tail<K, TN - 1>(a, wr, r, t, left);
-  }
-}
-
+// (row_groups.hpp walks the tokens in these groups.)
 template <class K>
-void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
-    int64_t t = t0;
-    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
-    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+struct Groups {
+  static constexpr int kGroup = 8;
+  template <int TN>
+  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
+    row_group<K, TN>(a, wr, r, t);
   }
-}
+};
 
 }  // namespace
 
 RowsFn avx2_rows_qk(DType t) {
   switch (t) {
-    case DType::Q2_K: return rows<Q2K>;
-    case DType::Q3_K: return rows<Q3K>;
-    case DType::Q4_K: return rows<Q4K>;
-    case DType::Q5_K: return rows<Q5K>;
-    case DType::Q6_K: return rows<Q6K>;
+    case DType::Q2_K: return rows_by_groups<Groups<Q2K>>;
+    case DType::Q3_K: return rows_by_groups<Groups<Q3K>>;
+    case DType::Q4_K: return rows_by_groups<Groups<Q4K>>;
+    case DType::Q5_K: return rows_by_groups<Groups<Q5K>>;
+    case DType::Q6_K: return rows_by_groups<Groups<Q6K>>;
     default: return nullptr;
   }
 }

@@ -14,7 +14,9 @@
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/matmul_qk_common.hpp"
 
 // Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
 // same for every token-group size.
@@ -23,7 +25,9 @@
 namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
 namespace {
 
+using namespace avx2;
 using namespace avx512;
+using namespace qk;
 using u8 = uint8_t;
 
 // Chunk orders: code vector k holds natural chunks order[2k] (low half) and order[2k+1].
@@ -58,15 +62,6 @@ static inline __m512i bit_sel(int lo_bit, int hi_bit) {
                             _mm256_set1_epi8(static_cast<char>(1 << hi_bit)), 1);
 }
 
-// The activations of a token group, at the current block.
-template <int TN>
-struct Toks {
-  const int8_t* q[TN];
-  const float* d[TN];
-  const int16_t* bs[TN];
-  const float* fs[TN];
-};
-
 // Integer block sums of every token: sum over the 4 code vectors of scale * (code . x).
 // Lane bounds: maddubs pair sums at most 2*63*127 = 16002 (no saturation).
 template <int TN>
@@ -77,47 +72,6 @@ static inline void block_dots(const __m512i* v, const __m512i* sc, const Toks<TN
     for (int k = 0; k < 4; ++k) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(v[k], loadu512(q + 64 * k)), sc[k]);
     isum[t] = fold512(s);
   }
-}
-
-// Adding one block's integer sums to the float accumulators (as the AVX2 kernels).
-// acc += d*dx * (isum - offset term): Q3_K and Q6_K store codes + offset.
-template <int TN>
-static inline void fold_offset(const __m256i* isum, __m256i mins, float d, const Toks<TN>& x, int64_t b,
-                               __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d);
-  for (int t = 0; t < TN; ++t) {
-    const __m256i ms = _mm256_madd_epi16(mins, loadu256(x.bs[t] + 16 * b));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], ms));
-    acc[t] = _mm256_fmadd_ps(f, _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)), acc[t]);
-  }
-}
-// acc += d*dx*isum - sum_j (dmin*min_j) * (dx*xsum_j): Q4_K/Q5_K.
-template <int TN>
-static inline void fold_fmin(const __m256i* isum, __m256 fmins, float d, const Toks<TN>& x, int64_t b,
-                             __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d);
-  for (int t = 0; t < TN; ++t) {
-    const __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(vd, _mm256_broadcast_ss(x.d[t] + b)),
-                                     acc[t]);
-    acc[t] = _mm256_fnmadd_ps(fmins, _mm256_loadu_ps(x.fs[t] + 8 * b), a);
-  }
-}
-// acc += dx * (d*isum - dmin*msum) with msum from 16 int16 mins: Q2_K.
-template <int TN>
-static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float dmin, const Toks<TN>& x,
-                             int64_t b, __m256* acc) {
-  const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(dmin);
-  for (int t = 0; t < TN; ++t) {
-    const __m256i ms = _mm256_madd_epi16(mins, loadu256(x.bs[t] + 16 * b));
-    const __m256 f = _mm256_fmsub_ps(_mm256_cvtepi32_ps(isum[t]), vd, _mm256_mul_ps(_mm256_cvtepi32_ps(ms), vm));
-    acc[t] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(x.d[t] + b), acc[t]);
-  }
-}
-
-static inline float f16(const u8* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
 }
 
 struct Q2K {
@@ -155,7 +109,7 @@ struct Q3K {
     const __m512i sc = widen(sc16);
     const __m256i mins = _mm256_slli_epi16(sc16, 2);  // codes are stored +4
     const __m512i q = loadu512(b + blk::q3_k::qs), m3 = _mm512_set1_epi8(3);
-    const __m512i hm = _mm512_broadcast_i64x4(loadu256(b + blk::q3_k::hmask));
+    const __m512i hm = _mm512_broadcast_i64x4(loadu(b + blk::q3_k::hmask));
     __m512i v[4], scv[4];
     for (int j = 0; j < 4; ++j) {  // chunk c = 4h + j: bits 2j of qs[32h + l], bit c of hmask[l]
       const __mmask64 hi = _mm512_test_epi8_mask(hm, bit_sel(j, 4 + j));
@@ -218,7 +172,7 @@ struct Q5K {
     __m512i v[4], scv[4];
     nibble_vectors(b + blk::q5_k::qs, v);
     // Bit c of qh[l] is the fifth bit of element 32c + l.
-    const __m512i hb = _mm512_broadcast_i64x4(loadu256(b + blk::q5_k::qh));
+    const __m512i hb = _mm512_broadcast_i64x4(loadu(b + blk::q5_k::qh));
     for (int k = 0; k < 4; ++k) {
       const __mmask64 hi = _mm512_test_epi8_mask(hb, bit_sel(kNibbles[2 * k], kNibbles[2 * k + 1]));
       v[k] = _mm512_mask_add_epi8(v[k], hi, v[k], _mm512_set1_epi8(0x10));
@@ -247,7 +201,7 @@ struct Q6K {
       // Element 32k + l of half h: nibble of ql (low: k = 0, 1; high: k = 2, 3; ql bytes
       // 0-31 for even k, 32-63 for odd) and bits 2k, 2k+1 of qh[l] on top.
       const __m512i l = loadu512(b + blk::q6_k::ql + 64 * h);
-      const __m512i hb = _mm512_broadcast_i64x4(loadu256(b + blk::q6_k::qh + 32 * h));
+      const __m512i hb = _mm512_broadcast_i64x4(loadu(b + blk::q6_k::qh + 32 * h));
       v[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, shl), m30));
       v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                      _mm512_and_si512(_mm512_srlv_epi16(hb, shr), m30));
@@ -259,45 +213,15 @@ struct Q6K {
   }
 };
 
-template <class K, int TN>
-static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
-  const ActLayout& l = a.xl;
-  Toks<TN> x;
-  for (int t = 0; t < TN; ++t) {
-    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
-    x.q[t] = act_q(row);
-    x.d[t] = act_d(row, l);
-    x.bs[t] = act_bsums(row, l);
-    x.fs[t] = act_fsum(row, l);
-  }
-  __m256 acc[TN];
-  for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t bi = 0; bi < l.nb; ++bi) {
-    prefetch_ahead(wr + bi * K::kBytes, K::kBytes);
-    K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
-  }
-  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum256(acc[t]);
-}
-
-constexpr int kGroup = 8;
-
-template <class K, int TN>
-static inline void row_tail(const Args& a, const u8* wr, int64_t r, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return row_group<K, TN>(a, wr, r, t);
-    row_tail<K, TN - 1>(a, wr, r, t, left);
-  }
-}
-
+// (row_groups.hpp walks the tokens in these groups.)
 template <class K>
-void rows(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const u8* wr = a.w + static_cast<size_t>(r) * a.w_stride;
-    int64_t t = t0;
-    for (; t + kGroup <= t1; t += kGroup) row_group<K, kGroup>(a, wr, r, t);
-    if (t < t1) row_tail<K, kGroup - 1>(a, wr, r, t, t1 - t);
+struct Groups {
+  static constexpr int kGroup = 8;
+  template <int TN>
+  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
+    row_group<K, TN>(a, wr, r, t);
   }
-}
+};
 
 // Activations in natural order (avx2_quant_qk), then each block's 32-byte chunks moved to
 // the order the type's kernel reads.
@@ -316,11 +240,11 @@ void quant_ordered(const float* xf, const ActLayout& l, uint8_t* row) {
 
 RowsFn rows_qk(DType t) {
   switch (t) {
-    case DType::Q2_K: return rows<Q2K>;
-    case DType::Q3_K: return rows<Q3K>;
-    case DType::Q4_K: return rows<Q4K>;
-    case DType::Q5_K: return rows<Q5K>;
-    case DType::Q6_K: return rows<Q6K>;
+    case DType::Q2_K: return rows_by_groups<Groups<Q2K>>;
+    case DType::Q3_K: return rows_by_groups<Groups<Q3K>>;
+    case DType::Q4_K: return rows_by_groups<Groups<Q4K>>;
+    case DType::Q5_K: return rows_by_groups<Groups<Q5K>>;
+    case DType::Q6_K: return rows_by_groups<Groups<Q6K>>;
     default: return nullptr;
   }
 }

@@ -11,9 +11,10 @@
 #pragma once
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() (a self-initialized
-// variable), which -Wmaybe-uninitialized reports once inlined (GCC bug 105593).
+// variable), which -W(maybe-)uninitialized reports once inlined (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #if defined(TANDEM_AVX512_EMULATED)
@@ -26,6 +27,9 @@
 #endif
 
 #include <cstdint>
+
+// The 256-bit helpers (loads, sums, prefetch) are the AVX2 ones: every AVX-512 CPU has AVX2.
+#include "kernels/cpu/simd_avx2.hpp"
 
 namespace tandem::kernels::cpu::avx512 {
 
@@ -43,31 +47,15 @@ static inline __m512 _mm512_cvtph_ps(__m256i h) {
 #endif
 
 static inline __m512i loadu512(const void* p) { return _mm512_loadu_si512(p); }
-static inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-static inline __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
-// Horizontal sums in a fixed order (results must not depend on the caller).
-static inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+// Horizontal sum in a fixed order (results must not depend on the caller).
 static inline float hsum512(__m512 v) {
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+  return avx2::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 // The 16 int32 lanes of v folded to 8 (lane i + lane i+8).
 static inline __m256i fold512(__m512i v) {
   return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-// Weights stream through once; prefetch this far ahead (as the AVX2 kernels).
-constexpr uintptr_t kPrefetchBytes = 2048;
-static inline void prefetch_ahead(const uint8_t* p, int bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
-  for (int o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(a + static_cast<uintptr_t>(o)), _MM_HINT_T0);
 }
 
 }  // namespace tandem::kernels::cpu::avx512
