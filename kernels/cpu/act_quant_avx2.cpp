@@ -4,7 +4,8 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
-#pragma GCC optimize("fp-contract=off")
+// Float rounding must be exactly what is written (no a*b+c contraction), the same for every
+// token-group size: SIMD kernel files are compiled with -ffp-contract=off (kernels/CMakeLists.txt).
 
 namespace tandem::kernels::cpu::mm {
 namespace {

@@ -5,7 +5,7 @@
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
-#pragma GCC optimize("fp-contract=off")
+// (compiled with -ffp-contract=off, as every SIMD kernel file: kernels/CMakeLists.txt)
 
 namespace tandem::kernels::cpu::mm {
 namespace {

@@ -4,9 +4,8 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
-// Float rounding must be exactly what is written (no a*b+c contraction), so that it is the
-// same for every token-group size.
-#pragma GCC optimize("fp-contract=off")
+// Float rounding must be exactly what is written (no a*b+c contraction), the same for every
+// token-group size: SIMD kernel files are compiled with -ffp-contract=off (kernels/CMakeLists.txt).
 
 namespace tandem::kernels::cpu::mm {
 namespace {
