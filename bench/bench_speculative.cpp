@@ -6,8 +6,8 @@
 //
 // Each prompt runs AR, draft-model and n-gram decoding in turn (interleaved, so machine
 // noise hits all modes alike); the totals are over all prompts.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -35,6 +35,10 @@ const char* kPrompts[] = {
 double predicted(double alpha, int k, double c) {
   if (alpha >= 1.0) return (k + 1) / (k * c + 1);
   return (1 - std::pow(alpha, k + 1)) / ((1 - alpha) * (k * c + 1));
+}
+
+const char* mode_name(tandem::DraftMode m) {
+  return m == tandem::DraftMode::None ? "autoregressive" : m == tandem::DraftMode::Ngram ? "n-gram" : "draft model";
 }
 
 }  // namespace
@@ -96,9 +100,7 @@ int main(int argc, char** argv) {
   for (size_t mi = 0; mi < modes.size(); ++mi) {
     const Totals& t = totals[mi];
     const double tps = t.tokens * 1000.0 / t.ms;
-    const char* name = modes[mi] == tandem::DraftMode::None ? "autoregressive"
-                       : modes[mi] == tandem::DraftMode::Ngram ? "n-gram"
-                                                                : "draft model";
+    const char* name = mode_name(modes[mi]);
     if (modes[mi] == tandem::DraftMode::None) {
       std::printf("| %s | %.2f | 1.00 | - | - | - | - |\n", name, tps);
       continue;
@@ -121,8 +123,7 @@ int main(int argc, char** argv) {
     const double draft = t.m.draft_ms / steps, target = t.m.target_ms / steps, verify = t.m.verify_ms / steps;
     const double all = t.ms / steps;
     std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-                modes[mi] == tandem::DraftMode::None ? "autoregressive"
-                : modes[mi] == tandem::DraftMode::Ngram ? "n-gram" : "draft model",
+                mode_name(modes[mi]),
                 static_cast<long long>(t.m.target_passes), all, draft, target, verify, all - draft - target - verify,
                 ar_pass > 0 ? target / ar_pass : 0.0);
   }

@@ -34,14 +34,19 @@ void ModelProposer::reset() {
   cached_.clear();
 }
 
-void ModelProposer::prefill(std::span<const int32_t> context) {
-  if (context.size() < 2) return;
-  // Everything but the last token: propose() re-feeds that one to get fresh logits.
+size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
   common = std::min(common, context.size() - 1);
   seq_.truncate(static_cast<int32_t>(common));
   cached_.resize(common);
+  return common;
+}
+
+void ModelProposer::prefill(std::span<const int32_t> context) {
+  if (context.size() < 2) return;
+  // Everything but the last token: propose() re-feeds that one to get fresh logits.
+  const size_t common = keep_common_prefix(context);
   const auto todo = context.subspan(common, context.size() - 1 - common);
   std::vector<float> logits;
   try {
@@ -70,14 +75,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
   for (Job& j : jobs) {
     j.out = Proposal{};
     if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
-    ModelProposer& p = *j.proposer;
-    // Roll back to the common prefix; at least the last context token is re-fed so its
-    // logits are fresh.
-    size_t common = 0;
-    while (common < p.cached_.size() && common < j.context.size() && p.cached_[common] == j.context[common]) ++common;
-    common = std::min(common, j.context.size() - 1);
-    p.seq_.truncate(static_cast<int32_t>(common));
-    p.cached_.resize(common);
+    const size_t common = j.proposer->keep_common_prefix(j.context);
     lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}});
   }
   if (lanes.empty()) return;

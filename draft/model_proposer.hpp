@@ -38,6 +38,10 @@ class ModelProposer final : public Proposer {
   static void propose_batch(Transformer& draft, std::span<Job> jobs);
 
  private:
+  // Rolls the draft's cache back to what it shares with `context`, keeping at least the last
+  // context token out (it is re-fed so its logits are fresh); returns the tokens kept.
+  size_t keep_common_prefix(std::span<const int32_t> context);
+
   Transformer& tf_;
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order

@@ -85,8 +85,6 @@ struct Scheduler::Impl {
   void apply_cancels();
 };
 
-// ---- public surface ----------------------------------------------------------------------
-
 // ---- step time model ------------------------------------------------------------------------
 
 void Scheduler::Impl::observe_step(double ms, int32_t prompt_tokens) {
@@ -104,6 +102,8 @@ int32_t Scheduler::Impl::prompt_budget_by_time() const {
   const double tokens = (opts.max_step_ms - base_ms) / prompt_ms;
   return std::max(opts.min_prefill_tokens, static_cast<int32_t>(std::min<double>(tokens, INT32_MAX / 2)));
 }
+
+// ---- public surface ----------------------------------------------------------------------
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::make_unique<Impl>(engine, opts)) {
   if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0 ||
@@ -439,19 +439,15 @@ bool Scheduler::Impl::admit_and_step() {
     decoders.emplace_back(e, tokens.size());
   }
   // With streams decoding, their latency bounds the prompt work of the step.
-  int32_t prompt_tokens = 0;
-  if (!deciding.empty()) {
-    const int32_t by_time = prompt_budget_by_time();
-    if (by_time < budget) {
-      bool waiting = false;
-      for (auto& r : running) waiting |= r->run->prefilling();
-      if (waiting && by_time < opts.max_batch_tokens) {
-        std::lock_guard<std::mutex> lk(mu);
-        ++stats.steps_prefill_time_limited;
-      }
-      budget = by_time;
+  const int32_t by_time = deciding.empty() ? INT32_MAX : prompt_budget_by_time();
+  if (by_time < budget) {
+    budget = by_time;
+    if (std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); })) {
+      std::lock_guard<std::mutex> lk(mu);
+      ++stats.steps_prefill_time_limited;
     }
   }
+  int32_t prompt_tokens = 0;
   for (auto& r : running) {
     if (!r->run->prefilling() || budget <= 0) continue;
     const auto todo = r->run->prefill_todo();

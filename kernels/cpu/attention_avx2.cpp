@@ -36,16 +36,6 @@ static inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// One cached row (f16 or f32) as hd floats.
-static inline void load_row(const uint8_t* src, bool f16, float* dst, int hd) {
-  if (f16) {
-    const auto* h = reinterpret_cast<const __m128i*>(src);
-    for (int i = 0; i < hd / 8; ++i) _mm256_store_ps(dst + 8 * i, _mm256_cvtph_ps(_mm_loadu_si128(h + i)));
-  } else {
-    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(hd));
-  }
-}
-
 // Dot products of q with the 8 rows k[0..7] (hd floats each), as one vector of 8 scores.
 static inline __m256 scores8(const float* q, const float (*k)[kMaxHeadDim], int hd) {
   __m256 s[kTile];
@@ -79,11 +69,15 @@ void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int3
     const int n = hi - j0 + 1 < kTile ? hi - j0 + 1 : kTile;
     for (int j = 0; j < n; ++j) {
       const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
-      load_row(a.k + off, a.kv_f16, kt[j], hd);
-      load_row(a.v + off, a.kv_f16, vt[j], hd);
+      attn_detail::load_row(a.k + off, a.kv_f16, kt[j], hd);
+      attn_detail::load_row(a.v + off, a.kv_f16, vt[j], hd);
     }
-    // Rows past n (last tile only) are zeroed so their scores are finite; they are masked.
-    for (int j = n; j < kTile; ++j) attn_detail::fill(kt[j], static_cast<size_t>(hd), 0.0f);
+    // Rows past n (last tile only) are zeroed: their scores are finite and masked, and their
+    // zero weights times zero values add nothing.
+    for (int j = n; j < kTile; ++j) {
+      attn_detail::fill(kt[j], static_cast<size_t>(hd), 0.0f);
+      attn_detail::fill(vt[j], static_cast<size_t>(hd), 0.0f);
+    }
     const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
     for (int g = 0; g < group; ++g) {
       __m256 s = _mm256_mul_ps(scores8(qh + static_cast<int64_t>(g) * hd, kt, hd), _mm256_set1_ps(a.scale));
@@ -112,18 +106,10 @@ void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int3
       _mm256_store_ps(pv, p);
       __m256 pb[kTile];
       for (int j = 0; j < kTile; ++j) pb[j] = _mm256_set1_ps(pv[j]);
-      if (n == kTile) {
-        for (int i = 0; i < hd; i += 8) {
-          __m256 acc = _mm256_loadu_ps(ag + i);
-          for (int j = 0; j < kTile; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vt[j] + i), acc);
-          _mm256_storeu_ps(ag + i, acc);
-        }
-      } else {
-        for (int i = 0; i < hd; i += 8) {
-          __m256 acc = _mm256_loadu_ps(ag + i);
-          for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vt[j] + i), acc);
-          _mm256_storeu_ps(ag + i, acc);
-        }
+      for (int i = 0; i < hd; i += 8) {
+        __m256 acc = _mm256_loadu_ps(ag + i);
+        for (int j = 0; j < kTile; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vt[j] + i), acc);
+        _mm256_storeu_ps(ag + i, acc);
       }
     }
   }

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/convert_impl.hpp"
 
 namespace tandem::kernels::cpu {
 
@@ -72,13 +72,10 @@ static inline void fill(float* p, size_t n, float v) {
   for (size_t i = 0; i < n; ++i) p[i] = v;
 }
 
+// One cached row (F16 or F32) as n floats; vectorized in the files compiled with F16C.
 static inline void load_row(const uint8_t* src, bool f16, float* dst, int n) {
-  if (!f16) {
-    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
-    return;
-  }
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-  for (int i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+  if (f16) convert_detail::to_f32(reinterpret_cast<const uint16_t*>(src), dst, n);
+  else std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
 }
 
 // The plain one-position-at-a-time span: the reference the vector path is tested against.

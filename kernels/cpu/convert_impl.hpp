@@ -1,4 +1,5 @@
-// F16 <-> F32 row conversion, compiled per ISA like attention_impl.hpp.
+// F16 <-> F32 row conversion, compiled per ISA like attention_impl.hpp (hence `static`: an
+// inline function would be one definition for the linker, whichever ISA it was built for).
 #pragma once
 #include <cstdint>
 #if defined(__F16C__)
@@ -8,7 +9,7 @@
 
 namespace tandem::kernels::cpu::convert_detail {
 
-inline void to_f32(const uint16_t* src, float* dst, int64_t n) {
+static inline void to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)
@@ -17,7 +18,7 @@ inline void to_f32(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
 }
 
-inline void to_f16(const float* src, uint16_t* dst, int64_t n) {
+static inline void to_f16(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8)

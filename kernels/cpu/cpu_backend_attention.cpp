@@ -82,22 +82,21 @@ struct Span {
   int64_t t;
   int32_t lo, hi;
   int32_t part, parts;
-  int64_t first;  // index of part 0 of this token in the span list
 };
 
-// Merges the states of a token's `parts` spans (in order) into the normalized output of
-// the group's heads. With one part this is acc / l.
-void finish(const AttnArgs& a, int64_t t, int kvh, const float* states, int parts, size_t state_floats) {
+// Merges the states of a token's `parts` spans (in order, `stride` floats apart) into the
+// normalized output of the group's heads. With one part this is acc / l.
+void finish(const AttnArgs& a, int64_t t, int kvh, const float* states, int parts, size_t stride) {
   const int hd = a.head_dim, group = attn_group(a);
   float* oh = a.out + t * a.ldo + static_cast<int64_t>(kvh) * group * hd;
   for (int g = 0; g < group; ++g) {
     float mx = -INFINITY;
-    for (int p = 0; p < parts; ++p) mx = std::max(mx, states[p * state_floats + static_cast<size_t>(g)]);
+    for (int p = 0; p < parts; ++p) mx = std::max(mx, states[p * stride + static_cast<size_t>(g)]);
     float l = 0.0f;
     float* o = oh + static_cast<int64_t>(g) * hd;
     for (int i = 0; i < hd; ++i) o[i] = 0.0f;
     for (int p = 0; p < parts; ++p) {
-      const float* st = states + p * state_floats;
+      const float* st = states + p * stride;
       const float m = st[g];
       if (m == -INFINITY) continue;
       const float w = std::exp(m - mx);
@@ -173,9 +172,8 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
         throw std::out_of_range("attention: cache block " + std::to_string(bt[b]) + " out of range");
     const int32_t parts = (p - j0) / kSplitPositions + 1;
     split |= parts > 1;
-    const int64_t first = static_cast<int64_t>(spans.size());
     for (int32_t i = 0; i < parts; ++i)
-      spans.push_back({t, j0 + i * kSplitPositions, std::min(p, j0 + (i + 1) * kSplitPositions - 1), i, parts, first});
+      spans.push_back({t, j0 + i * kSplitPositions, std::min(p, j0 + (i + 1) * kSplitPositions - 1), i, parts});
   }
 
   const AttnSpanFn span_fn = active_isa() >= Isa::Avx2 && has_f16c_avx2() ? &attention_span_avx2
@@ -190,17 +188,9 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   // Exceptions must not escape a worker thread: capture the first and rethrow here.
   std::exception_ptr err;
   std::mutex mu;
-  auto guarded = [&](auto&& body) {
-    try {
-      body();
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!err) err = std::current_exception();
-    }
-  };
   std::atomic<int64_t> next{0};
   pool_.run([&](int, int) {
-    guarded([&] {
+    try {
       std::vector<float>& own = t_attn_state;
       own.resize(state_floats);
       for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
@@ -210,24 +200,21 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
         span_fn(a, sp.t, kvh, sp.lo, sp.hi, AttnState{st, st + group, st + 2 * group});
         if (sp.parts == 1) finish(a, sp.t, kvh, st, 1, state_floats);
       }
-    });
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!err) err = std::current_exception();
+    }
   });
   if (err) std::rethrow_exception(err);
   if (!split) return;
-  // Merge the parts of split tokens: part p of (token, kvh) is item (first + p)*n_kv + kvh.
+  // Merge the parts of split tokens: a token's parts are consecutive spans, so for one kv
+  // head their states are n_kv states apart, starting at the item of part 0.
   pool_.parallel_for(static_cast<int64_t>(spans.size()) * n_kv_heads, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Span& sp = spans[static_cast<size_t>(i / n_kv_heads)];
       if (sp.parts == 1 || sp.part != 0) continue;
       const int kvh = static_cast<int>(i % n_kv_heads);
-      // Gather the parts' states (strided by n_kv items) into one contiguous run.
-      std::vector<float>& own = t_attn_state;
-      own.resize(state_floats * static_cast<size_t>(sp.parts));
-      for (int32_t p = 0; p < sp.parts; ++p) {
-        const float* src = parts + (static_cast<size_t>(sp.first + p) * n_kv_heads + kvh) * state_floats;
-        std::copy(src, src + state_floats, own.data() + static_cast<size_t>(p) * state_floats);
-      }
-      finish(a, sp.t, kvh, own.data(), sp.parts, state_floats);
+      finish(a, sp.t, kvh, parts + static_cast<size_t>(i) * state_floats, sp.parts, n_kv_heads * state_floats);
     }
   });
 }

@@ -92,9 +92,10 @@ void CpuBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int
     jobs.push_back({w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
                     static_cast<int64_t>(dst.row_stride() / sizeof(float))});
   }
-  // Batches of at most 8 (the driver's limit).
-  for (size_t b = 0; b < jobs.size(); b += 8)
-    cpu::matmul_multi(pool_, jobs.data() + b, static_cast<int>(std::min<size_t>(8, jobs.size() - b)), x.cols(),
+  // In batches of the driver's limit.
+  constexpr size_t kMax = kMaxMatmulJobs;
+  for (size_t b = 0; b < jobs.size(); b += kMax)
+    cpu::matmul_multi(pool_, jobs.data() + b, static_cast<int>(std::min(kMax, jobs.size() - b)), x.cols(),
                       host_as<float>(x), static_cast<int64_t>(x.row_stride() / sizeof(float)), x.rows());
 }
 

@@ -70,9 +70,6 @@ const mm::IsaKernels* pick(Isa isa, DType t) {
 
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("matmul: " + msg); }
 
-// Up to this many weight matrices share one call (q/k/v, gate/up).
-constexpr int kMaxJobs = 8;
-
 // One weight matrix of a call, resolved to its kernels.
 struct Resolved {
   mm::Args args;  // xq filled in once the activations are quantized
@@ -99,10 +96,10 @@ const IsaKernels* avx512_kernels_for_testing() { return g_avx512_for_testing.loa
 
 void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
                   int64_t N) {
-  if (n_jobs < 0 || n_jobs > kMaxJobs) fail("between 0 and " + std::to_string(kMaxJobs) + " matrices per call");
+  if (n_jobs < 0 || n_jobs > kMaxMatmulJobs) fail("between 0 and " + std::to_string(kMaxMatmulJobs) + " matrices per call");
   if (C < 0 || N < 0) fail("negative size");
-  Resolved res[kMaxJobs];
-  QuantUse quants[kMaxJobs];
+  Resolved res[kMaxMatmulJobs];
+  QuantUse quants[kMaxMatmulJobs];
   int n_quants = 0, n_res = 0;
   int64_t total_rows = 0;
   const Isa isa = active_isa();
@@ -198,7 +195,7 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     // Decode-sized: every thread quantizes into its own buffer inside the one pool job,
     // cheaper than a second pool round trip.
     pool.run([&](int, int) {
-      Resolved local[kMaxJobs];
+      Resolved local[kMaxMatmulJobs];
       std::copy(res, res + n_res, local);
       uint8_t* buf = t_act_scratch.get(act_bytes);
       for (int64_t t = 0; t < N; ++t) quantize(buf, t);

@@ -142,8 +142,12 @@ static inline void nibble_vectors(const u8* qs, __m512i* v) {
   v[3] = _mm512_and_si512(_mm512_srli_epi16(z1, 4), m4);
 }
 
-struct Q4K {
-  static constexpr int kBytes = blk::q4_k::size;
+// Q4_K, and Q5_K (the same block with a fifth bit per code and its bits in qh).
+template <bool kFifth>
+struct K4 {
+  static_assert(blk::q5_k::scales == blk::q4_k::scales && blk::q5_k::dmin == blk::q4_k::dmin &&
+                blk::q5_k::d == blk::q4_k::d);
+  static constexpr int kBytes = kFifth ? blk::q5_k::size : blk::q4_k::size;
   static constexpr const int* kOrder = kNibbles;
   template <int TN>
   static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
@@ -151,37 +155,24 @@ struct Q4K {
     __m256 fmins;
     k4_scales(b, sc, fmins);
     __m512i v[4], scv[4];
-    nibble_vectors(b + blk::q4_k::qs, v);
-    for (int k = 0; k < 4; ++k) scv[k] = spread(kIdxNib32, k, sc);
+    nibble_vectors(b + (kFifth ? blk::q5_k::qs : blk::q4_k::qs), v);
+    // Bit c of qh[l] is the fifth bit of element 32c + l.
+    __m512i hb = _mm512_setzero_si512();
+    if constexpr (kFifth) hb = _mm512_broadcast_i64x4(loadu(b + blk::q5_k::qh));
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (kFifth) {
+        const __mmask64 hi = _mm512_test_epi8_mask(hb, bit_sel(kNibbles[2 * k], kNibbles[2 * k + 1]));
+        v[k] = _mm512_mask_add_epi8(v[k], hi, v[k], _mm512_set1_epi8(0x10));
+      }
+      scv[k] = spread(kIdxNib32, k, sc);
+    }
     __m256i isum[TN];
     block_dots<TN>(v, scv, x, bi, isum);
     fold_fmin<TN>(isum, fmins, f16(b + blk::q4_k::d), x, bi, acc);
   }
 };
-
-struct Q5K {
-  static constexpr int kBytes = blk::q5_k::size;
-  static constexpr const int* kOrder = kNibbles;
-  template <int TN>
-  static inline void block(const u8* b, const Toks<TN>& x, int64_t bi, __m256* acc) {
-    static_assert(blk::q5_k::scales == blk::q4_k::scales && blk::q5_k::dmin == blk::q4_k::dmin);
-    __m512i sc;
-    __m256 fmins;
-    k4_scales(b, sc, fmins);
-    __m512i v[4], scv[4];
-    nibble_vectors(b + blk::q5_k::qs, v);
-    // Bit c of qh[l] is the fifth bit of element 32c + l.
-    const __m512i hb = _mm512_broadcast_i64x4(loadu(b + blk::q5_k::qh));
-    for (int k = 0; k < 4; ++k) {
-      const __mmask64 hi = _mm512_test_epi8_mask(hb, bit_sel(kNibbles[2 * k], kNibbles[2 * k + 1]));
-      v[k] = _mm512_mask_add_epi8(v[k], hi, v[k], _mm512_set1_epi8(0x10));
-      scv[k] = spread(kIdxNib32, k, sc);
-    }
-    __m256i isum[TN];
-    block_dots<TN>(v, scv, x, bi, isum);
-    fold_fmin<TN>(isum, fmins, f16(b + blk::q5_k::d), x, bi, acc);
-  }
-};
+using Q4K = K4<false>;
+using Q5K = K4<true>;
 
 struct Q6K {
   static constexpr int kBytes = blk::q6_k::size;
@@ -234,6 +225,12 @@ void quant_ordered(const float* xf, const ActLayout& l, uint8_t* row) {
     for (int i = 0; i < 8; ++i) std::memcpy(q + 32 * i, tmp + 32 * Order[i], 32);
   }
 }
+// The activation quantizer of kernel K: its chunk order (natural needs no reordering).
+template <class K>
+QuantFn quant_for() {
+  if constexpr (K::kOrder == kNatural) return avx2_quant_qk;
+  else return quant_ordered<K::kOrder>;
+}
 
 }  // namespace
 
@@ -250,11 +247,11 @@ RowsFn rows_qk(DType t) {
 
 QuantFn quant_qk_for(DType t) {
   switch (t) {
-    case DType::Q2_K:
-    case DType::Q3_K: return quant_ordered<kCrumbs>;
-    case DType::Q4_K:
-    case DType::Q5_K: return quant_ordered<kNibbles>;
-    case DType::Q6_K: return avx2_quant_qk;
+    case DType::Q2_K: return quant_for<Q2K>();
+    case DType::Q3_K: return quant_for<Q3K>();
+    case DType::Q4_K: return quant_for<Q4K>();
+    case DType::Q5_K: return quant_for<Q5K>();
+    case DType::Q6_K: return quant_for<Q6K>();
     default: return nullptr;
   }
 }

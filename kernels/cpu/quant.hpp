@@ -32,7 +32,8 @@ void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t 
 // a layer): y_j[i*ldy_j + r] = sum_c x[i*ldx + c] * W_j[r, c]. The activations are quantized
 // once per distinct kernel layout and all matrices' rows are split over one pool job, so
 // the threads meet once instead of once per matrix. Each result has the same bits as the
-// single matmul gives. At most 8 matrices.
+// single matmul gives. At most kMaxMatmulJobs matrices.
+constexpr int kMaxMatmulJobs = 8;
 struct MatmulJob {
   DType wt;
   const void* w;
