@@ -173,6 +173,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("-s,--system", a->system, "System message");
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Longest reply in tokens")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);
+  add_verify_option(*sub, a->gen.speculative.verify);
   add_runtime_options(*sub, a->load);
   sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("-v,--verbose", a->verbose, "Print speed (and speculation) after each reply");

@@ -89,6 +89,7 @@ int run_generate(const GenerateArgs& args) {
       sp["mode"] = gen.speculative.mode == DraftMode::Ngram ? "ngram" : "model";
       sp["draft_max"] = gen.speculative.draft_max;
       sp["policy"] = gen.speculative.policy;
+      sp["verify"] = to_string(gen.speculative.verify);
       sp["steps_per_k"] = boost::json::value_from(m.steps_per_k);
       sp["drafts"] = m.drafts;
       sp["drafted_tokens"] = m.drafted_tokens;
@@ -143,12 +144,13 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--draft-min", a->gen.speculative.draft_min, "Verify no draft shorter than this")
       ->capture_default_str();
   auto* o_p_min = sub->add_option("--draft-p-min", a->gen.speculative.draft_p_min,
-                                  "Stop drafting when the draft's probability of its token is below this")
+                                  "Stop drafting when the draft's most likely token has probability below this (decided before sampling)")
                       ->capture_default_str();
   sub->add_option("--ngram-min", a->gen.speculative.ngram_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--ngram-max", a->gen.speculative.ngram_max, "Longest n-gram to match")->capture_default_str();
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);
+  add_verify_option(*sub, a->gen.speculative.verify);
   sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
   add_runtime_options(*sub, a->load);
   sub->add_option("--device", a->load.device, "cpu")->capture_default_str();

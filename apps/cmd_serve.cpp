@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/common_options.hpp"
 #include "apps/server/chat_prompt.hpp"
 #include "apps/server/http_server.hpp"
 #include "apps/server/server_state.hpp"
@@ -35,6 +36,7 @@ struct ServeArgs {
   // per sequence when the draft stops paying (it needs a cost model: calibrated once, cached).
   std::string policy = "goodput";
   float draft_p_min = 0.0f;
+  VerifyMode verify = SpeculativeOptions{}.verify;
   std::string config_path;  // tune --write-config output
   ExplicitFlags given;      // flags given explicitly win over the config file
   std::string kv_mem;  // "", bytes, or with a unit: 512MiB, 2GiB, 800MB
@@ -101,6 +103,7 @@ int run_serve(ServeArgs a) {
   defaults.draft_max = a.draft_max;
   defaults.policy = a.policy;
   defaults.draft_p_min = a.draft_p_min;
+  defaults.verify = a.verify;
   if (!is_policy_name(a.policy)) throw std::invalid_argument("--policy must be fixed, confidence, adaptive or goodput");
   // --config: tune's recommendations per temperature; the one for T=0 (or the nearest) is
   // also what requests without a temperature-specific entry get.
@@ -207,8 +210,9 @@ Command add_serve(CLI::App& app) {
                                    "Default speculation policy: fixed, confidence, adaptive, goodput")
                        ->capture_default_str();
   auto* o_p_min = sub->add_option("--draft-p-min", a->draft_p_min,
-                                  "Stop drafting when the draft's probability of its token is below this")
+                                  "Stop drafting when the draft's most likely token has probability below this (decided before sampling)")
                       ->capture_default_str();
+  add_verify_option(*sub, a->verify);
   sub->add_option("--config", a->config_path,
                   "Speculative defaults per temperature from `tandem tune --write-config` (flags win)")
       ->check(CLI::ExistingFile);

@@ -15,6 +15,15 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s) {
   sub.add_option("--seed", s.seed, "Random seed")->capture_default_str();
 }
 
+void add_verify_option(CLI::App& sub, VerifyMode& mode) {
+  sub.add_option_function<std::string>(
+         "--verify", [&mode](const std::string& v) { mode = parse_verify_mode(v); },
+         "Sampled output: rejection (highest acceptance; the text for a seed depends on k and batching) or coupled "
+         "(Gumbel-max keyed by seed and position: the same text with or without speculation)")
+      ->check(CLI::IsMember({"rejection", "coupled"}))
+      ->default_str(to_string(mode));
+}
+
 void add_runtime_options(CLI::App& sub, LoadOptions& load) {
   sub.add_option("-t,--threads", load.threads, "CPU threads (0 = all cores)")->capture_default_str();
   sub.add_flag("--pin-threads", load.pin_threads, "Bind each CPU worker thread to one core");

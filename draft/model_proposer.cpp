@@ -16,6 +16,16 @@ float max_softmax_prob(std::span<const float> logits) {
   return static_cast<float>(1.0 / z);
 }
 
+// The context as the draft can read it. A target with a larger (padded) vocabulary may emit
+// an id the draft has no embedding for; the draft reads token 0 there instead. Its guesses
+// after that may be worse, never wrong: the target verifies every drafted token.
+std::vector<int32_t> as_draft_tokens(std::span<const int32_t> ids, int32_t draft_vocab) {
+  std::vector<int32_t> out(ids.begin(), ids.end());
+  for (int32_t& t : out)
+    if (t >= draft_vocab) t = 0;
+  return out;
+}
+
 // Per-job state while a batch drafts.
 struct Lane {
   ModelProposer::Job* job;
@@ -53,7 +63,7 @@ void ModelProposer::prefill(std::span<const int32_t> context) {
     for (size_t off = 0; off < todo.size(); off += kChunk) {
       const auto chunk = todo.subspan(off, std::min(kChunk, todo.size() - off));
       Batch b;
-      b.add(seq_, chunk, std::vector<bool>(chunk.size(), false));
+      b.add(seq_, as_draft_tokens(chunk, tf_.model().config().n_vocab), std::vector<bool>(chunk.size(), false));
       tf_.forward(b, logits);
       cached_.insert(cached_.end(), chunk.begin(), chunk.end());
     }
@@ -104,7 +114,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         const bool last = l.todo.empty();
         std::vector<bool> want(chunk.size(), false);
         if (last) want.back() = true;
-        b.add(l.job->proposer->seq_, chunk, want);
+        b.add(l.job->proposer->seq_, as_draft_tokens(chunk, draft.model().config().n_vocab), want);
         l.job->proposer->cached_.insert(l.job->proposer->cached_.end(), chunk.begin(), chunk.end());
         ++l.job->proposer->forwards_;
         if (last) out.push_back(&l);
@@ -119,22 +129,25 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         if (!l.active) continue;
         const Job& j = *l.job;
         const SamplingParams& sp = *j.opts.sampling;
-        Distribution d = make_distribution(l.logits, sp, l.history);
-        int32_t tok;
-        float conf;
-        if (sp.greedy()) {
-          tok = d.ids[0];
-          conf = j.opts.p_min > 0.0f ? max_softmax_prob(l.logits) : 1.0f;
-        } else {
-          tok = sample(d, *j.rng);
-          conf = d.prob(tok);
-        }
+        // Only ids both models share: the draft's padding rows are no tokens of the target.
+        const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
+                                               : l.logits.size();
+        const auto logits = std::span<const float>(l.logits).first(shared);
+        Distribution d = make_distribution(logits, sp, l.history);
+        // Whether to draft this position is decided from q alone, before its token is drawn:
+        // a stop that looked at the drawn token would skew which tokens get verified.
+        const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
         if (conf < j.opts.p_min) {
           l.active = false;
           continue;
         }
+        const int64_t position = static_cast<int64_t>(j.context.size()) + i;
+        const int32_t tok = sp.greedy()       ? d.ids[0]
+                            : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
+                                             : sample(d, *j.rng);
         l.job->out.tokens.push_back(tok);
-        if (!sp.greedy()) l.job->out.dists.push_back(std::move(d));
+        // A coupled draft is verified by equality, so q is not needed.
+        if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
         l.history.push_back(tok);
         if (i + 1 >= j.opts.max_tokens) {
           l.active = false;

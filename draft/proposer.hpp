@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/gumbel.hpp"
 #include "engine/rng.hpp"
 #include "engine/sampler.hpp"
 
@@ -25,8 +26,16 @@ struct Proposal {
 
 struct ProposeOptions {
   int32_t max_tokens = 4;   // k
-  float p_min = 0.0f;       // stop drafting when the draft's probability of its token falls below this
+  // Stop drafting when the draft's most likely token has probability below this, decided
+  // before sampling (so the kept tokens are still plain draws from q).
+  float p_min = 0.0f;
   const SamplingParams* sampling = nullptr;  // the request's sampling (q uses the same transforms as p)
+  // Token ids the target accepts: [0, vocab). A draft with a larger (padded) vocabulary
+  // never proposes ids outside it. 0 = no limit.
+  int32_t vocab = 0;
+  // Coupled verification: propose gumbel_argmax(q_i) with the target's noise at the token's
+  // absolute position (context.size() + i) instead of sampling from the Rng.
+  const PositionNoise* coupled = nullptr;
 };
 
 class Proposer {

@@ -40,6 +40,7 @@ tandem_generate_params default_generate_params() {
   p.draft_p_min = d.speculative.draft_p_min;
   p.ngram_min = d.speculative.ngram_min;
   p.ngram_max = d.speculative.ngram_max;
+  p.verify_mode = d.speculative.verify == VerifyMode::Coupled ? TANDEM_VERIFY_COUPLED : TANDEM_VERIFY_REJECTION;
   return p;
 }
 
@@ -114,6 +115,13 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
   o.speculative.draft_p_min = p.draft_p_min;
   o.speculative.ngram_min = p.ngram_min;
   o.speculative.ngram_max = p.ngram_max;
+  switch (p.verify_mode) {
+    case TANDEM_VERIFY_REJECTION: o.speculative.verify = VerifyMode::Rejection; break;
+    case TANDEM_VERIFY_COUPLED: o.speculative.verify = VerifyMode::Coupled; break;
+    default:
+      throw std::invalid_argument("tandem_generate_params.verify_mode " + std::to_string(p.verify_mode) +
+                                  " is not a tandem_verify_mode");
+  }
   return o;
 }
 

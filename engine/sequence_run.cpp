@@ -26,7 +26,9 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
       proposer_(proposer),
       policy_(policy),
       speculate_(opts.speculative.mode != DraftMode::None && opts.speculative.draft_max > 0),
+      coupled_(opts.speculative.verify == VerifyMode::Coupled && !opts.sampling.greedy()),
       rng_(opts.sampling.seed),
+      noise_(opts.sampling.seed),
       decoder_(tok),
       stops_(opts.stop),
       committed_(prompt.begin(), prompt.end()),
@@ -88,12 +90,21 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.max_tokens = k;
   po.p_min = opts_.speculative.draft_p_min;
   po.sampling = &opts_.sampling;
+  po.vocab = n_vocab_;
+  po.coupled = coupled_ ? &noise_ : nullptr;
   return po;
 }
 
 std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
   prop_ = std::move(p);
-  if (static_cast<int32_t>(prop_.tokens.size()) < std::max(1, opts_.speculative.draft_min)) prop_ = Proposal{};
+  // Too short a draft is not worth verifying — but a sampled draft may only be dropped when
+  // the output cannot depend on it: whether a draft came out short depends on what was
+  // drawn, so dropping it would change which draws reach the verifier (biased output).
+  // A deterministic draft is a function of the context, and coupled output ignores drafts.
+  const bool droppable = prop_.deterministic() || coupled_;
+  if (prop_.tokens.empty() ||
+      (droppable && static_cast<int32_t>(prop_.tokens.size()) < opts_.speculative.draft_min))
+    prop_ = Proposal{};
   step_draft_ms_ = draft_ms;
   res_.speculative.draft_ms += draft_ms;
   res_.speculative.draft_forwards += draft_forwards;
@@ -134,13 +145,16 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     return make_distribution(row, opts_.sampling, hist);
   };
   VerifyResult v;
+  const auto position = static_cast<int64_t>(base);  // where the first verified token goes
   if (opts_.sampling.greedy()) {
     v = verify_greedy(prop_.tokens, target_dist);
+  } else if (coupled_) {
+    v = verify_coupled(prop_.tokens, target_dist, noise_, position);
   } else if (prop_.deterministic()) {
-    v = verify_stochastic(prop_.tokens, target_dist, nullptr, rng_);
+    v = verify_stochastic(prop_.tokens, target_dist, nullptr, rng_, position);
   } else {
     DistFn qf = [&](int32_t i) { return prop_.dists[static_cast<size_t>(i)]; };
-    v = verify_stochastic(prop_.tokens, target_dist, &qf, rng_);
+    v = verify_stochastic(prop_.tokens, target_dist, &qf, rng_, position);
   }
   const double verify_ms = ms_between(tv, Clock::now());
   m.verify_ms += verify_ms;

@@ -77,7 +77,9 @@ class SequenceRun {
   Proposer* proposer_;
   SpeculationPolicy* policy_;
   bool speculate_;
+  bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
   Rng rng_;
+  PositionNoise noise_;
   StreamDecoder decoder_;
   StopMatcher stops_;
   std::vector<int32_t> committed_;

@@ -1,5 +1,7 @@
 #include "verify/verifier.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -27,7 +29,26 @@ class ProbLookup {
   std::unordered_map<int32_t, float> map_;
 };
 
+std::atomic<int64_t> g_bias_position{-1};
+std::atomic<float> g_bias_mass{0.0f};
+
+// p_i as the verifiers see it: the caller's, unless a test injected a bias at this position.
+Distribution target_at(const DistFn& target_dist, int32_t i, int64_t position) {
+  Distribution p = target_dist(i);
+  const int64_t at = g_bias_position.load(std::memory_order_relaxed);
+  if (at < 0 || at != position + i || p.size() < 2) return p;
+  const float m = std::min(g_bias_mass.load(std::memory_order_relaxed), p.probs[0]);
+  p.probs[0] -= m;
+  p.probs[1] += m;
+  return p;
+}
+
 }  // namespace
+
+void inject_verifier_bias(InjectedBias bias) {
+  g_bias_mass.store(bias.mass);
+  g_bias_position.store(bias.position);
+}
 
 VerifyResult verify_greedy(std::span<const int32_t> draft, const DistFn& target_dist) {
   VerifyResult r;
@@ -67,10 +88,10 @@ int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng) 
 }
 
 VerifyResult verify_stochastic(std::span<const int32_t> draft, const DistFn& target_dist, const DistFn* draft_dist,
-                               Rng& rng) {
+                               Rng& rng, int64_t position) {
   VerifyResult r;
   for (size_t i = 0; i < draft.size(); ++i) {
-    const Distribution p = target_dist(static_cast<int32_t>(i));
+    const Distribution p = target_at(target_dist, static_cast<int32_t>(i), position);
     const int32_t x = draft[i];
     const float px = ProbLookup(p)(x);
     Distribution q;
@@ -93,7 +114,27 @@ VerifyResult verify_stochastic(std::span<const int32_t> draft, const DistFn& tar
     return r;
   }
   r.all_accepted = true;
-  r.next_token = sample(target_dist(static_cast<int32_t>(draft.size())), rng);
+  r.next_token = sample(target_at(target_dist, static_cast<int32_t>(draft.size()), position), rng);
+  return r;
+}
+
+VerifyResult verify_coupled(std::span<const int32_t> draft, const DistFn& target_dist, const PositionNoise& noise,
+                            int64_t position) {
+  VerifyResult r;
+  for (size_t i = 0; i <= draft.size(); ++i) {
+    const auto ii = static_cast<int32_t>(i);
+    const int32_t y = gumbel_argmax(target_at(target_dist, ii, position), noise, position + ii);
+    if (i == draft.size()) {
+      r.all_accepted = true;
+      r.next_token = y;
+      break;
+    }
+    if (draft[i] != y) {
+      r.next_token = y;
+      break;
+    }
+    ++r.n_accepted;
+  }
   return r;
 }
 

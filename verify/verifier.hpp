@@ -11,12 +11,19 @@
 // sample from p with x removed. Greedy targets (p a point mass) reduce to "accept while the
 // draft equals the argmax, then emit the argmax", which verify_greedy does without
 // consuming randomness.
+//
+// Coupled verification (verify_coupled) replaces the random stream by counter-based Gumbel
+// noise keyed by (seed, absolute position) (engine/gumbel.hpp): the target's token at each
+// position is gumbel_argmax(p_i), a draft token is accepted iff it equals it. The output is
+// then exactly plain Gumbel-max sampling: the same text for the same seed whatever k, the
+// policy, the batch or the proposer did.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
 
+#include "engine/gumbel.hpp"
 #include "engine/rng.hpp"
 #include "engine/sampler.hpp"
 
@@ -37,12 +44,30 @@ using DistFn = std::function<Distribution(int32_t i)>;
 VerifyResult verify_greedy(std::span<const int32_t> draft, const DistFn& target_dist);
 
 // Rejection sampling. draft_dist(i) gives q_i; pass nullptr for a deterministic draft
-// (point masses on the drafted tokens).
+// (point masses on the drafted tokens). position: the absolute sequence position of draft
+// token 0 (for the fault-injection hook below only).
 VerifyResult verify_stochastic(std::span<const int32_t> draft, const DistFn& target_dist, const DistFn* draft_dist,
-                               Rng& rng);
+                               Rng& rng, int64_t position = 0);
+
+// Coupled (Gumbel-max) verification: accept draft token i iff it equals
+// gumbel_argmax(p_i, noise, position + i); the first mismatch emits the target's token.
+// Whatever the draft (model, n-gram, none), the output is the same.
+VerifyResult verify_coupled(std::span<const int32_t> draft, const DistFn& target_dist, const PositionNoise& noise,
+                            int64_t position);
 
 // One draw from norm(max(0, p − q)). When the residual has no mass (p ≤ q everywhere,
 // which happens only through rounding when p == q), falls back to p.
 int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng);
+
+// Fault injection, for tests only: proves that the losslessness suite detects a biased
+// verifier. While set, the target distribution the verifiers use at absolute position
+// `position` has `mass` probability moved from its most likely token to its second (no-op
+// when it has one token) — a verifier whose output is off by `mass` there. Off by default;
+// set it before generating (atomics: it may be read on the scheduler thread).
+struct InjectedBias {
+  int64_t position = -1;  // < 0: off
+  float mass = 0.0f;
+};
+void inject_verifier_bias(InjectedBias bias);
 
 }  // namespace tandem

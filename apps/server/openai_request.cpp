@@ -262,7 +262,8 @@ void parse_sampling(const json::object& o, SamplingParams& s) {
 }
 
 // Extension: "speculative": {"mode": "ngram"|"model"|"none", "draft_max": K,
-//                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput"}.
+//                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput",
+//                            "verify": "rejection"|"coupled"}.
 void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float temperature, SpeculativeOptions& sp) {
   sp = cfg.speculative_for(temperature);
   const json::value* v = field(o, "speculative");
@@ -296,6 +297,11 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
       throw bad_request("'speculative.policy' must be fixed, confidence, adaptive or goodput", "speculative.policy",
                         "invalid_value");
     sp.policy = *p;
+  }
+  if (auto m = get_string(so, "verify", "speculative")) {
+    if (*m != "rejection" && *m != "coupled")
+      throw bad_request("'speculative.verify' must be rejection or coupled", "speculative.verify", "invalid_value");
+    sp.verify = parse_verify_mode(*m);
   }
 }
 

@@ -14,11 +14,35 @@ enum class DraftMode {
   Ngram,  // prompt lookup: continue an earlier occurrence of the last n tokens
 };
 
+// How sampled output (temperature > 0) is drawn and drafts are verified. Both are exact:
+// the output follows the target's distribution at every position.
+enum class VerifyMode {
+  // Rejection sampling (Leviathan et al., Chen et al.) with the request's random stream:
+  // the highest acceptance a single draft can have (sum of min(p, q)), but the stream is
+  // consumed step by step, so the text for a seed depends on k, the policy and the batch.
+  Rejection,
+  // Gumbel-max with counter-based noise keyed by (seed, position): every token, drafted or
+  // not, is argmax(log p + g). The text for a seed is the same with or without speculation,
+  // for any k, policy, proposer or batch; acceptance is somewhat lower.
+  Coupled,
+};
+
+// "rejection" / "coupled"; parse_verify_mode throws std::invalid_argument for anything else.
+TANDEM_API const char* to_string(VerifyMode m);
+TANDEM_API VerifyMode parse_verify_mode(const std::string& name);
+
 struct SpeculativeOptions {
   DraftMode mode = DraftMode::None;
+  VerifyMode verify = VerifyMode::Rejection;  // applies to plain decoding too (see VerifyMode)
   int32_t draft_max = 4;   // k: tokens drafted per step
-  int32_t draft_min = 0;   // fewer drafted tokens than this → verify none (plain step)
-  float draft_p_min = 0.0f;  // stop drafting once the draft's probability of its token is below this
+  // Fewer drafted tokens than this → verify none (a plain step). Applies only where the
+  // draft is a function of the context (n-gram, greedy) or in coupled mode: dropping a
+  // SAMPLED draft because of what was sampled would bias the output, so those are verified.
+  int32_t draft_min = 0;
+  // Stop drafting when the draft's most likely next token has probability below this. The
+  // decision is taken from the draft's distribution BEFORE its token is sampled (deciding
+  // from the sampled token's probability would bias sampled output).
+  float draft_p_min = 0.0f;
   int32_t ngram_min = 1, ngram_max = 4;
   // How many tokens to draft at each step (policies/factory.hpp):
   //  "fixed"      always draft_max;

@@ -66,6 +66,12 @@ typedef enum tandem_draft_mode {
   TANDEM_DRAFT_NGRAM = 2   /* prompt lookup: continue an earlier occurrence of the last n tokens */
 } tandem_draft_mode;
 
+/* How sampled output is drawn and drafts are verified (both exact; see speculative.hpp). */
+typedef enum tandem_verify_mode {
+  TANDEM_VERIFY_REJECTION = 0, /* rejection sampling: highest acceptance; text for a seed depends on k and batch */
+  TANDEM_VERIFY_COUPLED = 1    /* Gumbel-max keyed by (seed, position): same text with or without speculation */
+} tandem_verify_mode;
+
 typedef struct tandem_engine tandem_engine; /* opaque */
 
 typedef struct tandem_load_params {
@@ -104,9 +110,11 @@ typedef struct tandem_generate_params {
   int32_t draft_mode;            /* a tandem_draft_mode; default TANDEM_DRAFT_NONE */
   int32_t draft_max;             /* default 4: tokens drafted per step */
   int32_t draft_min;             /* default 0: fewer drafted tokens than this → plain step */
-  float draft_p_min;             /* default 0: stop drafting below this draft probability */
+  float draft_p_min;             /* default 0: stop drafting when the draft's top probability is below this */
   int32_t ngram_min;             /* default 1 */
   int32_t ngram_max;             /* default 4 */
+  /* appended later (a caller built with an older header gets the default) */
+  int32_t verify_mode;           /* a tandem_verify_mode; default: GenerateOptions' default */
 } tandem_generate_params;
 
 /* Allocated by the library, freed with tandem_result_free. New fields are only ever added

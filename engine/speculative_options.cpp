@@ -1,0 +1,16 @@
+// Names of the public speculative-decoding options (CLI flags, server fields, configs).
+#include <stdexcept>
+
+#include "tandem/speculative.hpp"
+
+namespace tandem {
+
+const char* to_string(VerifyMode m) { return m == VerifyMode::Coupled ? "coupled" : "rejection"; }
+
+VerifyMode parse_verify_mode(const std::string& name) {
+  if (name == "rejection") return VerifyMode::Rejection;
+  if (name == "coupled") return VerifyMode::Coupled;
+  throw std::invalid_argument("verification mode must be rejection or coupled, not '" + name + "'");
+}
+
+}  // namespace tandem
