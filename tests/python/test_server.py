@@ -447,6 +447,30 @@ class MainServer(Timed):
             model = list(ex.map(lambda p: complete(self.client, p, n, "model").choices[0].text, subset))
         self.assertEqual(model, solo[:4])
 
+    def test_coupled_sampling_same_seed_same_text_whatever_speculation_and_batch(self):
+        """verify=coupled: a seed gives one text, with or without speculation, any k or policy, alone or in a batch."""
+        n = 12
+
+        def sampled(prompt, seed, spec):
+            r = self.client.completions.create(
+                model="smollm2", prompt=prompt, max_tokens=n, temperature=0.9, top_p=0.95, seed=seed,
+                extra_body={"speculative": dict(spec, verify="coupled")})
+            return r.choices[0].text
+
+        plain = {(p, s): sampled(p, s, {"mode": "none"}) for p in PROMPTS[:4] for s in (1, 2)}
+        self.assertGreater(len(set(plain.values())), 4, "seeds should give different texts")
+        specs = [{"mode": "ngram", "draft_max": 1}, {"mode": "ngram", "draft_max": 8},
+                 {"mode": "model", "draft_max": 3}, {"mode": "ngram", "draft_max": 4, "policy": "adaptive"}]
+        for spec in specs:
+            for (p, s), text in plain.items():
+                self.assertEqual(sampled(p, s, spec), text, f"{spec} prompt {p!r} seed {s}")
+        # A batch of 16: the same requests at once, proposers and k mixed.
+        jobs = [(p, s, specs[i % len(specs)]) for i, (p, s) in enumerate(list(plain) * 2)]
+        with cf.ThreadPoolExecutor(16) as ex:
+            batched = list(ex.map(lambda j: sampled(*j), jobs))
+        for (p, s, spec), text in zip(jobs, batched):
+            self.assertEqual(text, plain[(p, s)], f"batched {spec} prompt {p!r} seed {s}")
+
     def test_load_32_streams(self):
         rng = random.Random(7)
         jobs = []

@@ -1,6 +1,7 @@
 #include "tests/support/stats.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace tandem::test {
 
@@ -33,7 +34,18 @@ double gamma_q(double a, double x) {
   }
   return std::exp(log_prefix) * h;
 }
-double chi2_sf(double x, int df) { return gamma_q(df / 2.0, x / 2.0); }
+double chi2_sf(double x, int df) {
+  if (df < 1) return std::numeric_limits<double>::quiet_NaN();
+  return gamma_q(df / 2.0, x / 2.0);
+}
+
+Chi2Result chi2_goodness_of_fit(const std::vector<int64_t>& observed, const std::vector<double>& probs, int64_t n) {
+  Chi2Result r;
+  r.statistic = chi2_statistic(observed, probs, n);
+  r.df = static_cast<int>(observed.size()) - 1;
+  r.p_value = chi2_sf(r.statistic, r.df);
+  return r;
+}
 
 double chi2_statistic(const std::vector<int64_t>& observed, const std::vector<double>& expected_probs, int64_t n) {
   double stat = 0.0;
@@ -74,7 +86,7 @@ double chi2_two_sample_pvalue(const std::map<int64_t, int64_t>& a, const std::ma
   }
   const int df = static_cast<int>(kept.size()) - 1;
   if (df_out) *df_out = df;
-  return df > 0 ? chi2_sf(stat, df) : 1.0;
+  return chi2_sf(stat, df);  // NaN when df == 0: one cell cannot show a difference
 }
 
 }  // namespace tandem::test

@@ -30,7 +30,7 @@ uint64_t tensor_seed(uint64_t seed, const std::string& name) {
 }
 
 // n values center + amplitude * U(-1, 1), stored as type t.
-std::vector<uint8_t> random_data(DType t, int64_t n, uint64_t seed, float amplitude, float center) {
+std::vector<uint8_t> random_data(DType t, int64_t n, uint64_t seed, float amplitude, float center, float perturb) {
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16) {
     if (center != 0.f) throw std::logic_error("tiny model: offset values need a float type");
     return random_blocks(t, n, seed, amplitude);
@@ -40,6 +40,13 @@ std::vector<uint8_t> random_data(DType t, int64_t n, uint64_t seed, float amplit
   for (float& x : v) {
     const float u = static_cast<float>(splitmix64(s) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     x = center + amplitude * (2.f * u - 1.f);
+  }
+  if (perturb > 0.f) {
+    uint64_t ps = ~seed;
+    for (float& x : v) {
+      const float u = static_cast<float>(splitmix64(ps) >> 40) * (1.0f / 16777216.0f);
+      x += perturb * amplitude * (2.f * u - 1.f);
+    }
   }
   std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_info(t).type_size);
   for (size_t i = 0; i < v.size(); ++i) {
@@ -77,7 +84,7 @@ class Builder {
                                   std::to_string(info.block_size));
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
-    const std::vector<uint8_t> data = random_data(t, n, tensor_seed(s_.seed, name), amp, center);
+    const std::vector<uint8_t> data = random_data(t, n, tensor_seed(s_.seed, name), amp, center, s_.perturb);
     w_.add_tensor(name, t, std::move(dims), data.data(), data.size());
   }
 
@@ -93,6 +100,7 @@ void check_spec(const TinyModelSpec& s, int head_dim) {
     bad("sizes must be positive");
   if (s.head_dim == 0 && s.n_embd % s.n_head != 0) bad("n_embd is not a multiple of n_head");
   if (head_dim <= 0 || head_dim % 2 != 0) bad("head_dim must be positive and even");
+  if (s.vocab_rows != 0 && s.vocab_rows < s.n_vocab) bad("vocab_rows must be 0 or at least n_vocab");
   if (s.n_head % s.n_head_kv != 0) bad("n_head is not a multiple of n_head_kv");
   for (DType t : {s.weight_type, s.embd_type})
     if (!dtype_info(t).weight_ok) bad(std::string(dtype_name(t)) + " cannot be used for weights");
@@ -148,7 +156,8 @@ void write_tiny_model(const std::string& path, const TinyModelSpec& s) {
 
   Builder b(w, s);
   const int64_t E = s.n_embd, F = s.n_ff, Q = int64_t{s.n_head} * hd, KV = int64_t{s.n_head_kv} * hd;
-  b.embedding(E, s.n_vocab, s.embd_type);
+  const int64_t rows = s.vocab_rows > 0 ? s.vocab_rows : s.n_vocab;
+  b.embedding(E, rows, s.embd_type);
   for (int il = 0; il < s.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     b.norm(p + "attn_norm.weight", E);
@@ -173,7 +182,7 @@ void write_tiny_model(const std::string& path, const TinyModelSpec& s) {
     if (gemma) b.norm(p + "post_ffw_norm.weight", E);
   }
   b.norm("output_norm.weight", E);
-  if (!s.tied_embeddings) b.matmul("output.weight", E, s.n_vocab, s.weight_type);
+  if (!s.tied_embeddings) b.matmul("output.weight", E, rows, s.weight_type);
   w.write(path);
 }
 

@@ -22,6 +22,13 @@ struct TinyModelSpec {
   uint64_t seed = 1;
   float weight_scale = 0.f;  // 0 = uniform with std 1/sqrt(fan_in); else the uniform amplitude
   int sliding_window = 8;    // gemma3 only: attention.sliding_window
+  // Rows of the embedding and output matrices; 0 = n_vocab. More rows than tokens are
+  // padding ids no token text has (as Qwen2.5's 151,936 vs 152,064): a model can still
+  // predict them, which is what pairs with different padding must cope with.
+  int vocab_rows = 0;
+  // Float weights get relative noise of this amplitude on top (other random numbers, same
+  // seed otherwise): a draft that agrees with the unperturbed target often but not always.
+  float perturb = 0.f;
 };
 
 // Writes the model to `path` (GGUF v3). Throws std::invalid_argument for an impossible
