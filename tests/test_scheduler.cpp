@@ -419,6 +419,26 @@ TEST(Scheduler, DraftNeedsCountTowardPreemption) {
   EXPECT_LE(peak, st.kv_bytes_total);
   EXPECT_GT(peak_draft_blocks, 0);
   EXPECT_EQ(st.kv_bytes_used, 0);
+  // A preempted sequence's draft read its context again, as a prefill, once it was back.
+  size_t prompts = 0;
+  for (auto& [p, g] : reqs) prompts += p.size();
+  EXPECT_GT(st.draft_prefill_tokens_total, static_cast<int64_t>(prompts));
+}
+
+// A request that cannot be admitted yet waits holding no memory: the prefix-cache blocks
+// it adopted on the way in (a preempted request finds its own published blocks) go back.
+// Kept, they made the pool look full: needless preemptions, and a lone running sequence
+// cut short with "length".
+TEST(Scheduler, WaitingRequestsHoldNoPrefixBlocks) {
+  auto e = load(kLeastBudget);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 5; ++i) reqs.emplace_back(prompt_of(30 + i, 500 + i), greedy(60, DraftMode::None));
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, g));
+  Scheduler s(*e, SchedulerOptions{});
+  const auto out = run_all(s, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+  EXPECT_GT(s.stats().preemptions, 0);  // 5 x 6 blocks > 18
 }
 
 }  // namespace
