@@ -1,7 +1,7 @@
 #include "engine/kv_cache.hpp"
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
