@@ -42,6 +42,12 @@ ModelProposer::ModelProposer(Transformer& draft) : tf_(draft), seq_(draft.cache(
 void ModelProposer::reset() {
   seq_.clear();
   cached_.clear();
+  prefilled_ = false;
+}
+
+size_t ModelProposer::prefill_pending(std::span<const int32_t> context) const {
+  if (prefilled_ || context.size() < 2) return 0;
+  return context.size() - 1 - std::min(cached_.size(), context.size() - 1);
 }
 
 size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
@@ -54,23 +60,52 @@ size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
 }
 
 void ModelProposer::prefill(std::span<const int32_t> context) {
-  if (context.size() < 2) return;
-  // Everything but the last token: propose() re-feeds that one to get fresh logits.
-  const size_t common = keep_common_prefix(context);
-  const auto todo = context.subspan(common, context.size() - 1 - common);
-  std::vector<float> logits;
-  try {
-    for (size_t off = 0; off < todo.size(); off += kChunk) {
-      const auto chunk = todo.subspan(off, std::min(kChunk, todo.size() - off));
-      Batch b;
-      b.add(seq_, as_draft_tokens(chunk, tf_.model().config().n_vocab), std::vector<bool>(chunk.size(), false));
-      tf_.forward(b, logits);
-      cached_.insert(cached_.end(), chunk.begin(), chunk.end());
+  // All of it now, chunk by chunk. Out of cache, the draft stays behind: its sequence decodes
+  // plainly, and the next call goes on from there.
+  for (;;) {
+    PrefillJob j{this, context, kChunk};
+    prefill_batch(tf_, std::span<PrefillJob>(&j, 1));
+    if (j.fed == 0) return;
+  }
+}
+
+void ModelProposer::prefill_batch(Transformer& draft, std::span<PrefillJob> jobs) {
+  struct Fed {
+    PrefillJob* job;
+    std::span<const int32_t> chunk;
+    bool completes;  // the chunk is the rest of its prefill
+  };
+  Batch b;
+  std::vector<Fed> fed;
+  for (PrefillJob& j : jobs) {
+    j.fed = 0;
+    j.kv_full = false;
+    ModelProposer& p = *j.proposer;
+    if (j.context.size() < 2 || j.max_tokens == 0) continue;
+    // Everything but the last token: propose() re-feeds that one to get fresh logits.
+    const size_t common = p.keep_common_prefix(j.context);
+    const auto todo = j.context.subspan(common, j.context.size() - 1 - common);
+    if (todo.empty()) {
+      p.prefilled_ = true;
+      continue;
     }
-  } catch (const KVCacheFull&) {
-    // The draft's cache is full: propose() catches up what it can later (and drafts nothing
-    // if it cannot); the target decides as usual.
-    cached_.resize(static_cast<size_t>(seq_.length()));
+    const auto chunk = todo.first(std::min(j.max_tokens, todo.size()));
+    // Reserved lane by lane, so that a lane without room leaves the others their pass.
+    if (!p.seq_.reserve(p.seq_.length() + static_cast<int32_t>(chunk.size()))) {
+      j.kv_full = true;
+      continue;
+    }
+    b.add(p.seq_, as_draft_tokens(chunk, draft.model().config().n_vocab), std::vector<bool>(chunk.size(), false));
+    fed.push_back({&j, chunk, chunk.size() == todo.size()});
+  }
+  if (b.empty()) return;
+  std::vector<float> logits;
+  draft.forward(b, logits);
+  for (const Fed& f : fed) {
+    std::vector<int32_t>& cached = f.job->proposer->cached_;
+    cached.insert(cached.end(), f.chunk.begin(), f.chunk.end());
+    f.job->fed = f.chunk.size();
+    if (f.completes) f.job->proposer->prefilled_ = true;
   }
 }
 
@@ -84,6 +119,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
   std::vector<Lane> lanes;
   for (Job& j : jobs) {
     j.out = Proposal{};
+    j.kv_full = false;
     if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
     const size_t common = j.proposer->keep_common_prefix(j.context);
     lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}});
@@ -101,6 +137,15 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
                                     logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
     b.clear();
   };
+  // Room in the draft cache for n more positions of a lane, reserved before the lane joins a
+  // pass; without it the lane stops here (keeping what it drafted) and the others go on.
+  auto room = [](Lane& l, size_t n) {
+    SequenceKV& seq = l.job->proposer->seq_;
+    if (seq.reserve(seq.length() + static_cast<int32_t>(n))) return true;
+    l.active = false;
+    l.job->kv_full = true;
+    return false;
+  };
 
   try {
     // Catch-up: feed every lane's new context tokens (chunked), logits for the last one.
@@ -108,8 +153,9 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
       more = false;
       std::vector<Lane*> out;
       for (Lane& l : lanes) {
-        if (l.todo.empty()) continue;
+        if (l.todo.empty() || !l.active) continue;
         const auto chunk = l.todo.first(std::min(kChunk, l.todo.size()));
+        if (!room(l, chunk.size())) continue;
         l.todo = l.todo.subspan(chunk.size());
         const bool last = l.todo.empty();
         std::vector<bool> want(chunk.size(), false);
@@ -120,7 +166,8 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         if (last) out.push_back(&l);
         more = more || !l.todo.empty();
       }
-      run(out);
+      if (!b.empty()) run(out);
+      for (Lane* l : out) l->job->proposer->prefilled_ = true;  // it has read the whole context
     }
     // Draft positions in lockstep: sample from each lane's logits, then one pass for all.
     for (int32_t i = 0;; ++i) {
@@ -154,6 +201,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
           continue;
         }
         const int32_t one[1] = {tok};
+        if (!room(l, 1)) continue;
         b.add(l.job->proposer->seq_, one);
         l.job->proposer->cached_.push_back(tok);
         ++l.job->proposer->forwards_;
@@ -163,8 +211,8 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
       run(out);
     }
   } catch (const KVCacheFull&) {
-    // The draft's cache is full: every lane keeps what it drafted so far (nothing of the
-    // failed pass was written); the target decides as usual.
+    // Not expected (every lane reserved its room first); if it happens anyway, every lane
+    // keeps what it drafted so far (nothing of the failed pass was written).
     b.clear();
     for (Lane& l : lanes) {
       auto& cached = l.job->proposer->cached_;

@@ -5,7 +5,13 @@
 //
 // Several sequences draft together (the server): propose_batch runs them in lockstep, so
 // each draft position costs ONE ragged draft pass for all of them instead of one per
-// sequence. A single propose() is a batch of one: both paths share every line.
+// sequence. A single propose() is a batch of one: both paths share every line. The same
+// holds for the prefill: prefill_batch feeds chunks of several sequences' contexts in one
+// pass (the scheduler's step budget decides how much); prefill() loops it for one.
+//
+// Memory: the draft's cache may run out (it shares one budget with the target's). Each
+// sequence (lane) of a pass gets its blocks or not on its own: a lane that cannot stops
+// there (keeping what it drafted) and says so (kv_full); the other lanes go on.
 #pragma once
 #include <memory>
 #include <vector>
@@ -24,18 +30,31 @@ class ModelProposer final : public Proposer {
   Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
   void reset() override;
   void prefill(std::span<const int32_t> context) override;
+  size_t prefill_pending(std::span<const int32_t> context) const override;
   int64_t forward_passes() const override { return forwards_; }
+  const SequenceKV& kv() const { return seq_; }  // for memory planning
 
   struct Job {
     ModelProposer* proposer;
     std::span<const int32_t> context;
     ProposeOptions opts;
     Rng* rng;
-    Proposal out;  // filled by propose_batch
+    Proposal out;          // filled by propose_batch
+    bool kv_full = false;  // set when the draft's cache had no room for this lane
   };
   // All jobs' proposers must share `draft`. Each job's proposal is exactly what propose()
-  // would have returned for it alone.
+  // would have returned for it alone (unless its lane ran out of cache).
   static void propose_batch(Transformer& draft, std::span<Job> jobs);
+
+  struct PrefillJob {
+    ModelProposer* proposer;
+    std::span<const int32_t> context;
+    size_t max_tokens;     // of its pending prefill to feed in this pass
+    size_t fed = 0;        // set by prefill_batch
+    bool kv_full = false;  // set when the draft's cache had no room for the chunk
+  };
+  // One draft pass feeding up to max_tokens of each job's pending prefill.
+  static void prefill_batch(Transformer& draft, std::span<PrefillJob> jobs);
 
  private:
   // Rolls the draft's cache back to what it shares with `context`, keeping at least the last
@@ -46,6 +65,10 @@ class ModelProposer final : public Proposer {
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order
   int64_t forwards_ = 0;
+  // The prefill is complete (the draft has read all but the last token of some context).
+  // Until then nothing is drafted, so cached_ is a prefix of every context it is given.
+  // Later gaps (plain steps the policy chose) are fed by the drafting pass itself.
+  bool prefilled_ = false;
 };
 
 }  // namespace tandem

@@ -49,7 +49,14 @@ class Proposer {
   // Called once the prompt is processed (its first token sampled): a proposer with a model
   // of its own reads the context now, as its prefill, so that drafting steps cost drafting
   // only (and the speculation policy and the cost metrics see that cost, not a prefill).
+  // The server's scheduler feeds a model draft's prefill in chunks instead (ModelProposer).
   virtual void prefill(std::span<const int32_t> context) { (void)context; }
+  // Context tokens still to be read before drafting, i.e. the prefill not yet done (0 for
+  // model-free proposers, and once the prefill is complete). Steps stay plain meanwhile.
+  virtual size_t prefill_pending(std::span<const int32_t> context) const {
+    (void)context;
+    return 0;
+  }
   // Model forward passes run so far (0 for model-free proposers); for cost metrics.
   virtual int64_t forward_passes() const { return 0; }
 };

@@ -51,6 +51,9 @@ GenerateResult Coordinator::run(std::span<const int32_t> prompt, const GenerateO
     target_.forward(b, logits);
   }
   while (!run.done()) {
+    // Nobody else waits here: the draft reads its context in one go, right after the first
+    // token (and again should its cache have run short).
+    if (run.draft_prefill_pending() > 0) proposer_->prefill(run.committed());
     const auto tokens = run.plan_step(1);
     Batch b;
     b.add_all_logits(run.kv(), tokens);

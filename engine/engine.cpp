@@ -45,6 +45,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<kernels::Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<Transformer> transformer;
   int32_t context = 0;
@@ -119,17 +120,21 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
       throw std::runtime_error("draft model " + opts.draft_model_path + " cannot serve target " + opts.model_path +
                                ": " + why);
   }
-  // One KV budget for both models: each cache holds the same number of token slots.
+  // One KV budget for both models, in bytes (engine/kv_budget.hpp): each cache takes blocks
+  // from it as sequences need them, at its own bytes per token.
   KVCacheOptions kv;
   kv.dtype = parse_kv_type(opts.kv_type);
   size_t per_token = KVCache::bytes_per_token(c, kv.dtype);
   if (impl->draft) per_token += KVCache::bytes_per_token(impl->draft->config(), kv.dtype);
   // Drafts run a few positions past the committed text, hence the slack for one sequence.
-  kv.max_tokens = opts.kv_mem_bytes > 0 ? static_cast<int64_t>(opts.kv_mem_bytes / per_token) : impl->context + 16;
-  if (kv.max_tokens < impl->context + 16)
+  const size_t one_context = static_cast<size_t>(impl->context + 16) * per_token;
+  const size_t budget = opts.kv_mem_bytes > 0 ? opts.kv_mem_bytes : one_context;
+  if (budget < one_context)
     throw std::runtime_error("KV memory budget of " + std::to_string(opts.kv_mem_bytes) + " bytes holds only " +
-                             std::to_string(kv.max_tokens) + " tokens; one full context needs " +
-                             std::to_string((impl->context + 16) * per_token) + " bytes");
+                             std::to_string(budget / per_token) + " tokens; one full context needs " +
+                             std::to_string(one_context) + " bytes");
+  impl->kv_budget = std::make_unique<KVBudget>(budget);
+  kv.budget = impl->kv_budget.get();
   impl->cache = std::make_unique<KVCache>(*impl->backend, c, kv);
   impl->transformer = std::make_unique<Transformer>(*impl->model, *impl->cache);
   if (impl->draft) {
@@ -159,7 +164,7 @@ ModelInfo Engine::info() const {
   i.n_head_kv = c.n_head_kv;
   i.context = impl_->context;
   i.weight_bytes = impl_->model->weight_bytes();
-  i.kv_bytes = impl_->cache->bytes();
+  i.kv_bytes = impl_->kv_budget->total();  // both models' caches together
   i.backend = impl_->backend->name();
   if (impl_->draft) {
     i.draft_path = impl_->opts.draft_model_path;

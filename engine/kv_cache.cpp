@@ -1,22 +1,33 @@
 #include "engine/kv_cache.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 namespace tandem {
 
-BlockAllocator::BlockAllocator(int32_t num_blocks) : refs_(static_cast<size_t>(num_blocks), 0) {
+BlockAllocator::BlockAllocator(int32_t num_blocks, KVBudget* budget, size_t block_bytes)
+    : refs_(static_cast<size_t>(std::max(num_blocks, 0)), 0), budget_(budget), block_bytes_(block_bytes) {
   if (num_blocks <= 0) throw std::invalid_argument("KV cache needs at least one block");
+  if (budget && block_bytes == 0) throw std::invalid_argument("KV blocks drawing on a budget must cost bytes");
   free_.reserve(static_cast<size_t>(num_blocks));
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
 }
 
 int32_t BlockAllocator::allocate() {
   if (free_.empty()) return -1;
+  if (budget_ && !budget_->take(block_bytes_)) return -1;
   const int32_t b = free_.back();
   free_.pop_back();
   refs_[static_cast<size_t>(b)] = 1;
   return b;
+}
+
+int32_t BlockAllocator::num_free() const {
+  const size_t free = free_.size();
+  if (!budget_) return static_cast<int32_t>(free);
+  return static_cast<int32_t>(std::min(free, budget_->available() / block_bytes_));
 }
 
 void BlockAllocator::retain(int32_t block) {
@@ -28,34 +39,50 @@ void BlockAllocator::retain(int32_t block) {
 void BlockAllocator::release(int32_t block) {
   int32_t& r = refs_.at(static_cast<size_t>(block));
   if (r <= 0) throw std::logic_error("double release of KV block " + std::to_string(block));
-  if (--r == 0) free_.push_back(block);
+  if (--r == 0) {
+    free_.push_back(block);
+    if (budget_) budget_->give(block_bytes_);
+  }
 }
 
 size_t KVCache::bytes_per_token(const ModelConfig& c, DType dtype) {
   return 2 * static_cast<size_t>(c.n_layer) * row_bytes(dtype, c.kv_width());
 }
 
-KVCache::KVCache(kernels::Backend& backend, const ModelConfig& config, const KVCacheOptions& opts)
-    : block_size_(opts.block_size),
-      blocks_(opts.num_blocks > 0 ? opts.num_blocks
-                                  : static_cast<int32_t>((opts.max_tokens + opts.block_size - 1) / opts.block_size)) {
+namespace {
+// Blocks of a cache: as asked, or enough for max_tokens, or with a budget the most it could
+// ever hold alone (the budget decides at run time how much of that is used).
+int32_t cache_blocks(const ModelConfig& config, const KVCacheOptions& opts) {
   if (opts.block_size <= 0) throw std::invalid_argument("KV block size must be positive");
   if (opts.dtype != DType::F16 && opts.dtype != DType::F32)
     throw std::invalid_argument("KV cache type must be F16 or F32");
+  if (opts.num_blocks > 0) return opts.num_blocks;
+  if (opts.budget) {
+    const size_t block = KVCache::bytes_per_token(config, opts.dtype) * static_cast<size_t>(opts.block_size);
+    return static_cast<int32_t>(std::min<size_t>(opts.budget->total() / block, INT32_MAX));
+  }
+  return static_cast<int32_t>((opts.max_tokens + opts.block_size - 1) / opts.block_size);
+}
+}  // namespace
+
+KVCache::KVCache(kernels::Backend& backend, const ModelConfig& config, const KVCacheOptions& opts)
+    : block_size_(opts.block_size),
+      blocks_(cache_blocks(config, opts), opts.budget,
+              bytes_per_token(config, opts.dtype) * static_cast<size_t>(std::max(opts.block_size, 0))) {
   const int64_t slots = int64_t{blocks_.num_total()} * block_size_;
   const size_t layer_bytes = row_bytes(opts.dtype, config.kv_width()) * static_cast<size_t>(slots);
   bytes_ = 2 * layer_bytes * static_cast<size_t>(config.n_layer);
-  buffer_ = backend.alloc(bytes_);
+  // Zeroed memory that is not touched here: a cache sharing a budget is reserved far larger
+  // than it may ever use (kv_budget.hpp). Unwritten slots are never read (attention stops at
+  // each query's position), but zeros keep a bug from turning into NaNs that depend on old
+  // memory.
+  buffer_ = backend.alloc_zeroed(bytes_);
   layers_.resize(static_cast<size_t>(config.n_layer));
   for (int il = 0; il < config.n_layer; ++il) {
     const size_t base = 2 * layer_bytes * static_cast<size_t>(il);
     layers_[il].k = kernels::make_tensor(buffer_.get(), opts.dtype, config.kv_width(), slots, base);
     layers_[il].v = kernels::make_tensor(buffer_.get(), opts.dtype, config.kv_width(), slots, base + layer_bytes);
   }
-  // Unwritten slots are never read (attention stops at each query's position), but zeroing
-  // keeps a bug from turning into NaNs that depend on old memory.
-  backend.fill_zero(kernels::make_tensor(buffer_.get(), DType::F32,
-                                         static_cast<int64_t>(bytes_ / 4)));
 }
 
 bool SequenceKV::reserve(int32_t n) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/kv_budget.hpp"
 #include "engine/model_config.hpp"
 #include "kernels/backend.hpp"
 
@@ -14,28 +15,36 @@ namespace tandem {
 
 // Host-side bookkeeping of which blocks are in use. Blocks are reference-counted so that
 // several sequences can share a block (prefix sharing); a block returns to the free list
-// when its last user releases it.
+// when its last user releases it. With a budget (kv_budget.hpp), every block in use also
+// holds block_bytes of it, so two allocators can share one memory budget.
 class BlockAllocator {
  public:
-  explicit BlockAllocator(int32_t num_blocks);
-  // A block with one reference, or -1 when none is free.
+  explicit BlockAllocator(int32_t num_blocks, KVBudget* budget = nullptr, size_t block_bytes = 0);
+  // A block with one reference, or -1 when none is free (or the budget is spent).
   int32_t allocate();
   void retain(int32_t block);
   void release(int32_t block);
   int32_t ref_count(int32_t block) const { return refs_.at(static_cast<size_t>(block)); }
-  int32_t num_free() const { return static_cast<int32_t>(free_.size()); }
+  // Blocks allocate() could hand out now: free ones, as far as the budget still covers them.
+  int32_t num_free() const;
+  int32_t num_used() const { return num_total() - static_cast<int32_t>(free_.size()); }
   int32_t num_total() const { return static_cast<int32_t>(refs_.size()); }
+  const KVBudget* budget() const { return budget_; }
+  size_t block_bytes() const { return block_bytes_; }
 
  private:
   std::vector<int32_t> free_;  // stack: recently freed blocks are reused first (warm in cache)
   std::vector<int32_t> refs_;
+  KVBudget* budget_;
+  size_t block_bytes_;
 };
 
 struct KVCacheOptions {
   int32_t block_size = 16;  // token slots per block
-  int32_t num_blocks = 0;   // 0 → enough for max_tokens
+  int32_t num_blocks = 0;   // 0 → enough for max_tokens, or with a budget, the most it could hold
   int64_t max_tokens = 4096;
   DType dtype = DType::F16;  // F16 or F32
+  KVBudget* budget = nullptr;  // shared with another cache; must outlive this one
 };
 
 // Storage of all layers of one model's cache on the backend.
@@ -46,7 +55,9 @@ class KVCache {
   BlockAllocator& blocks() { return blocks_; }
   const BlockAllocator& blocks() const { return blocks_; }
   int32_t block_size() const { return block_size_; }
-  size_t bytes() const { return bytes_; }
+  // Bytes of one block (block_size token slots of every layer): what it costs the budget.
+  size_t block_bytes() const { return blocks_.block_bytes(); }
+  size_t bytes() const { return bytes_; }  // the reserve: num_total blocks
   // Bytes of cache one token slot takes across all layers (for memory budgets).
   static size_t bytes_per_token(const ModelConfig& config, DType dtype);
 

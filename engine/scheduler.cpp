@@ -34,6 +34,17 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 int32_t blocks_for(int32_t positions, int32_t block_size) { return (positions + block_size - 1) / block_size; }
 
+// Blocks a sequence's cache must add to hold `positions` positions.
+size_t extra_blocks(const SequenceKV& kv, int32_t positions) {
+  return static_cast<size_t>(
+      std::max(0, blocks_for(positions, kv.cache().block_size()) - static_cast<int32_t>(kv.block_table().size())));
+}
+
+void moving_average(double& v, double x) {
+  constexpr double kWeight = 0.2;  // of the newest step
+  v = v == 0.0 ? x : (1 - kWeight) * v + kWeight * x;
+}
+
 }  // namespace
 
 struct Scheduler::Impl {
@@ -65,17 +76,23 @@ struct Scheduler::Impl {
 
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
-  // Step time model for max_step_ms (scheduler thread only): a step of d decode tokens and
-  // p prompt tokens takes about base_ms + p * prompt_ms. Moving averages of what steps took.
-  double base_ms = 0.0, prompt_ms = 0.0;
+  // Step time model for max_step_ms (scheduler thread only): a step of d decode tokens, p
+  // prompt tokens and q draft prefill tokens takes about base_ms + p * prompt_ms +
+  // q * draft_prompt_ms. Moving averages of what steps took (the draft's prefill is a pass of
+  // its own, timed alone).
+  double base_ms = 0.0, prompt_ms = 0.0, draft_prompt_ms = 0.0;
   void observe_step(double ms, int32_t prompt_tokens);
-  int32_t prompt_budget_by_time() const;
+  void observe_draft_prefill(double ms, int32_t tokens);
+  int32_t prompt_budget_by_time(double spent_ms) const;
+  int32_t draft_prefill_budget_by_time(bool share) const;
 
   Impl(Engine& e, const SchedulerOptions& o) : engine(e), parts(EngineAccess::parts(e)), opts(o) {
     if (o.prefix_cache)
       prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
   }
   void update_kv_stats();
+  size_t draft_need(Entry& e) const;
+  double draft_prefill(const std::vector<Entry*>& lanes, bool share);
 
   void loop();
   bool admit_and_step();
@@ -88,19 +105,34 @@ struct Scheduler::Impl {
 // ---- step time model ------------------------------------------------------------------------
 
 void Scheduler::Impl::observe_step(double ms, int32_t prompt_tokens) {
-  constexpr double kWeight = 0.2;  // of the newest step
-  auto ema = [&](double& v, double x) { v = v == 0.0 ? x : (1 - kWeight) * v + kWeight * x; };
   if (prompt_tokens == 0) {
-    ema(base_ms, ms);
+    moving_average(base_ms, ms);
   } else if (prompt_tokens >= 4) {  // a few tokens say little about the per-token cost
-    ema(prompt_ms, std::max(0.0, ms - base_ms) / prompt_tokens);
+    moving_average(prompt_ms, std::max(0.0, ms - base_ms) / prompt_tokens);
   }
 }
 
-int32_t Scheduler::Impl::prompt_budget_by_time() const {
+void Scheduler::Impl::observe_draft_prefill(double ms, int32_t tokens) {
+  // The pass's fixed cost is shared out over its tokens: small chunks look dearer per
+  // token, which errs on the side of short steps.
+  if (tokens >= 4) moving_average(draft_prompt_ms, ms / tokens);
+}
+
+// Target prompt tokens that fit this step's time, after `spent_ms` of draft prefill.
+int32_t Scheduler::Impl::prompt_budget_by_time(double spent_ms) const {
   if (opts.max_step_ms <= 0 || prompt_ms <= 0.0) return INT32_MAX;  // no limit, or nothing measured yet
-  const double tokens = (opts.max_step_ms - base_ms) / prompt_ms;
+  const double tokens = (opts.max_step_ms - base_ms - spent_ms) / prompt_ms;
   return std::max(opts.min_prefill_tokens, static_cast<int32_t>(std::min<double>(tokens, INT32_MAX / 2)));
+}
+
+// Draft prefill tokens that fit this step's time: all the room, or half of it when target
+// prompts wait too (share). Until a draft pass has been timed, the target's per-token cost
+// stands in (a draft is the smaller model).
+int32_t Scheduler::Impl::draft_prefill_budget_by_time(bool share) const {
+  const double per_token = draft_prompt_ms > 0.0 ? draft_prompt_ms : prompt_ms;
+  if (opts.max_step_ms <= 0 || per_token <= 0.0) return INT32_MAX;
+  const double room = (opts.max_step_ms - base_ms) * (share ? 0.5 : 1.0);
+  return std::max(opts.min_prefill_tokens, static_cast<int32_t>(std::min<double>(room / per_token, INT32_MAX / 2)));
 }
 
 // ---- public surface ----------------------------------------------------------------------
@@ -109,7 +141,11 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::
   if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0 ||
       opts.max_step_ms < 0 || opts.min_prefill_tokens <= 0)
     throw std::invalid_argument("scheduler: limits must be positive");
-  impl_->stats.kv_blocks_total = impl_->parts.target.cache().blocks().num_total();
+  const BlockAllocator& blocks = impl_->parts.target.cache().blocks();
+  if (!blocks.budget() || (impl_->parts.draft && impl_->parts.draft->cache().blocks().budget() != blocks.budget()))
+    throw std::invalid_argument("scheduler: the KV caches must share one budget");
+  impl_->stats.kv_blocks_total = blocks.num_total();
+  impl_->stats.kv_bytes_total = static_cast<int64_t>(blocks.budget()->total());
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
 
@@ -203,7 +239,9 @@ void Scheduler::Impl::loop() {
 void Scheduler::Impl::update_kv_stats() {
   const BlockAllocator& blocks = parts.target.cache().blocks();
   std::lock_guard<std::mutex> lk(mu);
-  stats.kv_blocks_used = blocks.num_total() - blocks.num_free();
+  stats.kv_blocks_used = blocks.num_used();
+  stats.draft_kv_blocks_used = parts.draft ? parts.draft->cache().blocks().num_used() : 0;
+  stats.kv_bytes_used = static_cast<int64_t>(blocks.budget()->used());
   stats.running = static_cast<int64_t>(running.size());
 }
 
@@ -320,19 +358,82 @@ void Scheduler::Impl::preempt_youngest() {
   queue.push_front(std::move(e));
 }
 
+// Draft cache bytes the next step of `e` may take: the next chunk of its draft's prefill,
+// or room for k drafts (draft_max: the policy may choose fewer). 0 when it does not draft.
+size_t Scheduler::Impl::draft_need(Entry& e) const {
+  const SpeculativeOptions& so = e.req.opts.speculative;
+  if (so.mode != DraftMode::Model || so.draft_max <= 0 || e.run->done() || e.run->prefilling() ||
+      e.run->result().tokens.empty())  // its first step is plain
+    return 0;
+  const SequenceKV& kv = static_cast<const ModelProposer*>(e.run->proposer())->kv();
+  const size_t pending = e.run->draft_prefill_pending();
+  int32_t positions;
+  if (pending > 0) {
+    const int32_t chunk = std::min({opts.prefill_chunk, opts.max_batch_tokens, draft_prefill_budget_by_time(false)});
+    positions = kv.length() + static_cast<int32_t>(std::min<size_t>(pending, static_cast<size_t>(chunk)));
+  } else {
+    // The catch-up feeds the whole context, then k - 1 drafts are fed for the next ones.
+    positions = static_cast<int32_t>(e.run->committed().size()) + so.draft_max - 1;
+  }
+  return extra_blocks(kv, positions) * kv.cache().block_bytes();
+}
+
+// The draft's prefill for the sequences whose draft is catching up (they decode plainly this
+// step): one ragged draft pass, chunks cut like the target's prompt chunks (per sequence at
+// most prefill_chunk; in all at most max_batch_tokens and what max_step_ms leaves, half of it
+// when target prompts wait too). Returns the pass's time.
+double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool share) {
+  if (lanes.empty()) return 0.0;
+  const int32_t by_time = draft_prefill_budget_by_time(share);
+  int32_t left = std::min(opts.max_batch_tokens, by_time);
+  int64_t wanted = 0;
+  std::vector<ModelProposer::PrefillJob> jobs;
+  for (Entry* e : lanes) {
+    const int32_t want =
+        static_cast<int32_t>(std::min<size_t>(e->run->draft_prefill_pending(), static_cast<size_t>(opts.prefill_chunk)));
+    wanted += want;
+    const int32_t n = std::min(want, left);
+    if (n <= 0) continue;
+    jobs.push_back({static_cast<ModelProposer*>(e->run->proposer()), e->run->committed(), static_cast<size_t>(n)});
+    left -= n;
+  }
+  const auto t0 = Clock::now();
+  ModelProposer::prefill_batch(*parts.draft, jobs);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  int64_t fed = 0, full = 0;
+  for (const auto& j : jobs) {
+    fed += static_cast<int64_t>(j.fed);
+    full += j.kv_full ? 1 : 0;
+  }
+  if (fed > 0) observe_draft_prefill(ms, static_cast<int32_t>(fed));
+  std::lock_guard<std::mutex> lk(mu);
+  stats.draft_prefill_tokens_total += fed;
+  stats.draft_prefill_max_step_tokens = std::max(stats.draft_prefill_max_step_tokens, fed);
+  if (by_time < std::min<int64_t>(wanted, opts.max_batch_tokens)) ++stats.steps_draft_prefill_time_limited;
+  stats.draft_kv_full += full;
+  return ms;
+}
+
 bool Scheduler::Impl::admit_and_step() {
   KVCache& cache = parts.target.cache();
-  const int32_t bs = cache.block_size();
-  auto extra_blocks = [&](Entry& e, int32_t positions) {
-    return std::max(0, blocks_for(positions, bs) - static_cast<int32_t>(e.run->kv().block_table().size()));
-  };
-  // What every running sequence needs for its next step (prefill chunks bounded).
-  auto step_need = [&](Entry& e) {
+  const KVBudget& kv_budget = *cache.blocks().budget();
+  const size_t target_block = cache.block_bytes();
+  // Target positions the next step of a sequence needs (prefill chunks bounded).
+  auto target_positions = [&](Entry& e) {
     if (e.run->prefilling()) {
       const int32_t chunk = std::min<int32_t>(opts.prefill_chunk, static_cast<int32_t>(e.run->prefill_todo().size()));
-      return extra_blocks(e, e.run->kv().length() + chunk);
+      return e.run->kv().length() + chunk;
     }
-    return extra_blocks(e, e.run->next_step_positions());
+    return e.run->next_step_positions();
+  };
+  auto target_need = [&](Entry& e) { return extra_blocks(e.run->kv(), target_positions(e)) * target_block; };
+  // What a running sequence's next step needs of the one budget: target and draft blocks.
+  auto step_need = [&](Entry& e) { return target_need(e) + draft_need(e); };
+  // Whether `need` bytes are free, once prefix-cache blocks nobody uses are evicted for it.
+  auto fits = [&](size_t need) {
+    if (prefix && need > kv_budget.available())
+      prefix->evict(static_cast<int32_t>((need - kv_budget.available() + target_block - 1) / target_block));
+    return need <= kv_budget.available();
   };
 
   // Admission: oldest first, while the pool can hold the newcomer's first chunk on top of
@@ -355,6 +456,7 @@ bool Scheduler::Impl::admit_and_step() {
       // Reuse cached KV of the longest shared prefix; the pending token is never cached.
       const auto& c = e->run->committed();
       const auto todo = std::span<const int32_t>(c).first(c.size() - 1);
+      const int32_t bs = cache.block_size();
       auto blocks = prefix->lookup(todo, static_cast<int32_t>(todo.size()) / bs);
       if (!blocks.empty()) {
         std::lock_guard<std::mutex> lk(mu);
@@ -363,10 +465,13 @@ bool Scheduler::Impl::admit_and_step() {
       e->published_blocks = static_cast<int32_t>(blocks.size());
       e->run->kv().adopt_prefix(std::move(blocks));
     }
-    int32_t need = step_need(*e);
+    size_t need = step_need(*e);
     for (auto& r : running) need += step_need(*r);
-    if (prefix && need > cache.blocks().num_free()) prefix->evict(need - cache.blocks().num_free());
-    if (need > cache.blocks().num_free() && !running.empty()) {
+    if (!fits(need) && !running.empty()) {
+      // A waiting request holds no memory: the prefix blocks it adopted go back (it looks
+      // them up again when admitted).
+      e->run->kv().clear();
+      e->published_blocks = 0;
       std::lock_guard<std::mutex> lk(mu);
       queue.push_front(std::move(e));
       break;
@@ -375,23 +480,28 @@ bool Scheduler::Impl::admit_and_step() {
   }
   if (running.empty()) return false;
 
-  // Preempt until this step fits. A lone sequence that still does not fit has used up the
-  // whole KV budget: it ends with finish reason "length", as at the context limit.
+  // Preempt until this step fits, target and draft needs together. A lone sequence's target
+  // step must fit (its draft takes what is left, decoding plainly without room); if it does
+  // not, it has used up the whole KV budget and ends with finish reason "length", as at the
+  // context limit.
   for (;;) {
-    int32_t need = 0;
+    size_t need = 0;
     for (auto& r : running) need += step_need(*r);
-    if (prefix && need > cache.blocks().num_free()) prefix->evict(need - cache.blocks().num_free());
-    if (need <= cache.blocks().num_free()) break;
+    if (fits(need)) break;
     if (running.size() > 1) {
       preempt_youngest();
       continue;
     }
+    if (fits(target_need(*running.front()))) break;
     std::unique_ptr<Entry> e = std::move(running.front());
     running.clear();
     e->run->finish(FinishReason::Length);
     retire(std::move(e), "");
     return false;
   }
+  // The target's blocks for this step are taken now, so that the draft passes below can only
+  // use what is left (finish_step gives back what rejected drafts do not need).
+  for (auto& r : running) r->run->kv().reserve(target_positions(*r));
 
   // One ragged target pass: decode steps first (latency), then prompt chunks up to the
   // token budget.
@@ -406,10 +516,12 @@ bool Scheduler::Impl::admit_and_step() {
   std::vector<ModelProposer::Job> jobs;
   std::vector<Entry*> job_owner;
   std::vector<Entry*> deciding;
+  std::vector<Entry*> draft_catching_up;  // decoding plainly while their draft reads the context
   for (auto& r : running) {
     if (r->run->prefilling()) continue;
     deciding.push_back(r.get());
     const int32_t k = r->run->choose_k(n_decode);
+    if (r->run->draft_prefill_pending() > 0) draft_catching_up.push_back(r.get());
     if (k > 0 && r->req.opts.speculative.mode == DraftMode::Model) {
       jobs.push_back({static_cast<ModelProposer*>(r->run->proposer()), r->run->committed(),
                       r->run->propose_options(k), &r->run->rng(), {}});
@@ -431,7 +543,12 @@ bool Scheduler::Impl::admit_and_step() {
     const double each = std::chrono::duration<double, std::milli>(Clock::now() - td).count() / double(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i)
       job_owner[i]->run->set_proposal(std::move(jobs[i].out), each, jobs[i].proposer->forward_passes() - f0[i]);
+    const auto full = std::count_if(jobs.begin(), jobs.end(), [](const auto& j) { return j.kv_full; });
+    std::lock_guard<std::mutex> lk(mu);
+    stats.draft_kv_full += full;
   }
+  const bool prompts_wait = std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); });
+  const double draft_prefill_ms = draft_prefill(draft_catching_up, prompts_wait);
   for (Entry* e : deciding) {
     const auto tokens = e->run->step_tokens();
     batch.add_all_logits(e->run->kv(), tokens);
@@ -439,10 +556,10 @@ bool Scheduler::Impl::admit_and_step() {
     decoders.emplace_back(e, tokens.size());
   }
   // With streams decoding, their latency bounds the prompt work of the step.
-  const int32_t by_time = deciding.empty() ? INT32_MAX : prompt_budget_by_time();
+  const int32_t by_time = deciding.empty() ? INT32_MAX : prompt_budget_by_time(draft_prefill_ms);
   if (by_time < budget) {
     budget = by_time;
-    if (std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); })) {
+    if (prompts_wait) {
       std::lock_guard<std::mutex> lk(mu);
       ++stats.steps_prefill_time_limited;
     }

@@ -2,9 +2,13 @@
 // A dedicated thread runs steps; each step admits waiting requests (memory permitting),
 // drafts for every speculating sequence, runs ONE ragged target pass over all sequences'
 // pending+draft tokens plus chunks of new prompts, verifies each sequence, commits, streams
-// text out and retires finished sequences at once. When KV blocks run out, the youngest
-// running sequence is preempted (its blocks freed, its request re-queued at the front; it
-// is recomputed later from prompt + output so far, and its stream continues seamlessly).
+// text out and retires finished sequences at once. A draft model reads each sequence's
+// context (its prefill) the same way: in chunks, one ragged draft pass per step for every
+// sequence catching up, within the step budget; those sequences decode plainly meanwhile.
+// Both models' caches draw from one byte budget (engine/kv_budget.hpp). When it runs out,
+// the youngest running sequence is preempted (its blocks freed, its request re-queued at
+// the front; it is recomputed later from prompt + output so far, and its stream continues
+// seamlessly).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -26,7 +30,9 @@ struct SchedulerOptions {
   // While sequences are decoding, prompt chunks are cut so that a step is predicted to take at
   // most this long: it is their inter-token latency, and a CPU prefills only tens of tokens
   // per second on a 1.5B model (a 1024-token chunk would stall every stream for seconds).
-  // At least min_prefill_tokens per step keep prompts moving. 0 = token budgets only.
+  // The draft model's prefill chunks count too (at most half of the room while prompts wait).
+  // At least min_prefill_tokens per step (of each kind) keep prompts moving. 0 = token
+  // budgets only.
   double max_step_ms = 250.0;
   int32_t min_prefill_tokens = 16;
   bool prefix_cache = true;       // share full KV blocks of identical prefixes between requests
@@ -63,9 +69,17 @@ struct Histogram {
 struct SchedulerStats {
   int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   int64_t queue_length = 0, running = 0, preemptions = 0;
+  // Target cache blocks in use, and the most it could hold (all of the budget).
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
+  // The one KV budget of both models (--kv-mem): bytes in use and in all; draft blocks in use.
+  int64_t kv_bytes_used = 0, kv_bytes_total = 0, draft_kv_blocks_used = 0;
+  // Sequence-steps whose draft could not get cache blocks (that sequence decoded plainly).
+  int64_t draft_kv_full = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps = 0;
   int64_t steps_prefill_time_limited = 0;  // steps whose prompt chunks max_step_ms cut short
+  // The draft model's prefills: tokens fed, steps whose chunks max_step_ms cut short, and the
+  // most tokens fed in one step.
+  int64_t draft_prefill_tokens_total = 0, steps_draft_prefill_time_limited = 0, draft_prefill_max_step_tokens = 0;
   SpeculativeMetrics speculative;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

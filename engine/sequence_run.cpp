@@ -62,6 +62,11 @@ std::span<const int32_t> SequenceRun::prefill_todo() const {
   return std::span<const int32_t>(committed_).subspan(have, want - have);
 }
 
+size_t SequenceRun::draft_prefill_pending() const {
+  if (!speculate_ || done_ || res_.tokens.empty() || prefilling()) return 0;
+  return proposer_->prefill_pending(committed_);
+}
+
 int32_t SequenceRun::next_step_positions() const {
   if (prefilling()) return static_cast<int32_t>(committed_.size()) - 1;
   return kv_.length() + 1 + (speculate_ ? opts_.speculative.draft_max : 0);
@@ -74,14 +79,15 @@ int32_t SequenceRun::choose_k(int32_t batch_size) {
   const int32_t room = context_ - kv_.length() - 1;
   const int32_t budget = opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()) - 1;
   // The first step (the prompt's last token) is plain: the first token goes out without
-  // waiting for the draft to read the prompt, which it does right after (finish_step).
-  const bool first = res_.tokens.empty();
-  step_k_max_ = speculate_ && !first ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
+  // waiting for the draft to read the prompt, which it does right after (its prefill, fed by
+  // the caller: draft_prefill_pending). Steps stay plain until the draft has caught up.
+  const bool plain = res_.tokens.empty() || draft_prefill_pending() > 0;
+  step_k_max_ = speculate_ && !plain ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
   const int32_t k = step_k_max_ > 0 ? std::clamp(policy_->choose_k({step_k_max_, batch_size,
                                                                     static_cast<int32_t>(committed_.size())}),
                                                  0, step_k_max_)
                                     : 0;
-  if (speculate_ && !first) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
+  if (speculate_ && !plain) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
   return k;
 }
 
@@ -190,11 +196,7 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     res_.finish = FinishReason::Length;
     more = false;
   }
-  if (!more) {
-    close_output();
-  } else if (first && proposer_ && speculate_) {
-    proposer_->prefill(committed_);  // the draft model's prefill, after the first token is out
-  }
+  if (!more) close_output();
 }
 
 bool SequenceRun::commit(int32_t token) {

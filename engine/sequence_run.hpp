@@ -63,6 +63,10 @@ class SequenceRun {
   void finish(FinishReason r);
   // KV positions the next step needs in total (for admission and preemption decisions).
   int32_t next_step_positions() const;
+  // Context tokens the draft has still to read, once the first token is out (and again after
+  // preemption): its prefill, which the caller feeds (Proposer::prefill, or the scheduler's
+  // batched chunks). Decode steps are plain (k = 0) until it is 0.
+  size_t draft_prefill_pending() const;
 
  private:
   bool commit(int32_t token);  // false once the output is over

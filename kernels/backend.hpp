@@ -81,6 +81,12 @@ class Backend {
 
   // ---- memory ------------------------------------------------------------------------
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Zero-filled memory that may be far larger than what gets used (a KV cache reserved at
+  // the most it could hold under a budget shared with another cache: engine/kv_budget.hpp).
+  // It must cost nothing until used: the CPU backend maps fresh anonymous pages (zero,
+  // resident only once touched); a device backend reserves address space and maps
+  // physical memory as it is used.
+  virtual std::unique_ptr<Buffer> alloc_zeroed(size_t bytes) = 0;
   // A read-only buffer over host memory that outlives it (mmapped weights). The CPU
   // backend reads it in place; a device backend copies it into device memory.
   virtual std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) = 0;

@@ -1,5 +1,8 @@
 // Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "engine/kv_cache.hpp"
 #include "kernels/backend.hpp"
@@ -98,6 +101,105 @@ TEST(KVCache, SizesFollowTheModel) {
   EXPECT_EQ(cache.blocks().num_total(), 7);
   EXPECT_EQ(cache.bytes(), KVCache::bytes_per_token(tiny_config(), DType::F16) * 7 * 16);
   EXPECT_EQ(KVCache::bytes_per_token(tiny_config(), DType::F16), 2u * 2 * 16 * 2);
+}
+
+// Resident memory of this process (Linux: /proc/self/statm).
+size_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A cache may be reserved at the most it could ever hold (it shares a budget with another
+// cache): constructing it must not touch that memory. Fresh anonymous pages are zero
+// already; zero-filling them would make the whole reserve resident.
+TEST(KVCache, ConstructionDoesNotTouchTheReserve) {
+  auto be = kernels::make_cpu_backend(1);
+  KVCacheOptions o;
+  o.block_size = 16;
+  o.num_blocks = 131072;  // 256 MiB at 128 bytes per token
+  const size_t before = resident_bytes();
+  KVCache cache(*be, tiny_config(), o);
+  ASSERT_EQ(cache.bytes(), size_t{256} << 20);
+  EXPECT_LT(resident_bytes() - before, size_t{32} << 20);
+  // ... and it reads as zero.
+  std::vector<uint16_t> row(16, 1);
+  const kernels::Tensor& k = cache.layer(1).k;
+  be->download(row.data(), k.slice_rows(70000, 1), row.size() * sizeof(uint16_t));
+  EXPECT_EQ(row, std::vector<uint16_t>(16, 0));
+}
+
+// Two caches of different bytes per token (a target and a one-layer draft) draw on one
+// byte budget: blocks in use never cost more than it, and either's blocks reduce what the
+// other can take.
+TEST(KVBudget, BothCachesDrawFromOneByteBudget) {
+  auto be = kernels::make_cpu_backend(1);
+  ModelConfig draft_config = tiny_config();
+  draft_config.n_layer = 1;
+  const size_t target_block = KVCache::bytes_per_token(tiny_config(), DType::F16) * 4;
+  const size_t draft_block = KVCache::bytes_per_token(draft_config, DType::F16) * 4;
+  ASSERT_EQ(target_block, 2 * draft_block);
+  KVBudget budget(10 * target_block);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.budget = &budget;
+  KVCache target(*be, tiny_config(), o), draft(*be, draft_config, o);
+  // Each reserved at the most it could hold alone; the budget decides what is used.
+  EXPECT_EQ(target.blocks().num_total(), 10);
+  EXPECT_EQ(draft.blocks().num_total(), 20);
+  EXPECT_EQ(target.block_bytes(), target_block);
+  SequenceKV t(target), d(draft);
+  ASSERT_TRUE(t.reserve(4 * 4));
+  EXPECT_EQ(budget.used(), 4 * target_block);
+  EXPECT_EQ(draft.blocks().num_free(), 12);  // the 6 target blocks' bytes left
+  EXPECT_FALSE(d.reserve(13 * 4));
+  EXPECT_TRUE(d.block_table().empty());
+  ASSERT_TRUE(d.reserve(12 * 4));
+  EXPECT_EQ(budget.used(), budget.total());
+  EXPECT_EQ(target.blocks().num_free(), 0);
+  EXPECT_EQ(target.blocks().allocate(), -1);  // free block ids, but no bytes
+  EXPECT_FALSE(t.reserve(5 * 4));
+  d.truncate(2 * 4);  // 10 draft blocks back: room for 5 target blocks
+  EXPECT_EQ(target.blocks().num_free(), 5);
+  EXPECT_EQ(draft.blocks().num_used(), 2);
+  EXPECT_TRUE(t.reserve(9 * 4));
+  EXPECT_FALSE(t.reserve(10 * 4));
+  t.clear();
+  d.clear();
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(KVBudget, UsedNeverExceedsTheBudgetUnderChurn) {
+  auto be = kernels::make_cpu_backend(1);
+  ModelConfig draft_config = tiny_config();
+  draft_config.n_layer = 1;
+  KVBudget budget(KVCache::bytes_per_token(tiny_config(), DType::F16) * 2 * 37);  // not a whole number of blocks
+  KVCacheOptions o;
+  o.block_size = 2;
+  o.budget = &budget;
+  KVCache target(*be, tiny_config(), o), draft(*be, draft_config, o);
+  std::vector<std::unique_ptr<SequenceKV>> seqs;
+  for (int i = 0; i < 6; ++i) seqs.push_back(std::make_unique<SequenceKV>(i % 2 ? draft : target));
+  uint32_t x = 12345;
+  int refused = 0;
+  for (int step = 0; step < 2000; ++step) {
+    x = x * 1664525u + 1013904223u;
+    SequenceKV& s = *seqs[(x >> 8) % seqs.size()];
+    const int32_t n = static_cast<int32_t>((x >> 16) % 40);
+    if ((x >> 28) % 3 == 0) {
+      s.truncate(n);
+    } else if (!s.reserve(n)) {
+      ++refused;
+    }
+    const size_t used = static_cast<size_t>(target.blocks().num_used()) * target.block_bytes() +
+                        static_cast<size_t>(draft.blocks().num_used()) * draft.block_bytes();
+    ASSERT_EQ(budget.used(), used) << step;
+    ASSERT_LE(budget.used(), budget.total()) << step;
+  }
+  EXPECT_GT(refused, 0);  // the budget did bind
+  seqs.clear();
+  EXPECT_EQ(budget.used(), 0u);
 }
 
 }  // namespace

@@ -426,6 +426,12 @@ TEST(MetricsText, Exposition) {
   s.preemptions = 5;
   s.kv_blocks_used = 25;
   s.kv_blocks_total = 100;
+  s.draft_kv_blocks_used = 40;
+  s.kv_bytes_used = 1024;
+  s.kv_bytes_total = 4096;
+  s.draft_kv_full = 6;
+  s.draft_prefill_tokens_total = 321;
+  s.steps_draft_prefill_time_limited = 9;
   s.prompt_tokens_total = 1234;
   s.generated_tokens_total = 567;
   s.speculative.drafts = 8;
@@ -458,7 +464,13 @@ TEST(MetricsText, Exposition) {
   has("tandem_preemptions_total 5");
   has("tandem_kv_blocks_used 25");
   has("tandem_kv_blocks_total 100");
+  has("tandem_draft_kv_blocks_used 40");
+  has("tandem_kv_bytes_used 1024");
+  has("tandem_kv_bytes_total 4096");
   has("tandem_kv_usage_ratio 0.25");
+  has("tandem_draft_kv_full_total 6");
+  has("tandem_draft_prefill_tokens_total 321");
+  has("tandem_scheduler_steps_draft_prefill_time_limited_total 9");
   has("tandem_prompt_tokens_total 1234");
   has("tandem_generation_tokens_total 567");
   has("# TYPE tandem_time_to_first_token_seconds histogram");

@@ -60,8 +60,10 @@ struct Outcome {
   std::string streamed;
 };
 
-// Submits all requests at once and waits for every on_done.
-std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vector<int32_t>, GenerateOptions>>& reqs) {
+// Submits all requests at once and waits for every on_done; `each_token` (if set) runs on
+// the scheduler thread at every streamed piece.
+std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vector<int32_t>, GenerateOptions>>& reqs,
+                             const std::function<void()>& each_token = {}) {
   std::vector<Outcome> out(reqs.size());
   std::mutex mu;
   std::condition_variable cv;
@@ -70,8 +72,9 @@ std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vect
     ServeRequest r;
     r.prompt = reqs[i].first;
     r.opts = reqs[i].second;
-    r.on_text = [&out, i](std::string_view t, int32_t) {
+    r.on_text = [&out, i, &each_token](std::string_view t, int32_t) {
       out[i].streamed += t;
+      if (each_token) each_token();
       return true;
     };
     r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
@@ -109,6 +112,8 @@ TEST(Scheduler, GreedyOutputDoesNotDependOnBatching) {
     const auto st = s.stats();
     EXPECT_EQ(st.requests_finished, 16);
     EXPECT_EQ(st.kv_blocks_used, 0);
+    EXPECT_EQ(st.draft_kv_blocks_used, 0);
+    EXPECT_EQ(st.kv_bytes_used, 0);
   }
 }
 
@@ -291,6 +296,149 @@ TEST(Scheduler, ShutdownWithoutDrainCancelsEverything) {
   }
   EXPECT_EQ(cancelled + finished, 6);
   EXPECT_GT(cancelled, 0);
+}
+
+// Issue 12, bug 4: a draft-model request's draft reads its prompt the way the target does:
+// in chunks spread over steps (one batched draft pass for every sequence catching up),
+// within max_step_ms, while that sequence decodes plainly; not whole inside one step,
+// stalling every stream. A limit of 0 cuts nothing. Outputs are unchanged.
+TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
+  auto e = load(4 << 20);
+  const auto short_prompt = prompt_of(6, 1), long_prompt = prompt_of(60, 78);
+  const auto alone_short = e->generate_tokens(short_prompt, greedy(60, DraftMode::None));
+  const auto alone_long = e->generate_tokens(long_prompt, greedy(60, DraftMode::None));
+  for (double limit : {0.0, 1e-6}) {
+    SchedulerOptions so;
+    so.max_step_ms = limit;
+    so.min_prefill_tokens = 4;
+    Scheduler s(*e, so);
+    std::mutex mu;
+    std::condition_variable cv;
+    int short_pieces = 0, done = 0;
+    GenerateResult got_short, got_long;
+    auto submit = [&](const std::vector<int32_t>& prompt, GenerateResult& into, bool count) {
+      ServeRequest r;
+      r.prompt = prompt;
+      r.opts = greedy(60, DraftMode::Model);
+      r.on_text = [&, count](std::string_view, int32_t) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (count) ++short_pieces;
+        cv.notify_all();
+        return true;
+      };
+      r.on_done = [&](const GenerateResult& res, const std::string&) {
+        std::lock_guard<std::mutex> lk(mu);
+        into = res;
+        ++done;
+        cv.notify_all();
+      };
+      ASSERT_EQ(s.submit(std::move(r)).status, SubmitStatus::Ok);
+    };
+    submit(short_prompt, got_short, true);
+    {
+      // The long request arrives while the short one is decoding (its draft has read its prompt).
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return short_pieces >= 4; }));
+    }
+    submit(long_prompt, got_long, false);
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == 2; }));
+    }
+    s.shutdown(true);
+    EXPECT_EQ(got_short.tokens, alone_short.tokens) << "limit " << limit;
+    EXPECT_EQ(got_long.tokens, alone_long.tokens) << "limit " << limit;
+    EXPECT_GT(got_long.speculative.drafted_tokens, 0) << "the long request's draft never caught up";
+    const auto st = s.stats();
+    // Each draft read its whole prompt (and what its sequence committed meanwhile).
+    EXPECT_GE(st.draft_prefill_tokens_total, static_cast<int64_t>(short_prompt.size() + long_prompt.size()));
+    if (limit == 0.0) {
+      EXPECT_EQ(st.steps_draft_prefill_time_limited, 0);
+      EXPECT_GE(st.draft_prefill_max_step_tokens, static_cast<int64_t>(long_prompt.size()));
+    } else {
+      // 60 prompt tokens at 4 per step (the minimum: the limit leaves no room).
+      EXPECT_LE(st.draft_prefill_max_step_tokens, 4);
+      EXPECT_GE(st.steps_draft_prefill_time_limited, 10) << "steps " << st.steps;
+    }
+  }
+}
+
+// Bytes of KV cache per token of the fixture models (K and V, 2 layers, kv width 32, f16),
+// and the least budget a context of 128 tokens allows: 144 token slots of both models.
+constexpr size_t kBytesPerToken = 2 * 2 * 32 * 2;
+constexpr size_t kLeastBudget = 144 * 2 * kBytesPerToken;
+
+// Issue 12, bug 6: both caches draw from one byte budget, so sequences without a draft
+// may use all of it (the old fixed equal split held the target to half, preempting them
+// while the draft's half stood idle).
+TEST(Scheduler, SequencesWithoutADraftUseTheWholeBudget) {
+  auto e = load(kLeastBudget);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 4; ++i) reqs.emplace_back(prompt_of(30 + i, 300 + i), greedy(30, DraftMode::None));
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, g));
+  Scheduler s(*e, SchedulerOptions{});
+  int64_t peak = 0;
+  const auto out = run_all(s, reqs, [&] { peak = std::max(peak, s.stats().kv_bytes_used); });
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+  // 4 sequences of up to 63 positions: 16 blocks of 16; the budget holds 18 target blocks.
+  const auto st = s.stats();
+  EXPECT_EQ(st.preemptions, 0);
+  EXPECT_EQ(st.kv_bytes_total, static_cast<int64_t>(kLeastBudget));
+  EXPECT_EQ(st.kv_blocks_total, 18);
+  EXPECT_GT(peak, st.kv_bytes_total / 2);  // more than an equal split's half
+  EXPECT_LE(peak, st.kv_bytes_total);
+}
+
+// Issue 12, bug 6: a draft-model sequence's step needs target and draft blocks. When both
+// do not fit (although the target's alone would), the youngest sequence is preempted and
+// loses nothing; no draft is left short of memory (each drafts what it would alone).
+TEST(Scheduler, DraftNeedsCountTowardPreemption) {
+  auto e = load(kLeastBudget);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 3; ++i) reqs.emplace_back(prompt_of(30 + i, 400 + i), greedy(30, DraftMode::Model));
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+  Scheduler s(*e, SchedulerOptions{});
+  int64_t peak = 0, peak_draft_blocks = 0;
+  const auto out = run_all(s, reqs, [&] {
+    const auto st = s.stats();
+    peak = std::max(peak, st.kv_bytes_used);
+    peak_draft_blocks = std::max(peak_draft_blocks, st.draft_kv_blocks_used);
+  });
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(out[i].error, "");
+    EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+    EXPECT_GT(out[i].result.speculative.drafted_tokens, 0) << i;
+  }
+  s.shutdown(true);
+  const auto st = s.stats();
+  // Up to 65 target and 64 draft positions each: 3 x (5 + 4) blocks > 18; the target's 15 fit.
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_EQ(st.draft_kv_full, 0);
+  EXPECT_LE(peak, st.kv_bytes_total);
+  EXPECT_GT(peak_draft_blocks, 0);
+  EXPECT_EQ(st.kv_bytes_used, 0);
+  // A preempted sequence's draft read its context again, as a prefill, once it was back.
+  size_t prompts = 0;
+  for (auto& [p, g] : reqs) prompts += p.size();
+  EXPECT_GT(st.draft_prefill_tokens_total, static_cast<int64_t>(prompts));
+}
+
+// A request that cannot be admitted yet waits holding no memory: the prefix-cache blocks
+// it adopted on the way in (a preempted request finds its own published blocks) go back.
+// Kept, they made the pool look full: needless preemptions, and a lone running sequence
+// cut short with "length".
+TEST(Scheduler, WaitingRequestsHoldNoPrefixBlocks) {
+  auto e = load(kLeastBudget);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 5; ++i) reqs.emplace_back(prompt_of(30 + i, 500 + i), greedy(60, DraftMode::None));
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, g));
+  Scheduler s(*e, SchedulerOptions{});
+  const auto out = run_all(s, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+  EXPECT_GT(s.stats().preemptions, 0);  // 5 x 6 blocks > 18
 }
 
 }  // namespace

@@ -74,10 +74,16 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
   w.metric("tandem_queue_length", "gauge", "Requests waiting to be scheduled", d(s.queue_length));
   w.metric("tandem_running_sequences", "gauge", "Sequences being decoded", d(s.running));
   w.metric("tandem_preemptions_total", "counter", "Sequences preempted because KV blocks ran out", d(s.preemptions));
-  w.metric("tandem_kv_blocks_used", "gauge", "KV cache blocks in use", d(s.kv_blocks_used));
-  w.metric("tandem_kv_blocks_total", "gauge", "KV cache blocks in the pool", d(s.kv_blocks_total));
-  w.metric("tandem_kv_usage_ratio", "gauge", "Fraction of KV cache blocks in use",
-           s.kv_blocks_total > 0 ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0);
+  w.metric("tandem_kv_blocks_used", "gauge", "Target KV cache blocks in use", d(s.kv_blocks_used));
+  w.metric("tandem_kv_blocks_total", "gauge", "Target KV cache blocks the budget could hold", d(s.kv_blocks_total));
+  w.metric("tandem_draft_kv_blocks_used", "gauge", "Draft model KV cache blocks in use", d(s.draft_kv_blocks_used));
+  w.metric("tandem_kv_bytes_used", "gauge", "KV cache bytes in use, target and draft together", d(s.kv_bytes_used));
+  w.metric("tandem_kv_bytes_total", "gauge", "KV cache budget in bytes, shared by target and draft (--kv-mem)",
+           d(s.kv_bytes_total));
+  w.metric("tandem_kv_usage_ratio", "gauge", "Fraction of the KV cache budget in use (both models)",
+           s.kv_bytes_total > 0 ? double(s.kv_bytes_used) / double(s.kv_bytes_total) : 0.0);
+  w.metric("tandem_draft_kv_full_total", "counter",
+           "Sequence steps that could not draft for lack of KV memory (decoded plainly)", d(s.draft_kv_full));
   w.metric("tandem_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from shared prefix blocks",
            d(s.prefix_cache_hits_tokens));
   w.metric("tandem_prompt_tokens_total", "counter", "Prompt tokens processed", d(s.prompt_tokens_total));
@@ -86,6 +92,11 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
   w.metric("tandem_scheduler_steps_prefill_time_limited_total", "counter",
            "Steps whose prompt chunks were cut to keep decoding streams within --max-step-ms",
            d(s.steps_prefill_time_limited));
+  w.metric("tandem_draft_prefill_tokens_total", "counter", "Context tokens the draft model read as its prefill",
+           d(s.draft_prefill_tokens_total));
+  w.metric("tandem_scheduler_steps_draft_prefill_time_limited_total", "counter",
+           "Steps whose draft prefill chunks were cut to keep decoding streams within --max-step-ms",
+           d(s.steps_draft_prefill_time_limited));
   w.histogram("tandem_time_to_first_token_seconds", "Time from arrival to the first generated token", s.ttft);
   w.histogram("tandem_inter_token_latency_seconds", "Time between consecutive generated tokens of a sequence", s.itl);
 

@@ -86,7 +86,7 @@ struct GenerateResult {
 struct ModelInfo {
   std::string path, architecture, name;
   int32_t n_vocab = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, context = 0;
-  size_t weight_bytes = 0, kv_bytes = 0;
+  size_t weight_bytes = 0, kv_bytes = 0;  // kv_bytes: the KV memory budget of target and draft together
   std::string backend;  // e.g. "cpu (avx2, 2 threads)"
   std::string draft_path, draft_name;  // empty without a draft model
 };

@@ -41,6 +41,10 @@ std::string CpuBackend::description() const {
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
+std::unique_ptr<Buffer> CpuBackend::alloc_zeroed(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes, HostBuffer::kZeroedPages);
+}
+
 std::unique_ptr<Buffer> CpuBackend::wrap_host(const void* data, size_t bytes) {
   return std::make_unique<HostBuffer>(data, bytes);
 }

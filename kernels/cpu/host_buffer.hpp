@@ -1,7 +1,10 @@
-// Host memory behind the CPU backend's Buffers: either owned (64-byte aligned, so SIMD
-// loads of rows never straddle cache lines needlessly) or a read-only view of memory that
-// outlives it (an mmapped model file). Only code under kernels/cpu/ sees the pointers.
+// Host memory behind the CPU backend's Buffers: owned (64-byte aligned, so SIMD loads of
+// rows never straddle cache lines needlessly), owned fresh anonymous pages (zero and not
+// resident until touched: large reserves such as KV caches), or a read-only view of memory
+// that outlives it (an mmapped model file). Only code under kernels/cpu/ sees the pointers.
 #pragma once
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -20,10 +23,24 @@ class HostBuffer final : public Buffer {
     data_ = static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded ? rounded : kAlign));
     if (!data_) throw std::bad_alloc();
   }
+  struct ZeroedPages {};
+  static constexpr ZeroedPages kZeroedPages{};
+  // MAP_NORESERVE: a reserve larger than what gets used must not be refused by overcommit
+  // accounting; pages are page-aligned (beyond kAlign).
+  HostBuffer(size_t bytes, ZeroedPages) : size_(bytes), owned_(true), mapped_(true) {
+    void* p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<uint8_t*>(p);
+  }
   HostBuffer(const void* external, size_t bytes)
       : data_(static_cast<uint8_t*>(const_cast<void*>(external))), size_(bytes), owned_(false) {}
   ~HostBuffer() override {
-    if (owned_) std::free(data_);
+    if (mapped_) {
+      munmap(data_, size_ ? size_ : 1);
+    } else if (owned_) {
+      std::free(data_);
+    }
   }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -37,6 +54,7 @@ class HostBuffer final : public Buffer {
   uint8_t* data_;
   size_t size_;
   bool owned_;
+  bool mapped_ = false;
 };
 
 // Pointer to a tensor's first byte; checks that the view lies inside a CPU buffer.
