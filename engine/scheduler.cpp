@@ -1,5 +1,7 @@
 #include "engine/scheduler.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -59,6 +61,7 @@ struct Scheduler::Impl {
     bool got_first = false;
     Clock::time_point last_token;
     int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
+    std::string error;  // set when this request failed in this step: it alone is retired
   };
 
   Engine& engine;
@@ -100,7 +103,69 @@ struct Scheduler::Impl {
   void retire(std::unique_ptr<Entry> e, const std::string& error);
   void preempt_youngest();
   void apply_cancels();
+  // Runs f; an exception fails this request only (it is retired at the end of the step).
+  template <class F>
+  void guarded(Entry& e, F&& f) {
+    if (!e.error.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& ex) {
+      e.error = ex.what();
+      if (e.error.empty()) e.error = "unknown error";
+    }
+  }
+  // A failed draft pass costs its sequences their drafts for this step, not their requests:
+  // the target decides alone (plain steps), and the draft state starts over.
+  void drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::exception& ex);
+  // The target pass over a ragged batch. If it throws, each sequence's part is run alone to
+  // find the one(s) that fail; those are marked failed, the others get their logits.
+  struct Part {
+    Entry* e;
+    std::span<const int32_t> tokens;
+    bool all_logits;  // a decode step (logits for every token) or a prompt chunk (none)
+    std::vector<float> logits;
+  };
+  void target_pass(std::vector<Part>& parts_in_step);
 };
+
+void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::exception& ex) {
+  spdlog::warn("scheduler: {} failed ({}); {} sequence(s) decode plainly this step", what, ex.what(), owners.size());
+  for (Entry* e : owners) {
+    if (e->run->proposer()) e->run->proposer()->reset();
+    guarded(*e, [&] { e->run->set_proposal(Proposal{}, 0.0, 0); });
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.draft_failures;
+}
+
+void Scheduler::Impl::target_pass(std::vector<Part>& ps) {
+  auto run = [&](std::span<Part> some) {
+    Batch b;
+    for (Part& p : some) {
+      if (p.all_logits) b.add_all_logits(p.e->run->kv(), p.tokens);
+      else b.add(p.e->run->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
+    }
+    std::vector<float> logits;
+    if (!b.empty()) parts.target.forward(b, logits);
+    const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
+    size_t row = 0;
+    for (Part& p : some) {
+      if (!p.all_logits) continue;
+      p.logits.assign(logits.begin() + static_cast<ptrdiff_t>(row * vocab),
+                      logits.begin() + static_cast<ptrdiff_t>((row + p.tokens.size()) * vocab));
+      row += p.tokens.size();
+    }
+  };
+  try {
+    run(ps);
+  } catch (const KVCacheFull&) {
+    throw;  // the step's blocks were reserved up front: a scheduler bug, not a request's
+  } catch (const std::exception& ex) {
+    spdlog::warn("scheduler: a batched target pass failed ({}); running its {} sequences one by one", ex.what(),
+                 ps.size());
+    for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1)); });
+  }
+}
 
 // ---- step time model ------------------------------------------------------------------------
 
@@ -505,8 +570,6 @@ bool Scheduler::Impl::admit_and_step() {
 
   // One ragged target pass: decode steps first (latency), then prompt chunks up to the
   // token budget.
-  Batch batch;
-  std::vector<std::pair<Entry*, size_t>> decoders;  // entry, rows of logits it gets
   int32_t n_decode = 0;
   for (auto& r : running)
     if (!r->run->prefilling()) ++n_decode;
@@ -519,41 +582,64 @@ bool Scheduler::Impl::admit_and_step() {
   std::vector<Entry*> draft_catching_up;  // decoding plainly while their draft reads the context
   for (auto& r : running) {
     if (r->run->prefilling()) continue;
-    deciding.push_back(r.get());
-    const int32_t k = r->run->choose_k(n_decode);
-    if (r->run->draft_prefill_pending() > 0) draft_catching_up.push_back(r.get());
-    if (k > 0 && r->req.opts.speculative.mode == DraftMode::Model) {
-      jobs.push_back({static_cast<ModelProposer*>(r->run->proposer()), r->run->committed(),
-                      r->run->propose_options(k), &r->run->rng(), {}});
-      job_owner.push_back(r.get());
-    } else if (k > 0) {
-      const auto td = Clock::now();
-      Proposal p = r->run->proposer()->propose(r->run->committed(), r->run->propose_options(k), r->run->rng());
-      r->run->set_proposal(std::move(p), std::chrono::duration<double, std::milli>(Clock::now() - td).count(), 0);
-    } else {
-      r->run->set_proposal(Proposal{}, 0.0, 0);
-    }
+    guarded(*r, [&] {
+      const int32_t k = r->run->choose_k(n_decode);
+      if (r->run->draft_prefill_pending() > 0) draft_catching_up.push_back(r.get());
+      if (k > 0 && r->req.opts.speculative.mode == DraftMode::Model) {
+        jobs.push_back({static_cast<ModelProposer*>(r->run->proposer()), r->run->committed(),
+                        r->run->propose_options(k), &r->run->rng(), {}});
+        job_owner.push_back(r.get());
+      } else if (k > 0) {
+        const auto td = Clock::now();
+        Proposal p;
+        try {
+          p = r->run->proposer()->propose(r->run->committed(), r->run->propose_options(k), r->run->rng());
+        } catch (const std::exception& ex) {
+          drop_drafts({r.get()}, "prompt lookup", ex);
+          return;
+        }
+        r->run->set_proposal(std::move(p), std::chrono::duration<double, std::milli>(Clock::now() - td).count(), 0);
+      } else {
+        r->run->set_proposal(Proposal{}, 0.0, 0);
+      }
+    });
+    if (r->error.empty()) deciding.push_back(r.get());
   }
   if (!jobs.empty()) {
     std::vector<int64_t> f0;
     for (auto& j : jobs) f0.push_back(j.proposer->forward_passes());
     const auto td = Clock::now();
-    ModelProposer::propose_batch(*parts.draft, jobs);
-    // The batch's time is shared equally: each sequence's c then reflects batched drafting.
-    const double each = std::chrono::duration<double, std::milli>(Clock::now() - td).count() / double(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i)
-      job_owner[i]->run->set_proposal(std::move(jobs[i].out), each, jobs[i].proposer->forward_passes() - f0[i]);
-    const auto full = std::count_if(jobs.begin(), jobs.end(), [](const auto& j) { return j.kv_full; });
-    std::lock_guard<std::mutex> lk(mu);
-    stats.draft_kv_full += full;
+    try {
+      ModelProposer::propose_batch(*parts.draft, jobs);
+      // The batch's time is shared equally: each sequence's c then reflects batched drafting.
+      const double each = std::chrono::duration<double, std::milli>(Clock::now() - td).count() / double(jobs.size());
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        Entry& owner = *job_owner[i];
+        guarded(owner, [&] {
+          owner.run->set_proposal(std::move(jobs[i].out), each, jobs[i].proposer->forward_passes() - f0[i]);
+        });
+      }
+      const auto full = std::count_if(jobs.begin(), jobs.end(), [](const auto& j) { return j.kv_full; });
+      std::lock_guard<std::mutex> lk(mu);
+      stats.draft_kv_full += full;
+    } catch (const std::exception& ex) {
+      drop_drafts(job_owner, "the batched draft pass", ex);
+    }
   }
   const bool prompts_wait = std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); });
-  const double draft_prefill_ms = draft_prefill(draft_catching_up, prompts_wait);
+  double draft_prefill_ms = 0.0;
+  try {
+    draft_prefill_ms = draft_prefill(draft_catching_up, prompts_wait);
+  } catch (const std::exception& ex) {
+    drop_drafts({}, "the draft's prefill pass", ex);
+    for (Entry* e : draft_catching_up) e->run->proposer()->reset();
+  }
+  std::vector<Part> step_parts;
   for (Entry* e : deciding) {
+    if (!e->error.empty()) continue;
     const auto tokens = e->run->step_tokens();
-    batch.add_all_logits(e->run->kv(), tokens);
     budget -= static_cast<int32_t>(tokens.size());
-    decoders.emplace_back(e, tokens.size());
+    step_parts.push_back({e, tokens, true, {}});
   }
   // With streams decoding, their latency bounds the prompt work of the step.
   const int32_t by_time = deciding.empty() ? INT32_MAX : prompt_budget_by_time(draft_prefill_ms);
@@ -570,23 +656,32 @@ bool Scheduler::Impl::admit_and_step() {
     const auto todo = r->run->prefill_todo();
     const auto chunk = todo.first(std::min<size_t>({todo.size(), static_cast<size_t>(opts.prefill_chunk),
                                                     static_cast<size_t>(budget)}));
-    batch.add(r->run->kv(), chunk, std::vector<bool>(chunk.size(), false));
+    step_parts.push_back({r.get(), chunk, false, {}});
     budget -= static_cast<int32_t>(chunk.size());
     prompt_tokens += static_cast<int32_t>(chunk.size());
   }
 
-  std::vector<float> logits;
   const auto t0 = Clock::now();
-  if (!batch.empty()) parts.target.forward(batch, logits);
+  target_pass(step_parts);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (!batch.empty()) observe_step(ms, prompt_tokens);
+  if (!step_parts.empty()) observe_step(ms, prompt_tokens);
 
-  // Hand each decoding sequence its rows, in the order they were added.
-  const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
-  size_t row = 0;
-  for (auto& [e, rows] : decoders) {
-    e->run->finish_step(std::span<const float>(logits).subspan(row * vocab, rows * vocab), ms);
-    row += rows;
+  // Each decoding sequence verifies and commits with its own rows.
+  for (Part& p : step_parts)
+    if (p.all_logits) guarded(*p.e, [&] { p.e->run->finish_step(p.logits, ms); });
+
+  // A request that failed in this step leaves now, with its error; the others go on.
+  for (auto it = running.begin(); it != running.end();) {
+    if (!(*it)->error.empty()) {
+      std::unique_ptr<Entry> e = std::move(*it);
+      it = running.erase(it);
+      const std::string why = e->error;
+      spdlog::warn("scheduler: request {} failed: {}", e->id, why);
+      e->run->finish(FinishReason::Cancelled);
+      retire(std::move(e), why);
+    } else {
+      ++it;
+    }
   }
 
   // Full blocks of committed tokens become shareable.

@@ -2,10 +2,12 @@
 // 152,064): the pair is accepted, so both directions must work. A draft with more rows
 // must never propose an id the target has no row for; a target with more rows may emit
 // ids the draft has no embedding for, and the draft must keep going. Greedy output stays
-// the target's; and in the scheduler, nothing one sequence does fails the others.
+// the target's; and in the scheduler, nothing one sequence does fails the others (also: a
+// request that fails inside a batched step fails alone).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 
 #include "engine/scheduler.hpp"
@@ -134,6 +136,47 @@ TEST(DraftVocab, SchedulerServesBothPairsWithoutFailingAnyone) {
     cv.wait(lk, [&] { return done == n; });
     EXPECT_TRUE(errors.empty()) << (padded_target ? "padded target: " : "padded draft: ") << errors.front();
   }
+}
+
+// A request whose sampling parameters are invalid fails when its distribution is first made,
+// inside the batched step: it alone gets the error; the requests sharing its steps finish
+// with the output they would have had alone.
+TEST(SchedulerIsolation, OneFailingSequenceDoesNotFailTheBatch) {
+  auto e = load(files().plain, files().padded);
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 4; ++i) alone.push_back(e->generate_tokens(prompt_of(6, i), opts(0.0f, 0, DraftMode::Model)).tokens);
+  SchedulerOptions so;
+  Scheduler sched(*e, so);
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  std::vector<std::string> errors(5);
+  std::vector<std::vector<int32_t>> got(5);
+  for (int i = 0; i < 5; ++i) {
+    ServeRequest r;
+    r.prompt = prompt_of(6, static_cast<uint32_t>(i % 4));
+    r.opts = opts(0.0f, 0, DraftMode::Model);
+    if (i == 4) {
+      r.opts.sampling.temperature = 1.0f;
+      r.opts.sampling.top_p = std::numeric_limits<float>::quiet_NaN();  // the sampler refuses it
+    }
+    r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
+      std::lock_guard<std::mutex> lk(mu);
+      errors[static_cast<size_t>(i)] = err;
+      got[static_cast<size_t>(i)] = res.tokens;
+      ++done;
+      cv.notify_all();
+    };
+    ASSERT_EQ(sched.submit(std::move(r)).status, SubmitStatus::Ok);
+  }
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait(lk, [&] { return done == 5; });
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(errors[static_cast<size_t>(i)], "") << i;
+    EXPECT_EQ(got[static_cast<size_t>(i)], alone[static_cast<size_t>(i)]) << i;
+  }
+  EXPECT_NE(errors[4].find("top_p"), std::string::npos) << errors[4];
+  EXPECT_EQ(sched.stats().requests_failed, 1);
 }
 
 }  // namespace

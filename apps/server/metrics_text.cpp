@@ -84,6 +84,8 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
            s.kv_bytes_total > 0 ? double(s.kv_bytes_used) / double(s.kv_bytes_total) : 0.0);
   w.metric("tandem_draft_kv_full_total", "counter",
            "Sequence steps that could not draft for lack of KV memory (decoded plainly)", d(s.draft_kv_full));
+  w.metric("tandem_draft_failures_total", "counter",
+           "Draft passes that failed; their sequences decoded plainly that step", d(s.draft_failures));
   w.metric("tandem_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from shared prefix blocks",
            d(s.prefix_cache_hits_tokens));
   w.metric("tandem_prompt_tokens_total", "counter", "Prompt tokens processed", d(s.prompt_tokens_total));
