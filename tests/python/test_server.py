@@ -457,10 +457,10 @@ class MainServer(Timed):
                 extra_body={"speculative": dict(spec, verify="coupled")})
             return r.choices[0].text
 
-        plain = {(p, s): sampled(p, s, {"mode": "none"}) for p in PROMPTS[:4] for s in (1, 2)}
-        self.assertGreater(len(set(plain.values())), 4, "seeds should give different texts")
-        specs = [{"mode": "ngram", "draft_max": 1}, {"mode": "ngram", "draft_max": 8},
-                 {"mode": "model", "draft_max": 3}, {"mode": "ngram", "draft_max": 4, "policy": "adaptive"}]
+        plain = {(p, s): sampled(p, s, {"mode": "none"}) for p in PROMPTS[:3] for s in (1, 2)}
+        self.assertGreater(len(set(plain.values())), 3, "seeds should give different texts")
+        specs = [{"mode": "ngram", "draft_max": 8}, {"mode": "model", "draft_max": 3},
+                 {"mode": "ngram", "draft_max": 4, "policy": "adaptive"}]
         for spec in specs:
             for (p, s), text in plain.items():
                 self.assertEqual(sampled(p, s, spec), text, f"{spec} prompt {p!r} seed {s}")
