@@ -22,6 +22,9 @@ struct TinyModelSpec {
   uint64_t seed = 1;
   float weight_scale = 0.f;  // 0 = uniform with std 1/sqrt(fan_in); else the uniform amplitude
   int sliding_window = 8;    // gemma3 only: attention.sliding_window
+  // -1 = the vocabulary's own. Any other id becomes the EOS token, so that tests can have a
+  // token the random weights actually emit end the generation (the real one never comes).
+  int eos_id = -1;
 };
 
 // Writes the model to `path` (GGUF v3). Throws std::invalid_argument for an impossible
