@@ -45,6 +45,7 @@ std::vector<int32_t> PrefixCache::lookup(std::span<const int32_t> tokens, int32_
 
 int32_t PrefixCache::publish(std::span<const int32_t> tokens, const std::vector<int32_t>& table, int32_t n_valid,
                              int32_t from_block) {
+  n_valid = std::min<int32_t>(n_valid, static_cast<int32_t>(tokens.size()));
   const int32_t n_full = std::min<int32_t>(n_valid / block_size_, static_cast<int32_t>(table.size()));
   uint64_t parent = kRoot;
   for (int32_t b = 0; b < n_full; ++b) {

@@ -26,8 +26,9 @@ class PrefixCache {
   // Block ids holding the longest cached prefix of `tokens` made of whole blocks, at most
   // max_blocks of them; each is retained for the caller (who releases them as usual).
   std::vector<int32_t> lookup(std::span<const int32_t> tokens, int32_t max_blocks);
-  // Publishes blocks [from_block, n_valid / block_size) of a sequence whose first n_valid
-  // positions hold the KV of tokens[0, n_valid). Returns the number of full blocks now covered.
+  // Publishes blocks [from_block, n / block_size) of a sequence whose first n_valid
+  // positions hold the KV of tokens[0, n_valid), n = min(n_valid, tokens.size()): KV past
+  // the tokens has no tokens to be found under. Returns the number of full blocks now covered.
   int32_t publish(std::span<const int32_t> tokens, const std::vector<int32_t>& block_table, int32_t n_valid,
                   int32_t from_block);
   // Frees up to n blocks that only the cache still references, least recently used first.

@@ -1,7 +1,9 @@
-// Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion.
+// Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion;
+// the prefix cache's publishing.
 #include <gtest/gtest.h>
 
 #include "engine/kv_cache.hpp"
+#include "engine/prefix_cache.hpp"
 #include "kernels/backend.hpp"
 
 namespace tandem {
@@ -98,6 +100,36 @@ TEST(KVCache, SizesFollowTheModel) {
   EXPECT_EQ(cache.blocks().num_total(), 7);
   EXPECT_EQ(cache.bytes(), KVCache::bytes_per_token(tiny_config(), DType::F16) * 7 * 16);
   EXPECT_EQ(KVCache::bytes_per_token(tiny_config(), DType::F16), 2u * 2 * 16 * 2);
+}
+
+// A sequence's blocks, without a KVCache: n freshly allocated blocks.
+std::vector<int32_t> take_blocks(BlockAllocator& a, int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(a.allocate());
+  return t;
+}
+
+void release_all(BlockAllocator& a, const std::vector<int32_t>& blocks) {
+  for (int32_t b : blocks) a.release(b);
+}
+
+// A sequence whose KV runs past its tokens (a stop inside accepted drafts) publishes only
+// blocks made of its tokens.
+TEST(PrefixCache, PublishStopsAtTheLastToken) {
+  BlockAllocator a(4);
+  PrefixCache pc(a, 4);
+  const auto table = take_blocks(a, 3);                     // KV for 12 positions ...
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};  // ... of which 6 are tokens
+  EXPECT_EQ(pc.publish(tokens, table, 12, 0), 1);
+  EXPECT_EQ(pc.cached_blocks(), 1);
+  EXPECT_EQ(a.ref_count(table[0]), 2);
+  EXPECT_EQ(a.ref_count(table[1]), 1);
+  EXPECT_EQ(a.ref_count(table[2]), 1);
+  const std::vector<int32_t> longer = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto found = pc.lookup(longer, 2);
+  EXPECT_EQ(found, (std::vector<int32_t>{table[0]}));
+  release_all(a, found);
+  release_all(a, table);
 }
 
 }  // namespace
