@@ -1,5 +1,5 @@
 // Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion;
-// the prefix cache's publishing.
+// the prefix cache's publishing and eviction.
 #include <gtest/gtest.h>
 
 #include "engine/kv_cache.hpp"
@@ -130,6 +130,54 @@ TEST(PrefixCache, PublishStopsAtTheLastToken) {
   EXPECT_EQ(found, (std::vector<int32_t>{table[0]}));
   release_all(a, found);
   release_all(a, table);
+}
+
+// Eviction takes leaves: what stays cached is a prefix of the chain, which still matches.
+TEST(PrefixCache, EvictsTheDeepestBlocksFirst) {
+  BlockAllocator a(8);
+  PrefixCache pc(a, 2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto table = take_blocks(a, 4);
+  EXPECT_EQ(pc.publish(tokens, table, 8, 0), 4);
+  release_all(a, table);  // the sequence is gone: only the cache holds the blocks
+  EXPECT_EQ(pc.evict(2), 2);
+  EXPECT_EQ(a.ref_count(table[2]), 0);
+  EXPECT_EQ(a.ref_count(table[3]), 0);
+  const auto found = pc.lookup(tokens, 4);
+  EXPECT_EQ(found, (std::vector<int32_t>{table[0], table[1]}));
+  release_all(a, found);
+  // Evicting a leaf makes its parent one: the rest of the chain goes in the same call.
+  EXPECT_EQ(pc.evict(8), 2);
+  EXPECT_EQ(pc.cached_blocks(), 0);
+  EXPECT_EQ(a.num_free(), 8);
+}
+
+// Among the leaves, the least recently used goes first; blocks in use (and so their
+// ancestors) stay.
+TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesAndNothingInUse) {
+  BlockAllocator a(8);
+  PrefixCache pc(a, 2);
+  const std::vector<int32_t> ta = {1, 2, 3, 4}, tb = {1, 2, 5, 6}, tc = {7, 8};
+  const auto sa = take_blocks(a, 2), sb = take_blocks(a, 2), sc = take_blocks(a, 1);
+  pc.publish(ta, sa, 4, 0);
+  pc.publish(tb, sb, 4, 0);  // its first block is ta's, already cached: sb[0] is not taken
+  pc.publish(tc, sc, 2, 0);
+  EXPECT_EQ(pc.cached_blocks(), 4);
+  release_all(a, sa);
+  release_all(a, sb);
+  release_all(a, sc);
+  const auto held = pc.lookup(ta, 2);  // a sequence uses ta's chain: the most recent
+  ASSERT_EQ(held, sa);
+  EXPECT_EQ(pc.evict(1), 1);
+  EXPECT_EQ(a.ref_count(sb[1]), 0);  // tb's leaf: older than tc's
+  EXPECT_EQ(pc.evict(4), 1);
+  EXPECT_EQ(a.ref_count(sc[0]), 0);
+  EXPECT_EQ(pc.cached_blocks(), 2);  // ta's chain, in use
+  release_all(a, held);
+  EXPECT_EQ(pc.evict(1), 1);
+  const auto rest = pc.lookup(ta, 2);
+  EXPECT_EQ(rest, (std::vector<int32_t>{sa[0]}));
+  release_all(a, rest);
 }
 
 }  // namespace
