@@ -1,5 +1,6 @@
 #include "engine/kv_cache.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -94,6 +95,17 @@ int32_t SequenceKV::slot(int32_t pos) const {
   if (pos < 0 || pos / bs >= static_cast<int32_t>(table_.size()))
     throw std::out_of_range("SequenceKV: position " + std::to_string(pos) + " has no block");
   return table_[static_cast<size_t>(pos / bs)] * bs + pos % bs;
+}
+
+void SequenceKV::check_writable(int32_t pos, int32_t n) const {
+  const int32_t bs = cache_->block_size();
+  const int32_t end = std::min(pos + n, capacity());  // blocks not allocated yet will be fresh ones
+  for (int32_t p = pos; p < end; p = (p / bs + 1) * bs) {
+    const int32_t block = table_[static_cast<size_t>(p / bs)];
+    if (cache_->blocks().ref_count(block) != 1)
+      throw std::logic_error("KV write of position " + std::to_string(p) + " into shared block " +
+                             std::to_string(block));
+  }
 }
 
 }  // namespace tandem

@@ -1,10 +1,13 @@
 // Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion;
-// the prefix cache's publishing and eviction.
+// the prefix cache's publishing and eviction; shared blocks are never written.
 #include <gtest/gtest.h>
 
+#include "engine/forward.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/prefix_cache.hpp"
 #include "kernels/backend.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
 
 namespace tandem {
 namespace {
@@ -178,6 +181,48 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesAndNothingInUse) {
   const auto rest = pc.lookup(ta, 2);
   EXPECT_EQ(rest, (std::vector<int32_t>{sa[0]}));
   release_all(a, rest);
+}
+
+// There is no copy-on-write: a block another sequence or the prefix cache holds must never
+// be written, or their KV would silently change under them.
+TEST(Transformer, RefusesToWriteIntoASharedBlock) {
+  test::TinyModelSpec spec;
+  const std::string path = test::scratch_dir("kv-shared-write") + "/tiny.gguf";
+  test::write_tiny_model(path, spec);
+  auto be = kernels::make_cpu_backend(1);
+  auto model = Model::load(path, *be);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.max_tokens = 64;
+  KVCache cache(*be, model->config(), o);
+  Transformer tf(*model, cache);
+  std::vector<float> logits;
+  SequenceKV owner(cache);
+  Batch b;
+  b.add(owner, std::vector<int32_t>{5, 6, 7, 8, 9, 10, 11, 12});
+  tf.forward(b, logits);
+  auto share = [&] {  // the owner's two blocks, retained for another sequence
+    for (int32_t blk : owner.block_table()) cache.blocks().retain(blk);
+    return owner.block_table();
+  };
+  const std::vector<int32_t> next = {13};
+
+  SequenceKV after(cache);  // writes past the shared prefix go to a block of its own
+  after.adopt_prefix(share());
+  b.clear();
+  b.add(after, next);
+  EXPECT_NO_THROW(tf.forward(b, logits));
+  EXPECT_EQ(after.length(), 9);
+
+  SequenceKV inside(cache);  // rolled back into the shared prefix: the next write would land in it
+  inside.adopt_prefix(share());
+  inside.truncate(6);
+  const int32_t free_before = cache.blocks().num_free();
+  b.clear();
+  b.add(inside, next);
+  EXPECT_THROW(tf.forward(b, logits), std::logic_error);
+  EXPECT_EQ(inside.length(), 6);
+  EXPECT_EQ(cache.blocks().num_free(), free_before);
 }
 
 }  // namespace
