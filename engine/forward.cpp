@@ -100,6 +100,8 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
       throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary (" +
                                   std::to_string(c.n_vocab) + ")");
 
+  // New KV goes into blocks of the sequence's own only (new blocks always are).
+  for (const auto& e : batch.entries_) e.seq->check_writable(e.start_pos, e.count);
   // Reserve every sequence's blocks up front; on failure undo what this call reserved.
   std::vector<int32_t> old_caps;
   for (const auto& e : batch.entries_) {

@@ -123,4 +123,15 @@ int32_t SequenceKV::slot(int32_t pos) const {
   return table_[static_cast<size_t>(pos / bs)] * bs + pos % bs;
 }
 
+void SequenceKV::check_writable(int32_t pos, int32_t n) const {
+  const int32_t bs = cache_->block_size();
+  const int32_t end = std::min(pos + n, capacity());  // blocks not allocated yet will be fresh ones
+  for (int32_t p = pos; p < end; p = (p / bs + 1) * bs) {
+    const int32_t block = table_[static_cast<size_t>(p / bs)];
+    if (cache_->blocks().ref_count(block) != 1)
+      throw std::logic_error("KV write of position " + std::to_string(p) + " into shared block " +
+                             std::to_string(block));
+  }
+}
+
 }  // namespace tandem

@@ -91,6 +91,10 @@ class SequenceKV {
   const std::vector<int32_t>& block_table() const { return table_; }
   int32_t capacity() const { return static_cast<int32_t>(table_.size()) * cache_->block_size(); }
   int32_t slot(int32_t pos) const;
+  // Throws std::logic_error when a block that positions [pos, pos + n) lie in is shared
+  // (reference count above 1). There is no copy-on-write: writing there would change the
+  // KV another sequence or the prefix cache holds for other tokens.
+  void check_writable(int32_t pos, int32_t n) const;
   KVCache& cache() const { return *cache_; }
 
  private:

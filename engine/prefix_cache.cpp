@@ -1,6 +1,8 @@
 #include "engine/prefix_cache.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 namespace tandem {
 namespace {
@@ -37,7 +39,7 @@ std::vector<int32_t> PrefixCache::lookup(std::span<const int32_t> tokens, int32_
       break;
     blocks_.retain(it->second.block);
     out.push_back(it->second.block);
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    it->second.last_used = ++clock_;
     parent = h;
   }
   return out;
@@ -45,16 +47,17 @@ std::vector<int32_t> PrefixCache::lookup(std::span<const int32_t> tokens, int32_
 
 int32_t PrefixCache::publish(std::span<const int32_t> tokens, const std::vector<int32_t>& table, int32_t n_valid,
                              int32_t from_block) {
+  n_valid = std::min<int32_t>(n_valid, static_cast<int32_t>(tokens.size()));
   const int32_t n_full = std::min<int32_t>(n_valid / block_size_, static_cast<int32_t>(table.size()));
   uint64_t parent = kRoot;
   for (int32_t b = 0; b < n_full; ++b) {
     const auto bt = tokens.subspan(static_cast<size_t>(b) * block_size_, static_cast<size_t>(block_size_));
     const uint64_t h = chain_hash(parent, bt);
     if (b >= from_block && !entries_.count(h)) {
-      lru_.push_front(h);
       entries_.emplace(h, Entry{table[static_cast<size_t>(b)], std::vector<int32_t>(bt.begin(), bt.end()), parent,
-                                lru_.begin()});
+                                ++clock_});
       blocks_.retain(table[static_cast<size_t>(b)]);
+      if (auto p = entries_.find(parent); p != entries_.end()) ++p->second.children;
     }
     parent = h;
   }
@@ -62,15 +65,22 @@ int32_t PrefixCache::publish(std::span<const int32_t> tokens, const std::vector<
 }
 
 int32_t PrefixCache::evict(int32_t n) {
+  // Only leaves go: a block whose parent is gone could never be matched again, so evicting
+  // parents first would keep memory that is of no use.
+  auto evictable = [&](const Entry& e) { return e.children == 0 && blocks_.ref_count(e.block) == 1; };
+  using Candidate = std::pair<uint64_t, uint64_t>;  // last_used, hash
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> oldest;
+  for (const auto& [h, e] : entries_)
+    if (evictable(e)) oldest.emplace(e.last_used, h);
   int32_t freed = 0;
-  for (auto it = lru_.end(); it != lru_.begin() && freed < n;) {
-    --it;
-    auto e = entries_.find(*it);
-    if (blocks_.ref_count(e->second.block) != 1) continue;  // still used by a sequence
-    blocks_.release(e->second.block);
-    entries_.erase(e);
-    it = lru_.erase(it);
-    ++freed;
+  for (; freed < n && !oldest.empty(); ++freed) {
+    const auto it = entries_.find(oldest.top().second);
+    oldest.pop();
+    const uint64_t parent = it->second.parent;
+    blocks_.release(it->second.block);
+    entries_.erase(it);
+    if (auto p = entries_.find(parent); p != entries_.end() && --p->second.children == 0 && evictable(p->second))
+      oldest.emplace(p->second.last_used, parent);
   }
   return freed;
 }

@@ -192,6 +192,10 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   bool more = true;
   for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit(prop_.tokens[static_cast<size_t>(i)]);
   if (more) more = commit(v.next_token);
+  // A stop inside the accepted drafts leaves the KV of the drafts after it, which are not
+  // committed: the cache never holds KV past the committed tokens (the scheduler publishes
+  // its blocks under them).
+  kv_.truncate(static_cast<int32_t>(committed_.size()));
   if (more && kv_.length() >= context_) {
     res_.finish = FinishReason::Length;
     more = false;

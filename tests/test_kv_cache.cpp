@@ -1,11 +1,16 @@
-// Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion.
+// Paged KV cache bookkeeping: allocation, reference counts, growth, rollback, exhaustion;
+// the prefix cache's publishing and eviction; shared blocks are never written.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
 
+#include "engine/forward.hpp"
 #include "engine/kv_cache.hpp"
+#include "engine/prefix_cache.hpp"
 #include "kernels/backend.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
 
 namespace tandem {
 namespace {
@@ -200,6 +205,126 @@ TEST(KVBudget, UsedNeverExceedsTheBudgetUnderChurn) {
   EXPECT_GT(refused, 0);  // the budget did bind
   seqs.clear();
   EXPECT_EQ(budget.used(), 0u);
+}
+
+// A sequence's blocks, without a KVCache: n freshly allocated blocks.
+std::vector<int32_t> take_blocks(BlockAllocator& a, int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(a.allocate());
+  return t;
+}
+
+void release_all(BlockAllocator& a, const std::vector<int32_t>& blocks) {
+  for (int32_t b : blocks) a.release(b);
+}
+
+// A sequence whose KV runs past its tokens (a stop inside accepted drafts) publishes only
+// blocks made of its tokens.
+TEST(PrefixCache, PublishStopsAtTheLastToken) {
+  BlockAllocator a(4);
+  PrefixCache pc(a, 4);
+  const auto table = take_blocks(a, 3);                     // KV for 12 positions ...
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};  // ... of which 6 are tokens
+  EXPECT_EQ(pc.publish(tokens, table, 12, 0), 1);
+  EXPECT_EQ(pc.cached_blocks(), 1);
+  EXPECT_EQ(a.ref_count(table[0]), 2);
+  EXPECT_EQ(a.ref_count(table[1]), 1);
+  EXPECT_EQ(a.ref_count(table[2]), 1);
+  const std::vector<int32_t> longer = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto found = pc.lookup(longer, 2);
+  EXPECT_EQ(found, (std::vector<int32_t>{table[0]}));
+  release_all(a, found);
+  release_all(a, table);
+}
+
+// Eviction takes leaves: what stays cached is a prefix of the chain, which still matches.
+TEST(PrefixCache, EvictsTheDeepestBlocksFirst) {
+  BlockAllocator a(8);
+  PrefixCache pc(a, 2);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto table = take_blocks(a, 4);
+  EXPECT_EQ(pc.publish(tokens, table, 8, 0), 4);
+  release_all(a, table);  // the sequence is gone: only the cache holds the blocks
+  EXPECT_EQ(pc.evict(2), 2);
+  EXPECT_EQ(a.ref_count(table[2]), 0);
+  EXPECT_EQ(a.ref_count(table[3]), 0);
+  const auto found = pc.lookup(tokens, 4);
+  EXPECT_EQ(found, (std::vector<int32_t>{table[0], table[1]}));
+  release_all(a, found);
+  // Evicting a leaf makes its parent one: the rest of the chain goes in the same call.
+  EXPECT_EQ(pc.evict(8), 2);
+  EXPECT_EQ(pc.cached_blocks(), 0);
+  EXPECT_EQ(a.num_free(), 8);
+}
+
+// Among the leaves, the least recently used goes first; blocks in use (and so their
+// ancestors) stay.
+TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesAndNothingInUse) {
+  BlockAllocator a(8);
+  PrefixCache pc(a, 2);
+  const std::vector<int32_t> ta = {1, 2, 3, 4}, tb = {1, 2, 5, 6}, tc = {7, 8};
+  const auto sa = take_blocks(a, 2), sb = take_blocks(a, 2), sc = take_blocks(a, 1);
+  pc.publish(ta, sa, 4, 0);
+  pc.publish(tb, sb, 4, 0);  // its first block is ta's, already cached: sb[0] is not taken
+  pc.publish(tc, sc, 2, 0);
+  EXPECT_EQ(pc.cached_blocks(), 4);
+  release_all(a, sa);
+  release_all(a, sb);
+  release_all(a, sc);
+  const auto held = pc.lookup(ta, 2);  // a sequence uses ta's chain: the most recent
+  ASSERT_EQ(held, sa);
+  EXPECT_EQ(pc.evict(1), 1);
+  EXPECT_EQ(a.ref_count(sb[1]), 0);  // tb's leaf: older than tc's
+  EXPECT_EQ(pc.evict(4), 1);
+  EXPECT_EQ(a.ref_count(sc[0]), 0);
+  EXPECT_EQ(pc.cached_blocks(), 2);  // ta's chain, in use
+  release_all(a, held);
+  EXPECT_EQ(pc.evict(1), 1);
+  const auto rest = pc.lookup(ta, 2);
+  EXPECT_EQ(rest, (std::vector<int32_t>{sa[0]}));
+  release_all(a, rest);
+}
+
+// There is no copy-on-write: a block another sequence or the prefix cache holds must never
+// be written, or their KV would silently change under them.
+TEST(Transformer, RefusesToWriteIntoASharedBlock) {
+  test::TinyModelSpec spec;
+  const std::string path = test::scratch_dir("kv-shared-write") + "/tiny.gguf";
+  test::write_tiny_model(path, spec);
+  auto be = kernels::make_cpu_backend(1);
+  auto model = Model::load(path, *be);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.max_tokens = 64;
+  KVCache cache(*be, model->config(), o);
+  Transformer tf(*model, cache);
+  std::vector<float> logits;
+  SequenceKV owner(cache);
+  Batch b;
+  b.add(owner, std::vector<int32_t>{5, 6, 7, 8, 9, 10, 11, 12});
+  tf.forward(b, logits);
+  auto share = [&] {  // the owner's two blocks, retained for another sequence
+    for (int32_t blk : owner.block_table()) cache.blocks().retain(blk);
+    return owner.block_table();
+  };
+  const std::vector<int32_t> next = {13};
+
+  SequenceKV after(cache);  // writes past the shared prefix go to a block of its own
+  after.adopt_prefix(share());
+  b.clear();
+  b.add(after, next);
+  EXPECT_NO_THROW(tf.forward(b, logits));
+  EXPECT_EQ(after.length(), 9);
+
+  SequenceKV inside(cache);  // rolled back into the shared prefix: the next write would land in it
+  inside.adopt_prefix(share());
+  inside.truncate(6);
+  const int32_t free_before = cache.blocks().num_free();
+  b.clear();
+  b.add(inside, next);
+  EXPECT_THROW(tf.forward(b, logits), std::logic_error);
+  EXPECT_EQ(inside.length(), 6);
+  EXPECT_EQ(cache.blocks().num_free(), free_before);
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 // cancellation and limits behave, shutdown drains or cancels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 
+#include "engine/engine_access.hpp"
 #include "engine/scheduler.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -226,6 +228,140 @@ TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {
   EXPECT_EQ(a[0].result.tokens, alone[0].tokens);
   for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i].result.tokens, alone[i + 1].tokens) << i;
   EXPECT_GE(s.stats().prefix_cache_hits_tokens, 3 * 3 * 16);
+  s.shutdown(true);
+  EXPECT_EQ(s.stats().kv_blocks_used, 0);
+}
+
+// A fixture whose EOS greedy decoding really emits (the vocabulary's own never comes from
+// random weights, which is why the tests above ignore EOS): a token of `base`'s greedy
+// continuation that it emits for the first time at position 13 or 14 of a 16-token KV
+// block. Prompts base + the first r tokens of that continuation meet the EOS at every
+// position within a step's drafts, and the close draft agrees with greedy decoding, so
+// drafts past the EOS are accepted as well, some of them into the next block.
+struct EosModels {
+  test::TinyPair pair;
+  int32_t eos = -1;
+  std::vector<int32_t> base, continuation;
+};
+
+const EosModels& eos_models() {
+  static const EosModels m = [] {
+    test::TinyModelSpec t;
+    t.arch = "qwen2";  // varied output (this llama fixture's greedy output repeats one token)
+    t.tied_embeddings = false;
+    t.seed = 3;
+    EosModels m;
+    m.base = prompt_of(8, 1);
+    {
+      LoadOptions o;
+      o.model_path = test::write_tiny_pair(test::scratch_dir("sched-eos-base"), t).target;
+      o.threads = 1;
+      o.context = 128;
+      m.continuation = Engine::load(o)->generate_tokens(m.base, greedy(40, DraftMode::None)).tokens;
+    }
+    const auto& out = m.continuation;
+    auto j = out.begin() + 16;
+    auto fits = [&](auto it) {
+      const auto pos = m.base.size() + static_cast<size_t>(it - out.begin());
+      return (pos % 16 == 13 || pos % 16 == 14) && std::find(out.begin(), it, *it) == it;
+    };
+    while (j != out.end() && !fits(j)) ++j;
+    if (j == out.end()) throw std::runtime_error("eos_models: no new token before a block end after index 16");
+    m.eos = *j;
+    t.eos_id = m.eos;
+    m.pair = test::write_tiny_pair(test::scratch_dir("sched-eos"), t);
+    return m;
+  }();
+  return m;
+}
+
+// EOS and stop strings inside accepted drafts, greedy and sampled, with the prefix cache on:
+// a sequence's published blocks must hold committed tokens only. Follow-up requests whose
+// prompts extend the first ones (chat history: prompt + output + a new turn) adopt those
+// blocks and must give the output of a run without the prefix cache.
+TEST(Scheduler, StopsInsideAcceptedDraftsPublishOnlyCommittedTokens) {
+  const EosModels& m = eos_models();
+  LoadOptions o;
+  o.model_path = m.pair.target;
+  o.draft_model_path = m.pair.close_draft;
+  o.threads = 1;
+  o.context = 128;
+  o.kv_mem_bytes = 4 << 20;
+  auto e = Engine::load(o);
+  const Tokenizer& tok = EngineAccess::parts(*e).tokenizer;
+  const std::string stop = e->detokenize(std::span(m.continuation).subspan(8, 1));
+  auto opts = [&](bool sampled, bool with_stop, uint64_t seed) {
+    GenerateOptions g = greedy(40, DraftMode::Model);
+    g.ignore_eos = false;
+    g.speculative.draft_max = 4;
+    if (with_stop) g.stop = {stop};
+    if (sampled) {
+      g.sampling.temperature = 0.2f;
+      g.sampling.seed = seed;
+    }
+    return g;
+  };
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> first;
+  for (size_t r = 0; r < 16; ++r) {
+    auto p = m.base;
+    p.insert(p.end(), m.continuation.begin(), m.continuation.begin() + static_cast<ptrdiff_t>(r));
+    first.emplace_back(p, opts(false, false, 0));
+    if (r % 4 == 0) first.emplace_back(p, opts(false, true, 0));
+    if (r % 4 == 1) first.emplace_back(p, opts(true, r % 8 == 1, 7 + r));
+  }
+  // Target-only, no prefix cache: what greedy requests must give; follow-ups built from them.
+  auto target_only = [&](const std::vector<int32_t>& p, GenerateOptions g) {
+    g.speculative.mode = DraftMode::None;
+    return e->generate_tokens(p, g);
+  };
+  std::vector<GenerateResult> alone;
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> second;
+  std::vector<GenerateResult> second_alone;
+  for (auto& [p, g] : first) {
+    alone.push_back(target_only(p, g));
+    if (g.sampling.greedy()) {
+      ASSERT_EQ(alone.back().finish, FinishReason::Stop);
+      auto q = p;
+      q.insert(q.end(), alone.back().tokens.begin(), alone.back().tokens.end());
+      const auto turn = prompt_of(3, static_cast<uint32_t>(second.size()));
+      q.insert(q.end(), turn.begin(), turn.end());
+      second.emplace_back(q, opts(false, false, 0));
+      second.back().second.max_tokens = 12;
+      second_alone.push_back(target_only(q, second.back().second));
+    }
+  }
+
+  Scheduler s(*e, SchedulerOptions{});
+  const auto a = run_all(s, first);
+  int eos_stops = 0;
+  for (size_t i = 0; i < first.size(); ++i) {
+    const GenerateOptions& g = first[i].second;
+    EXPECT_EQ(a[i].error, "") << i;
+    EXPECT_EQ(a[i].streamed, a[i].result.text) << i;
+    if (g.sampling.greedy()) {
+      EXPECT_EQ(a[i].result.tokens, alone[i].tokens) << i;
+      EXPECT_EQ(a[i].result.finish, alone[i].finish) << i;
+    } else if (a[i].result.finish == FinishReason::Stop) {  // the endings target-only decoding has
+      const auto& t = a[i].result.tokens;
+      EXPECT_TRUE(tok.is_eog(t.back()) || !g.stop.empty()) << i;
+      for (const std::string& st : g.stop) EXPECT_EQ(a[i].result.text.find(st), std::string::npos) << i;
+      for (size_t k = 0; k + 1 < t.size(); ++k) EXPECT_FALSE(tok.is_eog(t[k])) << i;
+    } else {
+      EXPECT_EQ(a[i].result.finish, FinishReason::Length) << i;
+      EXPECT_EQ(static_cast<int32_t>(a[i].result.tokens.size()), g.max_tokens) << i;
+    }
+    if (a[i].result.tokens.back() == m.eos) ++eos_stops;
+  }
+  EXPECT_GT(eos_stops, 0);
+  const int64_t hits_before = s.stats().prefix_cache_hits_tokens;
+  const auto b = run_all(s, second);
+  for (size_t i = 0; i < second.size(); ++i) {
+    EXPECT_EQ(b[i].error, "") << i;
+    EXPECT_EQ(b[i].result.tokens, second_alone[i].tokens) << i;
+    EXPECT_EQ(b[i].result.finish, second_alone[i].finish) << i;
+  }
+  // Each follow-up adopts at least the first block its first request published.
+  EXPECT_GE(s.stats().prefix_cache_hits_tokens - hits_before, static_cast<int64_t>(second.size()) * 16);
   s.shutdown(true);
   EXPECT_EQ(s.stats().kv_blocks_used, 0);
 }

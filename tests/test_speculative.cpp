@@ -1,12 +1,16 @@
 // Speculative decoding end to end through tandem::Engine on tiny fixture models:
 // greedy output identical to target-only output for K = 1..8 (draft model and n-gram),
 // sampled output distributed like target-only output (per-position chi-square), KV
-// rollback equivalence, pairing refusal, metrics; and the real Qwen2.5-Coder pair.
+// rollback equivalence, pairing refusal, metrics, EOS and stop strings inside accepted
+// drafts; and the real Qwen2.5-Coder pair.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
+#include "engine/engine_access.hpp"
 #include "engine/forward.hpp"
+#include "engine/sequence_run.hpp"
 #include "engine/tokenizer.hpp"
 #include "engine/vocab_compat.hpp"
 #include "tandem/engine.hpp"
@@ -20,15 +24,17 @@ namespace {
 
 // Target (F32); a close draft (the same weights in F16: agrees often, not always); a far
 // draft (other random weights, one layer: rarely agrees).
+test::TinyModelSpec fixture_spec() {
+  test::TinyModelSpec t;
+  t.arch = "qwen2";
+  t.tied_embeddings = false;
+  t.seed = 3;
+  t.weight_scale = 0.0f;
+  return t;
+}
+
 const test::TinyPair& fixture_pair() {
-  static const test::TinyPair p = [] {
-    test::TinyModelSpec t;
-    t.arch = "qwen2";
-    t.tied_embeddings = false;
-    t.seed = 3;
-    t.weight_scale = 0.0f;
-    return test::write_tiny_pair(test::scratch_dir("spec-pair"), t);
-  }();
+  static const test::TinyPair p = test::write_tiny_pair(test::scratch_dir("spec-pair"), fixture_spec());
   return p;
 }
 
@@ -327,6 +333,180 @@ TEST(Speculative, DraftReadsThePromptAfterTheFirstToken) {
   int64_t steps = 0;
   for (int64_t n : m.steps_per_k) steps += n;
   EXPECT_EQ(steps, m.target_passes);  // every decoding step after the first was a policy decision
+}
+
+// EOS and stop strings inside accepted drafts. The tests above ignore EOS (the vocabulary's
+// own never comes from random weights); here the fixture's EOS is a token greedy decoding
+// really emits: the first new token from output index 16 on of `base`'s continuation. The
+// prompts are base + the first r tokens of that continuation, so each meets the EOS at a
+// different output index, i.e. at every position within a step's drafts; the close draft
+// agrees with greedy decoding, so drafts past the EOS are accepted too.
+struct EosCase {
+  test::TinyPair pair;  // the fixture's weights, `eos` as EOS
+  int32_t eos = -1;
+  std::vector<int32_t> continuation;  // of base, with EOS ignored
+  std::vector<std::vector<int32_t>> prompts;
+};
+
+const EosCase& eos_case() {
+  static const EosCase c = [] {
+    EosCase c;
+    const auto base = prompt_of(8, 1);
+    c.continuation = load(fixture_pair().target)->generate_tokens(base, greedy(40)).tokens;
+    const auto& out = c.continuation;
+    auto j = out.begin() + 16;
+    while (j != out.end() && std::find(out.begin(), j, *j) != j) ++j;
+    if (j == out.end()) throw std::runtime_error("eos_case: the fixture's output has no new token after index 16");
+    c.eos = *j;
+    test::TinyModelSpec t = fixture_spec();
+    t.eos_id = c.eos;
+    c.pair = test::write_tiny_pair(test::scratch_dir("spec-eos"), t);
+    for (size_t r = 0; r < 12; ++r) {
+      auto p = base;
+      p.insert(p.end(), out.begin(), out.begin() + static_cast<ptrdiff_t>(r));
+      c.prompts.push_back(std::move(p));
+    }
+    return c;
+  }();
+  return c;
+}
+
+// How a sampled output may end: at its first end-of-generation token (its last token),
+// with a stop string (cut from the text), or at max_tokens.
+void expect_finish_consistent(const GenerateResult& r, const Tokenizer& tok, const GenerateOptions& g,
+                              const std::string& what) {
+  const auto first_eog = std::find_if(r.tokens.begin(), r.tokens.end(), [&](int32_t t) { return tok.is_eog(t); });
+  for (const std::string& s : g.stop) EXPECT_EQ(r.text.find(s), std::string::npos) << what;
+  if (first_eog != r.tokens.end()) {
+    EXPECT_EQ(first_eog + 1, r.tokens.end()) << what << ": tokens after the end of generation";
+    EXPECT_EQ(r.finish, FinishReason::Stop) << what;
+  } else if (r.finish == FinishReason::Length) {
+    EXPECT_EQ(static_cast<int32_t>(r.tokens.size()), g.max_tokens) << what;
+  } else {
+    EXPECT_EQ(r.finish, FinishReason::Stop) << what;
+    EXPECT_FALSE(g.stop.empty()) << what << ": stopped without EOS or stop string";
+  }
+}
+
+TEST(Speculative, GreedyEosAndStopStringsInsideAcceptedDraftsEndLikeTargetOnly) {
+  const EosCase& c = eos_case();
+  auto e = load(c.pair.target, c.pair.close_draft);
+  // A stop string from the middle of the output, before the EOS.
+  const std::string stop = e->detokenize(std::span(c.continuation).subspan(8, 1));
+  ASSERT_FALSE(stop.empty());
+  int64_t accepted = 0;
+  for (bool with_stop : {false, true}) {
+    for (size_t r = 0; r < c.prompts.size(); ++r) {
+      GenerateOptions g = greedy(40);
+      g.ignore_eos = false;
+      if (with_stop) g.stop = {stop};
+      const auto plain = e->generate_tokens(c.prompts[r], g);
+      ASSERT_EQ(plain.finish, FinishReason::Stop) << r;
+      if (!with_stop) {
+        ASSERT_EQ(plain.tokens.back(), c.eos) << r;
+      }
+      for (int k : {2, 4, 7}) {
+        g.speculative.mode = DraftMode::Model;
+        g.speculative.draft_max = k;
+        const auto spec = e->generate_tokens(c.prompts[r], g);
+        EXPECT_EQ(spec.tokens, plain.tokens) << "prompt " << r << " k " << k << " stop " << with_stop;
+        EXPECT_EQ(spec.text, plain.text) << "prompt " << r << " k " << k << " stop " << with_stop;
+        EXPECT_EQ(spec.finish, plain.finish) << "prompt " << r << " k " << k << " stop " << with_stop;
+        accepted += spec.speculative.accepted_tokens;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+TEST(Speculative, SampledEosAndStopStringsInsideDraftsEndTheOutput) {
+  const EosCase& c = eos_case();
+  auto e = load(c.pair.target, c.pair.close_draft);
+  const Tokenizer& tok = EngineAccess::parts(*e).tokenizer;
+  int eos_stops = 0, string_stops = 0;
+  for (size_t r = 0; r < c.prompts.size(); ++r) {
+    for (uint64_t seed : {1, 2}) {
+      for (DraftMode mode : {DraftMode::None, DraftMode::Model}) {
+        GenerateOptions g;
+        g.max_tokens = 40;
+        g.sampling.temperature = 0.2f;  // the EOS and the stop string still come in many runs
+        g.sampling.seed = seed * 1000 + r;
+        g.stop = {e->detokenize(std::span(c.continuation).subspan(8, 1))};
+        g.speculative.mode = mode;
+        g.speculative.draft_max = 4;
+        const auto res = e->generate_tokens(c.prompts[r], g);
+        expect_finish_consistent(res, tok, g, "prompt " + std::to_string(r) + " mode " + std::to_string(int(mode)));
+        if (res.finish == FinishReason::Stop) ++(tok.is_eog(res.tokens.back()) ? eos_stops : string_stops);
+      }
+    }
+  }
+  // Both endings were exercised (fixed seeds: the counts are deterministic).
+  EXPECT_GT(eos_stops, 0);
+  EXPECT_GT(string_stops, 0);
+}
+
+// Drafts a known continuation (the greedy one), so every draft is accepted; remembers the
+// last proposal.
+class ScriptProposer final : public Proposer {
+ public:
+  explicit ScriptProposer(std::vector<int32_t> script) : script_(std::move(script)) {}
+  std::string name() const override { return "script"; }
+  Proposal propose(std::span<const int32_t> context, const ProposeOptions& o, Rng&) override {
+    Proposal p;
+    last_from = context.size();
+    for (size_t i = last_from; i < script_.size() && static_cast<int32_t>(p.tokens.size()) < o.max_tokens; ++i)
+      p.tokens.push_back(script_[i]);
+    last_count = p.tokens.size();
+    return p;
+  }
+  size_t last_from = 0, last_count = 0;  // script positions of the last proposal
+
+ private:
+  std::vector<int32_t> script_;
+};
+
+// A stop inside the accepted drafts: the drafts after it were accepted (their KV written),
+// but they are not committed, and the cache must not keep their KV (the scheduler
+// publishes full blocks of the cache to the prefix cache under the committed tokens).
+TEST(Speculative, AStopInsideAcceptedDraftsLeavesNoKVPastTheCommittedTokens) {
+  const EosCase& c = eos_case();
+  auto e = load(c.pair.target);
+  const EngineParts parts = EngineAccess::parts(*e);
+  const int32_t n_vocab = parts.target.model().config().n_vocab;
+  const std::string stop = e->detokenize(std::span(c.continuation).subspan(8, 1));
+  int past_stop = 0;  // runs whose last proposal went on past the stop
+  for (bool with_stop : {false, true}) {
+    for (const auto& prompt : c.prompts) {
+      GenerateOptions g = greedy(40);
+      g.ignore_eos = false;
+      if (with_stop) g.stop = {stop};
+      const auto plain = e->generate_tokens(prompt, g);
+      ASSERT_EQ(plain.finish, FinishReason::Stop);
+      std::vector<int32_t> script = c.prompts[0];  // every prompt is a prefix of it
+      script.insert(script.end(), c.continuation.begin(), c.continuation.end());
+      ScriptProposer proposer(script);
+      FixedPolicy policy;
+      g.speculative.mode = DraftMode::Model;
+      g.speculative.draft_max = 4;
+      SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer,
+                      &policy);
+      std::vector<float> logits;
+      Batch b;
+      b.add(run.kv(), run.prefill_todo());
+      parts.target.forward(b, logits);
+      while (!run.done()) {
+        b.clear();
+        b.add_all_logits(run.kv(), run.plan_step(1));
+        parts.target.forward(b, logits);
+        run.finish_step(logits, 0.0);
+      }
+      EXPECT_EQ(run.result().tokens, plain.tokens);
+      EXPECT_LE(run.kv().length(), static_cast<int32_t>(run.committed().size()))
+          << "prompt of " << prompt.size() << " tokens, stop string " << with_stop;
+      if (proposer.last_from + proposer.last_count > run.committed().size()) ++past_stop;
+    }
+  }
+  EXPECT_GT(past_stop, 0) << "no run had drafts accepted past its stop";
 }
 
 // The real pair: Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B.

@@ -102,6 +102,7 @@ void check_spec(const TinyModelSpec& s, int head_dim) {
   if (head_dim <= 0 || head_dim % 2 != 0) bad("head_dim must be positive and even");
   if (s.vocab_rows != 0 && s.vocab_rows < s.n_vocab) bad("vocab_rows must be 0 or at least n_vocab");
   if (s.n_head % s.n_head_kv != 0) bad("n_head is not a multiple of n_head_kv");
+  if (s.eos_id >= s.n_vocab) bad("eos_id is outside the vocabulary");
   for (DType t : {s.weight_type, s.embd_type})
     if (!dtype_info(t).weight_ok) bad(std::string(dtype_name(t)) + " cannot be used for weights");
 }
@@ -115,7 +116,7 @@ void add_tokenizer(gguf::Writer& w, const TinyModelSpec& s) {
   w.set_int32_array("tokenizer.ggml.token_type", v.token_types);
   if (!v.merges.empty()) w.set_string_array("tokenizer.ggml.merges", v.merges);
   w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
-  w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(s.eos_id >= 0 ? s.eos_id : v.eos_id));
   if (v.unk_id >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
   w.set_bool("tokenizer.ggml.add_bos_token", s.tokenizer == "llama");
   w.set_bool("tokenizer.ggml.add_eos_token", false);

@@ -29,6 +29,9 @@ struct TinyModelSpec {
   // Float weights get relative noise of this amplitude on top (other random numbers, same
   // seed otherwise): a draft that agrees with the unperturbed target often but not always.
   float perturb = 0.f;
+  // -1 = the vocabulary's own. Any other id becomes the EOS token, so that tests can have a
+  // token the random weights actually emit end the generation (the real one never comes).
+  int eos_id = -1;
 };
 
 // Writes the model to `path` (GGUF v3). Throws std::invalid_argument for an impossible
