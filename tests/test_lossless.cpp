@@ -1,0 +1,444 @@
+// Losslessness of sampled speculative decoding, position by position.
+//
+// For each configuration (proposer, policy, draft_min / draft_p_min, sampler settings,
+// verification mode) N seeded generations run through the real path (Engine →
+// SequenceRun → proposer → verifier), and the distribution of the token at every output
+// position 0..L-1 is compared with the EXACT marginal of target-only sampling, computed by
+// enumerating every prefix the target can produce (the sampler's cuts keep the tree small).
+// A one-sample χ² against exact probabilities has twice the power of a two-sample test
+// against a second sampled run, and no reference run can share a bug with the tested one.
+//
+// Power: TANDEM_LOSSLESS_INJECT=1 turns on the verifier's fault-injection hook (2% of
+// probability moved between two tokens at one output position, a different position per
+// configuration) and every configuration must then FAIL; ctest runs the suite both ways.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+
+#include "engine/engine_access.hpp"
+#include "engine/forward.hpp"
+#include "engine/sampler.hpp"
+#include "engine/sequence_run.hpp"
+#include "tandem/engine.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/stats.hpp"
+#include "tests/support/tiny_model.hpp"
+#include "verify/verifier.hpp"
+
+namespace tandem {
+namespace {
+
+constexpr int kPositions = 5;        // output positions checked: the first token and two k=3 steps' worth
+// Generations per configuration. TANDEM_LOSSLESS_RUNS lowers it for the sanitizer run, which
+// checks the memory safety of these paths, not their statistics (scripts/test.sh).
+const int kRuns = std::getenv("TANDEM_LOSSLESS_RUNS") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS")) : 12000;
+constexpr double kAlpha = 1e-5;      // per position; fixed seeds make every outcome deterministic
+constexpr float kInjectedMass = 0.02f;
+constexpr int kPromptGreedy = 8;  // greedy tokens after the prompt's seed
+constexpr float kPerturb = 0.1f;  // the close draft's weight noise: it agrees about half the time
+
+// The target; a draft with slightly perturbed weights (agrees about half the time: both
+// verification branches, accept and resample, run a lot); a far draft, perturbed more
+// (rarely agrees: mostly resampling).
+struct Models {
+  std::string target, close_draft, far_draft;
+};
+const Models& fixture() {
+  static const Models m = [] {
+    test::TinyModelSpec t;
+    t.arch = "llama";
+    t.seed = 21;
+    t.tied_embeddings = false;  // an output matrix of std 1/sqrt(n_embd): logits of order one, several tokens compete
+    const std::string dir = test::scratch_dir("lossless");
+    Models m{dir + "/target.gguf", dir + "/close.gguf", dir + "/far.gguf"};
+    test::write_tiny_model(m.target, t);
+    t.perturb = kPerturb;
+    test::write_tiny_model(m.close_draft, t);
+    t.perturb = 0.4f;
+    test::write_tiny_model(m.far_draft, t);
+    return m;
+  }();
+  return m;
+}
+
+Engine& engine_with(const std::string& draft) {
+  static std::map<std::string, std::unique_ptr<Engine>> engines;
+  auto& e = engines[draft];
+  if (!e) {
+    LoadOptions o;
+    o.model_path = fixture().target;
+    o.draft_model_path = draft;
+    o.threads = 1;
+    o.context = 128;
+    e = Engine::load(o);
+  }
+  return *e;
+}
+
+// The prompt: a seed and the target's own greedy continuation of it, so sampled outputs
+// sometimes repeat it and prompt lookup (n-gram) has continuations to propose.
+std::vector<int32_t> prompt_for(Engine& e) {
+  std::vector<int32_t> p = {17, 203, 45, 88};
+  GenerateOptions g;
+  g.max_tokens = kPromptGreedy;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  const auto r = e.generate_tokens(p, g);
+  p.insert(p.end(), r.tokens.begin(), r.tokens.end());
+  return p;
+}
+
+// The exact reference, from a walk over every prefix the target can produce with
+// probability at least kPrune. Two views of each output position j are tested:
+//   * the token y_j (its marginal over all prefixes);
+//   * the rank of y_j in the target's conditional distribution p(. | y_<j) (1 = most likely).
+// A bias that depends on the prefix (more mass to whatever is most likely, as a wrong
+// acceptance rule gives) spreads over many tokens in the first view but adds up in the
+// second. Prefixes below kPrune are not expanded; an output whose prefix was not expanded
+// counts in a cell of its own whose exact probability is the mass left out, so pruning makes
+// the cells coarser, never the reference inexact.
+constexpr double kPrune = 2e-5;
+constexpr int kRanks = 4;          // ranks 1..kRanks-1 each, the rest in one cell (few cells: power)
+constexpr int32_t kPruned = -1;    // the cell of outputs whose prefix was not expanded
+constexpr int32_t kOutside = -2;   // a token outside the target's support: a bug (probability 0)
+
+struct Reference {
+  std::vector<std::map<int32_t, double>> token;  // [position][token] → P(expanded prefix, token)
+  std::vector<std::map<int32_t, double>> rank;   // [position][rank cell] → probability
+  std::map<std::vector<int32_t>, std::vector<int32_t>> support;  // expanded prefix → ids by rank
+};
+
+void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len, double prob,
+          Reference& ref) {
+  const size_t depth = seq.size() - prompt_len;
+  const std::vector<float> all = e.logits(seq);
+  const size_t vocab = all.size() / seq.size();
+  const std::span<const float> last(all.data() + all.size() - vocab, vocab);
+  const Distribution d = make_distribution(last, sp, seq);
+  ref.support.emplace(std::vector<int32_t>(seq.begin() + static_cast<ptrdiff_t>(prompt_len), seq.end()), d.ids);
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double pc = prob * d.probs[i];
+    ref.token[depth][d.ids[i]] += pc;
+    ref.rank[depth][std::min<int32_t>(static_cast<int32_t>(i), kRanks - 1)] += pc;
+    if (depth + 1 == static_cast<size_t>(kPositions) || pc < kPrune) continue;
+    seq.push_back(d.ids[i]);
+    walk(e, sp, seq, prompt_len, pc, ref);
+    seq.pop_back();
+  }
+}
+
+Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+  Reference ref;
+  ref.token.resize(kPositions);
+  ref.rank.resize(kPositions);
+  std::vector<int32_t> seq = prompt;
+  walk(e, sp, seq, prompt.size(), 1.0, ref);
+  return ref;
+}
+
+// The cells one sampled output falls in at position j: {token cell, rank cell}.
+std::pair<int32_t, int32_t> cells_of(const std::vector<int32_t>& out, int j, const Reference& ref) {
+  const auto it = ref.support.find(std::vector<int32_t>(out.begin(), out.begin() + j));
+  if (it == ref.support.end()) return {kPruned, kPruned};
+  const int32_t y = out[static_cast<size_t>(j)];
+  const auto at = std::find(it->second.begin(), it->second.end(), y);
+  if (at == it->second.end()) return {kOutside, kOutside};
+  return {y, std::min<int32_t>(static_cast<int32_t>(at - it->second.begin()), kRanks - 1)};
+}
+
+struct Sampler {
+  std::string name;
+  SamplingParams sp;
+};
+
+Sampler sampler(const std::string& name) {
+  SamplingParams s;
+  s.top_p = 1.0f;
+  s.min_p = 0.0f;
+  s.top_k = 0;
+  if (name == "temp1.0_topk6") {
+    s.temperature = 1.0f;
+    s.top_k = 6;
+  } else if (name == "temp0.8_topk8_topp0.9_minp0.05") {
+    s.temperature = 0.8f;
+    s.top_k = 8;
+    s.top_p = 0.9f;
+    s.min_p = 0.05f;
+  } else if (name == "temp1.0_topk6_penalties") {
+    s.temperature = 1.0f;
+    s.top_k = 6;
+    s.repetition_penalty = 1.3f;
+    s.presence_penalty = 0.4f;
+    s.frequency_penalty = 0.3f;
+  } else if (name == "temp1.0_topk6_mild_penalties") {  // strong ones leave prompt lookup nothing to find
+    s.temperature = 1.0f;
+    s.top_k = 6;
+    s.repetition_penalty = 1.1f;
+    s.frequency_penalty = 0.1f;
+  } else if (name == "temp0.5_topp0.7_minp0.3") {
+    s.temperature = 0.5f;
+    s.top_p = 0.7f;
+    s.min_p = 0.3f;
+  } else {
+    throw std::invalid_argument(name);
+  }
+  return {name, s};
+}
+
+struct Config {
+  std::string name;
+  DraftMode mode;
+  std::string policy;
+  int k;
+  float p_min;
+  int draft_min;
+  std::string sampler;
+  VerifyMode verify;
+  bool far_draft;
+};
+
+std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
+
+// χ² of observed cells against exact probabilities; cells expected below 5 are merged with
+// the pruned-prefix cell. A token outside the support (expected 0) fails outright.
+test::Chi2Result cell_test(const std::map<int32_t, int64_t>& seen, const std::map<int32_t, double>& exact, int64_t n) {
+  if (seen.count(kOutside)) return {std::numeric_limits<double>::infinity(), 1, 0.0};
+  std::vector<int64_t> obs;
+  std::vector<double> probs;
+  int64_t other_obs = 0;
+  double other_p = 0.0, listed = 0.0;
+  for (const auto& [cell, p] : exact) {
+    listed += p;
+    const auto it = seen.find(cell);
+    const int64_t c = it == seen.end() ? 0 : it->second;
+    if (p * static_cast<double>(n) >= 5.0) {
+      obs.push_back(c);
+      probs.push_back(p);
+    } else {
+      other_obs += c;
+      other_p += p;
+    }
+  }
+  for (const auto& [cell, c] : seen)
+    if (!exact.count(cell)) other_obs += c;  // the pruned-prefix cell
+  other_p += std::max(0.0, 1.0 - listed);
+  if (other_p * static_cast<double>(n) >= 5.0 || other_obs > 0) {
+    obs.push_back(other_obs);
+    probs.push_back(std::max(other_p, 1e-300));
+  }
+  return test::chi2_goodness_of_fit(obs, probs, n);
+}
+
+class Lossless : public ::testing::TestWithParam<Config> {};
+
+TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
+  const Config& c = GetParam();
+  const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
+  Engine& e = engine_with(c.mode == DraftMode::Model ? (c.far_draft ? fixture().far_draft : fixture().close_draft)
+                                                     : std::string());
+  const std::vector<int32_t> prompt = prompt_for(e);
+  const Sampler s = sampler(c.sampler);
+  const Reference exact = exact_reference(e, prompt, s.sp);
+
+  // The bias goes to a different position for each configuration, so that across the suite
+  // every position is shown to be checked.
+  const int biased = static_cast<int>(std::hash<std::string>{}(c.name) % kPositions);
+  if (inject) inject_verifier_bias({static_cast<int64_t>(prompt.size()) + biased, kInjectedMass});
+
+  GenerateOptions g;
+  g.max_tokens = kPositions;
+  g.ignore_eos = true;
+  g.sampling = s.sp;
+  g.speculative.mode = c.mode;
+  g.speculative.policy = c.policy;
+  g.speculative.draft_max = c.k;
+  g.speculative.draft_p_min = c.p_min;
+  g.speculative.draft_min = c.draft_min;
+  g.speculative.verify = c.verify;
+  g.speculative.alpha_prior = 0.9f;  // adaptive/goodput start by drafting
+  std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
+  SpeculativeMetrics m;
+  for (int r = 0; r < kRuns; ++r) {
+    g.sampling.seed = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1);
+    const GenerateResult res = e.generate_tokens(prompt, g);
+    ASSERT_EQ(res.tokens.size(), static_cast<size_t>(kPositions));
+    for (int j = 0; j < kPositions; ++j) {
+      const auto [token, rank] = cells_of(res.tokens, j, exact);
+      ++seen_token[static_cast<size_t>(j)][token];
+      ++seen_rank[static_cast<size_t>(j)][rank];
+    }
+    m.merge(res.speculative);
+  }
+  inject_verifier_bias({});
+
+  // The configuration must really exercise what it claims to.
+  // (Prompt lookup finds a continuation in about one step of ten here; a draft model always.)
+  EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? kRuns / 20 : kRuns / 2) << "too few drafts to mean much";
+  EXPECT_GT(m.accepted_tokens, std::max<int64_t>(50, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
+  EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
+  if (c.policy == "adaptive" || c.policy == "goodput") {
+    int distinct = 0;
+    for (size_t k = 0; k < m.steps_per_k.size(); ++k) distinct += m.steps_per_k[k] > 0;
+    EXPECT_GE(distinct, 2) << "the policy never varied k";
+  }
+
+  double min_p = 1.0;
+  for (int j = 0; j < kPositions; ++j) {
+    const auto uj = static_cast<size_t>(j);
+    const auto tok = cell_test(seen_token[uj], exact.token[uj], kRuns);
+    const auto rank = cell_test(seen_rank[uj], exact.rank[uj], kRuns);
+    ASSERT_GE(tok.df, 2) << "position " << j << ": too few competing tokens for a meaningful test";
+    ASSERT_GE(rank.df, 2) << "position " << j << ": too few competing ranks for a meaningful test";
+    const double pj = std::min(tok.p_value, rank.p_value);
+    min_p = std::min(min_p, pj);
+    const std::string what = "position " + std::to_string(j) + ": tokens chi2 " + std::to_string(tok.statistic) +
+                             " df " + std::to_string(tok.df) + " p " + std::to_string(tok.p_value) + "; ranks chi2 " +
+                             std::to_string(rank.statistic) + " df " + std::to_string(rank.df) + " p " +
+                             std::to_string(rank.p_value);
+    if (!inject) {
+      EXPECT_GT(tok.p_value, kAlpha) << what;
+      EXPECT_GT(rank.p_value, kAlpha) << what;
+    } else if (j == biased) {
+      EXPECT_LT(pj, kAlpha) << "the injected bias went unnoticed at " << what;
+    }
+  }
+  RecordProperty("min_p_value", std::to_string(min_p));
+  std::printf("%s: acceptance %.3f (%lld drafted), min p-value %.3g%s\n", c.name.c_str(), m.acceptance_rate(),
+              static_cast<long long>(m.drafted_tokens), min_p, inject ? " (bias injected)" : "");
+}
+
+// The draft_min rule in isolation, with a proposer built to expose it: it draws x1 from the
+// target's own distribution (so verification accepts it always) and drafts a second token
+// only when x1 is not the target's most likely token. Dropping drafts shorter than
+// draft_min = 2 would then turn exactly the draws of the top token into plain steps, and the
+// first speculative position would show the top token with probability p_top^2 instead of
+// p_top. Sampled drafts must be verified whatever their length.
+class TopShyProposer final : public Proposer {
+ public:
+  TopShyProposer(Engine& e, const SamplingParams& sp) : e_(e), sp_(sp) {}
+  std::string name() const override { return "top-shy"; }
+  Proposal propose(std::span<const int32_t> context, const ProposeOptions& o, Rng& rng) override {
+    const std::vector<int32_t> ctx(context.begin(), context.end());
+    std::vector<float> logits;
+    {
+      SequenceKV seq(parts_().target.cache());
+      Batch b;
+      b.add(seq, ctx);
+      parts_().target.forward(b, logits);
+    }
+    Proposal p;
+    Distribution q = make_distribution(logits, sp_, ctx);
+    const int32_t x1 = sample(q, rng);
+    const int32_t top = q.ids[0];
+    p.tokens.push_back(x1);
+    p.dists.push_back(std::move(q));
+    if (x1 != top && o.max_tokens >= 2) {  // a second, point-mass draft
+      p.tokens.push_back(top);
+      p.dists.push_back(Distribution{{top}, {1.0f}});
+    } else if (x1 == top) {
+      ++short_drafts;
+    }
+    return p;
+  }
+  int64_t short_drafts = 0;
+
+ private:
+  EngineParts parts_() const { return EngineAccess::parts(e_); }
+  Engine& e_;
+  SamplingParams sp_;
+};
+
+TEST(LosslessRules, ShortSampledDraftsAreVerifiedNotDropped) {
+  Engine& e = engine_with("");
+  const std::vector<int32_t> prompt = prompt_for(e);
+  const SamplingParams sp = sampler("temp1.0_topk6").sp;
+  const Reference exact = exact_reference(e, prompt, sp);
+  const EngineParts parts = EngineAccess::parts(e);
+  const int32_t n_vocab = parts.target.model().config().n_vocab;
+  GenerateOptions g;
+  g.max_tokens = 4;  // the first token is plain; the second step drafts two
+  g.ignore_eos = true;
+  g.sampling = sp;
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 2;
+  g.speculative.draft_min = 2;
+  std::map<int32_t, int64_t> seen_token, seen_rank;
+  const int runs = 6000;
+  const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
+  if (inject) inject_verifier_bias({static_cast<int64_t>(prompt.size()) + 1, kInjectedMass});
+  TopShyProposer proposer(e, sp);
+  FixedPolicy policy;
+  for (int r = 0; r < runs; ++r) {
+    g.sampling.seed = 1000 + static_cast<uint64_t>(r);
+    SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &policy);
+    std::vector<float> logits;
+    Batch b;
+    b.add(run.kv(), run.prefill_todo());
+    parts.target.forward(b, logits);
+    while (!run.done()) {
+      b.clear();
+      b.add_all_logits(run.kv(), run.plan_step(1));
+      parts.target.forward(b, logits);
+      run.finish_step(logits, 0.0);
+    }
+    const auto [token, rank] = cells_of(run.result().tokens, 1, exact);
+    ++seen_token[token];
+    ++seen_rank[rank];
+  }
+  inject_verifier_bias({});
+  EXPECT_GT(proposer.short_drafts, runs / 10) << "the proposer should often draft one token";
+  const auto tok = cell_test(seen_token, exact.token[1], runs);
+  const auto rank = cell_test(seen_rank, exact.rank[1], runs);
+  if (inject) {
+    EXPECT_LT(std::min(tok.p_value, rank.p_value), kAlpha) << "the injected bias went unnoticed";
+  } else {
+    EXPECT_GT(tok.p_value, kAlpha) << "tokens chi2 " << tok.statistic << " df " << tok.df;
+    EXPECT_GT(rank.p_value, kAlpha) << "ranks chi2 " << rank.statistic << " df " << rank.df;
+  }
+}
+
+using V = VerifyMode;
+INSTANTIATE_TEST_SUITE_P(
+    Configs, Lossless,
+    ::testing::Values(
+        Config{"model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false},
+        Config{"model_confidence_pmin0.2", DraftMode::Model, "confidence", 3, 0.2f, 0, "temp1.0_topk6", V::Rejection,
+               false},
+        Config{"model_adaptive", DraftMode::Model, "adaptive", 4, 0.0f, 0, "temp1.0_topk6", V::Rejection, false},
+        Config{"model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6_penalties", V::Rejection,
+               false},
+        Config{"model_draftmin2_pmin0.18", DraftMode::Model, "fixed", 3, 0.18f, 2, "temp1.0_topk6", V::Rejection,
+               false},
+        Config{"model_topp_minp", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Rejection, false},
+        Config{"model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties", V::Rejection,
+               false},
+        Config{"model_topp_minp_no_topk", DraftMode::Model, "fixed", 2, 0.0f, 0, "temp0.5_topp0.7_minp0.3",
+               V::Rejection, false},
+        Config{"far_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Rejection, true},
+        Config{"ngram_fixed_k3", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false},
+        Config{"ngram_penalties", DraftMode::Ngram, "fixed", 4, 0.0f, 0, "temp1.0_topk6_mild_penalties",
+               V::Rejection, false},
+        Config{"ngram_draftmin2", DraftMode::Ngram, "fixed", 3, 0.0f, 2, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Rejection, false},
+        Config{"coupled_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Coupled, false},
+        Config{"coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.15f, 2, "temp1.0_topk6_penalties",
+               V::Coupled, false},
+        Config{"coupled_ngram", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05", V::Coupled,
+               false}),
+    [](const ::testing::TestParamInfo<Config>& i) {
+      std::string n = i.param.name;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+}  // namespace
+}  // namespace tandem
