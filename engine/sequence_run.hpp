@@ -7,6 +7,9 @@
 // KV for all of them except the newest ("pending") one. A step runs the target over
 // [pending, d1..dk], verifies the drafts, truncates the cache to pending + the accepted
 // drafts, and commits the accepted drafts plus the corrected/bonus token (the new pending).
+// When the output ends inside the accepted drafts (EOS, a stop string, max_tokens) the cache
+// is cut back to the committed tokens: it never holds KV of a token that was not committed
+// (the scheduler publishes cache blocks to the prefix cache under the committed tokens).
 #pragma once
 #include <chrono>
 #include <optional>
