@@ -14,6 +14,7 @@
 #include "engine/gumbel.hpp"
 #include "engine/scheduler.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/stats.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "verify/verifier.hpp"
@@ -163,12 +164,7 @@ std::unique_ptr<Engine> load() {
 }
 
 std::vector<int32_t> prompt_of(int n, uint32_t seed) {
-  std::vector<int32_t> t;
-  uint32_t x = seed * 2654435761u + 3;
-  for (int i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.push_back(static_cast<int32_t>((x >> 8) % 300));
-  }
+  std::vector<int32_t> t = test::random_prompt(n, seed, 3);
   // Repeat it, so prompt lookup has something to propose.
   const auto once = t;
   t.insert(t.end(), once.begin(), once.end());

@@ -7,6 +7,7 @@
 #include "draft/model_proposer.hpp"
 #include "engine/model.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace tandem {
@@ -22,13 +23,7 @@ const std::string& draft_path() {
 }
 
 std::vector<int32_t> prompt_of(int n, uint32_t seed) {
-  std::vector<int32_t> t;
-  uint32_t x = seed * 2654435761u + 3;
-  for (int i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.push_back(static_cast<int32_t>((x >> 8) % 300));
-  }
-  return t;
+  return test::random_prompt(n, seed, 3);
 }
 
 // The draft model on a cache of `num_blocks` blocks of 4 token slots.

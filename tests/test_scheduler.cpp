@@ -10,6 +10,7 @@
 #include "engine/engine_access.hpp"
 #include "engine/scheduler.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/prompts.hpp"
 #include "tests/support/tiny_model.hpp"
 
 namespace tandem {
@@ -37,13 +38,7 @@ std::unique_ptr<Engine> load(size_t kv_mem = 0) {
 }
 
 std::vector<int32_t> prompt_of(int n, uint32_t seed) {
-  std::vector<int32_t> t;
-  uint32_t x = seed * 2654435761u + 7;
-  for (int i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.push_back(static_cast<int32_t>((x >> 8) % 300));
-  }
-  return t;
+  return test::random_prompt(n, seed, 7);
 }
 
 GenerateOptions greedy(int n, DraftMode mode) {
