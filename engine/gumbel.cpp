@@ -56,7 +56,12 @@ int32_t gumbel_argmax(const Distribution& d, const PositionNoise& noise, int64_t
   for (size_t i = 0; i < d.ids.size(); ++i) {
     const double p = d.probs[i];
     if (!(p > 0.0)) continue;
-    const double key = noise.exponential(position, d.ids[i]) / p;
+    // E = -log u >= 1 - u, so a token whose lower bound (1 - u) / p already loses needs no
+    // logarithm. Once a likely token has set best_key, that is almost every token of a long
+    // tail: a full 152k vocabulary costs a hash per token and a few dozen logarithms.
+    const double u = noise.uniform(position, d.ids[i]);
+    if (1.0 - u >= best_key * p) continue;
+    const double key = -portable_log(u) / p;
     if (key < best_key) {
       best_key = key;
       best = d.ids[i];

@@ -33,8 +33,8 @@ class PositionNoise {
 };
 
 // argmax over d's support of log d(v) + g(position, v), computed as argmin E(position, v) / d(v):
-// one exact draw from d that depends only on (seed, position) and d. O(support) hashes and
-// logarithms (small under top-k/top-p/min-p; a full 152k vocabulary costs a few ms).
+// one exact draw from d that depends only on (seed, position) and d. One hash per token of
+// the support; logarithms only for the few tokens that could still win.
 // Ties (measure zero) go to the earlier entry of d.
 // Throws std::invalid_argument on an empty distribution.
 int32_t gumbel_argmax(const Distribution& d, const PositionNoise& noise, int64_t position);

@@ -192,12 +192,15 @@ struct Variant {
   const char* policy;
 };
 const Variant kVariants[] = {
-    {"model k1", DraftMode::Model, 1, "fixed"},     {"model k2", DraftMode::Model, 2, "fixed"},
-    {"model k3", DraftMode::Model, 3, "fixed"},     {"model k5", DraftMode::Model, 5, "fixed"},
-    {"model k8", DraftMode::Model, 8, "fixed"},     {"model adaptive", DraftMode::Model, 6, "adaptive"},
-    {"model goodput", DraftMode::Model, 6, "goodput"}, {"model confidence", DraftMode::Model, 4, "confidence"},
-    {"ngram k4", DraftMode::Ngram, 4, "fixed"},     {"ngram k8 adaptive", DraftMode::Ngram, 8, "adaptive"},
+    {"model k1", DraftMode::Model, 1, "fixed"},        {"model k2", DraftMode::Model, 2, "fixed"},
+    {"model k3", DraftMode::Model, 3, "fixed"},        {"model k4", DraftMode::Model, 4, "fixed"},
+    {"model k5", DraftMode::Model, 5, "fixed"},        {"model k6", DraftMode::Model, 6, "fixed"},
+    {"model k7", DraftMode::Model, 7, "fixed"},        {"model k8", DraftMode::Model, 8, "fixed"},
+    {"model adaptive", DraftMode::Model, 6, "adaptive"}, {"model goodput", DraftMode::Model, 6, "goodput"},
+    {"model confidence", DraftMode::Model, 4, "confidence"}, {"ngram k4", DraftMode::Ngram, 4, "fixed"},
+    {"ngram k8 adaptive", DraftMode::Ngram, 8, "adaptive"},
 };
+constexpr size_t kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 GenerateOptions with(GenerateOptions g, const Variant& v) {
   g.speculative.mode = v.mode;
@@ -257,7 +260,7 @@ TEST(Coupled, SameSeedSameTextInABatchOf16ThroughTheScheduler) {
     const uint64_t seed = 100 + static_cast<uint64_t>(i);
     r.expect = e->generate_tokens(r.prompt, sampled(seed, VerifyMode::Coupled)).tokens;
     r.opts = i % 5 == 4 ? sampled(seed, VerifyMode::Coupled)
-                        : with(sampled(seed, VerifyMode::Coupled), kVariants[static_cast<size_t>(i) % 10]);
+                        : with(sampled(seed, VerifyMode::Coupled), kVariants[static_cast<size_t>(i) % kNumVariants]);
     reqs.push_back(std::move(r));
   }
   SchedulerOptions so;
