@@ -257,8 +257,7 @@ TEST(Forward, FullCacheIsReportedAndNothingChanges) {
 }
 
 TEST(Forward, RealSmolLM2MatchesReference) {
-  const std::string path = test::model_path("smollm2-135m-instruct-q4_1.gguf");
-  if (path.empty()) GTEST_SKIP() << "model not downloaded: run python3 scripts/fetch_models.py --models smollm2";
+  TANDEM_REQUIRE_MODEL(path, "smollm2");
   // "The capital of France is" and a few more tokens.
   const std::vector<int32_t> tokens = {504, 3575, 282, 4649, 314, 3767, 30, 378, 3575};
   const auto ours = test::engine_logits(path, tokens);
@@ -270,6 +269,38 @@ TEST(Forward, RealSmolLM2MatchesReference) {
   EXPECT_EQ(d.argmax_mismatches, 0);
   EXPECT_LE(d.rms, 0.05 * d.scale) << "RMS diff " << d.rms << ", logit RMS " << d.scale;
   EXPECT_LE(d.max_abs, 0.2 * d.scale) << "max |diff| " << d.max_abs << ", logit RMS " << d.scale;
+}
+
+// The batch-invariance promise on real shapes (576-wide rows, 9 query heads over 3 KV heads,
+// Q4_1 layers with Q8_0 embeddings) and the F16 cache the engine uses by default.
+TEST(Forward, RealSmolLM2ChunkedPrefillGivesTheSameBits) {
+  TANDEM_REQUIRE_MODEL(path, "smollm2");
+  auto be = kernels::make_cpu_backend(2);
+  auto model = Model::load(path, *be);
+  KVCacheOptions o;
+  o.block_size = 16;
+  o.max_tokens = 128;
+  KVCache cache(*be, model->config(), o);
+  Transformer tf(*model, cache);
+  const int n_vocab = model->config().n_vocab;
+  const auto tokens = some_tokens(37, n_vocab, 9);
+  std::vector<float> whole, pieces, piece;
+  {
+    SequenceKV s(cache);
+    Batch b;
+    b.add_all_logits(s, tokens);
+    tf.forward(b, whole);
+  }
+  SequenceKV s(cache);
+  size_t i = 0;
+  for (const size_t n : {5u, 1u, 7u, 13u, 1u, 1u, 9u}) {
+    Batch b;
+    b.add_all_logits(s, std::span(tokens).subspan(i, n));
+    tf.forward(b, piece);
+    pieces.insert(pieces.end(), piece.begin(), piece.end());
+    i += n;
+  }
+  EXPECT_TRUE(test::same_bits(pieces, whole, n_vocab));
 }
 
 }  // namespace
