@@ -1,13 +1,13 @@
 // Speculative vs autoregressive decoding, measured side by side in one run on the same
 // engine: tokens/s, speedup, acceptance rate, mean accepted length, cost ratio c and the
-// speedup predicted by S = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) next to the measured one.
+// speedup predicted by S = E / (k·c + 1) next to the measured one, where E, the expected
+// tokens per step, comes from the acceptance at each draft position (as `tandem tune` does).
 //
 //   bench_speculative -m TARGET.gguf [-md DRAFT.gguf] [-n 64] [-k 4] [--temp 0] [--reps 1]
 //
 // Each prompt runs AR, draft-model and n-gram decoding in turn (interleaved, so machine
 // noise hits all modes alike); the totals are over all prompts.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,9 +32,37 @@ const char* kPrompts[] = {
     "The fox jumped again and again, and each time the dog stayed still.<|im_end|>\n<|im_start|>assistant\n",
 };
 
-double predicted(double alpha, int k, double c) {
-  if (alpha >= 1.0) return (k + 1) / (k * c + 1);
-  return (1 - std::pow(alpha, k + 1)) / ((1 - alpha) * (k * c + 1));
+// Acceptance at each draft position i: of the steps that tried position i (drafted it with
+// positions 0..i-1 accepted; tune's count, apps/tune/runner.cpp), those that accepted it.
+// Not accepted/drafted: the tokens drafted after a rejection were never tried, and counting
+// them as failures made the old geometric S = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) too low.
+std::vector<double> acceptance_per_position(const tandem::SpeculativeMetrics& m) {
+  const auto& d = m.drafted_per_position;
+  const auto& a = m.accepted_per_position;
+  std::vector<double> p;
+  for (size_t i = 0; i < d.size() && i < a.size(); ++i) {
+    const double trials = static_cast<double>(i == 0 ? d[0] : std::min(a[i - 1], d[i]));
+    if (trials <= 0) break;
+    p.push_back(static_cast<double>(a[i]) / trials);
+  }
+  return p;
+}
+
+// Tokens a step with k drafts yields: E = 1 + Σ_{i<k} P(drafts 0..i all accepted), each
+// probability the product of the per-position acceptances up to i (when every step drafts
+// k, exactly accepted_per_position[i] / drafts).
+double expected_tokens(const std::vector<double>& per_position, int k) {
+  double e = 1.0, all = 1.0;
+  for (size_t i = 0; i < per_position.size() && static_cast<int>(i) < k; ++i) {
+    all *= per_position[i];
+    e += all;
+  }
+  return e;
+}
+
+// Speedup if verifying k+1 tokens cost one target step.
+double predicted(const std::vector<double>& per_position, int k, double c) {
+  return expected_tokens(per_position, k) / (k * c + 1);
 }
 
 const char* mode_name(tandem::DraftMode m) {
@@ -95,7 +123,7 @@ int main(int argc, char** argv) {
       }
 
   const double ar_tps = totals[0].tokens * 1000.0 / totals[0].ms;
-  std::printf("\n| mode | tokens/s | speedup | acceptance α | mean accepted length | c | predicted S |\n");
+  std::printf("\n| mode | tokens/s | speedup | acceptance α (accepted/drafted) | mean accepted length | c | predicted S |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (size_t mi = 0; mi < modes.size(); ++mi) {
     const Totals& t = totals[mi];
@@ -107,10 +135,18 @@ int main(int argc, char** argv) {
     }
     const double a = t.m.acceptance_rate(), c = t.m.cost_ratio();
     std::printf("| %s | %.2f | %.2f | %.3f | %.2f | %.3f | %.2f |\n", name, tps, tps / ar_tps, a,
-                t.m.mean_accepted_length(), c, predicted(a, k, c));
+                t.m.mean_accepted_length(), c, predicted(acceptance_per_position(t.m), k, c));
   }
-  std::printf("\n(predicted S assumes verifying k+1 tokens costs one target step; the measured speedup also\n"
-              " pays the real T(k+1)/T(1) of the target and the verifier's sampling.)\n");
+  std::printf("\n");
+  for (size_t mi = 0; mi < modes.size(); ++mi) {
+    if (modes[mi] == tandem::DraftMode::None) continue;
+    const auto per = acceptance_per_position(totals[mi].m);
+    std::printf("%s: acceptance per position", mode_name(modes[mi]));
+    for (double p : per) std::printf(" %.3f", p);
+    std::printf(" -> E = %.2f tokens per step\n", expected_tokens(per, k));
+  }
+  std::printf("\n(predicted S = E / (k·c + 1) assumes verifying k+1 tokens costs one target step; the measured\n"
+              " speedup also pays the real T(k+1)/T(1) of the target and the verifier's sampling.)\n");
 
   // Where a decoding step's time goes: drafting, the target pass, the verifier, and the rest
   // (sampling of plain steps, KV bookkeeping, detokenizing, streaming).

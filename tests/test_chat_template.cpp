@@ -188,32 +188,41 @@ TEST(ChatTemplateGolden, FileIsCurrent) {
 
 // ---- the shipped models --------------------------------------------------------------------
 
-TEST(ChatTemplateModels, TemplatesFromGgufMatchTheTestedCopies) {
-  struct Model {
-    const char* file;
-    const char* tmpl;
-  };
-  int found = 0;
-  for (const Model& m : {Model{"smollm2-135m-instruct-q4_1.gguf", "smollm2-135m-instruct"},
-                         Model{"qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-0.5b-instruct"},
-                         Model{"qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct"}}) {
-    const std::string path = tandem::test::model_path(m.file);
-    if (path.empty()) continue;
-    ++found;
-    const auto file = tandem::gguf::File::open(path);
-    const std::optional<ChatTemplate> t = ChatTemplate::from_gguf(*file);
-    ASSERT_TRUE(t.has_value()) << m.file;
-    EXPECT_EQ(t->source(), template_source(m.tmpl)) << m.file << " carries a different template than the golden one";
-    const std::string prompt = t->render({{"user", "Hi"}}, true, "", "");
-    EXPECT_NE(prompt.find("<|im_start|>user\nHi<|im_end|>\n"), std::string::npos) << prompt;
-    EXPECT_TRUE(prompt.ends_with("<|im_start|>assistant\n")) << prompt;
-  }
-  if (found == 0) GTEST_SKIP() << "no models downloaded (scripts/fetch_models.sh)";
+// One test per model, so that each one's file is required on its own (tests/support/paths.hpp).
+namespace {
+struct ShippedModel {
+  const char* key;   // in scripts/models.json
+  const char* tmpl;  // in tests/data/chat_template/templates
+};
+
+class ChatTemplateModels : public ::testing::TestWithParam<ShippedModel> {};
+}  // namespace
+
+TEST_P(ChatTemplateModels, TemplateFromGgufMatchesTheTestedCopy) {
+  const ShippedModel& m = GetParam();
+  TANDEM_REQUIRE_MODEL(path, m.key);
+  const auto file = tandem::gguf::File::open(path);
+  const std::optional<ChatTemplate> t = ChatTemplate::from_gguf(*file);
+  ASSERT_TRUE(t.has_value()) << m.key;
+  EXPECT_EQ(t->source(), template_source(m.tmpl)) << m.key << " carries a different template than the golden one";
+  const std::string prompt = t->render({{"user", "Hi"}}, true, "", "");
+  EXPECT_NE(prompt.find("<|im_start|>user\nHi<|im_end|>\n"), std::string::npos) << prompt;
+  EXPECT_TRUE(prompt.ends_with("<|im_start|>assistant\n")) << prompt;
 }
 
-TEST(ChatTemplateModels, ModelWithoutTemplateFallsBackToChatML) {
-  const std::string path = tandem::test::model_path("gemma3-270m-q4_k_m.gguf");
-  if (path.empty()) GTEST_SKIP() << "gemma3-270m not downloaded";
+INSTANTIATE_TEST_SUITE_P(Shipped, ChatTemplateModels,
+                         ::testing::Values(ShippedModel{"smollm2", "smollm2-135m-instruct"},
+                                           ShippedModel{"qwen0.5b", "qwen2.5-coder-0.5b-instruct"},
+                                           ShippedModel{"qwen1.5b", "qwen2.5-coder-1.5b-instruct"}),
+                         [](const auto& info) {
+                           std::string n = info.param.key;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+TEST(ChatTemplateGemma3, ModelWithoutTemplateFallsBackToChatML) {
+  TANDEM_REQUIRE_MODEL(path, "gemma3");
   const auto file = tandem::gguf::File::open(path);
   const std::optional<ChatTemplate> t = ChatTemplate::from_gguf(*file);
   EXPECT_FALSE(t.has_value());

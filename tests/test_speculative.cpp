@@ -506,10 +506,8 @@ TEST(Speculative, AStopInsideAcceptedDraftsLeavesNoKVPastTheCommittedTokens) {
 
 // The real pair: Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B.
 TEST(Speculative, RealQwenPairGreedyIsLossless) {
-  const std::string target = test::model_path("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
-  const std::string draft = test::model_path("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-  if (target.empty() || draft.empty())
-    GTEST_SKIP() << "model not downloaded: run python3 scripts/fetch_models.py --models qwen0.5b,qwen1.5b";
+  TANDEM_REQUIRE_MODEL(target, "qwen1.5b");
+  TANDEM_REQUIRE_MODEL(draft, "qwen0.5b");
   LoadOptions o;
   o.model_path = target;
   o.draft_model_path = draft;

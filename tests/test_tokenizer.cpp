@@ -508,7 +508,7 @@ TEST(Pretokenizer, MatchesReferenceSplits) {
 // ---- golden ids for real models ------------------------------------------------------------
 
 struct ModelCase {
-  const char* file;    // in the model cache
+  const char* key;     // in scripts/models.json
   const char* golden;  // in tests/data/tokenizer
 };
 
@@ -520,17 +520,15 @@ std::string round_trip_text(const Tokenizer& t, const std::string& text) {
 
 class TokenizerGolden : public ::testing::TestWithParam<ModelCase> {
  protected:
-  std::unique_ptr<Tokenizer> load() {
-    const std::string path = test::model_path(GetParam().file);
-    if (path.empty()) return nullptr;
+  static std::unique_ptr<Tokenizer> load(const std::string& path) {
     auto f = gguf::File::open(path);
     return Tokenizer::from_gguf(*f);
   }
 };
 
 TEST_P(TokenizerGolden, EncodeMatchesReference) {
-  auto t = load();
-  if (!t) GTEST_SKIP() << "model not downloaded: run scripts/fetch_models.py (" << GetParam().file << ")";
+  TANDEM_REQUIRE_MODEL(path, GetParam().key);
+  auto t = load(path);
   const auto golden = read_jsonl(data_path(GetParam().golden));
   ASSERT_GT(golden.size(), 100u) << "golden file missing or short: " << GetParam().golden;
   int failed = 0;
@@ -557,12 +555,12 @@ TEST_P(TokenizerGolden, EncodeMatchesReference) {
     }
   }
   EXPECT_EQ(failed, 0) << "of " << 2 * golden.size() << " encodings";
-  std::printf("[tokenizer] %s: %zu strings x2 checked, %d mismatches\n", GetParam().file, golden.size(), failed);
+  std::printf("[tokenizer] %s: %zu strings x2 checked, %d mismatches\n", GetParam().key, golden.size(), failed);
 }
 
 TEST_P(TokenizerGolden, SpecialTokensAndMetadata) {
-  auto t = load();
-  if (!t) GTEST_SKIP() << "model not downloaded: run scripts/fetch_models.py (" << GetParam().file << ")";
+  TANDEM_REQUIRE_MODEL(path, GetParam().key);
+  auto t = load(path);
   const auto plain = t->encode("Hello", false, true);
   auto with = plain;
   if (t->add_bos() && t->bos() >= 0) with.insert(with.begin(), t->bos());
@@ -581,8 +579,8 @@ TEST_P(TokenizerGolden, SpecialTokensAndMetadata) {
 }
 
 TEST_P(TokenizerGolden, EncodeSpeed) {
-  auto t = load();
-  if (!t) GTEST_SKIP() << "model not downloaded: run scripts/fetch_models.py (" << GetParam().file << ")";
+  TANDEM_REQUIRE_MODEL(path, GetParam().key);
+  auto t = load(path);
   // ~1 MB of the golden strings (prose, code, many scripts) back to back.
   std::string text;
   const auto golden = read_jsonl(data_path(GetParam().golden));
@@ -592,7 +590,7 @@ TEST_P(TokenizerGolden, EncodeSpeed) {
   const auto ids = t->encode(text, false, false);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double mbps = static_cast<double>(text.size()) / 1e6 / s;
-  std::printf("[tokenizer] %s: encoded %.2f MB into %zu tokens in %.3f s = %.2f MB/s\n", GetParam().file,
+  std::printf("[tokenizer] %s: encoded %.2f MB into %zu tokens in %.3f s = %.2f MB/s\n", GetParam().key,
               static_cast<double>(text.size()) / 1e6, ids.size(), s, mbps);
   RecordProperty("encode_MBps", std::to_string(mbps));
   // Not EXPECT_EQ: gtest's diff of two 1 MB strings needs gigabytes.
@@ -600,10 +598,10 @@ TEST_P(TokenizerGolden, EncodeSpeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerGolden,
-                         ::testing::Values(ModelCase{"smollm2-135m-instruct-q4_1.gguf", "golden_smollm2.jsonl"},
-                                           ModelCase{"qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "golden_qwen0.5b.jsonl"},
-                                           ModelCase{"qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "golden_qwen1.5b.jsonl"},
-                                           ModelCase{"gemma3-270m-q4_k_m.gguf", "golden_gemma3.jsonl"}),
+                         ::testing::Values(ModelCase{"smollm2", "golden_smollm2.jsonl"},
+                                           ModelCase{"qwen0.5b", "golden_qwen0.5b.jsonl"},
+                                           ModelCase{"qwen1.5b", "golden_qwen1.5b.jsonl"},
+                                           ModelCase{"gemma3", "golden_gemma3.jsonl"}),
                          [](const auto& info) {
                            std::string n = info.param.golden;
                            n = n.substr(7, n.size() - 13);  // golden_X.jsonl -> X

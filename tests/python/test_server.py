@@ -12,7 +12,10 @@ shutdown on SIGTERM.
 
     python3 tests/python/test_server.py --tandem build/release/apps/tandem [-k pattern]
 
-Exit code 77 (ctest: skipped) when the `openai` module or the model is missing.
+Missing prerequisites follow the policy of the C++ model tests (tests/support/paths.hpp):
+exit code 77 (ctest: skipped) when SmolLM2 is not in this run's model set
+(TANDEM_TEST_MODELS), or when the model or the `openai` module is missing and
+TANDEM_ALLOW_SKIP=1 accepts that deliberately; otherwise a missing one fails (exit 1).
 """
 import argparse
 import atexit
@@ -33,7 +36,13 @@ import time
 import unittest
 
 SKIP = 77
-MODEL_FILE = "smollm2-135m-instruct-q4_1.gguf"
+# Waits scale by this (scripts/test.sh sets it under ASan, where a server start that
+# calibrates the cost model alone takes about two minutes).
+TIME_SCALE = float(os.environ.get("TANDEM_TEST_TIME_SCALE") or 1)
+MODEL_KEY = "smollm2"  # in scripts/models.json
+MANIFEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "models.json")
+with open(MANIFEST) as f:
+    MODEL_FILE = json.load(f)["models"][MODEL_KEY]["file"]
 API_KEY = "test-key"
 
 try:
@@ -47,6 +56,36 @@ ARGS = None  # parsed command line
 def model_path():
     root = os.environ.get("TANDEM_MODELS") or os.path.expanduser("~/.cache/tandem/models")
     return os.path.join(root, MODEL_FILE)
+
+
+def missing_prerequisite():
+    """None when the tests can run, else (exit code, message) as tests/support/paths.hpp decides."""
+    allow_skip = os.environ.get("TANDEM_ALLOW_SKIP") == "1"
+    model_set = os.environ.get("TANDEM_TEST_MODELS") or "all"
+    with open(MANIFEST) as f:
+        known = list(json.load(f)["models"])
+    keys = [k.strip() for k in model_set.split(",") if k.strip()] if model_set not in ("all", "none") else []
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        return 1, (f"FAILED: TANDEM_TEST_MODELS={model_set} names an unknown model '{unknown[0]}' "
+                   f"(known: {', '.join(known)}, or all, none)")
+    if model_set != "all" and MODEL_KEY not in keys:
+        return SKIP, f"SKIPPED: model '{MODEL_KEY}' is not in this run's model set (TANDEM_TEST_MODELS={model_set})"
+    if not os.path.exists(model_path()):
+        fetch = f"python3 scripts/fetch_models.py --models {MODEL_KEY}"
+        if allow_skip:
+            return SKIP, (f"SKIPPED: model '{MODEL_KEY}' not downloaded ({model_path()}); skipped because "
+                          f"TANDEM_ALLOW_SKIP=1. To test it: {fetch}")
+        return 1, (f"FAILED: model '{MODEL_KEY}' not downloaded ({model_path()}). Run: {fetch} — or set "
+                   f"TANDEM_ALLOW_SKIP=1 to skip the tests of missing models deliberately, or leave "
+                   f"'{MODEL_KEY}' out of TANDEM_TEST_MODELS (now {model_set})")
+    if openai is None:
+        # scripts/setup.sh installs it; a run without it tests nothing of the server.
+        if allow_skip:
+            return SKIP, "SKIPPED: the Python module 'openai' is not installed (pip install openai); TANDEM_ALLOW_SKIP=1"
+        return 1, ("FAILED: the Python module 'openai' is not installed: run scripts/setup.sh (or pip install "
+                   "openai), or set TANDEM_ALLOW_SKIP=1 to skip this test deliberately")
+    return None
 
 
 # ---- a server process ---------------------------------------------------------------
@@ -64,7 +103,7 @@ class Server:
         env = dict(os.environ, TANDEM_CACHE=CACHE_DIR)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = None
-        deadline = time.time() + 120
+        deadline = time.time() + 120 * TIME_SCALE
         while time.time() < deadline and self.port is None:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server {name} exited with {self.proc.returncode}:\n{self.text()}")
@@ -84,10 +123,10 @@ class Server:
 
     def client(self, **kw):
         return openai.OpenAI(base_url=self.base + "/v1", api_key=kw.pop("api_key", API_KEY), max_retries=0,
-                             timeout=kw.pop("timeout", 120), **kw)
+                             timeout=kw.pop("timeout", 120) * TIME_SCALE, **kw)
 
     def conn(self, timeout=60):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout * TIME_SCALE)
 
     def request(self, method, path, body=None, headers=None, auth=True):
         """One raw request on a fresh connection: (status, headers, parsed JSON or text)."""
@@ -121,7 +160,7 @@ class Server:
         return out
 
     def wait_metric(self, name, predicate, timeout=20):
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * TIME_SCALE
         while True:
             v = self.metrics().get(name, 0.0)
             if predicate(v) or time.time() > deadline:
@@ -132,7 +171,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(timeout * TIME_SCALE)
             except subprocess.TimeoutExpired:
                 self.kill()
         return self.proc.returncode
@@ -622,12 +661,10 @@ def main():
     ap.add_argument("-k", dest="pattern", action="append", help="only tests matching this substring")
     ap.add_argument("-v", action="store_true")
     ARGS, rest = ap.parse_known_args()
-    if openai is None:
-        print("SKIPPED: the Python module 'openai' is not installed (pip install openai)")
-        return SKIP
-    if not os.path.exists(model_path()):
-        print(f"SKIPPED: model not downloaded: {model_path()} (python3 scripts/fetch_models.py --models smollm2)")
-        return SKIP
+    missing = missing_prerequisite()
+    if missing:
+        print(missing[1])
+        return missing[0]
     loader = unittest.TestLoader()
     if ARGS.pattern:
         loader.testNamePatterns = [f"*{p}*" for p in ARGS.pattern]

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "engine/forward.hpp"
@@ -67,6 +70,29 @@ LogitDiff compare_logits(const std::vector<float>& a, const std::vector<float>& 
     if (row_max(a) != row_max(ref)) ++d.argmax_mismatches;
   }
   return d;
+}
+
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                                     int64_t row_len) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size() << " floats";
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+  };
+  size_t first = got.size(), n_diff = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (bits(got[i]) == bits(want[i])) continue;
+    if (n_diff++ == 0) first = i;
+  }
+  if (n_diff == 0) return ::testing::AssertionSuccess();
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.9g (0x%08" PRIx32 ") vs %.9g (0x%08" PRIx32 ")", got[first], bits(got[first]),
+                want[first], bits(want[first]));
+  const int64_t row = static_cast<int64_t>(first) / row_len, col = static_cast<int64_t>(first) % row_len;
+  return ::testing::AssertionFailure() << n_diff << " of " << got.size() << " floats differ; first at index " << first
+                                       << " (row " << row << ", column " << col << "): " << buf;
 }
 
 }  // namespace tandem::test

@@ -1,6 +1,8 @@
 // Runs the engine's forward pass and the independent NumPy reference
 // (tests/python/forward_ref.py) on the same GGUF file and tokens.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,5 +27,11 @@ struct LogitDiff {
   int argmax_mismatches = 0;  // positions whose top token differs
 };
 LogitDiff compare_logits(const std::vector<float>& a, const std::vector<float>& ref, int64_t n_vocab);
+
+// Success when `got` and `want` hold the same floats bit for bit (so -0 differs from 0 and a
+// NaN equals only the same NaN); otherwise names the first difference as row/column of
+// rows of `row_len`, both values with their bits, and how many elements differ.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                                     int64_t row_len);
 
 }  // namespace tandem::test
