@@ -148,6 +148,8 @@ TEST(Speculative, SampledOutputFollowsTheTargetDistribution) {
   g.sampling.top_k = 6;
   g.sampling.top_p = 0.9f;
   g.sampling.min_p = 0.0f;
+  // Rejection sampling (coupled output equals plain output seed for seed: test_coupled).
+  g.speculative.verify = VerifyMode::Rejection;
   const int runs = 4000, positions = 4;
   const auto plain = sample_positions(*e, prompt, g, runs, positions);
   for (DraftMode mode : {DraftMode::Model, DraftMode::Ngram}) {

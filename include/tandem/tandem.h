@@ -68,8 +68,8 @@ typedef enum tandem_draft_mode {
 
 /* How sampled output is drawn and drafts are verified (both exact; see speculative.hpp). */
 typedef enum tandem_verify_mode {
-  TANDEM_VERIFY_REJECTION = 0, /* rejection sampling: highest acceptance; text for a seed depends on k and batch */
-  TANDEM_VERIFY_COUPLED = 1    /* Gumbel-max keyed by (seed, position): same text with or without speculation */
+  TANDEM_VERIFY_REJECTION = 0, /* rejection sampling: most acceptance; the text for a seed depends on k and batch */
+  TANDEM_VERIFY_COUPLED = 1    /* (default) Gumbel-max keyed by (seed, position): one text per seed, any speculation */
 } tandem_verify_mode;
 
 typedef struct tandem_engine tandem_engine; /* opaque */
@@ -114,7 +114,7 @@ typedef struct tandem_generate_params {
   int32_t ngram_min;             /* default 1 */
   int32_t ngram_max;             /* default 4 */
   /* appended later (a caller built with an older header gets the default) */
-  int32_t verify_mode;           /* a tandem_verify_mode; default: GenerateOptions' default */
+  int32_t verify_mode;           /* a tandem_verify_mode; default TANDEM_VERIFY_COUPLED */
 } tandem_generate_params;
 
 /* Allocated by the library, freed with tandem_result_free. New fields are only ever added
