@@ -370,6 +370,7 @@ TEST(LosslessRules, ShortSampledDraftsAreVerifiedNotDropped) {
   g.speculative.mode = DraftMode::Model;
   g.speculative.draft_max = 2;
   g.speculative.draft_min = 2;
+  g.speculative.verify = VerifyMode::Rejection;  // the rule under test (coupled output ignores drafts)
   std::map<int32_t, int64_t> seen_token, seen_rank;
   const int runs = 6000;
   const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
