@@ -26,6 +26,7 @@
 #include "engine/sampler.hpp"
 #include "engine/sequence_run.hpp"
 #include "tandem/engine.hpp"
+#include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/stats.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -380,16 +381,7 @@ TEST(LosslessRules, ShortSampledDraftsAreVerifiedNotDropped) {
   for (int r = 0; r < runs; ++r) {
     g.sampling.seed = 1000 + static_cast<uint64_t>(r);
     SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &policy);
-    std::vector<float> logits;
-    Batch b;
-    b.add(run.kv(), run.prefill_todo());
-    parts.target.forward(b, logits);
-    while (!run.done()) {
-      b.clear();
-      b.add_all_logits(run.kv(), run.plan_step(1));
-      parts.target.forward(b, logits);
-      run.finish_step(logits, 0.0);
-    }
+    test::drive_to_end(run, parts.target);
     const auto [token, rank] = cells_of(run.result().tokens, 1, exact);
     ++seen_token[token];
     ++seen_rank[rank];

@@ -14,6 +14,7 @@
 #include "engine/tokenizer.hpp"
 #include "engine/vocab_compat.hpp"
 #include "tandem/engine.hpp"
+#include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/stats.hpp"
@@ -487,16 +488,7 @@ TEST(Speculative, AStopInsideAcceptedDraftsLeavesNoKVPastTheCommittedTokens) {
       g.speculative.draft_max = 4;
       SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer,
                       &policy);
-      std::vector<float> logits;
-      Batch b;
-      b.add(run.kv(), run.prefill_todo());
-      parts.target.forward(b, logits);
-      while (!run.done()) {
-        b.clear();
-        b.add_all_logits(run.kv(), run.plan_step(1));
-        parts.target.forward(b, logits);
-        run.finish_step(logits, 0.0);
-      }
+      test::drive_to_end(run, parts.target);
       EXPECT_EQ(run.result().tokens, plain.tokens);
       EXPECT_LE(run.kv().length(), static_cast<int32_t>(run.committed().size()))
           << "prompt of " << prompt.size() << " tokens, stop string " << with_stop;
