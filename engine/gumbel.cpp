@@ -4,19 +4,9 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/rng.hpp"
+
 namespace tandem {
-namespace {
-
-// splitmix64's finaliser: a bijection with full avalanche, so keys that differ in one bit
-// (neighbouring positions or token ids) give unrelated outputs.
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;  // splitmix64's increment (2^64 / golden ratio)
-
-}  // namespace
 
 double portable_log(double x) {
   if (!(x > 0.0)) return x == 0.0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
@@ -39,14 +29,13 @@ double portable_log(double x) {
 }
 
 double PositionNoise::uniform(int64_t position, int32_t token) const {
-  const uint64_t row = mix(mix(seed_ + kGamma) + static_cast<uint64_t>(position) * kGamma);
-  const uint64_t h = mix(row + (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1) * kGamma);
+  // Keys that differ in one bit (neighbouring positions or token ids) give unrelated outputs.
+  const uint64_t row =
+      splitmix64_mix(splitmix64_mix(seed_ + kSplitmixGamma) + static_cast<uint64_t>(position) * kSplitmixGamma);
+  const uint64_t h =
+      splitmix64_mix(row + (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1) * kSplitmixGamma);
   // The top 53 bits, centred in their interval: never 0 or 1.
   return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;
-}
-
-double PositionNoise::exponential(int64_t position, int32_t token) const {
-  return -portable_log(uniform(position, token));
 }
 
 int32_t gumbel_argmax(const Distribution& d, const PositionNoise& noise, int64_t position) {

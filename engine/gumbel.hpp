@@ -21,11 +21,9 @@ namespace tandem {
 class PositionNoise {
  public:
   explicit PositionNoise(uint64_t seed) : seed_(seed) {}
-  // Uniform on (0, 1) (never 0 or 1) for (position, token).
+  // Uniform on (0, 1) (never 0 or 1) for (position, token). E = -log u is a standard
+  // exponential variate and g = -log E a Gumbel one, so argmax (log p + g) = argmin E / p.
   double uniform(int64_t position, int32_t token) const;
-  // A standard exponential variate E = -log u for (position, token). The Gumbel variate is
-  // g = -log E, so argmax (log p + g) = argmin E / p: one logarithm per token instead of two.
-  double exponential(int64_t position, int32_t token) const;
   uint64_t seed() const { return seed_; }
 
  private:

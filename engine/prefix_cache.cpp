@@ -4,14 +4,12 @@
 #include <functional>
 #include <queue>
 
+#include "engine/rng.hpp"
+
 namespace tandem {
 namespace {
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser: good avalanche for chained hashing
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// One splitmix64 step: good avalanche for chained hashing.
+uint64_t mix(uint64_t x) { return splitmix64_mix(x + kSplitmixGamma); }
 constexpr uint64_t kRoot = 0x74616e64656dULL;  // any fixed value: the hash of "no prefix"
 }  // namespace
 

@@ -10,6 +10,16 @@
 
 namespace tandem {
 
+// splitmix64's increment (2^64 / golden ratio) and its output function (Vigna): a bijection
+// with full avalanche. The Rng seeds itself with it; counter-based noise (gumbel.hpp) and the
+// prefix cache's chained hashes use it as a hash.
+constexpr uint64_t kSplitmixGamma = 0x9e3779b97f4a7c15ULL;
+constexpr uint64_t splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 class Rng {
  public:
   // splitmix64 expands the 64-bit seed into the 256-bit state. It is a bijection of its
@@ -40,12 +50,7 @@ class Rng {
   bool operator==(const Rng&) const = default;
 
  private:
-  static uint64_t splitmix64(uint64_t& x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  static uint64_t splitmix64(uint64_t& x) { return splitmix64_mix(x += kSplitmixGamma); }
 
   std::array<uint64_t, 4> s_{};
 };

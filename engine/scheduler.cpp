@@ -122,10 +122,11 @@ struct Scheduler::Impl {
   struct Part {
     Entry* e;
     std::span<const int32_t> tokens;
-    bool all_logits;  // a decode step (logits for every token) or a prompt chunk (none)
-    std::vector<float> logits;
+    bool all_logits;                 // a decode step (logits for every token) or a prompt chunk (none)
+    std::span<const float> logits;   // its rows, in `logits` of target_pass (or in `own`)
+    std::vector<float> own = {};     // only when the part had to run alone
   };
-  void target_pass(std::vector<Part>& parts_in_step);
+  void target_pass(std::vector<Part>& parts_in_step, std::vector<float>& logits);
 };
 
 void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::exception& ex) {
@@ -138,32 +139,30 @@ void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char*
   ++stats.draft_failures;
 }
 
-void Scheduler::Impl::target_pass(std::vector<Part>& ps) {
-  auto run = [&](std::span<Part> some) {
+void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& logits) {
+  auto run = [&](std::span<Part> some, std::vector<float>& out) {
     Batch b;
     for (Part& p : some) {
       if (p.all_logits) b.add_all_logits(p.e->run->kv(), p.tokens);
       else b.add(p.e->run->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
     }
-    std::vector<float> logits;
-    if (!b.empty()) parts.target.forward(b, logits);
+    if (!b.empty()) parts.target.forward(b, out);
     const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
     size_t row = 0;
     for (Part& p : some) {
       if (!p.all_logits) continue;
-      p.logits.assign(logits.begin() + static_cast<ptrdiff_t>(row * vocab),
-                      logits.begin() + static_cast<ptrdiff_t>((row + p.tokens.size()) * vocab));
+      p.logits = std::span<const float>(out).subspan(row * vocab, p.tokens.size() * vocab);
       row += p.tokens.size();
     }
   };
   try {
-    run(ps);
+    run(ps, logits);
   } catch (const KVCacheFull&) {
     throw;  // the step's blocks were reserved up front: a scheduler bug, not a request's
   } catch (const std::exception& ex) {
     spdlog::warn("scheduler: a batched target pass failed ({}); running its {} sequences one by one", ex.what(),
                  ps.size());
-    for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1)); });
+    for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1), p.own); });
   }
 }
 
@@ -631,8 +630,7 @@ bool Scheduler::Impl::admit_and_step() {
   try {
     draft_prefill_ms = draft_prefill(draft_catching_up, prompts_wait);
   } catch (const std::exception& ex) {
-    drop_drafts({}, "the draft's prefill pass", ex);
-    for (Entry* e : draft_catching_up) e->run->proposer()->reset();
+    drop_drafts(draft_catching_up, "the draft's prefill pass", ex);
   }
   std::vector<Part> step_parts;
   for (Entry* e : deciding) {
@@ -661,8 +659,9 @@ bool Scheduler::Impl::admit_and_step() {
     prompt_tokens += static_cast<int32_t>(chunk.size());
   }
 
+  std::vector<float> logits;
   const auto t0 = Clock::now();
-  target_pass(step_parts);
+  target_pass(step_parts, logits);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   if (!step_parts.empty()) observe_step(ms, prompt_tokens);
 
