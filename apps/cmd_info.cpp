@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "apps/commands.hpp"
-#include "engine/gguf.hpp"
-#include "engine/model_config.hpp"
+#include "engine/gguf/gguf.hpp"
+#include "engine/model/model_config.hpp"
 
 namespace tandem::cli {
 

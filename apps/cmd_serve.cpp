@@ -18,7 +18,7 @@
 #include "apps/server/http_server.hpp"
 #include "apps/server/server_state.hpp"
 #include "apps/tune/config.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/runtime/scheduler.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"
 

@@ -16,6 +16,7 @@
 #include "apps/tune/config.hpp"
 #include "apps/tune/report.hpp"
 #include "apps/tune/runner.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "tandem/engine.hpp"
 

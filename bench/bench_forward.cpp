@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/forward.hpp"
+#include "engine/model/transformer.hpp"
 
 using Clock = std::chrono::steady_clock;
 

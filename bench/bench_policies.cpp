@@ -18,8 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.hpp"
-#include "engine/gguf_writer.hpp"
+#include "engine/gguf/gguf.hpp"
+#include "engine/gguf/gguf_writer.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "tandem/engine.hpp"
 

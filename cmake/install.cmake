@@ -5,12 +5,11 @@
 #   tandem::tandem_static  libtandem.a: the same objects; consumers also link those deps
 #                          (the installed package config finds them with COMPONENTS static).
 #
-# A helper library added under kernels/ or engine/ (a target named tandem_*) is not picked
-# up: add its objects to _tandem_objects below.
-#
-# Both are built from the objects of tandem_engine and tandem_kernels, which the CLI, tests
-# and benchmarks keep linking directly. Included from the root CMakeLists.txt after every
-# add_subdirectory, so all targets exist.
+# Both are built from the objects of tandem_kernels and of every library component
+# (tandem_component in cmake/components.cmake records them), which the CLI, tests and
+# benchmarks keep linking directly. A helper library added under kernels/ some other way is
+# not picked up: add its objects to _tandem_objects below. Included from the root
+# CMakeLists.txt after every add_subdirectory, so all targets exist.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -25,26 +24,31 @@ endforeach()
 # ---- symbol visibility ----------------------------------------------------------------
 # Library code exports only what TANDEM_API marks. Static users (CLI, tests) are unaffected:
 # visibility only matters to the dynamic symbol table.
-set_target_properties(tandem_engine tandem_kernels PROPERTIES
+get_property(_tandem_components GLOBAL PROPERTY TANDEM_COMPONENTS)
+set(_tandem_library_targets tandem_kernels ${_tandem_components})
+set_target_properties(tandem_kernels PROPERTIES
   C_VISIBILITY_PRESET hidden
   CXX_VISIBILITY_PRESET hidden
   CUDA_VISIBILITY_PRESET hidden
   VISIBILITY_INLINES_HIDDEN ON)
 
-set(_tandem_objects $<TARGET_OBJECTS:tandem_engine> $<TARGET_OBJECTS:tandem_kernels>)
+set(_tandem_objects "")
+foreach(_tgt IN LISTS _tandem_library_targets)
+  list(APPEND _tandem_objects $<TARGET_OBJECTS:${_tgt}>)
+endforeach()
 set(_tandem_public_includes
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 
 # ---- dependencies of the library code ------------------------------------------------
-# Whatever tandem_engine and tandem_kernels link (minus our own helper targets), so a
-# dependency added there reaches both libraries. For each, how a consumer of libtandem.a
+# Whatever the library targets link (minus our own targets), so a dependency added to any
+# of them reaches both libraries. For each, how a consumer of libtandem.a
 # finds it again (tandemConfig.cmake) and what tandem.pc lists for static linking.
 set(TANDEM_LIB_DEPENDENCIES "")
 set(TANDEM_CONFIG_DEPENDENCIES "")  # lines of tandemConfig.cmake (see _tandem_dep there)
 set(TANDEM_PC_REQUIRES_PRIVATE "")
 set(TANDEM_PC_LIBS_PRIVATE "")
-foreach(_tgt tandem_engine tandem_kernels)
+foreach(_tgt IN LISTS _tandem_library_targets)
   get_target_property(_libs ${_tgt} LINK_LIBRARIES)
   foreach(_lib IN LISTS _libs)
     if(_lib MATCHES "^tandem_" OR _lib IN_LIST TANDEM_LIB_DEPENDENCIES)

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/model/prefill.hpp"
+
 namespace tandem {
 namespace {
-constexpr size_t kChunk = 256;  // draft catch-up chunk per sequence per pass
+// The draft catches up on its context in prompt-sized chunks (per sequence per pass).
+constexpr size_t kChunk = kPrefillChunk;
 
 // The draft's probability of its argmax at temperature 1: the confidence measure for
 // draft_p_min when the request is greedy (its final distribution is a point mass).

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "draft/proposer.hpp"
-#include "engine/forward.hpp"
+#include "engine/model/transformer.hpp"
 
 namespace tandem {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/gumbel.hpp"
-#include "engine/rng.hpp"
-#include "engine/sampler.hpp"
+#include "engine/sampling/gumbel.hpp"
+#include "engine/sampling/rng.hpp"
+#include "engine/sampling/sampler.hpp"
 
 namespace tandem {
 

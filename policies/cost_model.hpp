@@ -1,5 +1,5 @@
 // The speculation cost model: how long a target pass over n tokens and a draft step take on
-// this machine, measured with the real models (calibrate_cost_model), cached in a JSON file
+// this machine, measured with the real models (calibration.hpp), cached in a JSON file
 // and turned into the quantities of the speedup formula
 //   c = T_draft(1) / T_target(1),  r(k) = T_target(k+1) / T_target(1),
 //   E(α, k) = (1 − α^(k+1)) / (1 − α),  S(α, k) = E / (k·c + r(k)),
@@ -19,8 +19,6 @@
 #include <vector>
 
 namespace tandem {
-
-class Engine;
 
 // Timings of one model's passes for one batch size: ms[i] is the median time of a pass
 // where each of `batch` sequences carries n[i] new tokens (n ascending).
@@ -88,31 +86,5 @@ std::string default_cost_cache_path();  // $TANDEM_CACHE or $XDG_CACHE_HOME/tand
 std::shared_ptr<CostModel> load_cached_cost_model(const std::string& path, const std::string& key);
 // Adds or replaces the model's entry; creates the directory. Throws on I/O errors.
 void save_cached_cost_model(const std::string& path, const CostModel& model);
-
-// The identity of a cost model: target and draft paths with their file sizes, and the
-// backend's name (which carries the kernel ISA and the thread count).
-std::string cost_model_key(const Engine& engine);
-
-struct CalibrationOptions {
-  int32_t k_max = 8;                             // target passes over n = 1..k_max+1 tokens
-  std::vector<int32_t> extra_n = {16, 32};       // also: draft catch-up, batch model
-  std::vector<int32_t> batches = {1};            // batch sizes measured (1 is always)
-  int32_t context = 32;                          // tokens each sequence holds before the pass
-  int32_t reps = 5, warmup = 1;                  // median of reps after warmup passes
-  std::string cache_path;                        // "" → no file cache
-  bool force = false;                            // measure even when the cache has the key
-  // A cached model is checked against a quick timing of one-token passes (a few hundred
-  // ms): if target or draft is now more than this fraction faster or slower (another
-  // machine load, a kernel upgrade, a model measured under load), it is measured again.
-  // 0 trusts the cache.
-  double stale_tolerance = 0.35;
-  std::function<void(double fraction)> progress;  // 0..1 while measuring
-};
-
-// Measures the engine's target (and draft, if loaded) passes, or loads them from the cache
-// when it holds this engine's key and covers k_max. Does not install the model: pass it to
-// Engine::set_cost_model. *from_cache tells which happened.
-std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts,
-                                                bool* from_cache = nullptr);
 
 }  // namespace tandem

@@ -11,13 +11,6 @@ namespace {
 constexpr float kDefaultPMin = 0.5f;
 constexpr double kDefaultAlphaPrior = 0.6;
 
-// Fixed k; what makes it "confidence" is the draft_p_min that effective_options sets.
-class ConfidencePolicy final : public SpeculationPolicy {
- public:
-  std::string name() const override { return "confidence"; }
-  int32_t choose_k(const PolicyInput& in) override { return in.k_max; }
-};
-
 // The caller keeps `costs` alive for the policy's lifetime; the default is static.
 std::unique_ptr<SpeculationPolicy> make_adaptive(const SpeculativeOptions& so, const CostModel* costs,
                                                  bool batch_aware, std::shared_ptr<OverheadTracker> overhead) {
@@ -53,7 +46,7 @@ std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, con
                                                std::shared_ptr<OverheadTracker> overhead) {
   const std::string& p = so.policy;
   if (p.empty() || p == "fixed") return std::make_unique<FixedPolicy>();
-  if (p == "confidence") return std::make_unique<ConfidencePolicy>();
+  if (p == "confidence") return std::make_unique<FixedPolicy>("confidence");
   if (p == "adaptive") return make_adaptive(so, costs, false, std::move(overhead));
   if (p == "goodput") return make_adaptive(so, costs, true, std::move(overhead));
   throw std::invalid_argument("unknown speculation policy '" + p + "' (use fixed, confidence, adaptive or goodput)");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "tandem/speculative.hpp"
 
@@ -36,11 +37,17 @@ class SpeculationPolicy {
   virtual void reset() {}  // a new sequence starts
 };
 
-// Always drafts k_max (draft_p_min, if set, still stops the draft early).
+// Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"
+// policy is this one under its own name: what makes it confidence-driven is the draft_p_min
+// that effective_options (factory.hpp) gives it.
 class FixedPolicy final : public SpeculationPolicy {
  public:
-  std::string name() const override { return "fixed"; }
+  explicit FixedPolicy(std::string name = "fixed") : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   int32_t choose_k(const PolicyInput& in) override { return in.k_max; }
+
+ private:
+  std::string name_;
 };
 
 }  // namespace tandem

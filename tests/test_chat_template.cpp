@@ -19,9 +19,9 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/chat_template.hpp"
-#include "engine/gguf.hpp"
-#include "engine/jinja_json.hpp"
+#include "engine/chat/chat_template.hpp"
+#include "engine/gguf/gguf.hpp"
+#include "engine/chat/jinja/jinja_json.hpp"
 #include "tests/support/paths.hpp"
 
 using tandem::ChatMessage;

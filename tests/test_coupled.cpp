@@ -11,8 +11,8 @@
 #include <mutex>
 #include <set>
 
-#include "engine/gumbel.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/sampling/gumbel.hpp"
+#include "engine/runtime/scheduler.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/stats.hpp"

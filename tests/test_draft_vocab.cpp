@@ -10,7 +10,7 @@
 #include <limits>
 #include <mutex>
 
-#include "engine/scheduler.hpp"
+#include "engine/runtime/scheduler.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/tiny_model.hpp"

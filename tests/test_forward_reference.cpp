@@ -6,7 +6,7 @@
 #include <memory>
 #include <span>
 
-#include "engine/forward.hpp"
+#include "engine/model/transformer.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "tests/support/forward_check.hpp"
 #include "tests/support/paths.hpp"

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/gguf.hpp"
-#include "engine/gguf_writer.hpp"
+#include "engine/gguf/gguf.hpp"
+#include "engine/gguf/gguf_writer.hpp"
 #include "tests/support/paths.hpp"
 
 namespace tandem {

@@ -5,9 +5,9 @@
 
 #include <fstream>
 
-#include "engine/forward.hpp"
-#include "engine/kv_cache.hpp"
-#include "engine/prefix_cache.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/kv/prefix_cache.hpp"
 #include "kernels/backend.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -21,10 +21,10 @@
 #include <set>
 #include <string>
 
-#include "engine/engine_access.hpp"
-#include "engine/forward.hpp"
-#include "engine/sampler.hpp"
-#include "engine/sequence_run.hpp"
+#include "engine/runtime/engine_access.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/sampling/sampler.hpp"
+#include "engine/runtime/sequence_run.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"

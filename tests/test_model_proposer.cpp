@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "draft/model_proposer.hpp"
-#include "engine/model.hpp"
+#include "engine/model/model.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -10,6 +10,7 @@
 
 #include "policies/acceptance_estimator.hpp"
 #include "policies/adaptive_policy.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"

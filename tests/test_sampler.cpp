@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/rng.hpp"
-#include "engine/sampler.hpp"
+#include "engine/sampling/rng.hpp"
+#include "engine/sampling/sampler.hpp"
 
 namespace tandem {
 namespace {

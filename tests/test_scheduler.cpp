@@ -7,8 +7,8 @@
 #include <future>
 #include <mutex>
 
-#include "engine/engine_access.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/scheduler.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
 #include "tests/support/tiny_model.hpp"

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/engine_access.hpp"
-#include "engine/forward.hpp"
-#include "engine/sequence_run.hpp"
-#include "engine/tokenizer.hpp"
-#include "engine/vocab_compat.hpp"
+#include "engine/runtime/engine_access.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/runtime/sequence_run.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "engine/text/vocab_compat.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"

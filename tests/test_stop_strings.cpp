@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "engine/stop_strings.hpp"
+#include "engine/text/stop_strings.hpp"
 
 namespace tandem {
 namespace {

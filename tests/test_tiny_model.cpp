@@ -10,7 +10,7 @@
 #include <set>
 #include <tuple>
 
-#include "engine/gguf.hpp"
+#include "engine/gguf/gguf.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "tests/support/gguf_dump.hpp"
 #include "tests/support/paths.hpp"

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "engine/gguf.hpp"
-#include "engine/tokenizer.hpp"
-#include "engine/tokenizer_internal.hpp"
-#include "engine/utf8.hpp"
+#include "engine/gguf/gguf.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "engine/text/tokenizer_internal.hpp"
+#include "engine/text/utf8.hpp"
 #include "tests/support/paths.hpp"
 
 namespace tandem {

@@ -11,6 +11,7 @@
 #include "apps/tune/report.hpp"
 #include "apps/tune/runner.hpp"
 #include "apps/tune/svg_plot.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/paths.hpp"

@@ -23,9 +23,9 @@
 #include <span>
 #include <vector>
 
-#include "engine/gumbel.hpp"
-#include "engine/rng.hpp"
-#include "engine/sampler.hpp"
+#include "engine/sampling/gumbel.hpp"
+#include "engine/sampling/rng.hpp"
+#include "engine/sampling/sampler.hpp"
 
 namespace tandem {
 

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "engine/gguf.hpp"
+#include "engine/gguf/gguf.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::server {

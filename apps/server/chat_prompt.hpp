@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/chat_template.hpp"
+#include "engine/chat/chat_template.hpp"
 
 namespace tandem {
 class Engine;

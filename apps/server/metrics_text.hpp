@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "engine/scheduler.hpp"
+#include "engine/runtime/scheduler.hpp"
 
 namespace tandem::server {
 

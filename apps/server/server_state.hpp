@@ -15,7 +15,7 @@
 #include "apps/server/chat_prompt.hpp"
 #include "apps/server/metrics_text.hpp"
 #include "apps/server/openai_protocol.hpp"
-#include "engine/scheduler.hpp"
+#include "engine/runtime/scheduler.hpp"
 
 namespace tandem::server {
 

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/runtime/engine_calibration.hpp"
 #include "policies/factory.hpp"
 
 namespace tandem::cli {

@@ -27,7 +27,7 @@ Commands:
   chat_template_ref.py render TEMPLATE.jinja VARS.json
       ad hoc: prints one rendering
   chat_template_ref.py unicode-tables OUT.cpp
-      writes engine/jinja_unicode_tables.cpp: Python's own str.upper/lower/title case
+      writes engine/chat/jinja/jinja_unicode_tables.cpp: Python's own str.upper/lower/title case
       mappings, the "cased" property, str.isprintable() (for repr()) from this Python's
       unicodedata, so the C++ string methods agree with the reference
 
@@ -333,7 +333,7 @@ def cmd_unicode_tables(out):
         f"// Python {sys.version.split()[0]}, Unicode {unicodedata.unidata_version}: the case mappings of",
         "// str.upper/lower/title, the code points for which islower/isupper/istitle holds",
         "// (\"cased\"), and those for which isprintable() is false (escaped by repr()).",
-        '#include "engine/jinja_unicode_tables.hpp"',
+        '#include "engine/chat/jinja/jinja_unicode_tables.hpp"',
         "",
         "namespace tandem::jinja::tables {",
         "",

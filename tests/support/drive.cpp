@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "engine/forward.hpp"
-#include "engine/sequence_run.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/runtime/sequence_run.hpp"
 
 namespace tandem::test {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "engine/forward.hpp"
+#include "engine/model/transformer.hpp"
 #include "tests/support/paths.hpp"
 
 namespace tandem::test {

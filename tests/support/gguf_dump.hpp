@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/gguf.hpp"
+#include "engine/gguf/gguf.hpp"
 
 namespace tandem::test {
 

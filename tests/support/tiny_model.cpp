@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/gguf_writer.hpp"
+#include "engine/gguf/gguf_writer.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "tests/support/random_blocks.hpp"
 #include "tests/support/tiny_vocab.hpp"

@@ -1,0 +1,133 @@
+// C API: generation with a C streaming callback, and the library-allocated results.
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/api/c_api_internal.hpp"
+
+namespace tandem::capi {
+namespace {
+
+struct ResultDeleter {
+  void operator()(tandem_result* r) const noexcept { tandem_result_free(r); }
+};
+using ResultPtr = std::unique_ptr<tandem_result, ResultDeleter>;
+
+template <class T>
+const T* copy_array(const std::vector<T>& v) {
+  T* p = new T[v.size() + 1]();  // never NULL, even when empty: simpler for FFI readers
+  std::copy(v.begin(), v.end(), p);
+  return p;
+}
+
+ResultPtr make_result(const GenerateResult& g) {
+  ResultPtr r(new tandem_result{});  // all pointers NULL until filled: safe to free midway
+  r->struct_size = sizeof(tandem_result);
+  char* text = new char[g.text.size() + 1];
+  std::memcpy(text, g.text.data(), g.text.size());
+  text[g.text.size()] = '\0';
+  r->text = text;
+  r->text_len = g.text.size();
+  r->tokens = copy_array(g.tokens);
+  r->n_tokens = g.tokens.size();
+  r->prompt_tokens = copy_array(g.prompt_tokens);
+  r->n_prompt_tokens = g.prompt_tokens.size();
+  switch (g.finish) {
+    case FinishReason::Stop: r->finish_reason = TANDEM_FINISH_STOP; break;
+    case FinishReason::Length: r->finish_reason = TANDEM_FINISH_LENGTH; break;
+    case FinishReason::Cancelled: r->finish_reason = TANDEM_FINISH_CANCELLED; break;
+  }
+  const Timings& t = g.timings;
+  r->prefill_ms = t.prefill_ms;
+  r->decode_ms = t.decode_ms;
+  r->prefill_tokens_per_s = t.prefill_tokens_per_s();
+  r->decode_tokens_per_s = t.decode_tokens_per_s();
+  const SpeculativeMetrics& m = g.speculative;
+  r->spec_drafts = m.drafts;
+  r->spec_drafted_tokens = m.drafted_tokens;
+  r->spec_accepted_tokens = m.accepted_tokens;
+  r->spec_acceptance_rate = m.acceptance_rate();
+  r->spec_mean_accepted_length = m.mean_accepted_length();
+  r->spec_target_passes = m.target_passes;
+  r->spec_draft_forwards = m.draft_forwards;
+  r->spec_draft_ms = m.draft_ms;
+  r->spec_target_ms = m.target_ms;
+  r->spec_verify_ms = m.verify_ms;
+  // Both per-position vectors have draft_max entries; copy the common length.
+  const size_t n_pos = std::min(m.drafted_per_position.size(), m.accepted_per_position.size());
+  r->spec_drafted_per_position = copy_array(std::vector<int64_t>(m.drafted_per_position.begin(),
+                                                                 m.drafted_per_position.begin() + n_pos));
+  r->spec_accepted_per_position = copy_array(std::vector<int64_t>(m.accepted_per_position.begin(),
+                                                                  m.accepted_per_position.begin() + n_pos));
+  r->spec_n_positions = n_pos;
+  return r;
+}
+
+// `run` calls the C++ engine with the options and the bridged callback; everything around
+// it (argument checks, callback bridging, result conversion) is shared by both entry points.
+template <class Run>
+tandem_status generate(tandem_engine* engine, const tandem_generate_params* params, tandem_stream_fn callback,
+                       void* user_data, tandem_result** out_result, const char* fn, Run&& run) {
+  if (out_result) *out_result = nullptr;
+  if (tandem_status s = check_engine(engine, fn)) return s;
+  const GenerateOptions opts = to_generate_options(params);
+  StreamCallback bridge;
+  std::string piece;  // NUL-terminated copy of each piece for C
+  if (callback) {
+    bridge = [&](std::string_view text, int32_t token) {
+      piece.assign(text);
+      return callback(piece.c_str(), piece.size(), token, user_data) == 0;
+    };
+  }
+  const GenerateResult g = run(opts, bridge);
+  if (out_result) *out_result = make_result(g).release();
+  return g.finish == FinishReason::Cancelled ? TANDEM_CANCELLED : TANDEM_OK;
+}
+
+}  // namespace
+}  // namespace tandem::capi
+
+extern "C" {
+
+tandem_status tandem_generate(tandem_engine* engine, const char* prompt, const tandem_generate_params* params,
+                              tandem_stream_fn callback, void* user_data, tandem_result** out_result) {
+  using namespace tandem::capi;
+  constexpr const char* fn = "tandem_generate";
+  return guarded(TANDEM_ERR_RUNTIME, [&] {
+    if (out_result) *out_result = nullptr;
+    if (!prompt) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": prompt is NULL");
+    return generate(engine, params, callback, user_data, out_result, fn,
+                    [&](const tandem::GenerateOptions& o, const tandem::StreamCallback& cb) {
+                      return engine->engine->generate(prompt, o, cb);
+                    });
+  });
+}
+
+tandem_status tandem_generate_tokens(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
+                                     const tandem_generate_params* params, tandem_stream_fn callback,
+                                     void* user_data, tandem_result** out_result) {
+  using namespace tandem::capi;
+  constexpr const char* fn = "tandem_generate_tokens";
+  return guarded(TANDEM_ERR_RUNTIME, [&] {
+    if (out_result) *out_result = nullptr;
+    if (!prompt && n_prompt > 0) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": prompt is NULL");
+    if (tandem_status s = check_engine(engine, fn)) return s;
+    if (tandem_status s = check_tokens(engine, prompt, n_prompt, fn)) return s;
+    return generate(engine, params, callback, user_data, out_result, fn,
+                    [&](const tandem::GenerateOptions& o, const tandem::StreamCallback& cb) {
+                      return engine->engine->generate_tokens(std::span<const int32_t>(prompt, n_prompt), o, cb);
+                    });
+  });
+}
+
+void tandem_result_free(tandem_result* result) {
+  if (!result) return;
+  delete[] result->text;
+  delete[] result->tokens;
+  delete[] result->prompt_tokens;
+  delete[] result->spec_drafted_per_position;
+  delete[] result->spec_accepted_per_position;
+  delete result;
+}
+
+}  // extern "C"

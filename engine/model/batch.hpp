@@ -1,0 +1,38 @@
+// A ragged batch for one forward pass: any number of sequences, each with a run of new
+// tokens at consecutive positions (a prompt chunk, one decode token, or the k+1 tokens of a
+// speculative verification), and which of those tokens need logits.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/kv/sequence_kv.hpp"
+
+namespace tandem {
+
+class Batch {
+ public:
+  // Appends `tokens` for `seq`, at positions seq.length(), seq.length()+1, ...
+  // want_logits: which of the tokens need logits (empty → only the last one; use
+  // all_logits() for every one).
+  void add(SequenceKV& seq, std::span<const int32_t> tokens, std::vector<bool> want_logits = {});
+  void add_all_logits(SequenceKV& seq, std::span<const int32_t> tokens);
+  void clear();
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t n_outputs() const { return static_cast<int32_t>(output_rows_.size()); }
+  bool empty() const { return tokens_.empty(); }
+
+ private:
+  friend class Transformer;
+  struct Entry {
+    SequenceKV* seq;
+    int32_t first;   // index of its first token in tokens_
+    int32_t count;
+    int32_t start_pos;
+  };
+  std::vector<Entry> entries_;
+  std::vector<int32_t> tokens_, positions_, seq_index_, output_rows_;
+};
+
+}  // namespace tandem

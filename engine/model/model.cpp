@@ -1,0 +1,80 @@
+#include "engine/model/model.hpp"
+
+#include <stdexcept>
+
+namespace tandem {
+namespace {
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only) {
+  const gguf::TensorInfo* ti = file_->find_tensor(name);
+  if (!ti) {
+    if (required) throw std::runtime_error(file_->path() + ": missing tensor '" + name + "'");
+    return {};
+  }
+  // 1-D weights may be stored as [n] or [n, 1].
+  std::vector<int64_t> have = ti->dims;
+  while (have.size() > dims.size() && have.back() == 1) have.pop_back();
+  if (have != dims)
+    throw std::runtime_error(file_->path() + ": tensor '" + name + "' has shape " + dims_str(ti->dims) +
+                             ", expected " + dims_str(dims));
+  const DTypeInfo& info = dtype_info(ti->type);
+  if (!info.weight_ok || (f32_only && ti->type != DType::F32))
+    throw std::runtime_error(file_->path() + ": tensor '" + name + "' has type " + info.name +
+                             (f32_only ? ", expected F32" : ", which the engine cannot compute with"));
+  if (dims[0] % info.block_size != 0)
+    throw std::runtime_error(file_->path() + ": tensor '" + name + "' rows of " + std::to_string(dims[0]) +
+                             " elements are not a whole number of " + info.name + " blocks");
+  buffers_.push_back(backend_->wrap_host(file_->tensor_data(*ti), ti->nbytes));
+  weight_bytes_ += ti->nbytes;
+  kernels::Tensor t = kernels::make_tensor(buffers_.back().get(), ti->type, dims[0], dims.size() > 1 ? dims[1] : 1);
+  return t;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& backend) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = gguf::File::open(path);
+  m->backend_ = &backend;
+  m->config_ = read_model_config(*m->file_);
+  const ModelConfig& c = m->config_;
+  const int64_t d = c.n_embd, qw = c.q_width(), kvw = c.kv_width(), ff = c.n_ff, hd = c.head_dim;
+
+  m->tok_embd = m->bind("token_embd.weight", {d, c.n_vocab}, true, false);
+  m->output_norm = m->bind("output_norm.weight", {d}, true, true);
+  m->output = c.tied_embeddings ? m->tok_embd : m->bind("output.weight", {d, c.n_vocab}, true, false);
+  m->layers.resize(static_cast<size_t>(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LayerWeights& L = m->layers[static_cast<size_t>(il)];
+    L.attn_norm = m->bind(p + "attn_norm.weight", {d}, true, true);
+    L.wq = m->bind(p + "attn_q.weight", {d, qw}, true, false);
+    L.wk = m->bind(p + "attn_k.weight", {d, kvw}, true, false);
+    L.wv = m->bind(p + "attn_v.weight", {d, kvw}, true, false);
+    L.wo = m->bind(p + "attn_output.weight", {qw, d}, true, false);
+    L.bq = m->bind(p + "attn_q.bias", {qw}, c.qkv_bias, true);
+    L.bk = m->bind(p + "attn_k.bias", {kvw}, c.qkv_bias, true);
+    L.bv = m->bind(p + "attn_v.bias", {kvw}, c.qkv_bias, true);
+    if (c.qk_norm) {
+      L.q_norm = m->bind(p + "attn_q_norm.weight", {hd}, true, true);
+      L.k_norm = m->bind(p + "attn_k_norm.weight", {hd}, true, true);
+    }
+    if (c.post_norms) {
+      L.post_attn_norm = m->bind(p + "post_attention_norm.weight", {d}, true, true);
+      L.post_ffn_norm = m->bind(p + "post_ffw_norm.weight", {d}, true, true);
+    }
+    L.ffn_norm = m->bind(p + "ffn_norm.weight", {d}, true, true);
+    L.w_gate = m->bind(p + "ffn_gate.weight", {d, ff}, true, false);
+    L.w_up = m->bind(p + "ffn_up.weight", {d, ff}, true, false);
+    L.w_down = m->bind(p + "ffn_down.weight", {ff, d}, true, false);
+  }
+  return m;
+}
+
+}  // namespace tandem

@@ -1,0 +1,49 @@
+// A loaded model: its GGUF file (memory-mapped), hyperparameters, and views of every
+// weight in the backend's memory. Weights are checked against the config when loading so
+// a mismatched file fails here with a message naming the tensor, not later in a kernel.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf.hpp"
+#include "engine/model/model_config.hpp"
+#include "kernels/backend.hpp"
+
+namespace tandem {
+
+struct LayerWeights {
+  kernels::Tensor attn_norm, wq, wk, wv, wo;
+  kernels::Tensor bq, bk, bv;                      // qwen2 (buf == nullptr when absent)
+  kernels::Tensor q_norm, k_norm;                  // gemma3
+  kernels::Tensor post_attn_norm, post_ffn_norm;   // gemma3
+  kernels::Tensor ffn_norm, w_gate, w_up, w_down;
+};
+
+class Model {
+ public:
+  // Throws std::runtime_error (or gguf::Error) with the file name and the problem.
+  static std::unique_ptr<Model> load(const std::string& path, kernels::Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::File& file() const { return *file_; }
+  kernels::Backend& backend() const { return *backend_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  kernels::Tensor tok_embd;
+  kernels::Tensor output_norm;
+  kernels::Tensor output;  // == tok_embd when tied
+  std::vector<LayerWeights> layers;
+
+ private:
+  Model() = default;
+  kernels::Tensor bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only);
+
+  std::unique_ptr<gguf::File> file_;
+  kernels::Backend* backend_ = nullptr;
+  ModelConfig config_;
+  std::vector<std::unique_ptr<kernels::Buffer>> buffers_;
+  size_t weight_bytes_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,180 @@
+#include "engine/model/transformer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace tandem {
+
+using kernels::Tensor;
+
+// Activation and metadata tensors, re-allocated only when a larger batch arrives.
+struct Transformer::Scratch {
+  int32_t cap_tokens = 0, cap_seqs = 0, cap_blocks = 0, cap_out = 0;
+  std::vector<std::unique_ptr<kernels::Buffer>> bufs;
+  Tensor x, h, q, k, v, attn, o, gate, up, out_rows, logits;
+  Tensor tokens, positions, seq_index, slots, block_table, out_idx;
+};
+
+Transformer::Transformer(const Model& model, KVCache& cache)
+    : model_(model), cache_(cache), be_(model.backend()), s_(std::make_unique<Scratch>()) {}
+
+Transformer::~Transformer() = default;
+
+void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, int32_t n_out) {
+  Scratch& s = *s_;
+  if (n <= s.cap_tokens && n_seqs <= s.cap_seqs && max_blocks <= s.cap_blocks && n_out <= s.cap_out) return;
+  const int32_t nt = std::max(n, s.cap_tokens);
+  const int32_t ns = std::max(n_seqs, s.cap_seqs);
+  const int32_t nb = std::max(max_blocks, s.cap_blocks);
+  const int32_t no = std::max(n_out, s.cap_out);
+  const ModelConfig& c = model_.config();
+  s.bufs.clear();
+  auto make = [&](DType t, int64_t cols, int64_t rows) {
+    s.bufs.push_back(be_.alloc(row_bytes(t, cols) * static_cast<size_t>(rows)));
+    return kernels::make_tensor(s.bufs.back().get(), t, cols, rows);
+  };
+  s.x = make(DType::F32, c.n_embd, nt);
+  s.h = make(DType::F32, c.n_embd, nt);
+  s.q = make(DType::F32, c.q_width(), nt);
+  s.k = make(DType::F32, c.kv_width(), nt);
+  s.v = make(DType::F32, c.kv_width(), nt);
+  s.attn = make(DType::F32, c.q_width(), nt);
+  s.o = make(DType::F32, c.n_embd, nt);
+  s.gate = make(DType::F32, c.n_ff, nt);
+  s.up = make(DType::F32, c.n_ff, nt);
+  s.out_rows = make(DType::F32, c.n_embd, no);
+  s.logits = make(DType::F32, c.n_vocab, no);
+  s.tokens = make(DType::I32, nt, 1);
+  s.positions = make(DType::I32, nt, 1);
+  s.seq_index = make(DType::I32, nt, 1);
+  s.slots = make(DType::I32, nt, 1);
+  s.block_table = make(DType::I32, nb, ns);
+  s.out_idx = make(DType::I32, no, 1);
+  s.cap_tokens = nt;
+  s.cap_seqs = ns;
+  s.cap_blocks = nb;
+  s.cap_out = no;
+}
+
+void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config();
+  const int32_t n = batch.n_tokens();
+  const int32_t n_out = batch.n_outputs();
+  logits.clear();
+  if (n == 0) return;
+  for (int32_t t : batch.tokens_)
+    if (t < 0 || t >= c.n_vocab)
+      throw std::invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                  std::to_string(c.n_vocab) + ")");
+
+  // New KV goes into blocks of the sequence's own only (new blocks always are).
+  for (const auto& e : batch.entries_) e.seq->check_writable(e.start_pos, e.count);
+  // Reserve every sequence's blocks up front; on failure undo what this call reserved.
+  std::vector<int32_t> old_caps;
+  for (const auto& e : batch.entries_) {
+    old_caps.push_back(e.seq->length());
+    if (!e.seq->reserve(e.start_pos + e.count)) {
+      for (size_t i = 0; i < old_caps.size(); ++i) batch.entries_[i].seq->truncate(old_caps[i]);
+      throw KVCacheFull("KV cache full: " + std::to_string(cache_.blocks().num_free()) +
+                        " free blocks, sequence needs " + std::to_string(e.start_pos + e.count) + " positions");
+    }
+  }
+
+  int32_t max_blocks = 1;
+  for (const auto& e : batch.entries_)
+    max_blocks = std::max(max_blocks, static_cast<int32_t>(e.seq->block_table().size()));
+  const int32_t n_seqs = static_cast<int32_t>(batch.entries_.size());
+  ensure_scratch(n, n_seqs, max_blocks, std::max(n_out, 1));
+  Scratch& s = *s_;
+
+  // Metadata: slot of every new token, block tables padded to max_blocks.
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  std::vector<int32_t> table(static_cast<size_t>(n_seqs) * max_blocks, 0);
+  for (int32_t si = 0; si < n_seqs; ++si) {
+    const auto& e = batch.entries_[static_cast<size_t>(si)];
+    const auto& bt = e.seq->block_table();
+    std::copy(bt.begin(), bt.end(), table.begin() + static_cast<ptrdiff_t>(si) * max_blocks);
+    for (int32_t i = 0; i < e.count; ++i) slots[static_cast<size_t>(e.first + i)] = e.seq->slot(e.start_pos + i);
+  }
+  auto rows = [](const Tensor& t, int64_t r) { return t.slice_rows(0, r); };
+  Tensor tokens = s.tokens, positions = s.positions, seq_index = s.seq_index, slot_t = s.slots;
+  tokens.ne[0] = positions.ne[0] = seq_index.ne[0] = slot_t.ne[0] = n;
+  Tensor block_table = s.block_table;
+  block_table.ne[0] = max_blocks;
+  block_table.nb1 = 0;
+  block_table.ne[1] = n_seqs;
+  be_.upload(tokens, batch.tokens_.data(), sizeof(int32_t) * n);
+  be_.upload(positions, batch.positions_.data(), sizeof(int32_t) * n);
+  be_.upload(seq_index, batch.seq_index_.data(), sizeof(int32_t) * n);
+  be_.upload(slot_t, slots.data(), sizeof(int32_t) * n);
+  be_.upload(block_table, table.data(), sizeof(int32_t) * table.size());
+
+  kernels::PagedAttnMeta meta{positions, seq_index, block_table, slot_t, cache_.block_size()};
+  const Tensor x = rows(s.x, n), h = rows(s.h, n), q = rows(s.q, n), k = rows(s.k, n), v = rows(s.v, n);
+  const Tensor attn = rows(s.attn, n), o = rows(s.o, n), gate = rows(s.gate, n), up = rows(s.up, n);
+  // Per-head views for Gemma's q/k norms: [n * heads, head_dim].
+  auto per_head = [&](const Tensor& t, int heads) {
+    Tensor r = t;
+    r.ne[0] = c.head_dim;
+    r.ne[1] = static_cast<int64_t>(n) * heads;
+    return r;
+  };
+
+  be_.get_rows(x, model_.tok_embd, tokens);
+  if (c.embd_scale != 1.0f) be_.scale(x, c.embd_scale);
+
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& L = model_.layers[static_cast<size_t>(il)];
+    const bool local = c.layer_is_local[static_cast<size_t>(il)];
+    // --- attention block
+    be_.rms_norm(h, x, L.attn_norm, c.rms_eps);
+    {
+      const kernels::Backend::MatmulTarget qkv[] = {{q, L.wq}, {k, L.wk}, {v, L.wv}};
+      be_.matmul_shared(h, qkv, 3);
+    }
+    if (L.bq.buf) be_.add(q, q, L.bq);
+    if (L.bk.buf) be_.add(k, k, L.bk);
+    if (L.bv.buf) be_.add(v, v, L.bv);
+    if (c.qk_norm) {
+      be_.rms_norm(per_head(q, c.n_head), per_head(q, c.n_head), L.q_norm, c.rms_eps);
+      be_.rms_norm(per_head(k, c.n_head_kv), per_head(k, c.n_head_kv), L.k_norm, c.rms_eps);
+    }
+    const float theta = local ? c.rope_theta_local : c.rope_theta;
+    be_.rope(q, positions, c.n_head, c.head_dim, c.rope_dims, theta, c.rope_style);
+    be_.rope(k, positions, c.n_head_kv, c.head_dim, c.rope_dims, theta, c.rope_style);
+    be_.kv_store(cache_.layer(il), k, v, meta);
+    be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
+                        local ? c.sliding_window : 0);
+    be_.matmul(o, L.wo, attn);
+    if (c.post_norms) be_.rms_norm(o, o, L.post_attn_norm, c.rms_eps);
+    be_.add(x, x, o);
+    // --- feed-forward block
+    be_.rms_norm(h, x, L.ffn_norm, c.rms_eps);
+    {
+      const kernels::Backend::MatmulTarget gate_up[] = {{gate, L.w_gate}, {up, L.w_up}};
+      be_.matmul_shared(h, gate_up, 2);
+    }
+    be_.gated_act(gate, gate, up, c.activation);
+    be_.matmul(o, L.w_down, gate);
+    if (c.post_norms) be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);
+    be_.add(x, x, o);
+  }
+
+  for (const auto& e : batch.entries_) e.seq->set_length(e.start_pos + e.count);
+  if (n_out == 0) return;
+
+  // Only the rows that need logits go through the final norm and the vocabulary matmul.
+  Tensor out_idx = s.out_idx;
+  out_idx.ne[0] = n_out;
+  be_.upload(out_idx, batch.output_rows_.data(), sizeof(int32_t) * n_out);
+  const Tensor out_rows = rows(s.out_rows, n_out), out_logits = rows(s.logits, n_out);
+  be_.get_rows(out_rows, x, out_idx);
+  be_.rms_norm(out_rows, out_rows, model_.output_norm, c.rms_eps);
+  be_.matmul(out_logits, model_.output, out_rows);
+  logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
+  be_.download(logits.data(), out_logits, logits.size() * sizeof(float));
+  be_.synchronize();
+}
+
+}  // namespace tandem

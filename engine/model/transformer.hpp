@@ -1,0 +1,40 @@
+// The transformer forward pass over a ragged batch (batch.hpp). Keys and values of the new
+// tokens are written into each sequence's paged cache; logits come back for the rows that
+// ask for them. The layers themselves are plain calls of the backend's ops.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/kv/kv_cache.hpp"
+#include "engine/model/batch.hpp"
+#include "engine/model/model.hpp"
+
+namespace tandem {
+
+class Transformer {
+ public:
+  Transformer(const Model& model, KVCache& cache);
+  ~Transformer();
+
+  // Runs the batch. Reserves cache blocks for every sequence first; if the cache is too
+  // full it throws KVCacheFull and nothing is modified. On success each sequence's length
+  // advances by its token count, and `logits` holds n_outputs() rows of n_vocab floats
+  // in the order the outputs were requested.
+  void forward(const Batch& batch, std::vector<float>& logits);
+
+  const Model& model() const { return model_; }
+  KVCache& cache() { return cache_; }
+
+ private:
+  struct Scratch;
+  void ensure_scratch(int32_t n_tokens, int32_t n_seqs, int32_t max_blocks, int32_t n_out);
+
+  const Model& model_;
+  KVCache& cache_;
+  kernels::Backend& be_;
+  std::unique_ptr<Scratch> s_;
+};
+
+}  // namespace tandem

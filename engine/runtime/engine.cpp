@@ -1,0 +1,190 @@
+// tandem::Engine: loads the target (and optional draft), and runs one request at a time
+// (run_alone.hpp): prompt → tokenizer → prefill → draft/verify/commit → text.
+#include "engine/runtime/engine_impl.hpp"
+
+#include <stdexcept>
+
+#include "draft/ngram_proposer.hpp"
+#include "engine/model/prefill.hpp"
+#include "engine/runtime/run_alone.hpp"
+#include "engine/text/vocab_compat.hpp"
+#include "policies/factory.hpp"
+
+namespace tandem {
+
+namespace {
+DType parse_kv_type(const std::string& s) {
+  if (s == "f16") return DType::F16;
+  if (s == "f32") return DType::F32;
+  throw std::invalid_argument("unknown KV cache type '" + s + "' (use f16 or f32)");
+}
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  if (opts.device != "cpu" && opts.device != "auto")
+    throw std::runtime_error("device '" + opts.device + "' is not available: this build has only the cpu backend");
+  impl->backend = kernels::make_cpu_backend(opts.threads, opts.pin_threads);
+  impl->load_models();
+  impl->make_caches();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+void Engine::Impl::load_models() {
+  model = Model::load(opts.model_path, *backend);
+  tokenizer = Tokenizer::from_gguf(model->file());
+  const ModelConfig& c = model->config();
+  if (tokenizer->n_vocab() > c.n_vocab)
+    throw std::runtime_error(opts.model_path + ": tokenizer has " + std::to_string(tokenizer->n_vocab()) +
+                             " tokens but the embedding matrix only " + std::to_string(c.n_vocab) + " rows");
+  context = opts.context > 0 ? opts.context : std::min<int32_t>(c.n_ctx_train, 4096);
+  if (opts.draft_model_path.empty()) return;
+  draft = Model::load(opts.draft_model_path, *backend);
+  draft_tokenizer = Tokenizer::from_gguf(draft->file());
+  const std::string why = vocab_incompatibility(*tokenizer, *draft_tokenizer);
+  if (!why.empty())
+    throw std::runtime_error("draft model " + opts.draft_model_path + " cannot serve target " + opts.model_path +
+                             ": " + why);
+}
+
+// One KV budget for both models, in bytes (engine/kv/kv_budget.hpp): each cache takes blocks
+// from it as sequences need them, at its own bytes per token.
+void Engine::Impl::make_caches() {
+  KVCacheOptions kv;
+  kv.dtype = parse_kv_type(opts.kv_type);
+  size_t per_token = KVCache::bytes_per_token(model->config(), kv.dtype);
+  if (draft) per_token += KVCache::bytes_per_token(draft->config(), kv.dtype);
+  // Drafts run a few positions past the committed text, hence the slack for one sequence.
+  const size_t one_context = static_cast<size_t>(context + 16) * per_token;
+  const size_t budget = opts.kv_mem_bytes > 0 ? opts.kv_mem_bytes : one_context;
+  if (budget < one_context)
+    throw std::runtime_error("KV memory budget of " + std::to_string(opts.kv_mem_bytes) + " bytes holds only " +
+                             std::to_string(budget / per_token) + " tokens; one full context needs " +
+                             std::to_string(one_context) + " bytes");
+  kv_budget = std::make_unique<KVBudget>(budget);
+  kv.budget = kv_budget.get();
+  cache = std::make_unique<KVCache>(*backend, model->config(), kv);
+  transformer = std::make_unique<Transformer>(*model, *cache);
+  if (!draft) return;
+  draft_cache = std::make_unique<KVCache>(*backend, draft->config(), kv);
+  draft_transformer = std::make_unique<Transformer>(*draft, *draft_cache);
+  model_proposer = std::make_unique<ModelProposer>(*draft_transformer);
+}
+
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->tokenizer->encode(text, add_special, parse_special);
+}
+
+std::string Engine::detokenize(std::span<const int32_t> tokens) const { return impl_->tokenizer->decode(tokens); }
+
+ModelInfo Engine::info() const {
+  const ModelConfig& c = impl_->model->config();
+  ModelInfo i;
+  i.path = impl_->opts.model_path;
+  i.architecture = c.arch_name;
+  i.name = c.name;
+  i.n_vocab = c.n_vocab;
+  i.n_layer = c.n_layer;
+  i.n_embd = c.n_embd;
+  i.n_head = c.n_head;
+  i.n_head_kv = c.n_head_kv;
+  i.context = impl_->context;
+  i.weight_bytes = impl_->model->weight_bytes();
+  i.kv_bytes = impl_->kv_budget->total();  // both models' caches together
+  i.backend = impl_->backend->name();
+  if (impl_->draft) {
+    i.draft_path = impl_->opts.draft_model_path;
+    i.draft_name = impl_->draft->config().name;
+  }
+  return i;
+}
+
+std::string Engine::backend_description() const { return impl_->backend->description(); }
+
+std::vector<float> Engine::logits(std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (static_cast<int32_t>(tokens.size()) > impl_->context)
+    throw std::invalid_argument("sequence of " + std::to_string(tokens.size()) + " tokens exceeds the context (" +
+                                std::to_string(impl_->context) + ")");
+  SequenceKV seq(*impl_->cache);
+  std::vector<float> out;
+  prefill(*impl_->transformer, seq, tokens, PrefillLogits::All, out);
+  return out;
+}
+
+void Engine::cancel() { impl_->cancel_epoch.fetch_add(1); }
+
+GenerateResult Engine::generate(std::string_view prompt, const GenerateOptions& opts, const StreamCallback& cb) {
+  const uint64_t epoch = impl_->cancel_epoch.load();
+  const auto ids = impl_->tokenizer->encode(prompt, opts.add_special, opts.parse_special);
+  return impl_->run(ids, opts, cb, epoch);
+}
+
+GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                       const StreamCallback& cb) {
+  return impl_->run(prompt, opts, cb, impl_->cancel_epoch.load());
+}
+
+GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                 const StreamCallback& cb, uint64_t epoch) {
+  std::lock_guard<std::mutex> lk(mu);
+  const auto cancelled = [&] { return cancel_epoch.load(std::memory_order_relaxed) != epoch; };
+  if (cancelled()) {  // cancelled while waiting for the lock: skip the prefill too
+    GenerateResult r;
+    r.prompt_tokens.assign(prompt.begin(), prompt.end());
+    r.timings.n_prompt = static_cast<int32_t>(prompt.size());
+    r.finish = FinishReason::Cancelled;
+    return r;
+  }
+  // The run calls the stream callback once per committed token: check there, after
+  // passing the token on, so the stream always holds exactly the result's text.
+  const StreamCallback checked = [&](std::string_view text, int32_t token) {
+    const bool go_on = !cb || cb(text, token);
+    return go_on && !cancelled();
+  };
+  std::unique_ptr<Proposer> ngram;
+  Proposer* proposer = nullptr;
+  switch (opts.speculative.mode) {
+    case DraftMode::None:
+      break;
+    case DraftMode::Model:
+      if (!model_proposer) throw std::invalid_argument("draft-model speculation needs a draft model (-md)");
+      proposer = model_proposer.get();
+      break;
+    case DraftMode::Ngram:
+      ngram = std::make_unique<NgramProposer>(opts.speculative.ngram_min, opts.speculative.ngram_max);
+      proposer = ngram.get();
+      break;
+  }
+  // The request's speculation policy (policies/factory.hpp), deciding with the engine's cost model.
+  GenerateOptions run_opts = opts;
+  run_opts.speculative = effective_options(opts.speculative);
+  const PolicyCosts costs = policy_costs();
+  const std::unique_ptr<SpeculationPolicy> policy =
+      make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
+  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context}, prompt, run_opts, checked);
+}
+
+void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
+  std::lock_guard<std::mutex> lk(impl_->cost_mu);
+  impl_->cost_model = std::move(model);
+  impl_->overhead = std::make_shared<OverheadTracker>();  // what was measured against the old model is void
+}
+
+std::shared_ptr<const CostModel> Engine::cost_model() const {
+  std::lock_guard<std::mutex> lk(impl_->cost_mu);
+  return impl_->cost_model;
+}
+
+PolicyCosts EngineAccess::policy_costs(const Engine& e) { return e.impl_->policy_costs(); }
+
+EngineParts EngineAccess::parts(Engine& e) {
+  Engine::Impl& m = *e.impl_;
+  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu};
+}
+
+}  // namespace tandem

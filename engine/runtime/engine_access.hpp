@@ -1,0 +1,35 @@
+// Engine-internal access to a loaded Engine's parts, for code inside the library that
+// drives the models itself (the server's Scheduler). Not part of the public API.
+#pragma once
+#include <memory>
+#include <mutex>
+
+#include "engine/model/transformer.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "policies/cost_model.hpp"
+#include "policies/overhead_tracker.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem {
+
+struct EngineParts {
+  Transformer& target;
+  const Tokenizer& tokenizer;
+  Transformer* draft;  // null without a draft model
+  int32_t context;
+  std::mutex& mu;      // held by whoever runs the models (Engine::generate or a Scheduler)
+};
+
+// What the speculation policies decide with: the engine's cost model (null: their
+// default) and the step-overhead tracker shared by every sequence using that model.
+struct PolicyCosts {
+  std::shared_ptr<const CostModel> model;
+  std::shared_ptr<OverheadTracker> overhead;
+};
+
+struct EngineAccess {
+  static EngineParts parts(Engine& e);
+  static PolicyCosts policy_costs(const Engine& e);
+};
+
+}  // namespace tandem

@@ -1,0 +1,35 @@
+#include "engine/runtime/engine_calibration.hpp"
+
+#include <filesystem>
+
+namespace tandem {
+
+std::string cost_model_key(const Engine& engine) {
+  namespace fs = std::filesystem;
+  const ModelInfo i = engine.info();
+  auto part = [](const std::string& path) {
+    if (path.empty()) return std::string("-");
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    const fs::path abs = fs::absolute(path, ec);
+    return abs.string() + ":" + std::to_string(ec ? 0 : size);
+  };
+  return "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend;
+}
+
+std::string EnginePassTimer::key() const { return cost_model_key(engine_); }
+
+bool EnginePassTimer::has_draft() const { return !engine_.info().draft_path.empty(); }
+
+std::vector<std::vector<double>> EnginePassTimer::time_passes(bool draft, int32_t batch,
+                                                              std::span<const int32_t> n_values, int32_t context,
+                                                              int32_t reps) {
+  return engine_.time_forward_passes(draft, batch, n_values, context, reps);
+}
+
+std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts, bool* from_cache) {
+  EnginePassTimer timer(engine);
+  return calibrate_cost_model(timer, opts, from_cache);
+}
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// Calibrating the speculation cost model (policies/calibration.hpp) on a loaded Engine.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "policies/calibration.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem {
+
+// The engine's forward passes as calibration times them (Engine::time_forward_passes).
+class EnginePassTimer final : public PassTimer {
+ public:
+  explicit EnginePassTimer(Engine& engine) : engine_(engine) {}
+  std::string key() const override;
+  bool has_draft() const override;
+  std::vector<std::vector<double>> time_passes(bool draft, int32_t batch, std::span<const int32_t> n_values,
+                                               int32_t context, int32_t reps) override;
+
+ private:
+  Engine& engine_;
+};
+
+// The identity of an engine's cost model: target and draft paths with their file sizes, and
+// the backend's name (which carries the kernel ISA and the thread count).
+std::string cost_model_key(const Engine& engine);
+
+// Measures the engine's target (and draft, if loaded) passes, or loads them from the cache
+// when it holds this engine's key and covers k_max. Does not install the model: pass it to
+// Engine::set_cost_model. *from_cache tells which happened.
+std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts,
+                                                bool* from_cache = nullptr);
+
+}  // namespace tandem

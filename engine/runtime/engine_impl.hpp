@@ -1,0 +1,59 @@
+// Engine::Impl: what a loaded Engine holds. Private to engine/runtime/ (engine.cpp,
+// engine_timing.cpp, engine_access.cpp); the public class is tandem/engine.hpp.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "draft/model_proposer.hpp"
+#include "engine/kv/kv_budget.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/model/model.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/runtime/engine_access.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "kernels/backend.hpp"
+#include "policies/cost_model.hpp"
+#include "policies/overhead_tracker.hpp"
+#include "tandem/engine.hpp"
+
+namespace tandem {
+
+// Hidden: Engine is exported from libtandem.so, and its nested types would be too.
+struct __attribute__((visibility("hidden"))) Engine::Impl {
+  LoadOptions opts;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<Transformer> transformer;
+  int32_t context = 0;
+  // Draft model (optional): its own weights and paged cache on the same backend.
+  std::unique_ptr<Model> draft;
+  std::unique_ptr<Tokenizer> draft_tokenizer;
+  std::unique_ptr<KVCache> draft_cache;
+  std::unique_ptr<Transformer> draft_transformer;
+  std::unique_ptr<ModelProposer> model_proposer;
+  std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
+  std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
+  mutable std::mutex cost_mu;                   // guards cost_model and overhead (not held while generating)
+  PolicyCosts policy_costs() const {
+    std::lock_guard<std::mutex> lk(cost_mu);
+    return {cost_model, overhead};
+  }
+  std::mutex mu;
+  // Engine::cancel() bumps this; a generation cancels itself once it differs from the value
+  // it saw on entry. A counter, not a flag, so no call can miss or inherit a cancellation.
+  std::atomic<uint64_t> cancel_epoch{0};
+
+  GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamCallback& cb,
+                     uint64_t epoch);
+  // Loading, in order: the models and tokenizers, then both caches on one KV budget.
+  void load_models();
+  void make_caches();
+};
+
+}  // namespace tandem

@@ -1,0 +1,28 @@
+// One request decoded by itself (Engine::generate): its SequenceRun stepped with nothing to
+// batch with. The Scheduler (scheduler.hpp) is the other driver, for many requests at once;
+// both leave every decision about drafts, verification and output to the SequenceRun.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "draft/proposer.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "policies/policy.hpp"
+#include "tandem/generation.hpp"
+
+namespace tandem {
+
+struct AloneModels {
+  Transformer& target;
+  const Tokenizer& tokenizer;
+  Proposer* proposer;          // null: no speculation possible
+  SpeculationPolicy* policy;   // null: a FixedPolicy
+  int32_t context;
+};
+
+// Prefill, then draft → verify → commit steps until the output ends.
+GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
+                         const StreamCallback& cb);
+
+}  // namespace tandem

@@ -1,0 +1,125 @@
+// Scheduler::Impl: the scheduler's state and the named parts of its step. Private to
+// engine/runtime/: scheduler.cpp (the public surface, the thread, admission bookkeeping),
+// scheduler_step.cpp (one step, in order), scheduler_drafts.cpp (drafting for a step).
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "draft/model_proposer.hpp"
+#include "engine/base/clock.hpp"
+#include "engine/kv/prefix_cache.hpp"
+#include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/scheduler.hpp"
+#include "engine/runtime/sequence_run.hpp"
+#include "engine/runtime/step_time_model.hpp"
+
+namespace tandem {
+
+struct Scheduler::Impl {
+  struct Entry {
+    uint64_t id = 0;
+    ServeRequest req;
+    Clock::time_point arrival;
+    std::shared_ptr<const CostModel> costs;  // the policy decides with it; declared first, destroyed last
+    std::unique_ptr<Proposer> proposer;
+    std::unique_ptr<SpeculationPolicy> policy;
+    std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
+    bool got_first = false;
+    Clock::time_point last_token;
+    int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
+    std::string error;  // set when this request failed in this step: it alone is retired
+  };
+
+  // One sequence's share of the step's target pass.
+  struct Part {
+    Entry* e;
+    std::span<const int32_t> tokens;
+    bool all_logits;                 // a decode step (logits for every token) or a prompt chunk (none)
+    std::span<const float> logits;   // its rows, in the pass's logits (or in `own`)
+    std::vector<float> own = {};     // only when the part had to run alone
+  };
+
+  // What drafting leaves for the target pass.
+  struct Drafted {
+    std::vector<Entry*> deciding;  // decoding sequences with their step tokens set
+    double draft_prefill_ms = 0.0;
+  };
+
+  Engine& engine;
+  EngineParts parts;
+  SchedulerOptions opts;
+  std::thread thread;
+
+  mutable std::mutex mu;  // guards everything below up to `running`
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Entry>> queue;
+  std::unordered_set<uint64_t> cancels;
+  SchedulerStats stats;
+  bool stopping = false, drain = false;
+  uint64_t next_id = 1;
+
+  std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
+  std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
+  StepTimeModel step_time;                       // scheduler thread only
+
+  Impl(Engine& e, const SchedulerOptions& o);
+
+  // ---- the thread and request lifetime (scheduler.cpp)
+  void loop();
+  void apply_cancels();
+  bool start(Entry& e);
+  void retire(std::unique_ptr<Entry> e, const std::string& error);
+  void preempt_youngest();
+  void update_kv_stats();
+
+  // ---- one step (scheduler_step.cpp), in the order it runs
+  bool step();
+  void admit_waiting();
+  bool make_room();  // false when the lone sequence could not fit and was retired
+  void reserve_target_blocks();
+  Drafted draft_for_step();
+  std::vector<Part> build_batch(const Drafted& d, int32_t* prompt_tokens);
+  void target_pass(std::vector<Part>& parts_in_step, std::vector<float>& logits);
+  void verify_and_commit(std::vector<Part>& parts_in_step, double target_ms);
+  void retire_failed();
+  void publish_prefixes();
+  void retire_finished();
+
+  // ---- memory accounting of a step (scheduler_step.cpp)
+  int32_t target_positions(Entry& e) const;  // target positions the next step needs
+  size_t target_need(Entry& e) const;        // bytes of new target blocks for it
+  size_t draft_need(Entry& e) const;         // bytes of new draft blocks for it
+  size_t step_need(Entry& e) const { return target_need(e) + draft_need(e); }
+  size_t running_need() const;
+  // Whether `need` bytes are free, once prefix-cache blocks nobody uses are evicted for it.
+  bool fits(size_t need);
+
+  // ---- drafting (scheduler_drafts.cpp)
+  void propose(Entry& e, int32_t k, std::vector<ModelProposer::Job>& jobs, std::vector<Entry*>& job_owner);
+  void propose_with_draft_model(std::vector<ModelProposer::Job>& jobs, const std::vector<Entry*>& owners);
+  double draft_prefill(const std::vector<Entry*>& lanes, bool share);
+  // A failed draft pass costs its sequences their drafts for this step, not their requests:
+  // the target decides alone (plain steps), and the draft state starts over.
+  void drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::exception& ex);
+
+  // Runs f; an exception fails this request only (it is retired at the end of the step).
+  template <class F>
+  void guarded(Entry& e, F&& f) {
+    if (!e.error.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& ex) {
+      e.error = ex.what();
+      if (e.error.empty()) e.error = "unknown error";
+    }
+  }
+};
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// What the scheduler counts (the server's /metrics reads a snapshot of it).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "tandem/speculative.hpp"
+
+namespace tandem {
+
+// Histogram with fixed upper bounds (seconds), Prometheus-style cumulative on output.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // per bucket (not cumulative), last = +Inf
+  double sum = 0.0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct SchedulerStats {
+  int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  int64_t queue_length = 0, running = 0, preemptions = 0;
+  // Target cache blocks in use, and the most it could hold (all of the budget).
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
+  // The one KV budget of both models (--kv-mem): bytes in use and in all; draft blocks in use.
+  int64_t kv_bytes_used = 0, kv_bytes_total = 0, draft_kv_blocks_used = 0;
+  // Sequence-steps whose draft could not get cache blocks (that sequence decoded plainly).
+  int64_t draft_kv_full = 0;
+  int64_t draft_failures = 0;  // draft passes that threw: their sequences decoded plainly that step
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps = 0;
+  int64_t steps_prefill_time_limited = 0;  // steps whose prompt chunks max_step_ms cut short
+  // The draft model's prefills: tokens fed, steps whose chunks max_step_ms cut short, and the
+  // most tokens fed in one step.
+  int64_t draft_prefill_tokens_total = 0, steps_draft_prefill_time_limited = 0, draft_prefill_max_step_tokens = 0;
+  SpeculativeMetrics speculative;
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram itl{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+};
+
+}  // namespace tandem

@@ -1,0 +1,258 @@
+#include "engine/runtime/sequence_run.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/base/clock.hpp"
+#include "engine/sampling/sampler.hpp"
+#include "verify/verifier.hpp"
+
+namespace tandem {
+
+SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
+                         const GenerateOptions& opts, StreamCallback cb, int32_t context, int32_t n_vocab,
+                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start)
+    : kv_(cache),
+      tok_(tok),
+      opts_(opts),
+      cb_(std::move(cb)),
+      context_(context),
+      n_vocab_(n_vocab),
+      proposer_(proposer),
+      policy_(policy),
+      speculate_(opts.speculative.mode != DraftMode::None && opts.speculative.draft_max > 0),
+      coupled_(opts.speculative.verify == VerifyMode::Coupled && !opts.sampling.greedy()),
+      rng_(opts.sampling.seed),
+      noise_(opts.sampling.seed),
+      decoder_(tok),
+      stops_(opts.stop),
+      committed_(prompt.begin(), prompt.end()),
+      start_(start) {
+  res_.prompt_tokens.assign(prompt.begin(), prompt.end());
+  res_.timings.n_prompt = static_cast<int32_t>(prompt.size());
+  if (prompt.empty()) throw std::invalid_argument("empty prompt: nothing to condition on");
+  if (static_cast<int32_t>(prompt.size()) >= context_)
+    throw std::invalid_argument("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +
+                                std::to_string(context_) + " tokens");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= n_vocab_)
+      throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  if (speculate_ && (!proposer_ || !policy_))
+    throw std::invalid_argument("speculation requested but no proposer is available");
+  if (speculate_) {
+    const size_t k = static_cast<size_t>(opts.speculative.draft_max);
+    res_.speculative.drafted_per_position.assign(k, 0);
+    res_.speculative.accepted_per_position.assign(k, 0);
+    res_.speculative.steps_per_k.assign(k + 1, 0);
+    proposer_->reset();
+    policy_->reset();
+  }
+  if (opts.max_tokens <= 0) done_ = true;
+}
+
+std::span<const int32_t> SequenceRun::prefill_todo() const {
+  const size_t have = static_cast<size_t>(kv_.length());
+  const size_t want = committed_.size() - 1;
+  if (have >= want) return {};
+  return std::span<const int32_t>(committed_).subspan(have, want - have);
+}
+
+size_t SequenceRun::draft_prefill_pending() const {
+  if (!speculate_ || done_ || res_.tokens.empty() || prefilling()) return 0;
+  return proposer_->prefill_pending(committed_);
+}
+
+int32_t SequenceRun::next_step_positions() const {
+  if (prefilling()) return static_cast<int32_t>(committed_.size()) - 1;
+  return kv_.length() + 1 + (speculate_ ? opts_.speculative.draft_max : 0);
+}
+
+int32_t SequenceRun::choose_k(int32_t batch_size) {
+  if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
+  // Room for this step: pending + k drafts must fit the context; drafting past the token
+  // budget is wasted work.
+  const int32_t room = context_ - kv_.length() - 1;
+  const int32_t budget = opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()) - 1;
+  // The first step (the prompt's last token) is plain: the first token goes out without
+  // waiting for the draft to read the prompt, which it does right after (its prefill, fed by
+  // the caller: draft_prefill_pending). Steps stay plain until the draft has caught up.
+  const bool plain = res_.tokens.empty() || draft_prefill_pending() > 0;
+  step_k_max_ = speculate_ && !plain ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
+  const int32_t k = step_k_max_ > 0 ? std::clamp(policy_->choose_k({step_k_max_, batch_size,
+                                                                    static_cast<int32_t>(committed_.size())}),
+                                                 0, step_k_max_)
+                                    : 0;
+  if (speculate_ && !plain) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
+  return k;
+}
+
+ProposeOptions SequenceRun::propose_options(int32_t k) const {
+  ProposeOptions po;
+  po.max_tokens = k;
+  po.p_min = opts_.speculative.draft_p_min;
+  po.sampling = &opts_.sampling;
+  po.vocab = n_vocab_;
+  po.coupled = coupled_ ? &noise_ : nullptr;
+  return po;
+}
+
+std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
+  prop_ = std::move(p);
+  // Too short a draft is not worth verifying — but a sampled draft may only be dropped when
+  // the output cannot depend on it: whether a draft came out short depends on what was
+  // drawn, so dropping it would change which draws reach the verifier (biased output).
+  // A deterministic draft is a function of the context, and coupled output ignores drafts.
+  const bool droppable = prop_.deterministic() || coupled_;
+  if (prop_.tokens.empty() ||
+      (droppable && static_cast<int32_t>(prop_.tokens.size()) < opts_.speculative.draft_min))
+    prop_ = Proposal{};
+  step_draft_ms_ = draft_ms;
+  res_.speculative.draft_ms += draft_ms;
+  res_.speculative.draft_forwards += draft_forwards;
+  step_base_len_ = kv_.length();
+  step_tokens_.clear();
+  step_tokens_.push_back(committed_.back());
+  step_tokens_.insert(step_tokens_.end(), prop_.tokens.begin(), prop_.tokens.end());
+  return step_tokens_;
+}
+
+std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
+  const int32_t k = choose_k(batch_size);
+  if (k == 0) return set_proposal(Proposal{}, 0.0, 0);
+  const auto td = Clock::now();
+  const int64_t f0 = proposer_->forward_passes();
+  Proposal p = proposer_->propose(committed_, propose_options(k), rng_);
+  return set_proposal(std::move(p), ms_between(td, Clock::now()), proposer_->forward_passes() - f0);
+}
+
+void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
+  if (logits.size() != step_tokens_.size() * static_cast<size_t>(n_vocab_))
+    throw std::logic_error("SequenceRun::finish_step: wrong number of logits");
+  const auto tv = Clock::now();
+  const VerifyResult v = verify(logits);
+  record_step(v, target_ms, ms_since(tv));
+  // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
+  kv_.truncate(step_base_len_ + 1 + v.n_accepted);
+  commit_step(v);
+}
+
+// The target's verdict on the drafts. p_i's penalties see the tokens accepted before
+// position i.
+VerifyResult SequenceRun::verify(std::span<const float> logits) {
+  std::vector<int32_t> hist = committed_;
+  const size_t base = committed_.size();
+  auto target_dist = [&](int32_t i) {
+    hist.resize(base);
+    hist.insert(hist.end(), prop_.tokens.begin(), prop_.tokens.begin() + i);
+    const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
+    return make_distribution(row, opts_.sampling, hist);
+  };
+  const auto position = static_cast<int64_t>(base);  // where the first verified token goes
+  if (opts_.sampling.greedy()) return verify_greedy(prop_.tokens, target_dist);
+  if (coupled_) return verify_coupled(prop_.tokens, target_dist, noise_, position);
+  if (prop_.deterministic()) return verify_stochastic(prop_.tokens, target_dist, nullptr, rng_, position);
+  DistFn qf = [&](int32_t i) { return prop_.dists[static_cast<size_t>(i)]; };
+  return verify_stochastic(prop_.tokens, target_dist, &qf, rng_, position);
+}
+
+// The step's speculative metrics, and what the policy learns from it.
+void SequenceRun::record_step(const VerifyResult& v, double target_ms, double verify_ms) {
+  SpeculativeMetrics& m = res_.speculative;
+  if (!res_.tokens.empty()) {  // decoding; the first pass belongs to prefill
+    m.target_ms += target_ms;
+    ++m.target_passes;
+  }
+  m.verify_ms += verify_ms;
+  if (!prop_.tokens.empty()) {
+    ++m.drafts;
+    m.drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
+    m.accepted_tokens += v.n_accepted;
+    for (size_t i = 0; i < prop_.tokens.size(); ++i) ++m.drafted_per_position[i];
+    for (int32_t i = 0; i < v.n_accepted; ++i) ++m.accepted_per_position[static_cast<size_t>(i)];
+  }
+  if (step_k_max_ > 0) {
+    StepOutcome o;
+    o.drafted = static_cast<int32_t>(prop_.tokens.size());
+    o.accepted = v.n_accepted;
+    o.draft_ms = step_draft_ms_;
+    o.target_ms = target_ms;
+    o.verify_ms = verify_ms;
+    o.target_tokens = static_cast<int32_t>(step_tokens_.size());
+    policy_->observe(o);
+  }
+}
+
+// Commits the accepted drafts and the corrected/bonus token, until the output ends.
+void SequenceRun::commit_step(const VerifyResult& v) {
+  if (res_.tokens.empty()) {
+    first_token_ = Clock::now();
+    res_.timings.prefill_ms = ms_between(start_, first_token_);
+  }
+  bool more = true;
+  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit(prop_.tokens[static_cast<size_t>(i)]);
+  if (more) more = commit(v.next_token);
+  // A stop inside the accepted drafts leaves the KV of the drafts after it, which are not
+  // committed: the cache never holds KV past the committed tokens (the scheduler publishes
+  // its blocks under them).
+  kv_.truncate(static_cast<int32_t>(committed_.size()));
+  if (more && kv_.length() >= context_) {
+    res_.finish = FinishReason::Length;
+    more = false;
+  }
+  if (!more) close_output();
+}
+
+bool SequenceRun::commit(int32_t token) {
+  res_.tokens.push_back(token);
+  committed_.push_back(token);
+  if (!opts_.ignore_eos && tok_.is_eog(token)) {
+    res_.finish = FinishReason::Stop;
+    return false;
+  }
+  if (!emit(stops_.push(decoder_.push(token)), token)) {
+    res_.finish = FinishReason::Cancelled;
+    return false;
+  }
+  if (stops_.stopped()) {
+    res_.finish = FinishReason::Stop;
+    return false;
+  }
+  if (static_cast<int32_t>(res_.tokens.size()) >= opts_.max_tokens) {
+    res_.finish = FinishReason::Length;
+    return false;
+  }
+  return true;
+}
+
+bool SequenceRun::emit(const std::string& text, int32_t token) {
+  res_.text += text;
+  return !cb_ || cb_(text, token);
+}
+
+void SequenceRun::close_output() {
+  if (res_.finish != FinishReason::Cancelled && !stops_.stopped()) {
+    std::string tail = stops_.push(decoder_.flush());
+    tail += stops_.flush();
+    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back());
+  }
+  res_.timings.n_generated = static_cast<int32_t>(res_.tokens.size());
+  if (!res_.tokens.empty()) res_.timings.decode_ms = ms_between(first_token_, Clock::now());
+  done_ = true;
+  // The target cache is left to the owner: the scheduler publishes its full blocks to the
+  // prefix cache before freeing them. The draft's state is of no further use.
+  if (proposer_) proposer_->reset();
+}
+
+void SequenceRun::finish(FinishReason r) {
+  if (done_) return;
+  res_.finish = r;
+  close_output();
+}
+
+void SequenceRun::preempt() {
+  kv_.clear();
+  if (proposer_) proposer_->reset();
+}
+
+}  // namespace tandem

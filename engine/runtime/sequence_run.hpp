@@ -1,0 +1,108 @@
+// One request's decoding state and its speculative step (draft → verify → commit), stepped
+// from outside: by run_alone (one sequence, run_alone.hpp) or the Scheduler (many sequences
+// sharing each target pass). Keeping every decision about
+// drafting, verification, rollback and output in this one class is what makes a request's
+// output independent of how it was batched.
+//
+// Invariant: `committed` holds the prompt and every emitted token; the target cache holds
+// KV for all of them except the newest ("pending") one. A step runs the target over
+// [pending, d1..dk], verifies the drafts, truncates the cache to pending + the accepted
+// drafts, and commits the accepted drafts plus the corrected/bonus token (the new pending).
+// When the output ends inside the accepted drafts (EOS, a stop string, max_tokens) the cache
+// is cut back to the committed tokens: it never holds KV of a token that was not committed
+// (the scheduler publishes cache blocks to the prefix cache under the committed tokens).
+#pragma once
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "draft/proposer.hpp"
+#include "engine/base/clock.hpp"
+#include "engine/kv/sequence_kv.hpp"
+#include "engine/sampling/rng.hpp"
+#include "engine/text/stop_strings.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "policies/policy.hpp"
+#include "tandem/generation.hpp"
+#include "verify/verifier.hpp"
+
+namespace tandem {
+
+class SequenceRun {
+ public:
+  using Clock = tandem::Clock;
+
+  // proposer/policy may be null when opts.speculative.mode is None. Throws
+  // std::invalid_argument for an empty prompt or one that does not fit the context.
+  SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt, const GenerateOptions& opts,
+              StreamCallback cb, int32_t context, int32_t n_vocab, Proposer* proposer, SpeculationPolicy* policy,
+              Clock::time_point start = Clock::now());
+
+  bool done() const { return done_; }
+  GenerateResult& result() { return res_; }
+  SequenceKV& kv() { return kv_; }
+  const std::vector<int32_t>& committed() const { return committed_; }
+
+  // Prompt (or, after preemption, prompt + output) tokens still to be written to the cache
+  // before decoding can start: everything committed except the pending token.
+  std::span<const int32_t> prefill_todo() const;
+  bool prefilling() const { return !done_ && !prefill_todo().empty(); }
+
+  // Decode step, part 1: asks the policy for k and the proposer for drafts; returns the
+  // tokens of this step's target pass ([pending, drafts...]; logits needed for all).
+  std::span<const int32_t> plan_step(int32_t batch_size);
+  // The same in two halves, for a caller that drafts for many sequences at once:
+  // choose_k, then (if k > 0) draft with propose_options(k) and rng(), then set_proposal.
+  int32_t choose_k(int32_t batch_size);
+  ProposeOptions propose_options(int32_t k) const;
+  Rng& rng() { return rng_; }
+  Proposer* proposer() const { return proposer_; }
+  std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
+  std::span<const int32_t> step_tokens() const { return step_tokens_; }
+  // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
+  void finish_step(std::span<const float> logits, double target_ms);
+
+  // Frees the target cache (and the draft's state); later steps re-prefill from committed.
+  void preempt();
+  // Ends the request now with the given reason (Cancelled for cancellation).
+  void finish(FinishReason r);
+  // KV positions the next step needs in total (for admission and preemption decisions).
+  int32_t next_step_positions() const;
+  // Context tokens the draft has still to read, once the first token is out (and again after
+  // preemption): its prefill, which the caller feeds (Proposer::prefill, or the scheduler's
+  // batched chunks). Decode steps are plain (k = 0) until it is 0.
+  size_t draft_prefill_pending() const;
+
+ private:
+  VerifyResult verify(std::span<const float> logits);
+  void record_step(const VerifyResult& v, double target_ms, double verify_ms);
+  void commit_step(const VerifyResult& v);
+  bool commit(int32_t token);  // false once the output is over
+  bool emit(const std::string& text, int32_t token);
+  void close_output();
+
+  SequenceKV kv_;
+  const Tokenizer& tok_;
+  GenerateOptions opts_;
+  StreamCallback cb_;
+  int32_t context_, n_vocab_;
+  Proposer* proposer_;
+  SpeculationPolicy* policy_;
+  bool speculate_;
+  bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
+  Rng rng_;
+  PositionNoise noise_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  std::vector<int32_t> committed_;
+  GenerateResult res_;
+  bool done_ = false;
+  Clock::time_point start_, first_token_{};
+  // The step in flight (between plan_step and finish_step).
+  Proposal prop_;
+  std::vector<int32_t> step_tokens_;
+  int32_t step_base_len_ = 0, step_k_max_ = 0;
+  double step_draft_ms_ = 0.0;
+};
+
+}  // namespace tandem

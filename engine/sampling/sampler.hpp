@@ -1,0 +1,48 @@
+// Sampling, split in two steps because speculative decoding needs the middle result:
+//   1. make_distribution: logits → the FINAL probability distribution (after penalties,
+//      temperature, top-k, top-p, min-p). The rejection sampler compares these p (target)
+//      and q (draft) token by token, so every transform must already be applied.
+//   2. sample: one draw from that distribution with the request's own Rng.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/sampling/rng.hpp"
+#include "tandem/sampling.hpp"  // SamplingParams (public API)
+
+namespace tandem {
+
+// A sparse final distribution: the tokens with non-zero probability and their probabilities,
+// which sum to 1 (up to float rounding), sorted by descending probability, ties by ascending
+// id, so the order — and hence sample() — is deterministic.
+struct Distribution {
+  std::vector<int32_t> ids;
+  std::vector<float> probs;
+
+  // 0 for tokens outside the support. A linear scan: O(support size), which is small unless
+  // top-k, top-p and min-p are all off.
+  float prob(int32_t id) const;
+  bool point_mass() const { return ids.size() == 1; }
+  size_t size() const { return ids.size(); }
+};
+
+// history: the tokens seen so far (prompt and output), for the penalties; ids outside
+// [0, vocab) are ignored (a padded or smaller draft vocabulary cannot emit them), negative
+// ids throw std::invalid_argument.
+// Greedy (temperature <= 0) → a point mass on the argmax of the penalised logits.
+// NaN logits count as -inf. Throws std::runtime_error("logits are all NaN/-inf") when no
+// token is possible, std::invalid_argument for empty logits or meaningless parameters
+// (NaN/inf temperature, top_p, min_p, penalties; repetition_penalty <= 0).
+Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
+                               std::span<const int32_t> history);
+
+// Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
+// Throws std::invalid_argument on an empty distribution.
+int32_t sample(const Distribution& d, Rng& rng);
+
+// The index of the largest logit; ties → lowest id; NaN counts as -inf.
+// Throws std::runtime_error("logits are all NaN/-inf") when there is no finite or +inf value.
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+// The plain values of the C++ API (tandem/engine.hpp): how to load, what to generate, and
+// what came out. No shared state: copy them freely between threads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/export.h"
+#include "tandem/sampling.hpp"
+#include "tandem/speculative.hpp"
+
+namespace tandem {
+
+struct LoadOptions {
+  std::string model_path;
+  std::string draft_model_path;  // optional draft model; must share the target's vocabulary
+  int threads = 0;            // 0 → one per available core
+  bool pin_threads = false;   // bind each CPU worker thread to one core
+  int32_t context = 0;        // max tokens per sequence; 0 → min(model's training context, 4096)
+  std::string kv_type = "f16";  // "f16" | "f32"
+  // KV cache memory for target and draft together; 0 → one context's worth (single-stream use).
+  // A server sets it to hold many sequences; it must hold at least one full context.
+  size_t kv_mem_bytes = 0;
+  std::string device = "cpu";   // "cpu" ("cuda" when built with CUDA: see `tandem --version`)
+};
+
+struct GenerateOptions {
+  int32_t max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // generation ends before the first occurrence of any of these
+  bool add_special = true;        // prepend BOS etc. as the model's metadata says
+  bool parse_special = true;      // special-token texts in the prompt become special tokens
+  bool ignore_eos = false;
+  SpeculativeOptions speculative;
+};
+
+enum class FinishReason { Stop, Length, Cancelled };
+TANDEM_API const char* to_string(FinishReason r);
+
+struct Timings {
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  double prefill_ms = 0.0;  // prompt forward, up to the first sampled token
+  double decode_ms = 0.0;   // every later token
+  double prefill_tokens_per_s() const { return prefill_ms > 0 ? n_prompt * 1000.0 / prefill_ms : 0.0; }
+  // The first token comes from the prefill pass, so decode speed counts the rest.
+  double decode_tokens_per_s() const {
+    return decode_ms > 0 && n_generated > 1 ? (n_generated - 1) * 1000.0 / decode_ms : 0.0;
+  }
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> tokens;  // generated tokens (a stop string's tokens included)
+  std::string text;             // generated text, cut before a stop string
+  FinishReason finish = FinishReason::Length;
+  Timings timings;
+  SpeculativeMetrics speculative;
+};
+
+struct ModelInfo {
+  std::string path, architecture, name;
+  int32_t n_vocab = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, context = 0;
+  size_t weight_bytes = 0, kv_bytes = 0;  // kv_bytes: the KV memory budget of target and draft together
+  std::string backend;  // e.g. "cpu (avx2, 2 threads)"
+  std::string draft_path, draft_name;  // empty without a draft model
+};
+
+// Called for each generated token with the text it completed (UTF-8 complete; empty while
+// a character or a possible stop string is incomplete) and the token; return false to
+// cancel the generation. Text held back until the end comes in one last call whose return
+// value is ignored.
+using StreamCallback = std::function<bool(std::string_view text, int32_t token)>;
+
+}  // namespace tandem
