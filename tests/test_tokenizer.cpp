@@ -3,6 +3,8 @@
 // byte-level BPE, Google sentencepiece for Gemma) for every model in the cache.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -20,16 +22,13 @@
 namespace tandem {
 namespace {
 
-// ---- a minimal JSON reader for the golden files ------------------------------------------
-// The files are written by Python's json.dumps(ensure_ascii=True): objects, arrays, strings
-// with \uXXXX escapes (surrogate pairs for astral characters), integers, booleans.
+// ---- the golden files (JSON lines written by Python's json.dumps), read with Boost.JSON --
+// into a small accessor type the tests below use.
 struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  int64_t num = 0;
   std::string str;
   std::vector<Json> arr;
   std::vector<std::pair<std::string, Json>> obj;
+  int64_t num = 0;
 
   const Json& operator[](std::string_view key) const {
     for (const auto& [k, v] : obj)
@@ -41,127 +40,23 @@ struct Json {
     for (const Json& j : arr) out.push_back(static_cast<int32_t>(j.num));
     return out;
   }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view s) : s_(s) {}
-  Json parse() {
-    Json v = value();
-    ws();
-    if (i_ != s_.size()) fail("trailing characters");
-    return v;
+  static Json from(const boost::json::value& v) {
+    Json j;
+    if (v.is_string()) j.str = std::string(v.get_string());
+    if (v.is_int64()) j.num = v.get_int64();
+    if (v.is_array())
+      for (const auto& e : v.get_array()) j.arr.push_back(from(e));
+    if (v.is_object())
+      for (const auto& [k, e] : v.get_object()) j.obj.emplace_back(std::string(k), from(e));
+    return j;
   }
-
- private:
-  [[noreturn]] void fail(const char* what) {
-    throw std::runtime_error(std::string("json: ") + what + " at " + std::to_string(i_));
-  }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
-  }
-  char peek() {
-    ws();
-    if (i_ >= s_.size()) fail("unexpected end");
-    return s_[i_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail("unexpected character");
-    ++i_;
-  }
-  bool literal(std::string_view w) {
-    if (s_.substr(i_, w.size()) != w) return false;
-    i_ += w.size();
-    return true;
-  }
-  uint32_t hex4() {
-    if (i_ + 4 > s_.size()) fail("short \\u escape");
-    uint32_t v = static_cast<uint32_t>(std::stoul(std::string(s_.substr(i_, 4)), nullptr, 16));
-    i_ += 4;
-    return v;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      char c = s_[i_++];
-      if (c == '"') return out;
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      char e = s_[i_++];
-      switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case '/': out.push_back('/'); break;
-        case '\\': out.push_back('\\'); break;
-        case '"': out.push_back('"'); break;
-        case 'u': {
-          char32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && literal("\\u")) {
-            const uint32_t lo = hex4();
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8::append(out, cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
-  }
-  Json value() {
-    Json v;
-    const char c = peek();
-    if (c == '{') {
-      ++i_;
-      v.kind = Json::Object;
-      if (peek() == '}') return ++i_, v;
-      while (true) {
-        std::string k = string();
-        expect(':');
-        v.obj.emplace_back(std::move(k), value());
-        if (peek() == '}') return ++i_, v;
-        expect(',');
-      }
-    }
-    if (c == '[') {
-      ++i_;
-      v.kind = Json::Array;
-      if (peek() == ']') return ++i_, v;
-      while (true) {
-        v.arr.push_back(value());
-        if (peek() == ']') return ++i_, v;
-        expect(',');
-      }
-    }
-    if (c == '"') {
-      v.kind = Json::String;
-      v.str = string();
-      return v;
-    }
-    if (literal("true")) return v.kind = Json::Bool, v.b = true, v;
-    if (literal("false")) return v.kind = Json::Bool, v;
-    if (literal("null")) return v;
-    size_t used = 0;
-    v.kind = Json::Number;
-    v.num = std::stoll(std::string(s_.substr(i_, 24)), &used);
-    i_ += used;
-    return v;
-  }
-  std::string_view s_;
-  size_t i_ = 0;
 };
 
 std::vector<Json> read_jsonl(const std::string& path) {
   std::ifstream f(path);
   std::vector<Json> out;
   for (std::string line; std::getline(f, line);)
-    if (!line.empty()) out.push_back(JsonParser(line).parse());
+    if (!line.empty()) out.push_back(Json::from(boost::json::parse(line)));
   return out;
 }
 

@@ -1,12 +1,12 @@
 #include "engine/chat/jinja/jinja_json.hpp"
 
 #include <algorithm>
+#include <boost/json/basic_parser_impl.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
 #include "engine/chat/jinja/jinja_text.hpp"
-#include "engine/text/utf8.hpp"
 
 namespace tandem::jinja {
 
@@ -150,192 +150,119 @@ std::string to_json(const Value& v, const JsonOptions& options) {
 
 namespace {
 
-struct Reader {
-  std::string_view s;
-  size_t i = 0;
-  uint32_t depth = 0;  // checked before recursing, so deep input cannot exhaust the stack
+// Builds template values from Boost.JSON's parser events: its own value type would lose the
+// digits of each float, which Python's float() rounds correctly and json::value may not.
+class ValueBuilder {
+ public:
+  static constexpr std::size_t max_object_size = std::size_t(-1);
+  static constexpr std::size_t max_array_size = std::size_t(-1);
+  static constexpr std::size_t max_key_size = std::size_t(-1);
+  static constexpr std::size_t max_string_size = std::size_t(-1);
+  using ec_t = boost::system::error_code;
+  using sv = boost::json::string_view;
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error("JSON: " + what + " at byte " + std::to_string(i));
-  }
-  void skip_ws() {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  }
-  bool eat(std::string_view word) {
-    if (s.substr(i, word.size()) != word) return false;
-    i += word.size();
+  Value result;
+  std::string bad;  // why a value the JSON grammar allows was refused
+
+  bool on_document_begin(ec_t&) { return true; }
+  bool on_document_end(ec_t&) { return true; }
+  bool on_array_begin(ec_t&) {
+    open_.push_back({false, {}, {}, {}});
     return true;
   }
-  void expect(char c) {
-    skip_ws();
-    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
-    ++i;
+  bool on_array_end(std::size_t, ec_t&) {
+    Frame f = std::move(open_.back());
+    open_.pop_back();
+    return add(Value::list(std::move(f.items)));
   }
-
-  unsigned hex4() {
-    if (i + 4 > s.size()) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = s[i++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return v;
+  bool on_object_begin(ec_t&) {
+    open_.push_back({true, {}, {}, {}});
+    return true;
   }
-
-  std::string string() {
-    ++i;  // opening quote
-    std::string out;
-    while (true) {
-      if (i >= s.size()) fail("unterminated string");
-      const char c = s[i++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (i >= s.size()) fail("unterminated string");
-      const char e = s[i++];
-      switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
-        case 'u': {
-          char32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s.substr(i, 2) == "\\u") {
-            const size_t save = i;
-            i += 2;
-            const unsigned lo = hex4();
-            if (lo >= 0xDC00 && lo < 0xE000) {
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else {
-              i = save;
-            }
-          }
-          if (cp >= 0xD800 && cp < 0xE000) fail("lone UTF-16 surrogate");
-          utf8::append(out, cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
+  bool on_object_end(std::size_t, ec_t&) {
+    Frame f = std::move(open_.back());
+    open_.pop_back();
+    return add(Value::dict(std::move(f.dict)));
   }
-
-  Value number() {
-    const size_t start = i;
-    if (s[i] == '-') ++i;
-    if (eat("Infinity")) return Value::number(s[start] == '-' ? -INFINITY : INFINITY);
-    auto digits = [&] {
-      const size_t b = i;
-      while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-      return i > b;
-    };
-    if (i < s.size() && s[i] == '0') {
-      ++i;
-    } else if (!digits()) {
-      fail("bad number");
-    }
-    bool is_float = false;
-    if (i < s.size() && s[i] == '.') {
-      ++i;
-      if (!digits()) fail("bad number");
-      is_float = true;
-    }
-    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-      ++i;
-      if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
-      if (!digits()) fail("bad number");
-      is_float = true;
-    }
-    const char* b = s.data() + start;
-    const char* e = s.data() + i;
-    if (!is_float) {
-      int64_t v = 0;
-      if (std::from_chars(b, e, v).ec == std::errc()) return Value::integer(v);
-      fail("integer out of the 64-bit range");
-    }
-    return Value::number(text::parse_float(std::string_view(b, static_cast<size_t>(e - b))));
+  bool on_string_part(sv s, std::size_t, ec_t&) {
+    text_.append(s.data(), s.size());
+    return true;
   }
+  bool on_string(sv s, std::size_t, ec_t&) {
+    text_.append(s.data(), s.size());
+    return add(Value::string(take(text_)));
+  }
+  bool on_key_part(sv s, std::size_t, ec_t&) {
+    text_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(sv s, std::size_t, ec_t&) {
+    text_.append(s.data(), s.size());
+    open_.back().key = take(text_);
+    return true;
+  }
+  bool on_number_part(sv s, ec_t&) {
+    number_.append(s.data(), s.size());
+    return true;
+  }
+  bool on_int64(int64_t i, sv, ec_t&) {
+    number_.clear();
+    return add(Value::integer(i));
+  }
+  bool on_uint64(uint64_t, sv, ec_t& ec) {
+    bad = "integer out of the 64-bit range";
+    ec = boost::json::error::exception;
+    return false;
+  }
+  bool on_double(double, sv s, ec_t&) {
+    number_.append(s.data(), s.size());
+    return add(Value::number(text::parse_float(take(number_))));
+  }
+  bool on_bool(bool b, ec_t&) { return add(Value::boolean(b)); }
+  bool on_null(ec_t&) { return add(Value::none()); }
+  bool on_comment_part(sv, ec_t&) { return true; }
+  bool on_comment(sv, ec_t&) { return true; }
 
-  Value value() {
-    skip_ws();
-    if (i >= s.size()) fail("unexpected end");
-    const char c = s[i];
-    if (c == '"') return Value::string(string());
-    if ((c == '[' || c == '{') && depth >= kMaxNesting) fail("nested too deeply");
-    ++depth;
-    struct Unnest {
-      uint32_t& d;
-      ~Unnest() { --d; }
-    } unnest{depth};
-    if (c == '[') {
-      ++i;
-      std::vector<Value> items;
-      skip_ws();
-      if (i < s.size() && s[i] == ']') {
-        ++i;
-        return Value::list(std::move(items));
-      }
-      while (true) {
-        items.push_back(value());
-        skip_ws();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        expect(']');
-        return Value::list(std::move(items));
-      }
+ private:
+  struct Frame {
+    bool is_dict;
+    std::vector<Value> items;
+    Dict dict;
+    std::string key;
+  };
+  std::vector<Frame> open_;
+  std::string text_, number_;
+
+  static std::string take(std::string& s) {
+    std::string out = std::move(s);
+    s.clear();
+    return out;
+  }
+  bool add(Value v) {
+    if (open_.empty()) {
+      result = std::move(v);
+    } else if (open_.back().is_dict) {
+      open_.back().dict.set(Value::string(take(open_.back().key)), std::move(v));  // a repeated key: the last wins
+    } else {
+      open_.back().items.push_back(std::move(v));
     }
-    if (c == '{') {
-      ++i;
-      Dict d;
-      skip_ws();
-      if (i < s.size() && s[i] == '}') {
-        ++i;
-        return Value::dict(std::move(d));
-      }
-      while (true) {
-        skip_ws();
-        if (i >= s.size() || s[i] != '"') fail("expected a string key");
-        Value key = Value::string(string());
-        expect(':');
-        d.set(std::move(key), value());
-        skip_ws();
-        if (i < s.size() && s[i] == ',') {
-          ++i;
-          continue;
-        }
-        expect('}');
-        return Value::dict(std::move(d));
-      }
-    }
-    if (eat("true")) return Value::boolean(true);
-    if (eat("false")) return Value::boolean(false);
-    if (eat("null")) return Value::none();
-    if (eat("NaN")) return Value::number(NAN);
-    if (c == '-' || (c >= '0' && c <= '9') || c == 'I') return number();
-    fail("unexpected character");
+    return true;
   }
 };
 
 }  // namespace
 
 Value parse_json(std::string_view text) {
-  Reader r{text};
-  Value v = r.value();
-  r.skip_ws();
-  if (r.i != text.size()) r.fail("trailing characters");
-  return v;
+  boost::json::parse_options po;
+  po.max_depth = kMaxNesting;
+  boost::json::basic_parser<ValueBuilder> p(po);
+  boost::system::error_code ec;
+  const size_t used = p.write_some(false, text.data(), text.size(), ec);
+  if (ec) {
+    const std::string why = !p.handler().bad.empty() ? p.handler().bad : ec.message();
+    throw Error("JSON: " + why + " at byte " + std::to_string(used));
+  }
+  return std::move(p.handler().result);
 }
 
 }  // namespace tandem::jinja

@@ -24,8 +24,9 @@ struct JsonOptions {
 
 // Throws Error for values JSON cannot hold (Undefined, namespaces, functions).
 std::string to_json(const Value& v, const JsonOptions& options = {});
-// Strict JSON (plus NaN, Infinity, -Infinity, as Python's json.loads accepts); integers
-// without fraction or exponent become Int. Throws Error naming the byte offset.
+// Strict JSON (RFC 8259, through Boost.JSON's parser; unlike Python's json.loads, no NaN or
+// Infinity); integers without fraction or exponent become Int, floats are rounded as
+// Python's float() rounds them. Throws Error naming the byte offset.
 Value parse_json(std::string_view text);
 
 }  // namespace tandem::jinja
