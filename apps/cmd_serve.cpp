@@ -1,5 +1,5 @@
 // `tandem serve`: an OpenAI-compatible HTTP server (apps/server/) over the continuous-
-// batching scheduler (engine/scheduler.hpp).
+// batching scheduler (engine/runtime/scheduler.hpp).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 

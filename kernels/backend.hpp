@@ -82,7 +82,7 @@ class Backend {
   // ---- memory ------------------------------------------------------------------------
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
   // Zero-filled memory that may be far larger than what gets used (a KV cache reserved at
-  // the most it could hold under a budget shared with another cache: engine/kv_budget.hpp).
+  // the most it could hold under a budget shared with another cache: engine/kv/kv_budget.hpp).
   // It must cost nothing until used: the CPU backend maps fresh anonymous pages (zero,
   // resident only once touched); a device backend reserves address space and maps
   // physical memory as it is used.

@@ -1,6 +1,7 @@
-// Speculation policies: how many tokens to draft at each step. The coordinator asks
-// choose_k() before drafting and reports what happened with observe() after verifying, so
-// a policy can adapt per sequence (acceptance estimates) and per step (batch size).
+// Speculation policies: how many tokens to draft at each step. Each sequence's step
+// (engine/runtime/sequence_run.hpp) asks choose_k() before drafting and reports what
+// happened with observe() after verifying, so a policy can adapt per sequence (acceptance
+// estimates) and per step (batch size).
 // k = 0 means "no speculation this step" (a plain target pass), which a policy must pick
 // whenever speculating is expected to be slower.
 #pragma once

@@ -1,4 +1,4 @@
-// Chat templates (engine/chat_template.hpp and the Jinja interpreter behind it).
+// Chat templates (engine/chat/chat_template.hpp and the Jinja interpreter behind it).
 //
 // The main check is against golden renderings made by Python jinja2 configured exactly as
 // Hugging Face transformers configures it (tests/python/chat_template_ref.py golden;

@@ -13,7 +13,7 @@
 // consuming randomness.
 //
 // Coupled verification (verify_coupled) replaces the random stream by counter-based Gumbel
-// noise keyed by (seed, absolute position) (engine/gumbel.hpp): the target's token at each
+// noise keyed by (seed, absolute position) (engine/sampling/gumbel.hpp): the target's token at each
 // position is gumbel_argmax(p_i), a draft token is accepted iff it equals it. The output is
 // then exactly plain Gumbel-max sampling: the same text for the same seed whatever k, the
 // policy, the batch or the proposer did.

@@ -4,7 +4,7 @@
 // split in token slots wastes one side: sequences without a draft leave the draft's half
 // idle, and draft-model sequences need both. Instead each cache's BlockAllocator draws from
 // this one account: taking a block costs block_size x that model's bytes per token, and
-// giving it back returns them. Admission and preemption (engine/scheduler.cpp) therefore
+// giving it back returns them. Admission and preemption (engine/runtime/scheduler_step.cpp) therefore
 // see one pool, and a draft sequence's blocks reduce what the target can take.
 //
 // Backing memory. Each cache is reserved at the most it could ever hold on its own

@@ -5,7 +5,7 @@
 // text out and retires finished sequences at once. A draft model reads each sequence's
 // context (its prefill) the same way: in chunks, one ragged draft pass per step for every
 // sequence catching up, within the step budget; those sequences decode plainly meanwhile.
-// Both models' caches draw from one byte budget (engine/kv_budget.hpp). When it runs out,
+// Both models' caches draw from one byte budget (engine/kv/kv_budget.hpp). When it runs out,
 // the youngest running sequence is preempted (its blocks freed, its request re-queued at
 // the front; it is recomputed later from prompt + output so far, and its stream continues
 // seamlessly).

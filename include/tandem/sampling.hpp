@@ -1,5 +1,5 @@
 // Sampling parameters of a request: part of the public API (include/tandem/).
-// engine/sampler.hpp turns them into the final distribution that is sampled and that
+// engine/sampling/sampler.hpp turns them into the final distribution that is sampled and that
 // speculative verification compares.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
-// Runs a SequenceRun to its end on a target model, one sequence per pass: what the
-// Coordinator does, for tests that build the run themselves (their own proposer, policy or
-// options) and then inspect it.
+// Runs a SequenceRun to its end on a target model, one sequence per pass: what run_alone
+// (engine/runtime/run_alone.hpp) does, for tests that build the run themselves (their own
+// proposer, policy or options) and then inspect it.
 #pragma once
 
 namespace tandem {
