@@ -91,6 +91,7 @@ std::vector<int32_t> fit_conversation(const Engine& engine, const server::ChatPr
 int run_chat(const ChatArgs& a) {
   auto engine = Engine::load(a.load);
   const ModelInfo info = engine->info();
+  print_backend_note(info);
   const server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);
   GenerateOptions gen = a.gen;
   gen.speculative.mode = draft_mode(a);
@@ -175,7 +176,6 @@ Command add_chat(CLI::App& app) {
   add_sampling_options(*sub, a->gen.sampling);
   add_verify_option(*sub, a->gen.speculative.verify);
   add_runtime_options(*sub, a->load);
-  sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("-v,--verbose", a->verbose, "Print speed (and speculation) after each reply");
   return {sub, [a] { return run_chat(*a); }};
 }

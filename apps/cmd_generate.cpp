@@ -38,6 +38,7 @@ int run_generate(const GenerateArgs& args) {
   }
   auto engine = Engine::load(a.load);
   const ModelInfo info = engine->info();
+  print_backend_note(info);
   if (a.verbose) {
     std::fprintf(stderr, "model: %s (%s, %d layers, vocab %d, %.1f MiB)\n%s\n", info.path.c_str(),
                  info.architecture.c_str(), info.n_layer, info.n_vocab, info.weight_bytes / 1048576.0,
@@ -153,7 +154,6 @@ Command add_generate(CLI::App& app) {
   add_verify_option(*sub, a->gen.speculative.verify);
   sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
   add_runtime_options(*sub, a->load);
-  sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");
   sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");

@@ -44,44 +44,6 @@ struct ServeArgs {
   bool verbose = false;
 };
 
-// "1048576", "512MiB", "1.5GiB", "800MB", "64k" → bytes.
-int64_t parse_bytes(const std::string& s) {
-  size_t end = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &end);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--kv-mem: not a size: " + s);
-  }
-  std::string unit = s.substr(end);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib") mul = 1024.0;
-  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "kb") mul = 1e3;
-  else if (unit == "mb") mul = 1e6;
-  else if (unit == "gb") mul = 1e9;
-  else throw std::invalid_argument("--kv-mem: unknown unit '" + unit + "' (use bytes, KiB, MiB, GiB, KB, MB, GB)");
-  if (!(v > 0)) throw std::invalid_argument("--kv-mem must be positive");
-  return static_cast<int64_t>(v * mul);
-}
-
-// The KV budget goes to whichever options struct has a `kv_mem_bytes` field (the engine
-// sizes its block pool from it); until one does, the flag is accepted and reported unused.
-template <class Load, class Sched>
-void apply_kv_mem(Load& load, Sched& sched, int64_t bytes) {
-  if (bytes <= 0) return;
-  if constexpr (requires { load.kv_mem_bytes; }) {
-    load.kv_mem_bytes = static_cast<decltype(load.kv_mem_bytes)>(bytes);
-  } else if constexpr (requires { sched.kv_mem_bytes; }) {
-    sched.kv_mem_bytes = static_cast<decltype(sched.kv_mem_bytes)>(bytes);
-  } else {
-    spdlog::warn("--kv-mem: this build cannot limit KV memory yet; ignored");
-  }
-}
-
 DraftMode draft_mode(const std::string& mode, const LoadOptions& load) {
   if (mode == "ngram") return DraftMode::Ngram;
   if (mode == "none") return DraftMode::None;
@@ -128,11 +90,12 @@ int run_serve(ServeArgs a) {
     apply_config(*config, 0.0f, a.given, mode_str, defaults);
   }
   defaults.mode = draft_mode(mode_str, a.load);
-  apply_kv_mem(a.load, a.sched, a.kv_mem.empty() ? 0 : parse_bytes(a.kv_mem));
+  if (!a.kv_mem.empty()) a.load.kv_mem_bytes = parse_size("--kv-mem", a.kv_mem);
   a.sched.prefix_cache = !a.no_prefix_cache;
 
   auto engine = Engine::load(a.load);
   const ModelInfo info = engine->info();
+  print_backend_note(info);
   server::ProtocolConfig protocol;
   const std::filesystem::path path(a.load.model_path);
   // The served id, then the names a client may reasonably use for the same model.
@@ -188,7 +151,6 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--model-id", a->model_id, "Model id clients send and responses carry (default: file name stem)");
   sub->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->http.port, "Port (0 = any free port; the log says which)")->capture_default_str();
-  sub->add_option("-c,--ctx", a->load.context, "Context length per sequence (0 = min(model, 4096))")->capture_default_str();
   sub->add_option("--max-seqs", a->sched.max_seqs, "Sequences decoded at once")->capture_default_str();
   sub->add_option("--max-queue", a->sched.max_queue, "Waiting requests before 429")->capture_default_str();
   sub->add_option("--prefill-chunk", a->sched.prefill_chunk, "Prompt tokens per sequence per step")->capture_default_str();
@@ -198,8 +160,7 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share KV blocks of identical prompt prefixes");
   sub->add_option("--kv-mem", a->kv_mem, "KV cache budget: bytes or with a unit (512MiB, 2GiB)");
-  sub->add_option("--kv-type", a->load.kv_type, "KV cache type: f16|f32")->capture_default_str();
-  sub->add_option("-t,--threads", a->load.threads, "CPU threads for the model (0 = all cores)")->capture_default_str();
+  add_runtime_options(*sub, a->load);  // -t, -c (per sequence), --kv-type, --device, --gpu-mem
   sub->add_option("--http-threads", a->http.io_threads, "Threads serving HTTP")->capture_default_str();
   sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   auto* o_draft = sub->add_option("--draft", a->draft_mode, "Default proposer: model (default with -md), ngram, none");
@@ -223,7 +184,6 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--drain-timeout", a->http.drain_timeout_s,
                   "On SIGTERM/SIGINT, wait this many seconds for running requests")
       ->capture_default_str();
-  sub->add_option("--device", a->load.device, "cpu")->capture_default_str();
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
   return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};

@@ -94,6 +94,7 @@ int run_tune_command(const TuneArgs& a) {
   LoadOptions load = a.load;
   if (o.mode == DraftMode::Ngram) load.draft_model_path.clear();
   auto engine = Engine::load(load);
+  print_backend_note(engine->info());
   Progress progress(a.quiet);
 
   // The cost model: the adaptive policies decide with it, the report predicts with it.

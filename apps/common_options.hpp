@@ -5,8 +5,12 @@ namespace CLI {
 class App;
 }
 
+#include <cstddef>
+#include <string>
+
 namespace tandem {
 struct LoadOptions;
+struct ModelInfo;
 struct SamplingParams;
 enum class VerifyMode;
 }  // namespace tandem
@@ -17,7 +21,12 @@ namespace tandem::cli {
 void add_sampling_options(CLI::App& sub, SamplingParams& s);
 // --verify rejection|coupled.
 void add_verify_option(CLI::App& sub, VerifyMode& mode);
-// -t/--threads, -c/--ctx, --kv-type.
+// -t/--threads, --pin-threads, -c/--ctx, --kv-type, --device, --gpu-mem.
 void add_runtime_options(CLI::App& sub, LoadOptions& load);
+// "1048576", "512MiB", "1.5GiB", "800MB", "64k" → bytes (> 0); `flag` names the option in errors.
+size_t parse_size(const std::string& flag, const std::string& s);
+// The backend note of a loaded engine (why --device auto chose the CPU), on stderr; nothing
+// when there is none.
+void print_backend_note(const ModelInfo& info);
 
 }  // namespace tandem::cli

@@ -68,6 +68,7 @@ tandem_status tandem_engine_info(const tandem_engine* engine, tandem_model_info*
     i.backend = engine->backend_description.c_str();
     i.draft_path = m.draft_path.c_str();
     i.draft_name = m.draft_name.c_str();
+    i.backend_note = m.backend_note.c_str();
     i.n_vocab = m.n_vocab;
     i.n_layer = m.n_layer;
     i.n_embd = m.n_embd;

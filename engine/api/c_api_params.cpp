@@ -74,6 +74,7 @@ LoadOptions to_load_options(const tandem_load_params& given) {
   if (p.kv_type) o.kv_type = p.kv_type;
   if (p.device) o.device = p.device;
   o.pin_threads = p.pin_threads != 0;
+  o.gpu_mem_bytes = static_cast<size_t>(p.gpu_mem_bytes);
   return o;
 }
 

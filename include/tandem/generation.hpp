@@ -24,7 +24,14 @@ struct LoadOptions {
   // KV cache memory for target and draft together; 0 → one context's worth (single-stream use).
   // A server sets it to hold many sequences; it must hold at least one full context.
   size_t kv_mem_bytes = 0;
-  std::string device = "cpu";   // "cpu" ("cuda" when built with CUDA: see `tandem --version`)
+  // "auto": a CUDA device when this build has the CUDA backend and a device is present, else
+  // the CPU (ModelInfo::backend_note says why); "cpu"; "cuda" (an error without a device);
+  // "cuda-emulated": the CUDA backend's kernels run on the CPU under the SIMT emulator
+  // (slow: for tests). `tandem --version` lists the backends of a build.
+  std::string device = "auto";
+  // CUDA: the one device memory arena holding both models' weights, both KV caches and all
+  // scratch; 0 → 90% of the device's free memory.
+  size_t gpu_mem_bytes = 0;
 };
 
 struct GenerateOptions {
@@ -66,6 +73,7 @@ struct ModelInfo {
   int32_t n_vocab = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, context = 0;
   size_t weight_bytes = 0, kv_bytes = 0;  // kv_bytes: the KV memory budget of target and draft together
   std::string backend;  // e.g. "cpu (avx2, 2 threads)"
+  std::string backend_note;  // why device "auto" did not choose CUDA (one line), else empty
   std::string draft_path, draft_name;  // empty without a draft model
 };
 

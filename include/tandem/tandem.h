@@ -81,8 +81,11 @@ typedef struct tandem_load_params {
   int32_t threads;               /* 0 → one per available core */
   int32_t context;               /* max tokens per sequence; 0 → min(model's training context, 4096) */
   const char* kv_type;           /* NULL → "f16"; or "f32" */
-  const char* device;            /* NULL → "cpu" */
+  const char* device;            /* NULL → "auto" (CUDA when built with it and a device is present,
+                                    else the CPU); "cpu", "cuda", "cuda-emulated" (tests) */
   int32_t pin_threads;           /* non-zero: bind each CPU worker thread to one core */
+  uint64_t gpu_mem_bytes;        /* CUDA: device memory for both models, caches and scratch;
+                                    0 → 90% of the free device memory */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's
@@ -161,6 +164,7 @@ typedef struct tandem_model_info {
   int32_t n_vocab, n_layer, n_embd, n_head, n_head_kv;
   int32_t context;               /* max tokens per sequence */
   uint64_t weight_bytes, kv_bytes;
+  const char* backend_note;      /* why device "auto" chose the CPU (one line), else "" */
 } tandem_model_info;
 
 /* Called on the generating thread for every generated token, with the text it completed
