@@ -1,0 +1,153 @@
+// The whole forward pass of tiny fixture models on the CUDA backend under the SIMT
+// emulator: the same logits as the CPU backend (within a bound for the op differences),
+// and the losslessness property greedy speculation rests on: a token's logits are the same
+// bits whether it is decoded alone or verified among k+1 tokens of a ragged batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+
+#include "engine/forward.hpp"
+#include "engine/kv_cache.hpp"
+#include "engine/model.hpp"
+#include "kernels/backend_factory.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+struct Case {
+  const char* name;
+  test::TinyModelSpec spec;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  test::TinyModelSpec s;
+  v.push_back({"llama_f32", s});
+  s.arch = "qwen2";
+  s.weight_type = DType::Q8_0;
+  s.embd_type = DType::Q4_0;
+  v.push_back({"qwen2_q8_0", s});
+  s = {};
+  s.arch = "gemma3";
+  s.n_embd = 256;
+  s.n_ff = 256;
+  s.n_head = 4;
+  s.n_head_kv = 1;
+  s.weight_type = DType::Q4_K;
+  s.embd_type = DType::Q6_K;
+  s.sliding_window = 5;
+  v.push_back({"gemma3_q4_k", s});
+  return v;
+}
+
+struct ModelRun {
+  std::unique_ptr<kernels::Backend> be;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<Transformer> tf;
+  ModelRun(std::unique_ptr<kernels::Backend> b, const std::string& path) : be(std::move(b)) {
+    model = Model::load(path, *be);
+    KVCacheOptions o;
+    o.block_size = 4;
+    o.max_tokens = 128;
+    cache = std::make_unique<KVCache>(*be, model->config(), o);
+    tf = std::make_unique<Transformer>(*model, *cache);
+  }
+  ~ModelRun() {
+    tf.reset();
+    cache.reset();
+    model.reset();
+  }
+};
+
+std::string model_path(const Case& c) {
+  const std::string path = test::scratch_dir(std::string("cuda-forward-") + c.name) + "/m.gguf";
+  test::write_tiny_model(path, c.spec);
+  return path;
+}
+
+std::vector<int32_t> tokens(int n, int salt) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + salt * 11 + 5) % 300);
+  return t;
+}
+
+// Prompt + decode on both backends. Not bit-identical: the matmuls sum their blocks in
+// another order (bounded per op in test_cuda_ops) and a quantized model's activations can
+// then round to a neighbouring int8 code. The bound (1e-4 of the logits' range, 1e-6 for
+// F32 weights; measured: 3e-6 and 2e-7) is far below what a wrong op or layout gives
+// (order 1).
+TEST(CudaForward, LogitsMatchTheCpuBackend) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun cpu(kernels::make_cpu_backend(1), path), gpu(kernels::make_emulated_cuda_backend(size_t{128} << 20), path);
+    SequenceKV sc(*cpu.cache), sg(*gpu.cache);
+    const auto prompt = tokens(9, 1), more = tokens(3, 2);
+    std::vector<float> lc, lg;
+    for (int step = 0; step < 2; ++step) {
+      Batch bc, bg;
+      const auto& t = step == 0 ? prompt : more;
+      bc.add_all_logits(sc, t);
+      bg.add_all_logits(sg, t);
+      cpu.tf->forward(bc, lc);
+      gpu.tf->forward(bg, lg);
+      ASSERT_EQ(lc.size(), lg.size());
+      float range = 0;
+      for (float x : lc) range = std::max(range, std::fabs(x));
+      const double tol = (c.spec.weight_type == DType::F32 ? 1e-6 : 1e-4) * range;
+      double worst = 0;
+      for (size_t i = 0; i < lc.size(); ++i) worst = std::max(worst, double(std::fabs(lc[i] - lg[i])));
+      EXPECT_LE(worst, tol) << "step " << step << " (logit range " << range << ")";
+    }
+  }
+}
+
+// Target-only greedy decoding (one token per pass, alongside another sequence's prefill)
+// against verification (the k+1 tokens in one pass): identical logits bit for bit.
+TEST(CudaForward, VerifyingKPlus1TokensGivesTheDecodeLogitsBitForBit) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun gpu(kernels::make_emulated_cuda_backend(size_t{128} << 20), path);
+    const auto prompt = tokens(7, 3), drafted = tokens(5, 4), other = tokens(6, 5);
+    const size_t nv = static_cast<size_t>(gpu.model->config().n_vocab);
+    std::vector<float> decode, l;
+    {
+      SequenceKV s(*gpu.cache), o(*gpu.cache);
+      Batch b;
+      b.add(s, prompt);
+      gpu.tf->forward(b, l);
+      decode.insert(decode.end(), l.end() - nv, l.end());
+      for (size_t i = 0; i < drafted.size(); ++i) {
+        b.clear();
+        b.add(s, std::span(drafted).subspan(i, 1));
+        if (i == 1) b.add(o, other);  // someone else's prefill in the same pass
+        gpu.tf->forward(b, l);
+        decode.insert(decode.end(), l.begin(), l.begin() + static_cast<long>(nv));
+      }
+    }
+    SequenceKV s(*gpu.cache), o(*gpu.cache), o2(*gpu.cache);
+    Batch b;
+    b.add(s, prompt);
+    gpu.tf->forward(b, l);
+    std::vector<float> verify(l.end() - nv, l.end());
+    b.clear();
+    b.add(o2, tokens(2, 9));  // a different neighbour this time
+    b.add_all_logits(s, drafted);
+    gpu.tf->forward(b, l);
+    // o2's output row comes first (requested first), then the 5 verified rows.
+    verify.insert(verify.end(), l.begin() + static_cast<long>(nv), l.end());
+    ASSERT_EQ(verify.size(), decode.size());
+    for (size_t i = 0; i < decode.size(); ++i)
+      ASSERT_EQ(std::memcmp(&decode[i], &verify[i], 4), 0) << "row " << i / nv << " logit " << i % nv;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
