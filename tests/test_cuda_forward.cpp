@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 
@@ -23,6 +24,18 @@ struct Case {
   const char* name;
   test::TinyModelSpec spec;
 };
+
+// The emulated CUDA backend, or the real device with TANDEM_CUDA_TEST_DEVICE=1.
+std::unique_ptr<kernels::Backend> cuda_under_test() {
+  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
+  if (e && *e == '1') {
+    kernels::BackendOptions o;
+    o.device = "cuda";
+    o.gpu_mem_bytes = size_t{512} << 20;
+    return kernels::make_backend(o);
+  }
+  return kernels::make_emulated_cuda_backend(size_t{128} << 20);
+}
 
 std::vector<Case> cases() {
   std::vector<Case> v;
@@ -86,7 +99,7 @@ TEST(CudaForward, LogitsMatchTheCpuBackend) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     const std::string path = model_path(c);
-    ModelRun cpu(kernels::make_cpu_backend(1), path), gpu(kernels::make_emulated_cuda_backend(size_t{128} << 20), path);
+    ModelRun cpu(kernels::make_cpu_backend(1), path), gpu(cuda_under_test(), path);
     SequenceKV sc(*cpu.cache), sg(*gpu.cache);
     const auto prompt = tokens(9, 1), more = tokens(3, 2);
     std::vector<float> lc, lg;
@@ -114,7 +127,7 @@ TEST(CudaForward, VerifyingKPlus1TokensGivesTheDecodeLogitsBitForBit) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     const std::string path = model_path(c);
-    ModelRun gpu(kernels::make_emulated_cuda_backend(size_t{128} << 20), path);
+    ModelRun gpu(cuda_under_test(), path);
     const auto prompt = tokens(7, 3), drafted = tokens(5, 4), other = tokens(6, 5);
     const size_t nv = static_cast<size_t>(gpu.model->config().n_vocab);
     std::vector<float> decode, l;

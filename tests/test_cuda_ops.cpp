@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -28,6 +29,20 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of float
 
+// The CUDA backend under test: the emulated one, or with TANDEM_CUDA_TEST_DEVICE=1 (the GPU
+// run, bench/gpu_check.sh) the real device, so the same cases run natively.
+std::unique_ptr<Backend> cuda_under_test(size_t arena_bytes, int64_t gemm_min_tokens = 64) {
+  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
+  if (e && *e == '1') {
+    BackendOptions o;
+    o.device = "cuda";
+    o.gpu_mem_bytes = arena_bytes;
+    o.gemm_min_tokens = gemm_min_tokens;
+    return make_backend(o);
+  }
+  return make_emulated_cuda_backend(arena_bytes, gemm_min_tokens);
+}
+
 std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
   std::mt19937 g(seed);
   std::normal_distribution<float> d(0.0f, s);
@@ -39,7 +54,7 @@ std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
 // The same data on both backends.
 struct Dual {
   std::unique_ptr<Backend> cpu = make_cpu_backend(1);
-  std::unique_ptr<Backend> gpu = make_emulated_cuda_backend(size_t{96} << 20);
+  std::unique_ptr<Backend> gpu = cuda_under_test(size_t{96} << 20);
   std::vector<std::unique_ptr<Buffer>> bufs;  // destroyed before the backends
   struct T {
     Tensor c, g;
@@ -133,9 +148,9 @@ TEST(CudaArena, OutOfMemoryNamesTheRequestAndAFittingSize) {
 }
 
 TEST(CudaBackend, BuffersComeFromOneArena) {
-  auto be = make_emulated_cuda_backend(size_t{4} << 20);
+  auto be = cuda_under_test(size_t{4} << 20);
   EXPECT_EQ(be->kind(), DeviceKind::CUDA);
-  EXPECT_NE(be->name().find("cuda-emulated"), std::string::npos);
+  EXPECT_NE(be->name().find("cuda"), std::string::npos);
   EXPECT_NE(be->description().find("paged attention"), std::string::npos);
   auto a = be->alloc(1 << 20);
   auto z = be->alloc_zeroed(2 << 20);
@@ -457,7 +472,7 @@ TEST(CudaOps, MatmulGemmPathForLargeBatches) {
   for (DType t : {DType::Q4_K, DType::Q5_0, DType::BF16}) {
     SCOPED_TRACE(dtype_name(t));
     Dual d;
-    d.gpu = make_emulated_cuda_backend(size_t{32} << 20, /*gemm_min_tokens=*/20);
+    d.gpu = cuda_under_test(size_t{32} << 20, /*gemm_min_tokens=*/20);
     const int64_t R = 11, C = 512, N = 21;
     const auto blob = test::random_blocks(t, R * C, 70);
     const auto x = randn(N * C, 71);
