@@ -38,6 +38,10 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opt, std::string* re
 std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes = size_t{256} << 20,
                                                     int64_t gemm_min_tokens = 64);
 
+// Device-to-device copy bandwidth in GB/s of a CUDA backend (real or emulated), measured
+// over `reps` copies of `bytes`; 0 for other backends.
+double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps = 20);
+
 // Whether this build contains the real (nvcc) CUDA backend.
 bool cuda_backend_built();
 

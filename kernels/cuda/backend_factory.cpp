@@ -20,6 +20,14 @@ std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes, int64_t 
   return cuda_entry::make_emulated(arena_bytes, gemm_min_tokens);
 }
 
+double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps) {
+  double g = cuda_entry::copy_gbps_emulated(be, bytes, reps);
+#if TANDEM_WITH_CUDA_DEVICE
+  if (g < 0) g = cuda_entry::copy_gbps_device(be, bytes, reps);
+#endif
+  return g < 0 ? 0.0 : g;
+}
+
 BackendChoice choose_backend(const BackendOptions& opt) {
   BackendChoice c;
   if (opt.device == "cpu") {

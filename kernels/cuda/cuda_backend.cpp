@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -403,6 +404,20 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     ops::paged_attention(rt_->stream(), c, states, err_);
     launched(op);
   }
+}
+
+double CudaBackend::measure_copy_gbps(size_t bytes, int reps) {
+  auto a = alloc(bytes), b = alloc(bytes);
+  uint8_t* pa = ptr(make_tensor(a.get(), DType::I8, static_cast<int64_t>(bytes)), "copy");
+  uint8_t* pb = ptr(make_tensor(b.get(), DType::I8, static_cast<int64_t>(bytes)), "copy");
+  rt_->zero(pa, bytes);
+  rt_->copy_on_device(pb, pa, bytes);  // warm up
+  rt_->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) rt_->copy_on_device(i % 2 ? pa : pb, i % 2 ? pb : pa, bytes);
+  rt_->synchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(bytes) * reps / s / 1e9;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {

@@ -63,6 +63,10 @@ class CudaBackend final : public Backend {
                        float softcap) override;
 
   const cuda_arena::Arena& arena() const { return arena_; }
+  // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
+  // `reps` copies of `bytes`: the reference the decode benchmark's weight bandwidth is
+  // compared with.
+  double measure_copy_gbps(size_t bytes, int reps);
   const DeviceInfo& device_info() const { return rt_->info(); }
 
   // Internal (DeviceBuffer's destructor).

@@ -10,6 +10,10 @@ std::unique_ptr<Backend> make_emulated(size_t arena_bytes, int64_t gemm_min_toke
   o.gemm_min_tokens = gemm_min_tokens;
   return TANDEM_CUDA_NS::make_cuda_backend(o);
 }
+double copy_gbps_emulated(Backend& be, size_t bytes, int reps) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? c->measure_copy_gbps(bytes, reps) : -1.0;
+}
 #else
 std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double arena_fraction, int64_t gemm_min_tokens) {
   TANDEM_CUDA_NS::CudaOptions o;
@@ -18,6 +22,10 @@ std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double aren
   o.arena_fraction = arena_fraction;
   o.gemm_min_tokens = gemm_min_tokens;
   return TANDEM_CUDA_NS::make_cuda_backend(o);
+}
+double copy_gbps_device(Backend& be, size_t bytes, int reps) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? c->measure_copy_gbps(bytes, reps) : -1.0;
 }
 #endif
 }  // namespace tandem::kernels::cuda_entry
