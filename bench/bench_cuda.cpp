@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,7 +51,7 @@ double time_ms(kernels::Backend& be, int reps, F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::string device = "cuda", model_path, gpu_mem = "0";
   int nmax = 16, reps = 5, ctx = 256;
   bool ops = false, small = false;
@@ -153,4 +154,17 @@ int main(int argc, char** argv) {
   out += "}";
   std::printf("%s\n", out.c_str());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (auto& ch : msg)
+      if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
+    std::printf("{\"error\": \"%s\"}\n", msg.c_str());
+    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+    return 1;
+  }
 }
