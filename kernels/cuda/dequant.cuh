@@ -5,8 +5,8 @@
 // contraction (nvcc --fmad=false, host -ffp-contract=off), so results are bit-identical to
 // dequantize_row_ref. Used by get_rows and by the tile dequantization of the GEMM path.
 //
-// The small-M matmul instead decodes a whole block into integer codes with a scale and an
-// offset coefficient, exactly as the CPU's integer kernels do (kernels/cpu/matmul_scalar.cpp),
+// The small-M matmul (ops/matmul_small.cu) reads the same fields as integer codes, scales
+// and offset coefficients, as the CPU's integer kernels do (kernels/cpu/matmul_scalar.cpp),
 // so that both compute each block's contribution from the same integers.
 #pragma once
 #include "kernels/cuda/common.cuh"
@@ -109,80 +109,6 @@ template <int T>
 __device__ __forceinline__ float dequant_row_elem(const uint8_t* row, int64_t c) {
   constexpr int qk = Geo<T>::qk;
   return dequant_elem<T>(row + (c / qk) * Geo<T>::bytes, static_cast<int>(c % qk));
-}
-
-// ---- integer block decoding for the small-M matmul ----------------------------------------
-// A 32-block: y += (d*dx)*sum(q*xq) + c*(dx*sum(xq)), c folding the offset or min in.
-struct Q32Dec {
-  int8_t q[32];
-  float d, c;
-};
-template <int T>
-__device__ __forceinline__ void decode_q32(const uint8_t* b, Q32Dec& o) {
-  if constexpr (T == kQ8_0) {
-    o.d = ld_f16(b);
-    o.c = 0.0f;
-    for (int j = 0; j < 32; ++j) o.q[j] = static_cast<int8_t>(b[2 + j]);
-  } else if constexpr (T == kQ4_0 || T == kQ4_1) {
-    o.d = ld_f16(b);
-    o.c = T == kQ4_0 ? __fmul_rn(-8.0f, o.d) : ld_f16(b + 2);
-    const uint8_t* qs = b + (T == kQ4_0 ? 2 : 4);
-    for (int j = 0; j < 16; ++j) o.q[j] = qs[j] & 0x0f, o.q[j + 16] = qs[j] >> 4;
-  } else {  // Q5_0, Q5_1
-    constexpr int qh_off = T == kQ5_0 ? 2 : 4;
-    o.d = ld_f16(b);
-    o.c = T == kQ5_0 ? __fmul_rn(-16.0f, o.d) : ld_f16(b + 2);
-    const uint32_t qh = ld_u32(b + qh_off);
-    const uint8_t* qs = b + qh_off + 4;
-    for (int j = 0; j < 16; ++j) {
-      o.q[j] = static_cast<int8_t>((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4));
-      o.q[j + 16] = static_cast<int8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
-    }
-  }
-}
-
-// A K-quant block: codes u (unsigned), per group of 16 a scale sc and min coefficient mn:
-//   y += dx * (d * sum_g sc[g]*dot(u, xq)_g  -  dm * sum_g mn[g]*bsum_g)
-struct KDec {
-  uint8_t u[256];
-  int sc[16], mn[16];
-  float d, dm;
-};
-template <int T>
-__device__ __forceinline__ void decode_k(const uint8_t* b, KDec& o) {
-  if constexpr (T == kQ2_K) {
-    o.d = ld_f16(b + 80);
-    o.dm = ld_f16(b + 82);
-    for (int g = 0; g < 16; ++g) o.sc[g] = b[g] & 0x0f, o.mn[g] = b[g] >> 4;
-    for (int e = 0; e < 256; ++e) o.u[e] = (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-  } else if constexpr (T == kQ3_K) {
-    o.d = o.dm = ld_f16(b + 108);
-    for (int g = 0; g < 16; ++g) o.sc[g] = q3k_scale(b + 96, g) - 32, o.mn[g] = 4 * o.sc[g];
-    for (int e = 0; e < 256; ++e) {
-      const int lo = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-      o.u[e] = static_cast<uint8_t>(lo | (((b[e % 32] >> (e / 32)) & 1) << 2));
-    }
-  } else if constexpr (T == kQ4_K || T == kQ5_K) {
-    o.d = ld_f16(b);
-    o.dm = ld_f16(b + 2);
-    for (int g = 0; g < 16; ++g) o.sc[g] = k4_scale(b + 4, g / 2, 0), o.mn[g] = k4_scale(b + 4, g / 2, 1);
-    constexpr int qs_off = T == kQ4_K ? 16 : 48;
-    for (int e = 0; e < 256; ++e) {
-      const uint8_t v = b[qs_off + 32 * (e / 64) + e % 32];
-      int q = ((e / 32) & 1) ? (v >> 4) : (v & 0x0f);
-      if constexpr (T == kQ5_K) q |= ((b[16 + e % 32] >> (e / 32)) & 1) << 4;
-      o.u[e] = static_cast<uint8_t>(q);
-    }
-  } else {  // Q6_K
-    o.d = o.dm = ld_f16(b + 208);
-    for (int g = 0; g < 16; ++g) o.sc[g] = static_cast<int8_t>(b[192 + g]), o.mn[g] = 32 * o.sc[g];
-    for (int e = 0; e < 256; ++e) {
-      const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-      const uint8_t lb = b[64 * half + l + 32 * (k & 1)];
-      const int lo = k < 2 ? (lb & 0x0f) : (lb >> 4);
-      o.u[e] = static_cast<uint8_t>(lo | (((b[128 + 32 * half + l] >> (2 * k)) & 3) << 4));
-    }
-  }
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::dev
