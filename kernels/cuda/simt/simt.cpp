@@ -13,14 +13,31 @@
 #include <thread>
 #include <vector>
 
+// AddressSanitizer must be told about stack switches, or it reports the fibers' frames as
+// overflows of the scheduler's stack (and its fake stacks get mixed up).
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_SIMT_ASAN 1
+#endif
+#endif
+#ifdef TANDEM_SIMT_ASAN
+extern "C" {
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+}
+#endif
+
 namespace tandem::simt::detail {
+
+namespace {
 
 thread_local ThreadCtx* t_thread = nullptr;
 thread_local uint3 t_block_idx;
 thread_local dim3 t_block_dim;
 thread_local dim3 t_grid_dim;
 
-namespace {
 
 constexpr size_t kStackBytes = 64 * 1024;
 constexpr unsigned kMaxThreads = 1024;
@@ -32,6 +49,7 @@ struct Fiber {
   ucontext_t uc;
   State state = State::Runnable;
   std::unique_ptr<char[]> stack;
+  void* asan_fake = nullptr;  // the fiber's fake stack while it is switched out (ASan)
 };
 
 struct Warp {
@@ -47,6 +65,8 @@ struct Runner {
   std::vector<Warp> warps;
   std::vector<unsigned char> shared;  // dynamic shared memory of the block
   ucontext_t sched;
+  const void* sched_stack = nullptr;  // the scheduler's stack (ASan annotations)
+  size_t sched_stack_size = 0;
   unsigned n_threads = 0, live = 0, at_barrier = 0;
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
@@ -59,9 +79,16 @@ Runner& runner() {
   return *t_runner;
 }
 
+// Fiber -> scheduler and back.
 void park(Runner& r, Fiber& f, State s) {
   f.state = s;
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
+#endif
   swapcontext(&f.uc, &r.sched);
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(f.asan_fake, &r.sched_stack, &r.sched_stack_size);
+#endif
 }
 
 void release_block(Runner& r) {
@@ -103,6 +130,9 @@ void warp_barrier(unsigned mask) {
 void fiber_entry() {
   Runner& r = *t_runner;
   Fiber& f = *r.current;
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &r.sched_stack, &r.sched_stack_size);
+#endif
   try {
     (*r.body)();
   } catch (...) {
@@ -116,6 +146,9 @@ void fiber_entry() {
   // An exited thread counts as arrived at the barriers the others wait on.
   if (r.at_barrier > 0 && r.at_barrier == r.live) release_block(r);
   try_release_warp(r, f.ctx.linear / 32);
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_start_switch_fiber(nullptr, r.sched_stack, r.sched_stack_size);  // this fiber ends
+#endif
   // Returning resumes uc_link (the scheduler).
 }
 
@@ -154,7 +187,14 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
       ran = true;
       r.current = &f;
       t_thread = &f.ctx;
+#ifdef TANDEM_SIMT_ASAN
+      void* fake = nullptr;
+      __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+#endif
       swapcontext(&r.sched, &f.uc);
+#ifdef TANDEM_SIMT_ASAN
+      __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
       if (r.error) break;
     }
     if (r.error) break;
@@ -211,6 +251,11 @@ void run_blocks(const LaunchConfig& cfg, const std::function<void()>& body, std:
 }
 
 }  // namespace
+
+const uint3& thread_idx() { return t_thread->thread_idx; }
+const uint3& block_idx() { return t_block_idx; }
+const dim3& block_dim() { return t_block_dim; }
+const dim3& grid_dim() { return t_grid_dim; }
 
 void* dynamic_shared() {
   Runner& r = runner();

@@ -66,10 +66,12 @@ struct ThreadCtx {
   uint3 thread_idx;
   unsigned linear = 0;  // linear thread index in the block
 };
-extern thread_local ThreadCtx* t_thread;
-extern thread_local uint3 t_block_idx;
-extern thread_local dim3 t_block_dim;
-extern thread_local dim3 t_grid_dim;
+// The current fiber's and block's coordinates. Functions rather than extern thread_local
+// objects: GCC's sanitizers misjudge extern TLS objects read from a fiber's stack.
+const uint3& thread_idx();
+const uint3& block_idx();
+const dim3& block_dim();
+const dim3& grid_dim();
 void* dynamic_shared();
 void syncthreads();
 // Warp barrier over the lanes of `mask`; `value` is this lane's word, the result the word
@@ -129,10 +131,10 @@ inline dim3 as_dim3(size_t v) { return dim3(static_cast<unsigned>(v)); }
   ::tandem::simt::make_launcher(kernel, ::tandem::simt::as_dim3(grid), ::tandem::simt::as_dim3(block), \
                                 static_cast<size_t>(shmem), (stream))
 
-#define threadIdx (::tandem::simt::detail::t_thread->thread_idx)
-#define blockIdx (::tandem::simt::detail::t_block_idx)
-#define blockDim (::tandem::simt::detail::t_block_dim)
-#define gridDim (::tandem::simt::detail::t_grid_dim)
+#define threadIdx (::tandem::simt::detail::thread_idx())
+#define blockIdx (::tandem::simt::detail::block_idx())
+#define blockDim (::tandem::simt::detail::block_dim())
+#define gridDim (::tandem::simt::detail::grid_dim())
 
 // ---- barriers, shuffles, votes -------------------------------------------------------------
 inline void __syncthreads() { ::tandem::simt::detail::syncthreads(); }
