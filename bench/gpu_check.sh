@@ -11,7 +11,7 @@
 #      `cmake --preset cuda && cmake --build --preset cuda` and carried along), else builds
 #      the CUDA targets there with -j16
 #   3. the CUDA tests natively (TANDEM_CUDA_TEST_DEVICE=1): every op vs the CPU backend,
-#      batch invariance, the tiny-model forward tests
+#      batch invariance, the tiny-model forward tests, device argmax and greedy verifier
 #   4. compute-sanitizer memcheck (small cases), racecheck and synccheck (attention, matmul)
 #   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), and for each
 #      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
@@ -56,7 +56,7 @@ step device 30 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_versi
 nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
 
 # 2. build
-BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_simt bench/bench_cuda)
+BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_simt bench/bench_cuda)
 have_bins() { for b in "${BINS[@]}"; do [ -x "$BUILD/$b" ] || return 1; done; }
 if have_bins; then
   log "build: reusing $BUILD"
@@ -64,13 +64,14 @@ else
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
-  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_simt bench_cuda
+  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda
 fi
 
 # 3. tests on the device
 export TANDEM_CUDA_TEST_DEVICE=1
 step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/test_cuda_ops.json"
 step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
+step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
 # With every launch checked (cudaGetLastError + synchronize): an error names its op.
 TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cuda_ops" \
   --gtest_filter='CudaOps.*:-*LongContexts*'

@@ -21,6 +21,7 @@ enum ErrorBits : int {
   kErrAttnSequence = 4,    // paged_attention: sequence index outside the block table
   kErrAttnPosition = 8,    // paged_attention: position beyond the block table
   kErrAttnBlock = 16,      // paged_attention: block id outside the cache
+  kErrVerify = 32,         // verify_greedy: draft count or rows out of range
 };
 
 constexpr int kWarp = 32;

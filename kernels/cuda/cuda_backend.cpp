@@ -177,6 +177,7 @@ void CudaBackend::check_errors() {
   add(4, "paged_attention: sequence index out of range");
   add(8, "paged_attention: position beyond the block table");
   add(16, "paged_attention: cache block out of range");
+  add(32, "verify_greedy: draft count or rows outside the argmax rows");
   throw std::out_of_range(std::string(kKind) + " backend: " + what + " (found by a kernel; the op did not write those rows)");
 }
 
@@ -404,6 +405,31 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     ops::paged_attention(rt_->stream(), c, states, err_);
     launched(op);
   }
+}
+
+void CudaBackend::argmax_rows(const Tensor& ids, const Tensor& logits) {
+  require(logits.type == DType::F32 && ids.type == DType::I32, "argmax_rows", "logits F32, ids I32");
+  require(ids.numel() == logits.rows(), "argmax_rows", "one id per row");
+  require(logits.cols() > 0, "argmax_rows", "empty rows");
+  ops::argmax_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, "argmax_rows")), ld_of(logits),
+                   logits.rows(), logits.cols(), reinterpret_cast<int32_t*>(ptr(ids, "argmax_rows")));
+  launched("argmax_rows");
+}
+
+void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
+                                const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) {
+  const char* op = "verify_greedy";
+  for (const Tensor* t : {&argmax, &first_row, &drafts, &n_drafts, &n_accepted, &out_tokens})
+    require(t->type == DType::I32, op, "I32 tensors only");
+  const int64_t n = first_row.numel();
+  require(drafts.rows() == n && n_drafts.numel() == n && n_accepted.numel() == n && out_tokens.rows() == n, op,
+          "one row per sequence");
+  require(out_tokens.cols() == drafts.cols() + 1, op, "out_tokens must be max_drafts + 1 wide");
+  require(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
+  auto i32 = [&](const Tensor& t) { return reinterpret_cast<int32_t*>(ptr(t, op)); };
+  ops::verify_greedy(rt_->stream(), i32(argmax), argmax.numel(), i32(first_row), i32(drafts), i32(n_drafts),
+                     static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
+  launched(op);
 }
 
 double CudaBackend::measure_copy_gbps(size_t bytes, int reps) {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "kernels/backend.hpp"
+#include "kernels/device_greedy.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/runtime.hpp"
 
@@ -30,7 +31,7 @@ struct CudaOptions {
   int64_t gemm_min_tokens = 64;     // matmuls of at least this many tokens use the GEMM path
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public DeviceGreedy {
  public:
   CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt);
   ~CudaBackend() override;
@@ -61,6 +62,11 @@ class CudaBackend final : public Backend {
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
+
+  // DeviceGreedy (kernels/device_greedy.hpp).
+  void argmax_rows(const Tensor& ids, const Tensor& logits) override;
+  void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
+                     const Tensor& n_accepted, const Tensor& out_tokens) override;
 
   const cuda_arena::Arena& arena() const { return arena_; }
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over

@@ -89,4 +89,17 @@ size_t attention_scratch_floats(const AttnParams& p);
 size_t attention_shared_bytes(const AttnParams& p);
 void paged_attention(Stream s, const AttnParams& p, float* scratch, int* err);
 
+// ---- greedy decoding on the device ----------------------------------------------------------
+// out[r] = argmax of logits row r (ties: lowest id; NaN as -inf; -1 when nothing is finite).
+void argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, int32_t* out);
+// Greedy verification of n_seqs sequences: sequence s's k = n_drafts[s] drafts
+// drafts[s * max_drafts ..] were verified in logits rows first_row[s] .. first_row[s] + k
+// (k + 1 rows), whose argmaxes are `argmax`. n_accepted[s] = the number of leading drafts
+// equal to the argmax; out_tokens[s * (max_drafts + 1) ..] = the accepted drafts, then the
+// argmax after them, then -1.
+// A sequence whose count or rows are out of range gets n_accepted -1 and sets kErrVerify.
+void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_t* first_row, const int32_t* drafts,
+                   const int32_t* n_drafts, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
+                   int* err);
+
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::ops
