@@ -10,10 +10,15 @@
 #include <cstring>
 #include <span>
 
+#include "draft/ngram_proposer.hpp"
 #include "engine/forward.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/model.hpp"
+#include "engine/sequence_run.hpp"
+#include "engine/tokenizer.hpp"
 #include "kernels/backend_factory.hpp"
+#include "policies/policy.hpp"
+#include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -159,6 +164,39 @@ TEST(CudaForward, VerifyingKPlus1TokensGivesTheDecodeLogitsBitForBit) {
     ASSERT_EQ(verify.size(), decode.size());
     for (size_t i = 0; i < decode.size(); ++i)
       ASSERT_EQ(std::memcmp(&decode[i], &verify[i], 4), 0) << "row " << i / nv << " logit " << i % nv;
+  }
+}
+
+// Greedy speculative decoding (n-gram drafts, k = 4, verified in one target pass) gives
+// exactly the tokens of plain greedy decoding, on the CUDA backend: what batch invariance
+// is for. The prompt repeats itself so that the n-gram proposer has drafts to offer.
+TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun gpu(cuda_under_test(), path);
+    const auto tok = Tokenizer::from_gguf(gpu.model->file());
+    std::vector<int32_t> prompt;
+    for (int rep = 0; rep < 3; ++rep)
+      for (int32_t t : tokens(6, 7)) prompt.push_back(t);
+    GenerateOptions g;
+    g.max_tokens = 24;
+    g.ignore_eos = true;
+    g.sampling.temperature = 0.0f;
+    const int32_t n_vocab = gpu.model->config().n_vocab;
+    SequenceRun plain(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, nullptr, nullptr);
+    test::drive_to_end(plain, *gpu.tf);
+    const std::vector<int32_t> want = plain.result().tokens;
+    plain.kv().clear();
+    g.speculative.mode = DraftMode::Ngram;
+    g.speculative.draft_max = 4;
+    NgramProposer proposer(1, 4);
+    FixedPolicy policy;
+    SequenceRun spec(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, &proposer, &policy);
+    test::drive_to_end(spec, *gpu.tf);
+    EXPECT_EQ(spec.result().tokens, want);
+    EXPECT_GT(spec.result().speculative.drafted_tokens, 0) << "no drafts: the test would not test anything";
+    EXPECT_LT(spec.result().speculative.target_passes, plain.result().speculative.target_passes + 1);
   }
 }
 

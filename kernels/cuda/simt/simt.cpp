@@ -1,11 +1,52 @@
 // The SIMT emulator's scheduler (see simt.hpp): blocks of a grid on one or a few OS
-// threads, a block's threads as ucontext fibers switched at barriers.
+// threads, a block's threads as fibers switched at barriers. On x86-64 the switch is a few
+// instructions of our own (callee-saved registers, MXCSR and the x87 control word: what
+// the System V ABI says survives a call); elsewhere, or with TANDEM_SIMT_UCONTEXT defined,
+// ucontext (swapcontext also saves the signal mask: a system call per switch, ~10x slower).
 #include "kernels/cuda/simt/simt.hpp"
 
 #include <ucontext.h>
 
+#if defined(__x86_64__) && !defined(TANDEM_SIMT_UCONTEXT)
+#define TANDEM_SIMT_ASM_SWITCH 1
+// tandem_simt_switch(save, to): pushes the callee-saved state on the current stack, stores
+// the stack pointer in *save, loads `to` and pops the state saved there.
+extern "C" void tandem_simt_switch(void** save, void* to);
+asm(R"(
+  .text
+  .globl tandem_simt_switch
+  .type tandem_simt_switch, @function
+tandem_simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $16, %rsp
+  stmxcsr 8(%rsp)
+  fnstcw 12(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr 8(%rsp)
+  fldcw 12(%rsp)
+  addq $16, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size tandem_simt_switch, .-tandem_simt_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+#endif
+
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -26,6 +67,7 @@
 extern "C" {
 void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
 }
 #endif
 
@@ -46,7 +88,11 @@ enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
 
 struct Fiber {
   ThreadCtx ctx;
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  void* sp = nullptr;  // saved stack pointer while switched out
+#else
   ucontext_t uc;
+#endif
   State state = State::Runnable;
   std::unique_ptr<char[]> stack;
   void* asan_fake = nullptr;  // the fiber's fake stack while it is switched out (ASan)
@@ -64,7 +110,11 @@ struct Runner {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   std::vector<unsigned char> shared;  // dynamic shared memory of the block
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  void* sched_sp = nullptr;
+#else
   ucontext_t sched;
+#endif
   const void* sched_stack = nullptr;  // the scheduler's stack (ASan annotations)
   size_t sched_stack_size = 0;
   unsigned n_threads = 0, live = 0, at_barrier = 0;
@@ -85,7 +135,11 @@ void park(Runner& r, Fiber& f, State s) {
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
 #endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  tandem_simt_switch(&f.sp, r.sched_sp);
+#else
   swapcontext(&f.uc, &r.sched);
+#endif
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_finish_switch_fiber(f.asan_fake, &r.sched_stack, &r.sched_stack_size);
 #endif
@@ -149,8 +203,37 @@ void fiber_entry() {
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_start_switch_fiber(nullptr, r.sched_stack, r.sched_stack_size);  // this fiber ends
 #endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  tandem_simt_switch(&f.sp, r.sched_sp);  // never resumed
+  __builtin_unreachable();
+#endif
   // Returning resumes uc_link (the scheduler).
 }
+
+#ifdef TANDEM_SIMT_ASM_SWITCH
+// A fresh fiber's stack: the frame tandem_simt_switch pops (zero registers, this thread's
+// MXCSR and x87 control word), returning into fiber_entry as if it had been called.
+void prepare_stack(Fiber& f) {
+#ifdef TANDEM_SIMT_ASAN
+  // Frames of the stack's previous fiber (one abandoned by a failed launch, too) leave
+  // their redzones poisoned.
+  __asan_unpoison_memory_region(f.stack.get(), kStackBytes);
+#endif
+  auto top = reinterpret_cast<uintptr_t>(f.stack.get() + kStackBytes) & ~uintptr_t{15};
+  auto* p = reinterpret_cast<uint64_t*>(top);
+  *--p = 0;                                              // fiber_entry's "return address"
+  *--p = reinterpret_cast<uint64_t>(&fiber_entry);       // where the switch returns to
+  for (int i = 0; i < 6; ++i) *--p = 0;                  // rbp rbx r12 r13 r14 r15
+  p -= 2;                                                // mxcsr at +8, x87 cw at +12
+  uint32_t mxcsr;
+  uint16_t fpcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  std::memcpy(reinterpret_cast<char*>(p) + 8, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(p) + 12, &fpcw, 2);
+  f.sp = p;
+}
+#endif
 
 void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
   t_block_idx = bidx;
@@ -172,11 +255,15 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
     f.ctx.thread_idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
     f.state = State::Runnable;
     if (!f.stack) f.stack.reset(new char[kStackBytes]);
+#ifdef TANDEM_SIMT_ASM_SWITCH
+    prepare_stack(f);
+#else
     getcontext(&f.uc);
     f.uc.uc_stack.ss_sp = f.stack.get();
     f.uc.uc_stack.ss_size = kStackBytes;
     f.uc.uc_link = &r.sched;
     makecontext(&f.uc, fiber_entry, 0);
+#endif
   }
   // Round robin over runnable fibers until all are done.
   while (r.live > 0) {
@@ -191,7 +278,11 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
 #endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+      tandem_simt_switch(&r.sched_sp, f.sp);
+#else
       swapcontext(&r.sched, &f.uc);
+#endif
 #ifdef TANDEM_SIMT_ASAN
       __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
