@@ -156,6 +156,48 @@ TEST(Simt, DivergentBarriers) {
   EXPECT_EQ(part[0], 20);
 }
 
+// A write-write race: every thread stores its index into one shared cell, then reads it
+// after the barrier. The winner is whoever ran last, so the result depends on the
+// schedule, which the emulator lets tests vary (TANDEM_SIMT_ORDER) to expose such races.
+__global__ void racy(int* out) {
+  __shared__ int cell;
+  cell = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = cell;
+}
+
+struct ScheduleGuard {
+  tandem::simt::Schedule saved = tandem::simt::schedule();
+  ~ScheduleGuard() { tandem::simt::set_schedule(saved); }
+};
+
+TEST(Simt, ScheduleOrderExposesRaces) {
+  ScheduleGuard guard;
+  std::vector<int> out(64);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Forward);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_EQ(out[0], 63);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Reverse);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_EQ(out[0], 0);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Shuffle);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_NE(out[0], 0);  // the shuffle's last thread (fixed seed): neither end
+  EXPECT_NE(out[0], 63);
+  // A correct kernel gives the same result under every order.
+  std::vector<int> x(3000);
+  std::iota(x.begin(), x.end(), 1);
+  for (auto sc : {tandem::simt::Schedule::Forward, tandem::simt::Schedule::Reverse, tandem::simt::Schedule::Shuffle}) {
+    tandem::simt::set_schedule(sc);
+    std::vector<int> part(3);
+    TANDEM_LAUNCH(block_sum, 3, 256, 0, nullptr)(x.data(), 3000, part.data());
+    EXPECT_EQ(part[0] + part[1] + part[2], 3000 * 3001 / 2);
+    std::vector<int> sh(64 * 8);
+    TANDEM_LAUNCH(shuffles, 1, 64, 0, nullptr)(sh.data());
+    EXPECT_EQ(sh[7], 31 * 32 / 2);
+  }
+}
+
 TEST(Simt, HalfConversionsAreRoundToNearestEven) {
   EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
   EXPECT_EQ(__half_as_ushort(__float2half_rn(65504.0f)), 0x7bff);

@@ -110,6 +110,7 @@ struct Runner {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   std::vector<unsigned char> shared;  // dynamic shared memory of the block
+  std::vector<unsigned> order;        // the order fibers are resumed in
 #ifdef TANDEM_SIMT_ASM_SWITCH
   void* sched_sp = nullptr;
 #else
@@ -265,11 +266,22 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
     makecontext(&f.uc, fiber_entry, 0);
 #endif
   }
-  // Round robin over runnable fibers until all are done.
+  // Round robin over runnable fibers until all are done, in the schedule's order.
+  const Schedule sched = schedule();
+  r.order.resize(n);
+  for (unsigned i = 0; i < n; ++i) r.order[i] = sched == Schedule::Reverse ? n - 1 - i : i;
+  uint64_t rng = 0x9e3779b97f4a7c15ull * (1 + bidx.x + 65536ull * (bidx.y + 65536ull * bidx.z));
   while (r.live > 0) {
     bool ran = false;
-    for (unsigned i = 0; i < n; ++i) {
-      Fiber& f = r.fibers[i];
+    if (sched == Schedule::Shuffle)
+      for (unsigned i = n; i > 1; --i) {  // a new order every round (splitmix64 steps)
+        uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        std::swap(r.order[i - 1], r.order[(z ^ (z >> 31)) % i]);
+      }
+    for (unsigned oi = 0; oi < n; ++oi) {
+      Fiber& f = r.fibers[r.order[oi]];
       if (f.state != State::Runnable) continue;
       ran = true;
       r.current = &f;
@@ -310,6 +322,30 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
     std::rethrow_exception(e);
   }
 }
+
+std::atomic<int> g_schedule{-1};  // -1: not read from the environment yet
+
+}  // namespace
+}  // namespace tandem::simt::detail
+
+namespace tandem::simt {
+
+Schedule schedule() {
+  using detail::g_schedule;
+  int v = g_schedule.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("TANDEM_SIMT_ORDER");
+    v = !e ? 0 : (std::strcmp(e, "reverse") == 0 ? 1 : (std::strcmp(e, "shuffle") == 0 ? 2 : 0));
+    g_schedule.store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Schedule>(v);
+}
+void set_schedule(Schedule s) { detail::g_schedule.store(static_cast<int>(s), std::memory_order_relaxed); }
+
+}  // namespace tandem::simt
+
+namespace tandem::simt::detail {
+namespace {
 
 unsigned worker_count() {
   static const unsigned n = [] {

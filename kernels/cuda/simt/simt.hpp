@@ -101,6 +101,15 @@ inline T from_word(uint64_t w) {
 }
 }  // namespace detail
 
+// The order in which a block's runnable fibers are resumed between barriers: Forward
+// (thread 0 first), Reverse, or Shuffle (a new pseudo-random order every round, seeded by
+// the block index). Code that is correct does not depend on it; running the tests under
+// the other orders exposes kernels that do (a missing barrier, a write-write race).
+// Default from TANDEM_SIMT_ORDER=forward|reverse|shuffle.
+enum class Schedule { Forward = 0, Reverse = 1, Shuffle = 2 };
+Schedule schedule();
+void set_schedule(Schedule s);
+
 // Host side of TANDEM_LAUNCH: launcher(args...) runs the grid and returns when it is done
 // (the emulated stream is synchronous).
 template <typename... P>
