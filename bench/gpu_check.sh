@@ -55,16 +55,25 @@ step() {
 step device 30 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv
 nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
 
-# 2. build
+# 2. build. Carried binaries need this machine's driver to support the toolkit they were
+# built with (CUDA 13: driver >= 580) and libcudart/libcublas .so.13 on the loader path; a
+# one-line probe (bench_cuda opening the device) decides, else the CUDA targets are built
+# here with this machine's nvcc.
 BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_simt bench/bench_cuda)
-have_bins() { for b in "${BINS[@]}"; do [ -x "$BUILD/$b" ] || return 1; done; }
-if have_bins; then
-  log "build: reusing $BUILD"
-else
+have_bins() { for b in "${BINS[@]}"; do [ -x "$1/$b" ] || return 1; done; }
+probe() { "$1/bench/bench_cuda" --device cuda --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
+build_here() {
+  BUILD=$ROOT/build/cuda-here
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
   step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda
+}
+if have_bins "$BUILD" && probe "$BUILD"; then
+  log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
+else
+  have_bins "$BUILD" && log "carried binaries do not run here: $(head -c 300 "$OUT/probe.out"); ldd: $(ldd "$BUILD/bench/bench_cuda" 2>&1 | grep 'not found' | tr '\n' ' ')"
+  if command -v nvcc >/dev/null; then build_here; else log "no nvcc on this machine: cannot build"; fi
 fi
 
 # 3. tests on the device
