@@ -20,6 +20,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/device_greedy.hpp"
 #include "kernels/cuda/arena.hpp"
+#include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/runtime.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {

@@ -1,4 +1,5 @@
-// The thin device-runtime layer under CudaBackend, with two implementations:
+// The thin device-runtime layer under CudaBackend (memory, copies, the stream), with two
+// implementations:
 //   runtime_cuda.cpp      the CUDA runtime (cudaMalloc once, one stream, cudaMemcpyAsync);
 //                         every call checked, errors name the call and the CUDA message
 //   runtime_emulated.cpp  host memory for the SIMT emulator build
@@ -46,14 +47,5 @@ class DeviceRuntime {
 // no driver or no device.
 std::unique_ptr<DeviceRuntime> make_runtime(int device_index);
 
-// C = A * B^T for row-major F32 matrices: A [m, k] (lda), B [n, k] (ldb), C [m, n] (ldc).
-// cuBLAS (no TF32) in the real build, a plain host loop in the emulated one.
-class Gemm {
- public:
-  virtual ~Gemm() = default;
-  virtual void abt_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                       float* c, int64_t ldc) = 0;
-};
-std::unique_ptr<Gemm> make_gemm(DeviceRuntime& rt);
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -198,13 +198,6 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   }
 }
 
-template <int T>
-__global__ void dequant_rows_kernel(const uint8_t* w, size_t w_stride, int64_t r0, int64_t cols, float* tile) {
-  const int64_t r = blockIdx.x;
-  const uint8_t* wr = w + static_cast<size_t>(r0 + r) * w_stride;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) tile[r * cols + c] = dev::dequant_row_elem<T>(wr, c);
-}
-
 }  // namespace
 
 void ops::matmul_small(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
@@ -214,15 +207,6 @@ void ops::matmul_small(Stream s, DType t, const uint8_t* w, size_t w_stride, int
   const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps), static_cast<unsigned>((n + kMT - 1) / kMT));
   dev::dispatch_wtype(t, [&](auto wt) {
     TANDEM_LAUNCH(matmul_small_kernel<decltype(wt)::value>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
-  });
-}
-
-void ops::dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
-                       float* tile) {
-  if (nr == 0) return;
-  dev::dispatch_wtype(t, [&](auto wt) {
-    TANDEM_LAUNCH(dequant_rows_kernel<decltype(wt)::value>, static_cast<unsigned>(nr), 256, 0,
-                  static_cast<cudaStream_t>(s))(w, w_stride, r0, cols, tile);
   });
 }
 
