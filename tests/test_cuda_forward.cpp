@@ -10,6 +10,7 @@
 #include <cstring>
 #include <span>
 
+#include "draft/model_proposer.hpp"
 #include "draft/ngram_proposer.hpp"
 #include "engine/forward.hpp"
 #include "engine/kv_cache.hpp"
@@ -198,6 +199,64 @@ TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
     EXPECT_GT(spec.result().speculative.drafted_tokens, 0) << "no drafts: the test would not test anything";
     EXPECT_LT(spec.result().speculative.target_passes, plain.result().speculative.target_passes + 1);
   }
+}
+
+// What the Coordinator does for one sequence with a draft model: prefill the target, let
+// the draft read its context when it has to, then step.
+void drive_with_draft(SequenceRun& run, Transformer& target, Proposer& proposer) {
+  std::vector<float> logits;
+  Batch b;
+  b.add(run.kv(), run.prefill_todo());
+  target.forward(b, logits);
+  while (!run.done()) {
+    if (run.draft_prefill_pending() > 0) proposer.prefill(run.committed());
+    b.clear();
+    b.add_all_logits(run.kv(), run.plan_step(1));
+    target.forward(b, logits);
+    run.finish_step(logits, 0.0);
+  }
+}
+
+// Both models of a speculative pair in one CUDA backend (one arena): the target (F32) and
+// a close draft (the same weights in F16), each with its own paged cache. Greedy decoding
+// with the draft model proposing 3 tokens per step gives the tokens of plain decoding.
+TEST(CudaForward, DraftAndTargetShareOneArenaAndGreedySpeculationIsLossless) {
+  const std::string dir = test::scratch_dir("cuda-forward-pair");
+  test::TinyModelSpec spec;
+  spec.arch = "qwen2";  // F32 weights: the close draft holds the same values in F16
+  const test::TinyPair pair = test::write_tiny_pair(dir, spec);
+  auto be = cuda_under_test();
+  auto target = Model::load(pair.target, *be);
+  auto draft = Model::load(pair.close_draft, *be);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.max_tokens = 96;
+  KVCache tcache(*be, target->config(), o), dcache(*be, draft->config(), o);
+  Transformer ttf(*target, tcache), dtf(*draft, dcache);
+  EXPECT_NE(be->description().find("arena"), std::string::npos);
+  const auto tok = Tokenizer::from_gguf(target->file());
+  const auto prompt = tokens(8, 11);
+  GenerateOptions g;
+  g.max_tokens = 16;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0.0f;
+  const int32_t n_vocab = target->config().n_vocab;
+  std::vector<int32_t> want;
+  {
+    SequenceRun plain(tcache, *tok, prompt, g, {}, 96, n_vocab, nullptr, nullptr);
+    test::drive_to_end(plain, ttf);
+    want = plain.result().tokens;
+  }
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 3;
+  ModelProposer proposer(dtf);
+  FixedPolicy policy;
+  SequenceRun spec_run(tcache, *tok, prompt, g, {}, 96, n_vocab, &proposer, &policy);
+  drive_with_draft(spec_run, ttf, proposer);
+  EXPECT_EQ(spec_run.result().tokens, want);
+  EXPECT_GT(spec_run.result().speculative.accepted_tokens, 0)
+      << "the close draft should agree sometimes; drafted " << spec_run.result().speculative.drafted_tokens
+      << " passes " << spec_run.result().speculative.target_passes;
 }
 
 }  // namespace
