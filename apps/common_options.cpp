@@ -2,10 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cctype>
 #include <cstdio>
 #include <stdexcept>
 
+#include "kernels/backend_factory.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::cli {
@@ -43,26 +43,14 @@ void add_runtime_options(CLI::App& sub, LoadOptions& load) {
 }
 
 size_t parse_size(const std::string& flag, const std::string& s) {
-  size_t end = 0;
-  double v = 0;
+  size_t bytes = 0;
   try {
-    v = std::stod(s, &end);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(flag + ": not a size: " + s);
+    bytes = kernels::parse_memory_size(s);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(flag + ": " + e.what());
   }
-  std::string unit = s.substr(end);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib") mul = 1024.0;
-  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "kb") mul = 1e3;
-  else if (unit == "mb") mul = 1e6;
-  else if (unit == "gb") mul = 1e9;
-  else throw std::invalid_argument(flag + ": unknown unit '" + unit + "' (use bytes, KiB, MiB, GiB, KB, MB, GB)");
-  if (!(v > 0)) throw std::invalid_argument(flag + " must be positive");
-  return static_cast<size_t>(v * mul);
+  if (bytes == 0) throw std::invalid_argument(flag + " must be positive");
+  return bytes;
 }
 
 void print_backend_note(const ModelInfo& info) {

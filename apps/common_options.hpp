@@ -23,7 +23,8 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s);
 void add_verify_option(CLI::App& sub, VerifyMode& mode);
 // -t/--threads, --pin-threads, -c/--ctx, --kv-type, --device, --gpu-mem.
 void add_runtime_options(CLI::App& sub, LoadOptions& load);
-// "1048576", "512MiB", "1.5GiB", "800MB", "64k" → bytes (> 0); `flag` names the option in errors.
+// "1048576", "512M", "512MiB", "1.5GiB", "64k" → bytes (> 0; units are powers of 1024, as
+// kernels::parse_memory_size reads them); `flag` names the option in errors.
 size_t parse_size(const std::string& flag, const std::string& s);
 // The backend note of a loaded engine (why --device auto chose the CPU), on stderr; nothing
 // when there is none.

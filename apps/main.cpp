@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "kernels/backend_factory.hpp"
 #include "tandem/version.hpp"
 
 namespace {
@@ -24,7 +25,9 @@ std::vector<std::string> normalise_args(int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{"tandem: speculative-decoding LLM inference engine"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("tandem ") + tandem::version_string() + " (backends: cpu)");
+  app.set_version_flag("--version", std::string("tandem ") + tandem::version_string() + " (backends: cpu" +
+                                        (tandem::kernels::cuda_backend_built() ? ", cuda" : "") +
+                                        ", cuda-emulated)");
   const std::vector<tandem::cli::Command> commands = {
       tandem::cli::add_generate(app),
       tandem::cli::add_info(app),

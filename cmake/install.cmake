@@ -25,7 +25,12 @@ endforeach()
 # Library code exports only what TANDEM_API marks. Static users (CLI, tests) are unaffected:
 # visibility only matters to the dynamic symbol table.
 get_property(_tandem_components GLOBAL PROPERTY TANDEM_COMPONENTS)
-set(_tandem_library_targets tandem_kernels ${_tandem_components})
+# The backends: the CPU one (tandem_kernels) and the CUDA one's libraries (kernels/cuda/).
+set(_tandem_library_targets tandem_kernels tandem_backends tandem_cuda_arena tandem_cuda_emulated)
+if(TARGET tandem_cuda_device)
+  list(APPEND _tandem_library_targets tandem_cuda_device)
+endif()
+list(APPEND _tandem_library_targets ${_tandem_components})
 set_target_properties(tandem_kernels PROPERTIES
   C_VISIBILITY_PRESET hidden
   CXX_VISIBILITY_PRESET hidden

@@ -9,8 +9,8 @@ and every component to a layer (docs/architecture.md explains them):
 
 A file may include files of its own component and of components on LOWER layers only: not
 a component beside it on the same layer, nor one above. The CMake components
-(tandem_component in engine/CMakeLists.txt) are held to the same rule: DEPS name only
-targets below. Tests, benchmarks and examples may include anything.
+(tandem_component in engine/CMakeLists.txt) are held to the same rule: DEPS and
+PRIVATE_DEPS name only targets below. Tests, benchmarks and examples may include anything.
 
 Exit status 1 lists every violation. --pretend 'PATH:#include "X"' adds a virtual line to
 a file first: the test suite uses it to show that an upward include is caught.
@@ -104,7 +104,9 @@ def check_cmake():
     """tandem_component(<target> DIRS <dirs> DEPS <targets> ...) in engine/CMakeLists.txt."""
     text = (ROOT / "engine/CMakeLists.txt").read_text()
     calls = re.findall(r"tandem_component\(([^)]*)\)", text)
-    layer_of_target = {"tandem_kernels": ("kernels", 0)}
+    # The backends' targets (kernels/, kernels/cuda/) are all of layer 0.
+    layer_of_target = {t: ("kernels", 0) for t in ("tandem_kernels", "tandem_backends", "tandem_cuda_arena",
+                                                  "tandem_cuda_emulated", "tandem_cuda_device")}
     deps_of = {}
     for call in calls:
         words = call.split()
@@ -114,7 +116,7 @@ def check_cmake():
                 section = w
             elif section == "DIRS":
                 dirs.append(w)
-            elif section == "DEPS":
+            elif section in ("DEPS", "PRIVATE_DEPS"):
                 deps.append(w)
         comps = {component_of(d.rstrip("/") + "/") for d in dirs}
         if len(comps) != 1 or None in comps:

@@ -8,6 +8,7 @@
 #include "engine/model/prefill.hpp"
 #include "engine/runtime/run_alone.hpp"
 #include "engine/text/vocab_compat.hpp"
+#include "kernels/backend_factory.hpp"
 #include "policies/factory.hpp"
 
 namespace tandem {
@@ -26,9 +27,14 @@ Engine::~Engine() = default;
 std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
-  if (opts.device != "cpu" && opts.device != "auto")
-    throw std::runtime_error("device '" + opts.device + "' is not available: this build has only the cpu backend");
-  impl->backend = kernels::make_cpu_backend(opts.threads, opts.pin_threads);
+  kernels::BackendOptions bo;
+  bo.device = opts.device;
+  bo.cpu_threads = opts.threads;
+  bo.pin_threads = opts.pin_threads;
+  bo.gpu_mem_bytes = opts.gpu_mem_bytes;
+  kernels::BackendChoice chosen = kernels::choose_backend(bo);  // throws for "cuda" without a device
+  impl->backend = std::move(chosen.backend);
+  impl->backend_note = std::move(chosen.reason);
   impl->load_models();
   impl->make_caches();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -96,6 +102,7 @@ ModelInfo Engine::info() const {
   i.weight_bytes = impl_->model->weight_bytes();
   i.kv_bytes = impl_->kv_budget->total();  // both models' caches together
   i.backend = impl_->backend->name();
+  i.backend_note = impl_->backend_note;
   if (impl_->draft) {
     i.draft_path = impl_->opts.draft_model_path;
     i.draft_name = impl_->draft->config().name;

@@ -25,6 +25,7 @@ namespace tandem {
 struct __attribute__((visibility("hidden"))) Engine::Impl {
   LoadOptions opts;
   std::unique_ptr<kernels::Backend> backend;
+  std::string backend_note;  // why device "auto" did not choose CUDA
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last

@@ -1,0 +1,170 @@
+// CUDA backend timings for the GPU run (bench/gpu_check.sh); runs on any backend the
+// factory gives (cuda, cuda-emulated with tiny shapes, cpu), so it is built and smoke-run
+// without a GPU too.
+//
+//   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [-m MODEL.gguf] [--ctx 256]
+//              [--nmax 16] [--reps 5] [--small]
+//
+// Prints one JSON object:
+//   backend, copy_gbps (device-to-device copy bandwidth: the reference),
+//   ops: per weight type, matmul of an R x C weight at M = 1 (ms, weight GB/s, fraction of
+//        copy_gbps) and T(M)/T(1) for M = 1..16 (the cost of verifying M-1 drafts);
+//   model (with -m): prefill tokens/s, T(n) ms for n = 1..nmax at position ctx, batch-1
+//        decode tokens/s and its weight GB/s as a fraction of copy_gbps.
+// --small shrinks the op shapes (for the emulator).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/transformer.hpp"
+#include "kernels/backend_factory.hpp"
+#include "tests/support/random_blocks.hpp"
+
+using Clock = std::chrono::steady_clock;
+using namespace tandem;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename F>
+double time_ms(kernels::Backend& be, int reps, F&& f) {
+  f();
+  be.synchronize();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    be.synchronize();
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+}  // namespace
+
+static int run(int argc, char** argv) {
+  std::string device = "cuda", model_path, gpu_mem = "0";
+  int nmax = 16, reps = 5, ctx = 256;
+  bool ops = false, small = false;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
+    if (!std::strcmp(argv[i], "--device")) device = next();
+    else if (!std::strcmp(argv[i], "--gpu-mem")) gpu_mem = next();
+    else if (!std::strcmp(argv[i], "-m")) model_path = next();
+    else if (!std::strcmp(argv[i], "--ops")) ops = true;
+    else if (!std::strcmp(argv[i], "--small")) small = true;
+    else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
+    else {
+      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--small] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  kernels::BackendOptions bo;
+  bo.device = device;
+  bo.gpu_mem_bytes = kernels::parse_memory_size(gpu_mem);
+  std::string why;
+  auto be = kernels::make_backend(bo, &why);
+  const bool is_cuda = be->kind() == kernels::DeviceKind::CUDA;
+  const double copy = is_cuda ? kernels::cuda_copy_bandwidth_gbps(*be, small ? (size_t{8} << 20) : (size_t{1} << 30)) : 0;
+  std::string out = "{\"backend\": \"" + be->name() + "\", \"copy_gbps\": " + std::to_string(copy);
+  if (!why.empty()) out += ", \"fallback\": \"" + why + "\"";
+
+  if (ops) {
+    const int64_t R = small ? 64 : 4096, C = small ? 512 : 4096;
+    out += ", \"ops\": {\"rows\": " + std::to_string(R) + ", \"cols\": " + std::to_string(C);
+    const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_K, DType::F16, DType::BF16};
+    std::vector<float> x(static_cast<size_t>(16 * C));
+    std::mt19937 g(1);
+    for (auto& v : x) v = std::normal_distribution<float>(0, 1)(g);
+    auto xb = be->alloc(x.size() * 4);
+    const kernels::Tensor xt = kernels::make_tensor(xb.get(), DType::F32, C, 16);
+    be->upload(xt, x.data(), x.size() * 4);
+    auto yb = be->alloc(sizeof(float) * 16 * static_cast<size_t>(R));
+    for (DType t : types) {
+      const auto blob = test::random_blocks(t, R * C, 3);
+      auto wb = be->wrap_host(blob.data(), blob.size());
+      const kernels::Tensor w = kernels::make_tensor(wb.get(), t, C, R);
+      std::vector<double> tm;
+      for (int m = 1; m <= 16; ++m) {
+        const kernels::Tensor y = kernels::make_tensor(yb.get(), DType::F32, R, m);
+        tm.push_back(time_ms(*be, reps, [&] { be->matmul(y, w, xt.slice_rows(0, m)); }));
+      }
+      const double gbps = static_cast<double>(blob.size()) / (tm[0] * 1e-3) / 1e9;
+      out += std::string(", \"") + dtype_name(t) + "\": {\"m1_ms\": " + std::to_string(tm[0]) +
+             ", \"weight_gbps\": " + std::to_string(gbps) +
+             ", \"fraction_of_copy\": " + std::to_string(copy > 0 ? gbps / copy : 0) + ", \"t_rel\": [";
+      for (size_t i = 0; i < tm.size(); ++i) out += (i ? ", " : "") + std::to_string(tm[i] / tm[0]);
+      out += "]}";
+    }
+    out += "}";
+  }
+
+  if (!model_path.empty()) {
+    auto model = Model::load(model_path, *be);
+    KVCacheOptions o;
+    o.max_tokens = ctx + nmax + 16;
+    KVCache cache(*be, model->config(), o);
+    Transformer tf(*model, cache);
+    SequenceKV seq(cache);
+    const int32_t vocab = model->config().n_vocab;
+    std::vector<int32_t> prompt(static_cast<size_t>(ctx));
+    for (int i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % std::min(vocab, 30000);
+    std::vector<float> logits;
+    const auto tp = Clock::now();
+    {
+      Batch b;
+      b.add(seq, prompt);
+      tf.forward(b, logits);
+    }
+    const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
+    std::vector<double> tn;
+    for (int n = 1; n <= nmax; ++n) {
+      std::vector<int32_t> run(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + 31 * i) % std::min(vocab, 30000);
+      std::vector<double> t;
+      for (int r = 0; r < reps; ++r) {
+        Batch b;
+        b.add_all_logits(seq, run);
+        const auto t0 = Clock::now();
+        tf.forward(b, logits);
+        t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        seq.truncate(ctx);
+      }
+      tn.push_back(median(t));
+    }
+    const double gbps = static_cast<double>(model->weight_bytes()) / (tn[0] * 1e-3) / 1e9;
+    out += ", \"model\": {\"path\": \"" + model_path + "\", \"weight_bytes\": " + std::to_string(model->weight_bytes()) +
+           ", \"prefill_tok_s\": " + std::to_string(ctx * 1000.0 / prefill_ms) +
+           ", \"decode_tok_s\": " + std::to_string(1000.0 / tn[0]) + ", \"weight_gbps\": " + std::to_string(gbps) +
+           ", \"fraction_of_copy\": " + std::to_string(copy > 0 ? gbps / copy : 0) + ", \"t_ms\": [";
+    for (size_t i = 0; i < tn.size(); ++i) out += (i ? ", " : "") + std::to_string(tn[i]);
+    out += "]}";
+  }
+  out += "}";
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (auto& ch : msg)
+      if (ch == '"' || ch == '\\' || ch == '\n') ch = ' ';
+    std::printf("{\"error\": \"%s\"}\n", msg.c_str());
+    std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The GPU run for the CUDA backend (docs/cuda.md): one prepared script for an H200 lent
+# for ~15 minutes, finishing in <= 8 minutes. Writes JSON, logs and a table into the
+# results folder given as its argument.
+#
+#   bench/gpu_check.sh RESULTS_DIR
+#
+# Steps (each with its own time limit; a failing step is recorded and the next one runs):
+#   1. device facts (nvidia-smi)
+#   2. build: reuses build/cuda when its binaries are there (built on the CPU machine with
+#      `cmake --preset cuda && cmake --build --preset cuda` and carried along), else builds
+#      the CUDA targets there with -j16
+#   3. the CUDA tests natively (TANDEM_CUDA_TEST_DEVICE=1): every op vs the CPU backend,
+#      batch invariance, the tiny-model forward tests, device argmax and greedy verifier
+#   4. compute-sanitizer memcheck (small cases), racecheck and synccheck (attention, matmul)
+#   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), and for each
+#      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
+#      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16
+# Not yet (the engine does not choose the CUDA backend yet): speculative vs plain decoding,
+# HF assisted generation side by side, the server at 1/8/32/128 streams. The summary says so.
+set -uo pipefail
+
+OUT=${1:?usage: bench/gpu_check.sh RESULTS_DIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${TANDEM_CUDA_BUILD:-$ROOT/build/cuda}
+MODELS=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
+START=$(date +%s)
+SUMMARY="$OUT/summary.json"
+TABLE="$OUT/summary.md"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+elapsed() { echo $(( $(date +%s) - START )); }
+log() { echo "[gpu_check +$(elapsed)s] $*" | tee -a "$OUT/log.txt"; }
+
+declare -a STEP_NAMES=() STEP_RCS=() STEP_SECS=()
+# step NAME LIMIT_S CMD...: runs CMD with a time limit, output into NAME.out.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0
+  t0=$(date +%s)
+  log "$name (limit ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.out" 2>&1
+  local rc=$?
+  STEP_NAMES+=("$name")
+  STEP_RCS+=("$rc")
+  STEP_SECS+=("$(( $(date +%s) - t0 ))")
+  log "$name: rc=$rc ($(( $(date +%s) - t0 ))s)"
+  return $rc
+}
+
+# 1. device
+step device 30 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv
+nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
+
+# 2. build. Carried binaries need this machine's driver to support the toolkit they were
+# built with (CUDA 13: driver >= 580) and libcudart/libcublas .so.13 on the loader path; a
+# one-line probe (bench_cuda opening the device) decides, else the CUDA targets are built
+# here with this machine's nvcc.
+BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_simt bench/bench_cuda)
+have_bins() { for b in "${BINS[@]}"; do [ -x "$1/$b" ] || return 1; done; }
+probe() { "$1/bench/bench_cuda" --device cuda --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
+build_here() {
+  BUILD=$ROOT/build/cuda-here
+  step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
+    -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
+  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda
+}
+if have_bins "$BUILD" && probe "$BUILD"; then
+  log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
+else
+  have_bins "$BUILD" && log "carried binaries do not run here: $(head -c 300 "$OUT/probe.out"); ldd: $(ldd "$BUILD/bench/bench_cuda" 2>&1 | grep 'not found' | tr '\n' ' ')"
+  if command -v nvcc >/dev/null; then build_here; else log "no nvcc on this machine: cannot build"; fi
+fi
+
+# 3. tests on the device
+export TANDEM_CUDA_TEST_DEVICE=1
+step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/test_cuda_ops.json"
+step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
+step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
+# With every launch checked (cudaGetLastError + synchronize): an error names its op.
+TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cuda_ops" \
+  --gtest_filter='CudaOps.*:-*LongContexts*'
+
+# 4. compute-sanitizer on the small cases
+SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps.MatmulShared*:CudaOps.MatmulGemm*:CudaOps.PagedAttentionF16:CudaOps.PagedAttentionSlidingWindowAndSoftcap:CudaOps.PagedAttentionRejectsBadTables'
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" --gtest_filter="$SMALL"
+  step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
+    --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
+  step synccheck 45 compute-sanitizer --tool synccheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
+    --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16'
+else
+  log "compute-sanitizer not found: skipped"
+fi
+unset TANDEM_CUDA_TEST_DEVICE
+
+# 5. benchmarks
+step bench_ops 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --ops --reps 20
+cp "$OUT/bench_ops.out" "$OUT/bench_ops.json" 2>/dev/null || true
+for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf smollm2-135m-instruct-q4_1.gguf; do
+  [ -f "$MODELS/$f" ] || { log "model $f not in $MODELS: skipped"; continue; }
+  [ "$(elapsed)" -lt 420 ] || { log "time budget: skipping $f"; continue; }
+  name="bench_model_${f%%.gguf}"
+  step "$name" 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 16G -m "$MODELS/$f" --ctx 256 --nmax 16 --reps 5
+  cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null || true
+done
+
+# Summary: every step's rc and time, test counts, and the benchmark JSON files.
+python3 - "$OUT" "${#STEP_NAMES[@]}" "${STEP_NAMES[@]}" "${STEP_RCS[@]}" "${STEP_SECS[@]}" <<'PY'
+import glob, json, os, sys
+out, n = sys.argv[1], int(sys.argv[2])
+names, rcs, secs = sys.argv[3:3 + n], sys.argv[3 + n:3 + 2 * n], sys.argv[3 + 2 * n:3 + 3 * n]
+steps = [{"step": a, "rc": int(b), "seconds": int(c)} for a, b, c in zip(names, rcs, secs)]
+tests = {}
+for f in glob.glob(os.path.join(out, "test_*.json")):
+    try:
+        j = json.load(open(f))
+        tests[os.path.basename(f)[:-5]] = {"tests": j.get("tests"), "failures": j.get("failures")}
+    except Exception as e:
+        tests[os.path.basename(f)] = {"error": str(e)}
+bench = {}
+for f in glob.glob(os.path.join(out, "bench_*.json")):
+    try:
+        bench[os.path.basename(f)[:-5]] = json.loads(open(f).read().strip().splitlines()[-1])
+    except Exception as e:
+        bench[os.path.basename(f)] = {"error": str(e)}
+summary = {"steps": steps, "tests": tests, "bench": bench,
+           "not_run": ["speculative vs plain (engine integration pending)", "HF assisted generation",
+                       "server at 1/8/32/128 streams"]}
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
+with open(os.path.join(out, "summary.md"), "w") as t:
+    t.write("| step | rc | s |\n|---|---|---|\n")
+    for s in steps:
+        t.write(f"| {s['step']} | {s['rc']} | {s['seconds']} |\n")
+    ops = bench.get("bench_ops", {}).get("ops", {})
+    if ops:
+        t.write(f"\ncopy bandwidth: {bench['bench_ops'].get('copy_gbps', 0):.0f} GB/s; matmul {ops.get('rows')}x{ops.get('cols')}\n\n")
+        t.write("| type | M=1 ms | GB/s | of copy | T(16)/T(1) |\n|---|---|---|---|---|\n")
+        for k, v in ops.items():
+            if isinstance(v, dict):
+                t.write(f"| {k} | {v['m1_ms']:.4f} | {v['weight_gbps']:.0f} | {v['fraction_of_copy']:.2f} | {v['t_rel'][-1]:.2f} |\n")
+    for k, v in bench.items():
+        m = v.get("model") if isinstance(v, dict) else None
+        if m:
+            t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
+                    f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s, "
+                    f"T(16)/T(1) {m['t_ms'][-1] / m['t_ms'][0]:.2f}\n")
+print(open(os.path.join(out, "summary.md")).read())
+PY
+log "done in $(elapsed)s; results in $OUT"

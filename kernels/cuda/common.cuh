@@ -1,0 +1,73 @@
+// Helpers shared by every kernel file (kernels/cuda/ops/*.cu). Each kernel file is compiled
+// twice: by nvcc for the device (namespace cuda_dev) and as host C++ under the SIMT
+// emulator (namespace cuda_emu); TANDEM_CUDA_NS names the one being built.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/simt/simt.hpp"
+
+#ifndef TANDEM_CUDA_NS
+#error "TANDEM_CUDA_NS must be defined (cuda_dev or cuda_emu) by the build"
+#endif
+
+namespace tandem::kernels::TANDEM_CUDA_NS::dev {
+
+// Bits of the device error word (see CudaBackend::check_errors): a kernel that meets a bad
+// index does not write through it, sets its bit and carries on.
+enum ErrorBits : int {
+  kErrTokenId = 1,         // get_rows: id outside the table
+  kErrKvSlot = 2,          // kv_store: slot outside the cache
+  kErrAttnSequence = 4,    // paged_attention: sequence index outside the block table
+  kErrAttnPosition = 8,    // paged_attention: position beyond the block table
+  kErrAttnBlock = 16,      // paged_attention: block id outside the cache
+  kErrVerify = 32,         // verify_greedy: draft count or rows out of range
+};
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float fmax2(float a, float b) { return a > b ? a : b; }
+
+// Little-endian loads from byte addresses: quantization blocks put 16/32-bit fields at
+// offsets that are not multiples of their size (Q5_0 qh at 2 of 22 bytes, Q3_K scales at
+// 96 of 110), and the device faults on misaligned wide loads. 16-bit fields always sit at
+// even offsets of even-sized blocks.
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+__device__ __forceinline__ float f16_to_f32(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float bf16_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float ld_f16(const uint8_t* p) { return f16_to_f32(ld_u16(p)); }
+
+// Sum of 32 values in a fixed pairwise order (the same tree whatever the caller): how a
+// warp's partial sums become one result in the reductions that must be batch invariant.
+__device__ __forceinline__ float tree_sum32(const float* v) {
+  float s16[16];
+  for (int i = 0; i < 16; ++i) s16[i] = v[i] + v[i + 16];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) s16[i] = s16[i] + s16[i + w];
+  return s16[0];
+}
+
+// Butterfly over the warp: every lane gets the same result, in an order fixed by the lane
+// numbering only.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o >= 1; o /= 2) v = fmax2(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS::dev

@@ -1,0 +1,453 @@
+// CudaBackend: validation of every call on the host, then one or two kernel launches on
+// the runtime's stream. See cuda_backend.hpp.
+#include "kernels/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/ops.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS {
+namespace {
+
+constexpr const char* kKind = TANDEM_CUDA_EMULATED_BUILD ? "cuda-emulated" : "cuda";
+constexpr size_t kEmulatedDefaultArena = size_t{256} << 20;
+constexpr size_t kGemmTileFloats = size_t{4} << 20;     // 16 MiB of dequantized weight rows per GEMM
+constexpr size_t kAttnScratchFloats = size_t{8} << 20;  // 32 MiB of span states per attention launch
+enum { kScratchActQ = 0, kScratchTile = 1, kScratchAttn = 2 };
+
+void require(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw std::logic_error(std::string(kKind) + " backend: " + op + ": " + what);
+}
+
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(CudaBackend* owner, uint8_t* p, size_t size, size_t offset)
+      : owner_(owner), p_(p), size_(size), offset_(offset) {}
+  ~DeviceBuffer() override { owner_->release(offset_); }
+  size_t size() const override { return size_; }
+  DeviceKind device() const override { return DeviceKind::CUDA; }
+  uint8_t* data() const { return p_; }
+  const CudaBackend* owner() const { return owner_; }
+
+ private:
+  CudaBackend* owner_;
+  uint8_t* p_;
+  size_t size_, offset_;
+};
+
+size_t arena_capacity(DeviceRuntime& rt, const CudaOptions& opt) {
+  if (opt.arena_bytes) return opt.arena_bytes;
+  if (rt.info().emulated) return kEmulatedDefaultArena;
+  const double f = std::clamp(opt.arena_fraction, 0.01, 0.99);
+  return static_cast<size_t>(static_cast<double>(rt.info().free_bytes) * f);
+}
+
+ops::F32Rows rows_of(uint8_t* p, const Tensor& t) {
+  return {reinterpret_cast<float*>(p), static_cast<int64_t>(t.row_stride() / sizeof(float))};
+}
+int64_t ld_of(const Tensor& t) { return static_cast<int64_t>(t.row_stride() / sizeof(float)); }
+
+bool quantized(DType t) { return dtype_info(t).block_size > 1; }
+
+}  // namespace
+
+CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt)
+    : rt_(std::move(rt)), opt_(opt), arena_(arena_capacity(*rt_, opt)) {
+  base_ = static_cast<uint8_t*>(rt_->reserve(arena_.capacity()));
+  gemm_ = make_gemm(*rt_);
+  cuda_arena::Arena::Allocation a;
+  err_ = reinterpret_cast<int*>(arena_alloc(sizeof(int), "the error word", &a));
+  rt_->zero(err_, sizeof(int));
+}
+
+CudaBackend::~CudaBackend() {
+  try {
+    rt_->synchronize();
+  } catch (...) {
+  }
+  gemm_.reset();
+  rt_->release(base_);
+}
+
+std::string CudaBackend::name() const {
+  const DeviceInfo& d = rt_->info();
+  if (d.emulated) return "cuda-emulated (SIMT emulator, " + cuda_arena::Arena::human(arena_.capacity()) + " arena)";
+  return "cuda (" + d.name + ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ", " +
+         cuda_arena::Arena::human(arena_.capacity()) + " arena)";
+}
+
+std::string CudaBackend::description() const {
+  const DeviceInfo& d = rt_->info();
+  std::string s = std::string("backend: ") + kKind + "\n  device: " + d.name;
+  if (!d.emulated)
+    s += "\n  compute capability: " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
+         std::to_string(d.sm_count) + " SMs\n  memory: " + cuda_arena::Arena::human(d.total_bytes) + " total, " +
+         cuda_arena::Arena::human(d.free_bytes) + " free at start";
+  s += "\n  arena: " + cuda_arena::Arena::human(arena_.capacity()) + " (" + cuda_arena::Arena::human(arena_.used()) +
+       " used, peak " + cuda_arena::Arena::human(arena_.peak()) + ")";
+  s += "\n  kernels: get_rows, rms_norm, add/mul, scale, gated_act, rope, kv_store (f16/f32), "
+       "matmul small-M (<= 16 tokens per weight read; int8 dot products on Q8-quantized activations for "
+       "Q4_0..Q8_0, Q2_K..Q6_K; f32 dot products for F32/F16/BF16), matmul GEMM (>= " +
+       std::to_string(opt_.gemm_min_tokens) + " tokens: dequantized f32 tiles, " +
+       (d.emulated ? std::string("host GEMM") : std::string("cuBLAS SGEMM, no TF32")) +
+       "), paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
+  s += "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens";
+  return s;
+}
+
+// ---- memory -----------------------------------------------------------------------------------
+
+uint8_t* CudaBackend::arena_alloc(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a) {
+  *a = arena_.allocate(bytes, what);
+  return base_ + a->offset;
+}
+
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
+  cuda_arena::Arena::Allocation a;
+  uint8_t* p = arena_alloc(bytes, "a buffer", &a);
+  return std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+}
+
+// The arena is device memory taken up front, so a zeroed reserve costs its full size (no
+// virtual-memory growth yet); memory never handed out before is already zero when the
+// runtime says fresh memory is (the emulator's fresh pages), else it is cleared.
+std::unique_ptr<Buffer> CudaBackend::alloc_zeroed(size_t bytes) {
+  cuda_arena::Arena::Allocation a;
+  uint8_t* p = arena_alloc(bytes, "a zeroed reserve", &a);
+  if (!(a.fresh && rt_->fresh_is_zero())) rt_->zero(p, bytes);
+  return std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+}
+
+std::unique_ptr<Buffer> CudaBackend::wrap_host(const void* data, size_t bytes) {
+  cuda_arena::Arena::Allocation a;
+  uint8_t* p = arena_alloc(bytes, "weights", &a);
+  auto buf = std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+  rt_->copy_to_device(p, data, bytes);
+  return buf;
+}
+
+uint8_t* CudaBackend::ptr(const Tensor& t, const char* op) const {
+  auto* db = dynamic_cast<DeviceBuffer*>(t.buf);
+  require(db && db->owner() == this, op, "tensor is not in a buffer of this backend");
+  require(t.offset + t.bytes() <= db->size(), op,
+          "tensor view exceeds its buffer (" + std::to_string(t.offset) + " + " + std::to_string(t.bytes()) + " > " +
+              std::to_string(db->size()) + ")");
+  return db->data() + t.offset;
+}
+
+void CudaBackend::upload(const Tensor& dst, const void* src, size_t bytes) {
+  auto* db = dynamic_cast<DeviceBuffer*>(dst.buf);
+  require(db && db->owner() == this, "upload", "into a foreign buffer");
+  require(dst.offset + bytes <= db->size(), "upload", "past the end of the buffer");
+  rt_->copy_to_device(db->data() + dst.offset, src, bytes);
+}
+
+void CudaBackend::download(void* dst, const Tensor& src, size_t bytes) {
+  auto* db = dynamic_cast<DeviceBuffer*>(src.buf);
+  require(db && db->owner() == this, "download", "from a foreign buffer");
+  require(src.offset + bytes <= db->size(), "download", "past the end of the buffer");
+  rt_->copy_to_host(dst, db->data() + src.offset, bytes);
+  check_errors();
+}
+
+void CudaBackend::fill_zero(const Tensor& dst) { rt_->zero(ptr(dst, "fill_zero"), dst.bytes()); }
+
+void CudaBackend::synchronize() {
+  rt_->synchronize();
+  check_errors();
+}
+
+// Bad indices found by kernels since the last check: reported once, as the CPU backend
+// would have at the call (std::out_of_range).
+void CudaBackend::check_errors() {
+  int e = 0;
+  rt_->copy_to_host(&e, err_, sizeof e);
+  if (e == 0) return;
+  rt_->zero(err_, sizeof(int));
+  std::string what;
+  auto add = [&](int bit, const char* msg) {
+    if (e & bit) what += std::string(what.empty() ? "" : "; ") + msg;
+  };
+  add(1, "get_rows: token id out of range");
+  add(2, "kv_store: slot out of range");
+  add(4, "paged_attention: sequence index out of range");
+  add(8, "paged_attention: position beyond the block table");
+  add(16, "paged_attention: cache block out of range");
+  add(32, "verify_greedy: draft count or rows outside the argmax rows");
+  throw std::out_of_range(std::string(kKind) + " backend: " + what + " (found by a kernel; the op did not write those rows)");
+}
+
+uint8_t* CudaBackend::scratch(int slot, size_t bytes) {
+  ScratchSlot& s = scratch_[slot];
+  if (s.size < bytes) {
+    const size_t want = std::max(bytes, s.size * 2);
+    if (s.p) arena_.free(s.offset);
+    s.p = nullptr;
+    s.size = 0;
+    cuda_arena::Arena::Allocation a;
+    s.p = arena_alloc(want, "backend scratch", &a);
+    s.offset = a.offset;
+    s.size = want;
+  }
+  return s.p;
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+
+void CudaBackend::get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) {
+  require(dst.type == DType::F32 && ids.type == DType::I32, "get_rows", "dst F32, ids I32");
+  require(dst.cols() == table.cols() && dst.rows() == ids.numel(), "get_rows", "shape mismatch");
+  require(ops::weight_type_supported(table.type), "get_rows", std::string("unsupported type ") + dtype_name(table.type));
+  uint8_t* d = ptr(dst, "get_rows");
+  ops::get_rows(rt_->stream(), table.type, ptr(table, "get_rows"), table.row_stride(), table.rows(), table.cols(),
+                reinterpret_cast<const int32_t*>(ptr(ids, "get_rows")), dst.rows(), rows_of(d, dst), err_);
+  launched("get_rows");
+}
+
+void CudaBackend::rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, float eps, float w_offset) {
+  require(x.type == DType::F32 && w.type == DType::F32 && dst.type == DType::F32, "rms_norm", "F32 only");
+  require(w.numel() == x.cols() && dst.cols() == x.cols() && dst.rows() == x.rows(), "rms_norm", "shape mismatch");
+  ops::rms_norm(rt_->stream(), rows_of(ptr(dst, "rms_norm"), dst), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
+                ld_of(x), reinterpret_cast<const float*>(ptr(w, "rms_norm")), x.rows(), x.cols(), eps, w_offset);
+  launched("rms_norm");
+}
+
+namespace {
+void check_binary(const char* op, const Tensor& dst, const Tensor& a, const Tensor& b) {
+  require(dst.type == DType::F32 && a.type == DType::F32 && b.type == DType::F32, op, "F32 only");
+  require(dst.cols() == a.cols() && dst.rows() == a.rows(), op, "dst/a shape mismatch");
+  require(b.cols() == a.cols() && (b.rows() == a.rows() || b.rows() == 1), op, "b must match a or be one row");
+}
+}  // namespace
+
+void CudaBackend::add(const Tensor& dst, const Tensor& a, const Tensor& b) {
+  check_binary("add", dst, a, b);
+  const bool bcast = b.rows() == 1 && a.rows() != 1;
+  ops::binary(rt_->stream(), ops::Binary::Add, rows_of(ptr(dst, "add"), dst), reinterpret_cast<const float*>(ptr(a, "add")),
+              ld_of(a), reinterpret_cast<const float*>(ptr(b, "add")), bcast ? 0 : ld_of(b), a.rows(), a.cols());
+  launched("add");
+}
+
+void CudaBackend::mul(const Tensor& dst, const Tensor& a, const Tensor& b) {
+  check_binary("mul", dst, a, b);
+  const bool bcast = b.rows() == 1 && a.rows() != 1;
+  ops::binary(rt_->stream(), ops::Binary::Mul, rows_of(ptr(dst, "mul"), dst), reinterpret_cast<const float*>(ptr(a, "mul")),
+              ld_of(a), reinterpret_cast<const float*>(ptr(b, "mul")), bcast ? 0 : ld_of(b), a.rows(), a.cols());
+  launched("mul");
+}
+
+void CudaBackend::scale(const Tensor& dst, float s) {
+  require(dst.type == DType::F32, "scale", "F32 only");
+  ops::scale(rt_->stream(), rows_of(ptr(dst, "scale"), dst), dst.rows(), dst.cols(), s);
+  launched("scale");
+}
+
+void CudaBackend::gated_act(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act) {
+  check_binary("gated_act", dst, gate, up);
+  require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
+  ops::gated_act(rt_->stream(), act, rows_of(ptr(dst, "gated_act"), dst),
+                 reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
+                 reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), gate.rows(), gate.cols());
+  launched("gated_act");
+}
+
+void CudaBackend::rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim, int rope_dims, float theta,
+                       RopeStyle style) {
+  require(x.type == DType::F32 && positions.type == DType::I32, "rope", "x F32, positions I32");
+  require(x.cols() >= static_cast<int64_t>(n_heads) * head_dim, "rope", "row shorter than n_heads*head_dim");
+  require(positions.numel() == x.rows(), "rope", "one position per row");
+  require(rope_dims > 0 && rope_dims <= head_dim && rope_dims % 2 == 0, "rope", "bad rope_dims");
+  ops::rope(rt_->stream(), rows_of(ptr(x, "rope"), x), reinterpret_cast<const int32_t*>(ptr(positions, "rope")), x.rows(),
+            n_heads, head_dim, rope_dims, theta, style);
+  launched("rope");
+}
+
+void CudaBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v, const PagedAttnMeta& meta) {
+  require(k.type == DType::F32 && v.type == DType::F32, "kv_store", "k, v must be F32");
+  require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), "kv_store",
+          "cache must be F16 or F32");
+  require(k.cols() == cache.k.cols() && v.cols() == cache.v.cols(), "kv_store", "row width mismatch");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), "kv_store",
+          "k and v caches must have the same layout");
+  require(meta.slot_mapping.numel() == k.rows() && k.rows() == v.rows(), "kv_store", "one slot per token");
+  ops::kv_store(rt_->stream(), ptr(cache.k, "kv_store"), ptr(cache.v, "kv_store"), cache.k.row_stride(),
+                cache.k.type == DType::F16, cache.k.rows(), reinterpret_cast<const float*>(ptr(k, "kv_store")), ld_of(k),
+                reinterpret_cast<const float*>(ptr(v, "kv_store")), ld_of(v), k.rows(), k.cols(),
+                reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, "kv_store")), err_);
+  launched("kv_store");
+}
+
+// The activations of one matmul_shared call quantized once per block size.
+struct CudaBackend::QuantizedX {
+  int block = 0;
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+};
+
+void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
+  require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
+  require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
+  require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
+  require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
+  const int64_t N = x.rows(), R = w.rows(), C = w.cols();
+  if (N == 0 || R == 0) return;
+  const uint8_t* wp = ptr(w, "matmul");
+  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
+  const ops::F32Rows y = rows_of(ptr(dst, "matmul"), dst);
+  if (C == 0) {
+    for (int64_t t = 0; t < N; ++t) rt_->zero(y.p + t * y.ld, sizeof(float) * static_cast<size_t>(R));
+    return;
+  }
+  if (N >= opt_.gemm_min_tokens) {
+    // Prefill: dequantize row tiles to F32 and multiply them with a GEMM.
+    const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(R, static_cast<int64_t>(kGemmTileFloats) / C));
+    float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
+    for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
+      const int64_t nr = std::min(tile_rows, R - r0);
+      ops::dequant_rows(rt_->stream(), w.type, wp, w.row_stride(), r0, nr, C, tile);
+      launched("matmul (dequantize tile)");
+      gemm_->abt_f32(N, nr, C, xp, ld_of(x), tile, C, y.p + r0, y.ld);
+    }
+    return;
+  }
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  if (quantized(w.type)) {
+    const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
+    if (cache && cache->block == block) {
+      q = cache->q;
+      d = cache->d;
+    } else {
+      // One scratch slot per block size, so q/k/v of mixed quantizations keep both.
+      const size_t qbytes = (static_cast<size_t>(N * C) + 255) / 256 * 256;
+      uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0),
+                           qbytes + sizeof(float) * static_cast<size_t>(N * (C / block)));
+      q = reinterpret_cast<int8_t*>(s);
+      d = reinterpret_cast<float*>(s + qbytes);
+      ops::quantize_act(rt_->stream(), xp, ld_of(x), N, C, block, const_cast<int8_t*>(q), const_cast<float*>(d));
+      launched("matmul (quantize activations)");
+      if (cache) *cache = {block, q, d};
+    }
+  }
+  ops::matmul_small(rt_->stream(), w.type, wp, w.row_stride(), R, C, xp, ld_of(x), q, d, N, y);
+  launched("matmul");
+}
+
+void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
+
+void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
+  QuantizedX q32, qk;
+  for (int i = 0; i < n; ++i) {
+    const bool k = dtype_info(targets[i].w.type).block_size == 256;
+    matmul_one(targets[i].dst, targets[i].w, x, k ? &qk : &q32);
+  }
+}
+
+void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                                  int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
+                                  float softcap) {
+  const char* op = "paged_attention";
+  require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, op, "n_heads must be a multiple of n_kv_heads");
+  require(head_dim > 0 && head_dim <= 512, op, "head_dim must be in 1..512");
+  require(q.type == DType::F32 && out.type == DType::F32, op, "q, out F32");
+  require(q.cols() >= static_cast<int64_t>(n_heads) * head_dim && out.cols() >= static_cast<int64_t>(n_heads) * head_dim,
+          op, "q/out rows too short");
+  require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), op,
+          "cache must be F16 or F32");
+  require(cache.k.cols() == static_cast<int64_t>(n_kv_heads) * head_dim, op, "cache width mismatch");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), op,
+          "k and v caches must have the same layout");
+  require(meta.positions.numel() == q.rows() && meta.seq_index.numel() == q.rows(), op,
+          "positions/seq_index must have one entry per token");
+  require(meta.block_size > 0, op, "block_size must be positive");
+  ops::AttnParams a{};
+  a.q = reinterpret_cast<const float*>(ptr(q, op));
+  a.ldq = ld_of(q);
+  a.out = reinterpret_cast<float*>(ptr(out, op));
+  a.ldo = ld_of(out);
+  a.k = ptr(cache.k, op);
+  a.v = ptr(cache.v, op);
+  a.kv_stride = cache.k.row_stride();
+  a.kv_f16 = cache.k.type == DType::F16;
+  a.n_slots = cache.k.rows();
+  a.pos = reinterpret_cast<const int32_t*>(ptr(meta.positions, op));
+  a.seq = reinterpret_cast<const int32_t*>(ptr(meta.seq_index, op));
+  a.block_table = reinterpret_cast<const int32_t*>(ptr(meta.block_table, op));
+  a.bt_cols = meta.block_table.cols();
+  a.n_seqs = meta.block_table.rows();
+  a.block_size = meta.block_size;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.head_dim = head_dim;
+  a.scale = scale;
+  a.window = sliding_window;
+  a.softcap = softcap;
+  require(ops::attention_shared_bytes(a) <= 48 * 1024, op,
+          "GQA group x (head_dim + " + std::to_string(ops::kAttnSplit) + ") floats exceed 48 KiB of shared memory");
+  // Tokens in chunks whose span states fit the scratch (each token is independent).
+  a.n_tokens = 1;
+  const size_t per_token = ops::attention_scratch_floats(a);
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kAttnScratchFloats / per_token));
+  const int64_t n_tokens = q.rows();
+  float* states =
+      reinterpret_cast<float*>(scratch(kScratchAttn, sizeof(float) * per_token * static_cast<size_t>(std::min(chunk, n_tokens))));
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+    ops::AttnParams c = a;
+    c.n_tokens = std::min(chunk, n_tokens - t0);
+    c.q += t0 * a.ldq;
+    c.out += t0 * a.ldo;
+    c.pos += t0;
+    c.seq += t0;
+    ops::paged_attention(rt_->stream(), c, states, err_);
+    launched(op);
+  }
+}
+
+void CudaBackend::argmax_rows(const Tensor& ids, const Tensor& logits) {
+  require(logits.type == DType::F32 && ids.type == DType::I32, "argmax_rows", "logits F32, ids I32");
+  require(ids.numel() == logits.rows(), "argmax_rows", "one id per row");
+  require(logits.cols() > 0, "argmax_rows", "empty rows");
+  ops::argmax_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, "argmax_rows")), ld_of(logits),
+                   logits.rows(), logits.cols(), reinterpret_cast<int32_t*>(ptr(ids, "argmax_rows")));
+  launched("argmax_rows");
+}
+
+void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
+                                const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) {
+  const char* op = "verify_greedy";
+  for (const Tensor* t : {&argmax, &first_row, &drafts, &n_drafts, &n_accepted, &out_tokens})
+    require(t->type == DType::I32, op, "I32 tensors only");
+  const int64_t n = first_row.numel();
+  require(drafts.rows() == n && n_drafts.numel() == n && n_accepted.numel() == n && out_tokens.rows() == n, op,
+          "one row per sequence");
+  require(out_tokens.cols() == drafts.cols() + 1, op, "out_tokens must be max_drafts + 1 wide");
+  require(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
+  auto i32 = [&](const Tensor& t) { return reinterpret_cast<int32_t*>(ptr(t, op)); };
+  ops::verify_greedy(rt_->stream(), i32(argmax), argmax.numel(), i32(first_row), i32(drafts), i32(n_drafts),
+                     static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
+  launched(op);
+}
+
+double CudaBackend::measure_copy_gbps(size_t bytes, int reps) {
+  auto a = alloc(bytes), b = alloc(bytes);
+  uint8_t* pa = ptr(make_tensor(a.get(), DType::I8, static_cast<int64_t>(bytes)), "copy");
+  uint8_t* pb = ptr(make_tensor(b.get(), DType::I8, static_cast<int64_t>(bytes)), "copy");
+  rt_->zero(pa, bytes);
+  rt_->copy_on_device(pb, pa, bytes);  // warm up
+  rt_->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) rt_->copy_on_device(i % 2 ? pa : pb, i % 2 ? pb : pa, bytes);
+  rt_->synchronize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(bytes) * reps / s / 1e9;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt) {
+  return std::make_unique<CudaBackend>(make_runtime(opt.device), opt);
+}
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS

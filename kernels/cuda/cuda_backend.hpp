@@ -1,0 +1,108 @@
+// CudaBackend: the backend seam (kernels/backend.hpp) on a CUDA device, over the thin
+// runtime layer (runtime.hpp) and the kernels (ops.hpp). Built twice from the same source:
+// cuda_dev (nvcc kernels, CUDA runtime, cuBLAS) and cuda_emu (the same kernels compiled as
+// host C++ under the SIMT emulator, host memory, host GEMM), so CI runs every code path
+// of this file without a GPU.
+//
+// Memory: one arena taken from the device at construction; every Buffer (weights copied
+// in by wrap_host, KV caches, activations) and the backend's own scratch come from it.
+//
+// Batch invariance (a contract of the seam): for matmul calls of fewer than
+// gemm_min_tokens tokens, and for every other op, token t's output row is the same bits
+// whatever the other tokens of the call are. Calls of gemm_min_tokens tokens or more
+// (prefill) take the dequantize + GEMM path, which is not invariant (cuBLAS picks its
+// reduction by shape).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.hpp"
+#include "kernels/device_greedy.hpp"
+#include "kernels/cuda/arena.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/runtime.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS {
+
+struct CudaOptions {
+  int device = 0;
+  size_t arena_bytes = 0;           // 0: arena_fraction of the device's free memory
+  double arena_fraction = 0.90;
+  int64_t gemm_min_tokens = 64;     // matmuls of at least this many tokens use the GEMM path
+};
+
+class CudaBackend final : public Backend, public DeviceGreedy {
+ public:
+  CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt);
+  ~CudaBackend() override;
+
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  std::string name() const override;
+  std::string description() const override;
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  std::unique_ptr<Buffer> alloc_zeroed(size_t bytes) override;
+  std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) override;
+  void upload(const Tensor& dst, const void* src, size_t bytes) override;
+  void download(void* dst, const Tensor& src, size_t bytes) override;
+  void fill_zero(const Tensor& dst) override;
+  void synchronize() override;
+
+  void get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) override;
+  void rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, float eps, float w_offset) override;
+  void matmul(const Tensor& dst, const Tensor& w, const Tensor& x) override;
+  void matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) override;
+  void add(const Tensor& dst, const Tensor& a, const Tensor& b) override;
+  void mul(const Tensor& dst, const Tensor& a, const Tensor& b) override;
+  void scale(const Tensor& dst, float s) override;
+  void gated_act(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act) override;
+  void rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim, int rope_dims, float theta,
+            RopeStyle style) override;
+  void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v, const PagedAttnMeta& meta) override;
+  void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                       int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
+                       float softcap) override;
+
+  // DeviceGreedy (kernels/device_greedy.hpp).
+  void argmax_rows(const Tensor& ids, const Tensor& logits) override;
+  void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
+                     const Tensor& n_accepted, const Tensor& out_tokens) override;
+
+  const cuda_arena::Arena& arena() const { return arena_; }
+  // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
+  // `reps` copies of `bytes`: the reference the decode benchmark's weight bandwidth is
+  // compared with.
+  double measure_copy_gbps(size_t bytes, int reps);
+  const DeviceInfo& device_info() const { return rt_->info(); }
+
+  // Internal (DeviceBuffer's destructor).
+  void release(size_t offset) { arena_.free(offset); }
+
+ private:
+  class Scratch;
+  uint8_t* ptr(const Tensor& t, const char* op) const;
+  uint8_t* arena_alloc(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a);
+  uint8_t* scratch(int slot, size_t bytes);
+  void launched(const char* op) { rt_->check_launch(op); }
+  void check_errors();
+  struct QuantizedX;
+  void matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache);
+
+  std::unique_ptr<DeviceRuntime> rt_;
+  std::unique_ptr<Gemm> gemm_;
+  CudaOptions opt_;
+  uint8_t* base_ = nullptr;
+  cuda_arena::Arena arena_;
+  int* err_ = nullptr;  // the device error word (dev::ErrorBits)
+  struct ScratchSlot {
+    size_t offset = 0, size = 0;
+    uint8_t* p = nullptr;
+  };
+  ScratchSlot scratch_[4];
+};
+
+// A CUDA backend of this build (throws std::runtime_error when there is no device).
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& opt);
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS

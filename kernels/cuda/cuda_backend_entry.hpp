@@ -1,0 +1,16 @@
+// The two CUDA backend builds' entry points, without their namespaced types, for the
+// factory (backend_factory.cpp). Defined in cuda_entry_emu.cpp / cuda_entry_dev.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace tandem::kernels::cuda_entry {
+std::unique_ptr<Backend> make_emulated(size_t arena_bytes, int64_t gemm_min_tokens);
+std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double arena_fraction, int64_t gemm_min_tokens);
+// Copy bandwidth of a backend of that build; a negative value when `be` is not one.
+double copy_gbps_emulated(Backend& be, size_t bytes, int reps);
+double copy_gbps_device(Backend& be, size_t bytes, int reps);
+}  // namespace tandem::kernels::cuda_entry

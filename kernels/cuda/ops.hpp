@@ -1,0 +1,105 @@
+// Host-side entry points of the kernels (one kernel file per op under ops/). Plain C++:
+// device pointers are raw pointers into the backend's arena, the stream an opaque handle
+// (cudaStream_t under nvcc; unused by the emulator, which runs launches synchronously).
+// Shapes have been validated by CudaBackend; indices read from device memory (token ids,
+// slots, positions, block tables) are checked by the kernels, which set bits of `err`.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.hpp"
+#include "kernels/dtype.hpp"
+
+#ifndef TANDEM_CUDA_NS
+#error "TANDEM_CUDA_NS must be defined (cuda_dev or cuda_emu) by the build"
+#endif
+
+namespace tandem::kernels::TANDEM_CUDA_NS::ops {
+
+using Stream = void*;
+
+// Rows of an F32 matrix: element (r, c) at p[r * ld + c].
+struct F32Rows {
+  float* p;
+  int64_t ld;
+};
+
+bool weight_type_supported(DType t);
+
+void get_rows(Stream s, DType t, const uint8_t* table, size_t table_stride, int64_t table_rows, int64_t cols,
+              const int32_t* ids, int64_t n, F32Rows dst, int* err);
+void rms_norm(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
+              float eps, float w_offset);
+enum class Binary { Add, Mul };
+// dst = a op b; b_ld == 0 broadcasts b's one row.
+void binary(Stream s, Binary op, F32Rows dst, const float* a, int64_t lda, const float* b, int64_t ldb,
+            int64_t rows, int64_t cols);
+void scale(Stream s, F32Rows dst, int64_t rows, int64_t cols, float v);
+void gated_act(Stream s, Activation act, F32Rows dst, const float* gate, int64_t ldg, const float* up, int64_t ldu,
+               int64_t rows, int64_t cols);
+void rope(Stream s, F32Rows x, const int32_t* positions, int64_t n_tokens, int n_heads, int head_dim, int rope_dims,
+          float theta, RopeStyle style);
+void kv_store(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride, bool f16, int64_t n_slots,
+              const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_tokens, int64_t width,
+              const int32_t* slots, int* err);
+
+// ---- matmul ---------------------------------------------------------------------------------
+// Activations of quantized weights are quantized to int8 blocks first, exactly as the CPU
+// backend does (symmetric, d = amax/127, codes rounded to nearest even): q [N][C] int8 and
+// d [N][C/block] float, block 32 (Q4_0..Q8_0) or 256 (K-quants).
+void quantize_act(Stream s, const float* x, int64_t ldx, int64_t n, int64_t c, int block, int8_t* q, float* d);
+// The small-M kernel: y[t][r] for t < n over every row of w; each weight row is read once
+// per 16 tokens. Float weights read x; quantized weights read (q, d) from quantize_act.
+// The result of a (t, r) pair does not depend on n (batch invariance).
+constexpr int kSmallMTokens = 16;
+void matmul_small(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
+                  const float* x, int64_t ldx, const int8_t* q, const float* d, int64_t n, F32Rows y);
+// Rows [r0, r0 + nr) of w dequantized to F32 into tile (row-major, cols wide).
+void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
+                  float* tile);
+
+// ---- attention ------------------------------------------------------------------------------
+// Contexts are cut into spans of this many positions (flash-decoding); fixed, so a token's
+// arithmetic depends on its own context only (the CPU backend uses the same split).
+constexpr int kAttnSplit = 512;
+struct AttnParams {
+  const float* q;
+  int64_t ldq;
+  float* out;
+  int64_t ldo;
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t kv_stride;
+  bool kv_f16;
+  int64_t n_slots;
+  const int32_t* pos;
+  const int32_t* seq;
+  const int32_t* block_table;
+  int64_t bt_cols, n_seqs;
+  int32_t block_size;
+  int n_heads, n_kv_heads, head_dim;
+  float scale;
+  int window;
+  float softcap;
+  int64_t n_tokens;
+};
+// Floats of partial state paged_attention needs in `scratch`.
+size_t attention_scratch_floats(const AttnParams& p);
+// Dynamic shared memory of one span block; must be <= 48 KiB.
+size_t attention_shared_bytes(const AttnParams& p);
+void paged_attention(Stream s, const AttnParams& p, float* scratch, int* err);
+
+// ---- greedy decoding on the device ----------------------------------------------------------
+// out[r] = argmax of logits row r (ties: lowest id; NaN as -inf; -1 when nothing is finite).
+void argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, int32_t* out);
+// Greedy verification of n_seqs sequences: sequence s's k = n_drafts[s] drafts
+// drafts[s * max_drafts ..] were verified in logits rows first_row[s] .. first_row[s] + k
+// (k + 1 rows), whose argmaxes are `argmax`. n_accepted[s] = the number of leading drafts
+// equal to the argmax; out_tokens[s * (max_drafts + 1) ..] = the accepted drafts, then the
+// argmax after them, then -1.
+// A sequence whose count or rows are out of range gets n_accepted -1 and sets kErrVerify.
+void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_t* first_row, const int32_t* drafts,
+                   const int32_t* n_drafts, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
+                   int* err);
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS::ops

@@ -1,0 +1,106 @@
+// The real device runtime: the CUDA runtime API on one device and one stream. Every call is checked; an error names the call and CUDA's message.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/runtime.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda: ") + what + " failed: " + cudaGetErrorName(e) + ": " +
+                             cudaGetErrorString(e));
+}
+
+bool check_launches_default() {
+#ifdef NDEBUG
+  const char* e = std::getenv("TANDEM_CUDA_CHECK_LAUNCHES");
+  return e && *e && *e != '0';
+#else
+  return true;
+#endif
+}
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  explicit CudaRuntime(int device) : device_(device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+      throw std::runtime_error("cuda: no CUDA device found");
+    if (e == cudaErrorInsufficientDriver)
+      throw std::runtime_error("cuda: no usable NVIDIA driver (" + std::string(cudaGetErrorString(e)) + ")");
+    check(e, "cudaGetDeviceCount");
+    if (device < 0 || device >= n)
+      throw std::runtime_error("cuda: device " + std::to_string(device) + " requested, " + std::to_string(n) +
+                               " present");
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    info_.name = p.name;
+    info_.cc_major = p.major;
+    info_.cc_minor = p.minor;
+    info_.sm_count = p.multiProcessorCount;
+    check(cudaMemGetInfo(&info_.free_bytes, &info_.total_bytes), "cudaMemGetInfo");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_launches_ = check_launches_default();
+  }
+  ~CudaRuntime() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  const DeviceInfo& info() const override { return info_; }
+  void* reserve(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw std::runtime_error("cuda: cannot reserve an arena of " + std::to_string(bytes >> 20) + " MiB on " +
+                               info_.name + " (" + std::to_string(info_.free_bytes >> 20) + " MiB free); pass a smaller --gpu-mem");
+    }
+    check(e, "cudaMalloc (arena)");
+    return p;
+  }
+  bool fresh_is_zero() const override { return false; }
+  void release(void* p) override {
+    if (p) cudaFree(p);
+  }
+  void* stream() override { return stream_; }
+  void copy_to_device(void* dst, const void* src, size_t n) override {
+    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)");
+    // Pageable source: the runtime has staged it when the call returns, but a pinned one
+    // would be read later; wait so the caller may free it at once.
+    if (n) check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (upload)");
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (download)");
+  }
+  void copy_on_device(void* dst, const void* src, size_t n) override {
+    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (device)");
+  }
+  void zero(void* dst, size_t n) override {
+    if (n) check(cudaMemsetAsync(dst, 0, n, stream_), "cudaMemsetAsync");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void check_launch(const char* op) override {
+    if (!check_launches_) return;
+    check(cudaGetLastError(), op);
+    check(cudaStreamSynchronize(stream_), op);
+  }
+
+ private:
+  int device_;
+  DeviceInfo info_;
+  cudaStream_t stream_ = nullptr;
+  bool check_launches_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> make_runtime(int device_index) { return std::make_unique<CudaRuntime>(device_index); }
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -1,0 +1,457 @@
+// The SIMT emulator's scheduler (see simt.hpp): blocks of a grid on one or a few OS
+// threads, a block's threads as fibers switched at barriers. On x86-64 the switch is a few
+// instructions of our own (callee-saved registers, MXCSR and the x87 control word: what
+// the System V ABI says survives a call); elsewhere, or with TANDEM_SIMT_UCONTEXT defined,
+// ucontext (swapcontext also saves the signal mask: a system call per switch, ~10x slower).
+#include "kernels/cuda/simt/simt.hpp"
+
+#include <ucontext.h>
+
+#if defined(__x86_64__) && !defined(TANDEM_SIMT_UCONTEXT)
+#define TANDEM_SIMT_ASM_SWITCH 1
+// tandem_simt_switch(save, to): pushes the callee-saved state on the current stack, stores
+// the stack pointer in *save, loads `to` and pops the state saved there.
+extern "C" void tandem_simt_switch(void** save, void* to);
+asm(R"(
+  .text
+  .globl tandem_simt_switch
+  .type tandem_simt_switch, @function
+tandem_simt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $16, %rsp
+  stmxcsr 8(%rsp)
+  fnstcw 12(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr 8(%rsp)
+  fldcw 12(%rsp)
+  addq $16, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size tandem_simt_switch, .-tandem_simt_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+// AddressSanitizer must be told about stack switches, or it reports the fibers' frames as
+// overflows of the scheduler's stack (and its fake stacks get mixed up).
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_SIMT_ASAN 1
+#endif
+#endif
+#ifdef TANDEM_SIMT_ASAN
+extern "C" {
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
+}
+#endif
+
+namespace tandem::simt::detail {
+
+namespace {
+
+thread_local ThreadCtx* t_thread = nullptr;
+thread_local uint3 t_block_idx;
+thread_local dim3 t_block_dim;
+thread_local dim3 t_grid_dim;
+
+
+constexpr size_t kStackBytes = 64 * 1024;
+constexpr unsigned kMaxThreads = 1024;
+
+enum class State { Runnable, AtBlockBarrier, AtWarpBarrier, Done };
+
+struct Fiber {
+  ThreadCtx ctx;
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  void* sp = nullptr;  // saved stack pointer while switched out
+#else
+  ucontext_t uc;
+#endif
+  State state = State::Runnable;
+  std::unique_ptr<char[]> stack;
+  void* asan_fake = nullptr;  // the fiber's fake stack while it is switched out (ASan)
+};
+
+struct Warp {
+  uint64_t slots[32] = {};
+  unsigned live = 0;     // lanes not exited
+  unsigned arrived = 0;  // lanes waiting at the current warp barrier
+  unsigned mask = 0;     // the mask they wait on
+};
+
+// Everything one OS thread needs to run blocks; reused across blocks and launches.
+struct Runner {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  std::vector<unsigned char> shared;  // dynamic shared memory of the block
+  std::vector<unsigned> order;        // the order fibers are resumed in
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  void* sched_sp = nullptr;
+#else
+  ucontext_t sched;
+#endif
+  const void* sched_stack = nullptr;  // the scheduler's stack (ASan annotations)
+  size_t sched_stack_size = 0;
+  unsigned n_threads = 0, live = 0, at_barrier = 0;
+  Fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  std::exception_ptr error;
+};
+thread_local Runner* t_runner = nullptr;
+
+Runner& runner() {
+  if (!t_runner) throw std::logic_error("simt: a device function was called outside a kernel launch");
+  return *t_runner;
+}
+
+// Fiber -> scheduler and back.
+void park(Runner& r, Fiber& f, State s) {
+  f.state = s;
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
+#endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  tandem_simt_switch(&f.sp, r.sched_sp);
+#else
+  swapcontext(&f.uc, &r.sched);
+#endif
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(f.asan_fake, &r.sched_stack, &r.sched_stack_size);
+#endif
+}
+
+void release_block(Runner& r) {
+  r.at_barrier = 0;
+  for (unsigned i = 0; i < r.n_threads; ++i)
+    if (r.fibers[i].state == State::AtBlockBarrier) r.fibers[i].state = State::Runnable;
+}
+
+// Releases a warp barrier once every live lane of the mask is there.
+bool try_release_warp(Runner& r, unsigned w) {
+  Warp& wp = r.warps[w];
+  const unsigned need = wp.mask & wp.live;
+  if ((wp.arrived & need) != need || wp.arrived == 0) return false;
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned i = w * 32 + l;
+    if (i < r.n_threads && (wp.arrived >> l & 1u) && r.fibers[i].state == State::AtWarpBarrier)
+      r.fibers[i].state = State::Runnable;
+  }
+  wp.arrived = 0;
+  return true;
+}
+
+void warp_barrier(unsigned mask) {
+  Runner& r = runner();
+  Fiber& f = *r.current;
+  const unsigned w = f.ctx.linear / 32, l = f.ctx.linear % 32;
+  Warp& wp = r.warps[w];
+  if (!(mask >> l & 1u)) throw std::logic_error("simt: a lane used a warp mask that does not include itself");
+  wp.arrived |= 1u << l;
+  wp.mask = mask;
+  f.state = State::AtWarpBarrier;
+  if (try_release_warp(r, w)) {
+    f.state = State::Runnable;
+    return;
+  }
+  park(r, f, State::AtWarpBarrier);
+}
+
+void fiber_entry() {
+  Runner& r = *t_runner;
+  Fiber& f = *r.current;
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &r.sched_stack, &r.sched_stack_size);
+#endif
+  try {
+    (*r.body)();
+  } catch (...) {
+    if (!r.error) r.error = std::current_exception();
+  }
+  f.state = State::Done;
+  --r.live;
+  Warp& wp = r.warps[f.ctx.linear / 32];
+  wp.live &= ~(1u << (f.ctx.linear % 32));
+  wp.arrived &= ~(1u << (f.ctx.linear % 32));
+  // An exited thread counts as arrived at the barriers the others wait on.
+  if (r.at_barrier > 0 && r.at_barrier == r.live) release_block(r);
+  try_release_warp(r, f.ctx.linear / 32);
+#ifdef TANDEM_SIMT_ASAN
+  __sanitizer_start_switch_fiber(nullptr, r.sched_stack, r.sched_stack_size);  // this fiber ends
+#endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+  tandem_simt_switch(&f.sp, r.sched_sp);  // never resumed
+  __builtin_unreachable();
+#endif
+  // Returning resumes uc_link (the scheduler).
+}
+
+#ifdef TANDEM_SIMT_ASM_SWITCH
+// A fresh fiber's stack: the frame tandem_simt_switch pops (zero registers, this thread's
+// MXCSR and x87 control word), returning into fiber_entry as if it had been called.
+void prepare_stack(Fiber& f) {
+#ifdef TANDEM_SIMT_ASAN
+  // Frames of the stack's previous fiber (one abandoned by a failed launch, too) leave
+  // their redzones poisoned.
+  __asan_unpoison_memory_region(f.stack.get(), kStackBytes);
+#endif
+  auto top = reinterpret_cast<uintptr_t>(f.stack.get() + kStackBytes) & ~uintptr_t{15};
+  auto* p = reinterpret_cast<uint64_t*>(top);
+  *--p = 0;                                              // fiber_entry's "return address"
+  *--p = reinterpret_cast<uint64_t>(&fiber_entry);       // where the switch returns to
+  for (int i = 0; i < 6; ++i) *--p = 0;                  // rbp rbx r12 r13 r14 r15
+  p -= 2;                                                // mxcsr at +8, x87 cw at +12
+  uint32_t mxcsr;
+  uint16_t fpcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  std::memcpy(reinterpret_cast<char*>(p) + 8, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(p) + 12, &fpcw, 2);
+  f.sp = p;
+}
+#endif
+
+void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
+  t_block_idx = bidx;
+  t_block_dim = cfg.block;
+  t_grid_dim = cfg.grid;
+  const unsigned n = cfg.block.x * cfg.block.y * cfg.block.z;
+  r.n_threads = n;
+  r.live = n;
+  r.at_barrier = 0;
+  if (r.fibers.size() < n) r.fibers.resize(n);
+  r.warps.assign((n + 31) / 32, Warp{});
+  for (unsigned w = 0; w < r.warps.size(); ++w) {
+    const unsigned lanes = std::min(32u, n - 32 * w);
+    r.warps[w].live = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber& f = r.fibers[i];
+    f.ctx.linear = i;
+    f.ctx.thread_idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
+    f.state = State::Runnable;
+    if (!f.stack) f.stack.reset(new char[kStackBytes]);
+#ifdef TANDEM_SIMT_ASM_SWITCH
+    prepare_stack(f);
+#else
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack.get();
+    f.uc.uc_stack.ss_size = kStackBytes;
+    f.uc.uc_link = &r.sched;
+    makecontext(&f.uc, fiber_entry, 0);
+#endif
+  }
+  // Round robin over runnable fibers until all are done, in the schedule's order.
+  const Schedule sched = schedule();
+  r.order.resize(n);
+  for (unsigned i = 0; i < n; ++i) r.order[i] = sched == Schedule::Reverse ? n - 1 - i : i;
+  uint64_t rng = 0x9e3779b97f4a7c15ull * (1 + bidx.x + 65536ull * (bidx.y + 65536ull * bidx.z));
+  while (r.live > 0) {
+    bool ran = false;
+    if (sched == Schedule::Shuffle)
+      for (unsigned i = n; i > 1; --i) {  // a new order every round (splitmix64 steps)
+        uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        std::swap(r.order[i - 1], r.order[(z ^ (z >> 31)) % i]);
+      }
+    for (unsigned oi = 0; oi < n; ++oi) {
+      Fiber& f = r.fibers[r.order[oi]];
+      if (f.state != State::Runnable) continue;
+      ran = true;
+      r.current = &f;
+      t_thread = &f.ctx;
+#ifdef TANDEM_SIMT_ASAN
+      void* fake = nullptr;
+      __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+#endif
+#ifdef TANDEM_SIMT_ASM_SWITCH
+      tandem_simt_switch(&r.sched_sp, f.sp);
+#else
+      swapcontext(&r.sched, &f.uc);
+#endif
+#ifdef TANDEM_SIMT_ASAN
+      __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+      if (r.error) break;
+    }
+    if (r.error) break;
+    if (!ran) {
+      unsigned at_block = 0, at_warp = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        at_block += r.fibers[i].state == State::AtBlockBarrier;
+        at_warp += r.fibers[i].state == State::AtWarpBarrier;
+      }
+      throw std::runtime_error("simt: deadlock in block (" + std::to_string(bidx.x) + "," + std::to_string(bidx.y) +
+                               "," + std::to_string(bidx.z) + "): " + std::to_string(at_block) +
+                               " threads wait at __syncthreads and " + std::to_string(at_warp) +
+                               " at a warp barrier that the others never reach (divergent barrier)");
+    }
+  }
+  t_thread = nullptr;
+  r.current = nullptr;
+  if (r.error) {
+    // The block is abandoned; its fibers' stacks are reset at the next launch.
+    std::exception_ptr e = r.error;
+    r.error = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+std::atomic<int> g_schedule{-1};  // -1: not read from the environment yet
+
+}  // namespace
+}  // namespace tandem::simt::detail
+
+namespace tandem::simt {
+
+Schedule schedule() {
+  using detail::g_schedule;
+  int v = g_schedule.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("TANDEM_SIMT_ORDER");
+    v = !e ? 0 : (std::strcmp(e, "reverse") == 0 ? 1 : (std::strcmp(e, "shuffle") == 0 ? 2 : 0));
+    g_schedule.store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Schedule>(v);
+}
+void set_schedule(Schedule s) { detail::g_schedule.store(static_cast<int>(s), std::memory_order_relaxed); }
+
+}  // namespace tandem::simt
+
+namespace tandem::simt::detail {
+namespace {
+
+unsigned worker_count() {
+  static const unsigned n = [] {
+    const char* s = std::getenv("TANDEM_SIMT_WORKERS");
+    const int v = s ? std::atoi(s) : 1;
+    return static_cast<unsigned>(v < 1 ? 1 : (v > 64 ? 64 : v));
+  }();
+  return n;
+}
+
+void run_blocks(const LaunchConfig& cfg, const std::function<void()>& body, std::atomic<uint64_t>& next,
+                uint64_t total) {
+  thread_local Runner own;
+  Runner* saved = t_runner;
+  t_runner = &own;
+  own.body = &body;
+  own.shared.assign(cfg.shmem + 16, 0xcd);  // not zero: CUDA leaves shared memory uninitialised
+  try {
+    for (uint64_t b; (b = next.fetch_add(1)) < total;) {
+      const uint3 bidx{static_cast<unsigned>(b % cfg.grid.x), static_cast<unsigned>((b / cfg.grid.x) % cfg.grid.y),
+                       static_cast<unsigned>(b / (uint64_t(cfg.grid.x) * cfg.grid.y))};
+      run_block(own, cfg, bidx);
+    }
+  } catch (...) {
+    t_runner = saved;
+    next.store(total);
+    throw;
+  }
+  t_runner = saved;
+}
+
+}  // namespace
+
+const uint3& thread_idx() { return t_thread->thread_idx; }
+const uint3& block_idx() { return t_block_idx; }
+const dim3& block_dim() { return t_block_dim; }
+const dim3& grid_dim() { return t_grid_dim; }
+
+void* dynamic_shared() {
+  Runner& r = runner();
+  auto p = reinterpret_cast<uintptr_t>(r.shared.data());
+  return reinterpret_cast<void*>((p + 15) & ~uintptr_t{15});
+}
+
+unsigned lane_id() { return runner().current->ctx.linear % 32; }
+
+void syncthreads() {
+  Runner& r = runner();
+  Fiber& f = *r.current;
+  ++r.at_barrier;
+  if (r.at_barrier == r.live) {
+    release_block(r);
+    return;
+  }
+  park(r, f, State::AtBlockBarrier);
+}
+
+void syncwarp(unsigned mask) { warp_barrier(mask); }
+
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
+  Runner& r = runner();
+  const unsigned linear = r.current->ctx.linear;
+  Warp& wp = r.warps[linear / 32];
+  wp.slots[linear % 32] = value;
+  warp_barrier(mask);
+  uint64_t out;
+  if (src < 0) {
+    out = 0;
+    for (unsigned l = 0; l < 32; ++l)
+      if ((mask & wp.live) >> l & 1u) out |= (wp.slots[l] != 0 ? 1ull : 0ull) << l;
+  } else {
+    out = ((mask & wp.live) >> src & 1u) ? wp.slots[src] : value;  // an absent lane: own value
+  }
+  warp_barrier(mask);
+  return out;
+}
+
+void run_grid(const LaunchConfig& cfg, const std::function<void()>& body) {
+  const unsigned nthreads = cfg.block.x * cfg.block.y * cfg.block.z;
+  if (nthreads == 0 || nthreads > kMaxThreads)
+    throw std::invalid_argument("simt: block of " + std::to_string(nthreads) + " threads (1..1024)");
+  if (cfg.block.z > 64) throw std::invalid_argument("simt: blockDim.z above 64");
+  if (cfg.grid.y > 65535 || cfg.grid.z > 65535) throw std::invalid_argument("simt: gridDim.y/z above 65535");
+  if (cfg.shmem > 227 * 1024) throw std::invalid_argument("simt: more than 227 KiB of dynamic shared memory");
+  const uint64_t total = uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z;
+  if (total == 0) throw std::invalid_argument("simt: empty grid");
+  std::atomic<uint64_t> next{0};
+  const unsigned nw = static_cast<unsigned>(std::min<uint64_t>(worker_count(), total));
+  if (nw <= 1 || t_runner) {  // a launch from inside a kernel never happens; run inline anyway
+    run_blocks(cfg, body, next, total);
+    return;
+  }
+  std::vector<std::thread> th;
+  std::exception_ptr err;
+  std::mutex mu;
+  for (unsigned i = 0; i < nw; ++i)
+    th.emplace_back([&] {
+      try {
+        run_blocks(cfg, body, next, total);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!err) err = std::current_exception();
+      }
+    });
+  for (auto& t : th) t.join();
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace tandem::simt::detail

@@ -1,0 +1,326 @@
+// The CUDA dialect tandem's kernels are written in, for two compilers.
+//
+// Under nvcc (__CUDACC__) this is the CUDA runtime and fp16 headers plus two macros:
+//   TANDEM_LAUNCH(kernel, grid, block, shmem, stream)(args...)   ->  kernel<<<grid, block, shmem, stream>>>(args...)
+//   TANDEM_DYNAMIC_SHARED(T, name)                               ->  extern __shared__ T name[]
+//
+// Under a host C++ compiler it is a small SIMT emulator, so the same kernel source runs on
+// the CPU in CI (see docs/cuda.md): a launch runs the grid's blocks one after another (or
+// on TANDEM_SIMT_WORKERS OS threads), and a block's threads as cooperative fibers (ucontext)
+// on one OS thread. __syncthreads() parks the fiber until every live thread of the block
+// has arrived; a warp shuffle/vote writes the lane's value into the warp's exchange slots,
+// waits for the lanes of the mask, reads, and waits again before the slots are reused.
+// `__shared__` is `static thread_local`: one OS thread runs one block's fibers at a time,
+// so a kernel's shared arrays are shared by exactly that block's threads (uninitialised
+// reuse by the next block is what CUDA does too). Dynamic shared memory is a per-block
+// buffer sized at launch, reached through TANDEM_DYNAMIC_SHARED.
+//
+// A barrier that some live threads never reach (divergent __syncthreads) is reported as
+// a std::runtime_error from the launch ("deadlock"), not a hang. Threads that have exited
+// count as arrived, as on Volta and later.
+#pragma once
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define TANDEM_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
+#define TANDEM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#define TANDEM_SIMT_EMULATED 0
+#else
+#define TANDEM_SIMT_EMULATED 1
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+// ---- qualifiers --------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+#define TANDEM_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::tandem::simt::detail::dynamic_shared())
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+constexpr int warpSize = 32;
+
+namespace tandem::simt {
+
+// Block-level state of the current OS thread (see simt.cpp).
+namespace detail {
+struct ThreadCtx {
+  uint3 thread_idx;
+  unsigned linear = 0;  // linear thread index in the block
+};
+// The current fiber's and block's coordinates. Functions rather than extern thread_local
+// objects: GCC's sanitizers misjudge extern TLS objects read from a fiber's stack.
+const uint3& thread_idx();
+const uint3& block_idx();
+const dim3& block_dim();
+const dim3& grid_dim();
+void* dynamic_shared();
+void syncthreads();
+// Warp barrier over the lanes of `mask`; `value` is this lane's word, the result the word
+// of lane `src` (or the ballot of every mask lane's (value != 0) when src < 0).
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src);
+void syncwarp(unsigned mask);
+unsigned lane_id();
+
+struct LaunchConfig {
+  dim3 grid, block;
+  size_t shmem = 0;
+};
+void run_grid(const LaunchConfig& cfg, const std::function<void()>& body);
+
+template <typename T>
+inline uint64_t to_word(T v) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 64 bits");
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof(T));
+  return w;
+}
+template <typename T>
+inline T from_word(uint64_t w) {
+  T v;
+  std::memcpy(&v, &w, sizeof(T));
+  return v;
+}
+}  // namespace detail
+
+// The order in which a block's runnable fibers are resumed between barriers: Forward
+// (thread 0 first), Reverse, or Shuffle (a new pseudo-random order every round, seeded by
+// the block index). Code that is correct does not depend on it; running the tests under
+// the other orders exposes kernels that do (a missing barrier, a write-write race).
+// Default from TANDEM_SIMT_ORDER=forward|reverse|shuffle.
+enum class Schedule { Forward = 0, Reverse = 1, Shuffle = 2 };
+Schedule schedule();
+void set_schedule(Schedule s);
+
+// Host side of TANDEM_LAUNCH: launcher(args...) runs the grid and returns when it is done
+// (the emulated stream is synchronous).
+template <typename... P>
+struct Launcher {
+  void (*kernel)(P...);
+  detail::LaunchConfig cfg;
+  template <typename... A>
+  void operator()(A&&... args) const {
+    // Arguments are converted to the kernel's parameter types once, as a launch copies them.
+    std::tuple<P...> params(std::forward<A>(args)...);
+    auto k = kernel;
+    detail::run_grid(cfg, [&] { std::apply(k, params); });
+  }
+};
+template <typename... P>
+Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t) {
+  return Launcher<P...>{kernel, {grid, block, shmem}};
+}
+inline dim3 as_dim3(dim3 d) { return d; }
+inline dim3 as_dim3(unsigned v) { return dim3(v); }
+inline dim3 as_dim3(int v) { return dim3(static_cast<unsigned>(v)); }
+inline dim3 as_dim3(int64_t v) { return dim3(static_cast<unsigned>(v)); }
+inline dim3 as_dim3(size_t v) { return dim3(static_cast<unsigned>(v)); }
+
+}  // namespace tandem::simt
+
+#define TANDEM_LAUNCH(kernel, grid, block, shmem, stream)                                             \
+  ::tandem::simt::make_launcher(kernel, ::tandem::simt::as_dim3(grid), ::tandem::simt::as_dim3(block), \
+                                static_cast<size_t>(shmem), (stream))
+
+#define threadIdx (::tandem::simt::detail::thread_idx())
+#define blockIdx (::tandem::simt::detail::block_idx())
+#define blockDim (::tandem::simt::detail::block_dim())
+#define gridDim (::tandem::simt::detail::grid_dim())
+
+// ---- barriers, shuffles, votes -------------------------------------------------------------
+inline void __syncthreads() { ::tandem::simt::detail::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::tandem::simt::detail::syncwarp(mask); }
+
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  const int lane = static_cast<int>(::tandem::simt::detail::lane_id());
+  const int src = (lane & ~(width - 1)) + (src_lane & (width - 1));
+  using namespace ::tandem::simt::detail;
+  return from_word<T>(warp_exchange(mask, to_word(v), src));
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = static_cast<int>(::tandem::simt::detail::lane_id());
+  int src = lane ^ lane_mask;
+  if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+  using namespace ::tandem::simt::detail;
+  return from_word<T>(warp_exchange(mask, to_word(v), src));
+}
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = static_cast<int>(::tandem::simt::detail::lane_id());
+  int src = lane + static_cast<int>(delta);
+  if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;  // beyond the segment: own value
+  using namespace ::tandem::simt::detail;
+  return from_word<T>(warp_exchange(mask, to_word(v), src));
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = static_cast<int>(::tandem::simt::detail::lane_id());
+  int src = lane - static_cast<int>(delta);
+  if (src < (lane & ~(width - 1))) src = lane;
+  using namespace ::tandem::simt::detail;
+  return from_word<T>(warp_exchange(mask, to_word(v), src));
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return static_cast<unsigned>(::tandem::simt::detail::warp_exchange(mask, pred != 0 ? 1u : 0u, -1));
+}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+inline unsigned __activemask() { return 0xffffffffu; }  // the emulator never splits a warp
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// ---- atomics (real atomics: blocks may run on several OS threads) ---------------------------
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+template <typename T>
+inline T atomicSub(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_sub(v, std::memory_order_relaxed);
+}
+template <typename T>
+inline T atomicExch(T* p, T v) {
+  return std::atomic_ref<T>(*p).exchange(v, std::memory_order_relaxed);
+}
+template <typename T>
+inline T atomicCAS(T* p, T expected, T desired) {
+  std::atomic_ref<T>(*p).compare_exchange_strong(expected, desired, std::memory_order_relaxed);
+  return expected;  // the old value either way
+}
+template <typename T>
+inline T atomicMax(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  T old = a.load(std::memory_order_relaxed);
+  while (old < v && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+template <typename T>
+inline T atomicMin(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  T old = a.load(std::memory_order_relaxed);
+  while (v < old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+template <typename T>
+inline T atomicOr(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_or(v, std::memory_order_relaxed);
+}
+template <typename T>
+inline T atomicAnd(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_and(v, std::memory_order_relaxed);
+}
+
+// ---- bits and conversions -------------------------------------------------------------------
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
+inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __clz(unsigned v) { return v ? __builtin_clz(v) : 32; }
+inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+// Round to nearest even, as the device's cvt.rni (the host's default rounding mode).
+inline int __float2int_rn(float f) { return static_cast<int>(std::nearbyint(f)); }
+inline int __float2int_rz(float f) { return static_cast<int>(f); }
+
+// IEEE-rounded arithmetic that the compiler must not contract (the device's __f*_rn). The
+// emulated build is compiled with -ffp-contract=off, so these are the plain operations.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+// Device-only math. The host versions are the correctly rounded (or libm) results; the
+// device's are approximations with documented error (rsqrtf: 2 ulp; __expf, __logf,
+// __fdividef: fast hardware paths). Kernels that must match the CPU avoid them.
+inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
+inline float __expf(float a) { return std::exp(a); }
+inline float __logf(float a) { return std::log(a); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float a) { return a < 0.0f ? 0.0f : (a > 1.0f ? 1.0f : a); }
+
+// ---- half precision ---------------------------------------------------------------------------
+// Bit-exact IEEE binary16: conversions round to nearest even, overflow to inf, keep NaN.
+struct __half {
+  uint16_t x;
+};
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline float __half2float(__half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.x & 0x8000u) << 16;
+  uint32_t exp = (h.x >> 10) & 0x1fu, mant = h.x & 0x3ffu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) mant <<= 1, --exp;
+      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return __uint_as_float(bits);
+}
+inline __half __float2half_rn(float f) {
+  const uint32_t x = __float_as_uint(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return __half{static_cast<uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u))};
+  if (a >= 0x477ff000u) return __half{static_cast<uint16_t>(sign | 0x7c00u)};
+  if (a < 0x38800000u) {
+    if (a < 0x33000000u) return __half{sign};
+    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    uint32_t r = m >> shift;
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return __half{static_cast<uint16_t>(sign | r)};
+  }
+  uint32_t r = (a >> 13) - (112u << 10);
+  const uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return __half{static_cast<uint16_t>(sign | r)};
+}
+inline __half __float2half(float f) { return __float2half_rn(f); }
+
+#endif  // !__CUDACC__

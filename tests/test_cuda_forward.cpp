@@ -1,0 +1,263 @@
+// The whole forward pass of tiny fixture models on the CUDA backend under the SIMT
+// emulator: the same logits as the CPU backend (within a bound for the op differences),
+// and the losslessness property greedy speculation rests on: a token's logits are the same
+// bits whether it is decoded alone or verified among k+1 tokens of a ragged batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+
+#include "draft/model_proposer.hpp"
+#include "draft/ngram_proposer.hpp"
+#include "engine/model/transformer.hpp"
+#include "engine/kv/kv_cache.hpp"
+#include "engine/model/model.hpp"
+#include "engine/runtime/sequence_run.hpp"
+#include "engine/text/tokenizer.hpp"
+#include "kernels/backend_factory.hpp"
+#include "policies/policy.hpp"
+#include "tests/support/drive.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+struct Case {
+  const char* name;
+  test::TinyModelSpec spec;
+};
+
+// The emulated CUDA backend, or the real device with TANDEM_CUDA_TEST_DEVICE=1.
+std::unique_ptr<kernels::Backend> cuda_under_test() {
+  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
+  if (e && *e == '1') {
+    kernels::BackendOptions o;
+    o.device = "cuda";
+    o.gpu_mem_bytes = size_t{512} << 20;
+    return kernels::make_backend(o);
+  }
+  return kernels::make_emulated_cuda_backend(size_t{128} << 20);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  test::TinyModelSpec s;
+  v.push_back({"llama_f32", s});
+  s.arch = "qwen2";
+  s.weight_type = DType::Q8_0;
+  s.embd_type = DType::Q4_0;
+  v.push_back({"qwen2_q8_0", s});
+  s = {};
+  s.arch = "gemma3";
+  s.n_embd = 256;
+  s.n_ff = 256;
+  s.n_head = 4;
+  s.n_head_kv = 1;
+  s.weight_type = DType::Q4_K;
+  s.embd_type = DType::Q6_K;
+  s.sliding_window = 5;
+  v.push_back({"gemma3_q4_k", s});
+  return v;
+}
+
+struct ModelRun {
+  std::unique_ptr<kernels::Backend> be;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<Transformer> tf;
+  ModelRun(std::unique_ptr<kernels::Backend> b, const std::string& path) : be(std::move(b)) {
+    model = Model::load(path, *be);
+    KVCacheOptions o;
+    o.block_size = 4;
+    o.max_tokens = 128;
+    cache = std::make_unique<KVCache>(*be, model->config(), o);
+    tf = std::make_unique<Transformer>(*model, *cache);
+  }
+  ~ModelRun() {
+    tf.reset();
+    cache.reset();
+    model.reset();
+  }
+};
+
+std::string model_path(const Case& c) {
+  const std::string path = test::scratch_dir(std::string("cuda-forward-") + c.name) + "/m.gguf";
+  test::write_tiny_model(path, c.spec);
+  return path;
+}
+
+std::vector<int32_t> tokens(int n, int salt) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back((i * 37 + salt * 11 + 5) % 300);
+  return t;
+}
+
+// Prompt + decode on both backends. Not bit-identical: the matmuls sum their blocks in
+// another order (bounded per op in test_cuda_ops) and a quantized model's activations can
+// then round to a neighbouring int8 code. The bound (1e-4 of the logits' range, 1e-6 for
+// F32 weights; measured: 3e-6 and 2e-7) is far below what a wrong op or layout gives
+// (order 1).
+TEST(CudaForward, LogitsMatchTheCpuBackend) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun cpu(kernels::make_cpu_backend(1), path), gpu(cuda_under_test(), path);
+    SequenceKV sc(*cpu.cache), sg(*gpu.cache);
+    const auto prompt = tokens(9, 1), more = tokens(3, 2);
+    std::vector<float> lc, lg;
+    for (int step = 0; step < 2; ++step) {
+      Batch bc, bg;
+      const auto& t = step == 0 ? prompt : more;
+      bc.add_all_logits(sc, t);
+      bg.add_all_logits(sg, t);
+      cpu.tf->forward(bc, lc);
+      gpu.tf->forward(bg, lg);
+      ASSERT_EQ(lc.size(), lg.size());
+      float range = 0;
+      for (float x : lc) range = std::max(range, std::fabs(x));
+      const double tol = (c.spec.weight_type == DType::F32 ? 1e-6 : 1e-4) * range;
+      double worst = 0;
+      for (size_t i = 0; i < lc.size(); ++i) worst = std::max(worst, double(std::fabs(lc[i] - lg[i])));
+      EXPECT_LE(worst, tol) << "step " << step << " (logit range " << range << ")";
+    }
+  }
+}
+
+// Target-only greedy decoding (one token per pass, alongside another sequence's prefill)
+// against verification (the k+1 tokens in one pass): identical logits bit for bit.
+TEST(CudaForward, VerifyingKPlus1TokensGivesTheDecodeLogitsBitForBit) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun gpu(cuda_under_test(), path);
+    const auto prompt = tokens(7, 3), drafted = tokens(5, 4), other = tokens(6, 5);
+    const size_t nv = static_cast<size_t>(gpu.model->config().n_vocab);
+    std::vector<float> decode, l;
+    {
+      SequenceKV s(*gpu.cache), o(*gpu.cache);
+      Batch b;
+      b.add(s, prompt);
+      gpu.tf->forward(b, l);
+      decode.insert(decode.end(), l.end() - nv, l.end());
+      for (size_t i = 0; i < drafted.size(); ++i) {
+        b.clear();
+        b.add(s, std::span(drafted).subspan(i, 1));
+        if (i == 1) b.add(o, other);  // someone else's prefill in the same pass
+        gpu.tf->forward(b, l);
+        decode.insert(decode.end(), l.begin(), l.begin() + static_cast<long>(nv));
+      }
+    }
+    SequenceKV s(*gpu.cache), o(*gpu.cache), o2(*gpu.cache);
+    Batch b;
+    b.add(s, prompt);
+    gpu.tf->forward(b, l);
+    std::vector<float> verify(l.end() - nv, l.end());
+    b.clear();
+    b.add(o2, tokens(2, 9));  // a different neighbour this time
+    b.add_all_logits(s, drafted);
+    gpu.tf->forward(b, l);
+    // o2's output row comes first (requested first), then the 5 verified rows.
+    verify.insert(verify.end(), l.begin() + static_cast<long>(nv), l.end());
+    ASSERT_EQ(verify.size(), decode.size());
+    for (size_t i = 0; i < decode.size(); ++i)
+      ASSERT_EQ(std::memcmp(&decode[i], &verify[i], 4), 0) << "row " << i / nv << " logit " << i % nv;
+  }
+}
+
+// Greedy speculative decoding (n-gram drafts, k = 4, verified in one target pass) gives
+// exactly the tokens of plain greedy decoding, on the CUDA backend: what batch invariance
+// is for. The prompt repeats itself so that the n-gram proposer has drafts to offer.
+TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const std::string path = model_path(c);
+    ModelRun gpu(cuda_under_test(), path);
+    const auto tok = Tokenizer::from_gguf(gpu.model->file());
+    std::vector<int32_t> prompt;
+    for (int rep = 0; rep < 3; ++rep)
+      for (int32_t t : tokens(6, 7)) prompt.push_back(t);
+    GenerateOptions g;
+    g.max_tokens = 24;
+    g.ignore_eos = true;
+    g.sampling.temperature = 0.0f;
+    const int32_t n_vocab = gpu.model->config().n_vocab;
+    SequenceRun plain(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, nullptr, nullptr);
+    test::drive_to_end(plain, *gpu.tf);
+    const std::vector<int32_t> want = plain.result().tokens;
+    plain.kv().clear();
+    g.speculative.mode = DraftMode::Ngram;
+    g.speculative.draft_max = 4;
+    NgramProposer proposer(1, 4);
+    FixedPolicy policy;
+    SequenceRun spec(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, &proposer, &policy);
+    test::drive_to_end(spec, *gpu.tf);
+    EXPECT_EQ(spec.result().tokens, want);
+    EXPECT_GT(spec.result().speculative.drafted_tokens, 0) << "no drafts: the test would not test anything";
+    EXPECT_LT(spec.result().speculative.target_passes, plain.result().speculative.target_passes + 1);
+  }
+}
+
+// What the Coordinator does for one sequence with a draft model: prefill the target, let
+// the draft read its context when it has to, then step.
+void drive_with_draft(SequenceRun& run, Transformer& target, Proposer& proposer) {
+  std::vector<float> logits;
+  Batch b;
+  b.add(run.kv(), run.prefill_todo());
+  target.forward(b, logits);
+  while (!run.done()) {
+    if (run.draft_prefill_pending() > 0) proposer.prefill(run.committed());
+    b.clear();
+    b.add_all_logits(run.kv(), run.plan_step(1));
+    target.forward(b, logits);
+    run.finish_step(logits, 0.0);
+  }
+}
+
+// Both models of a speculative pair in one CUDA backend (one arena): the target (F32) and
+// a close draft (the same weights in F16), each with its own paged cache. Greedy decoding
+// with the draft model proposing 3 tokens per step gives the tokens of plain decoding.
+TEST(CudaForward, DraftAndTargetShareOneArenaAndGreedySpeculationIsLossless) {
+  const std::string dir = test::scratch_dir("cuda-forward-pair");
+  test::TinyModelSpec spec;
+  spec.arch = "qwen2";  // F32 weights: the close draft holds the same values in F16
+  const test::TinyPair pair = test::write_tiny_pair(dir, spec);
+  auto be = cuda_under_test();
+  auto target = Model::load(pair.target, *be);
+  auto draft = Model::load(pair.close_draft, *be);
+  KVCacheOptions o;
+  o.block_size = 4;
+  o.max_tokens = 96;
+  KVCache tcache(*be, target->config(), o), dcache(*be, draft->config(), o);
+  Transformer ttf(*target, tcache), dtf(*draft, dcache);
+  EXPECT_NE(be->description().find("arena"), std::string::npos);
+  const auto tok = Tokenizer::from_gguf(target->file());
+  const auto prompt = tokens(8, 11);
+  GenerateOptions g;
+  g.max_tokens = 16;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0.0f;
+  const int32_t n_vocab = target->config().n_vocab;
+  std::vector<int32_t> want;
+  {
+    SequenceRun plain(tcache, *tok, prompt, g, {}, 96, n_vocab, nullptr, nullptr);
+    test::drive_to_end(plain, ttf);
+    want = plain.result().tokens;
+  }
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 3;
+  ModelProposer proposer(dtf);
+  FixedPolicy policy;
+  SequenceRun spec_run(tcache, *tok, prompt, g, {}, 96, n_vocab, &proposer, &policy);
+  drive_with_draft(spec_run, ttf, proposer);
+  EXPECT_EQ(spec_run.result().tokens, want);
+  EXPECT_GT(spec_run.result().speculative.accepted_tokens, 0)
+      << "the close draft should agree sometimes; drafted " << spec_run.result().speculative.drafted_tokens
+      << " passes " << spec_run.result().speculative.target_passes;
+}
+
+}  // namespace
+}  // namespace tandem

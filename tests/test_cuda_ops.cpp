@@ -1,0 +1,659 @@
+// The CUDA backend's kernels, run under the SIMT emulator (make_emulated_cuda_backend),
+// against the CPU backend (make_cpu_backend) on the CPU op tests' cases, plus batch
+// invariance and the host-only logic (arena accounting, backend choice). The emulated
+// backend runs the same host code and the same kernel source as the nvcc build.
+//
+// Tolerances follow from the arithmetic of the two implementations (unit roundoff
+// u = 2^-24); where both compute the same operations in the same order the results must
+// be bit-identical and the test says so.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <tuple>
+
+#include "kernels/backend.hpp"
+#include "kernels/backend_factory.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/arena.hpp"
+#include "tests/support/random_blocks.hpp"
+
+namespace tandem::kernels {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of float
+
+// The CUDA backend under test: the emulated one, or with TANDEM_CUDA_TEST_DEVICE=1 (the GPU
+// run, bench/gpu_check.sh) the real device, so the same cases run natively.
+std::unique_ptr<Backend> cuda_under_test(size_t arena_bytes, int64_t gemm_min_tokens = 64) {
+  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
+  if (e && *e == '1') {
+    BackendOptions o;
+    o.device = "cuda";
+    o.gpu_mem_bytes = arena_bytes;
+    o.gemm_min_tokens = gemm_min_tokens;
+    return make_backend(o);
+  }
+  return make_emulated_cuda_backend(arena_bytes, gemm_min_tokens);
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, s);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// The same data on both backends.
+struct Dual {
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  std::unique_ptr<Backend> gpu = cuda_under_test(size_t{96} << 20);
+  std::vector<std::unique_ptr<Buffer>> bufs;  // destroyed before the backends
+  struct T {
+    Tensor c, g;
+  };
+  T raw(DType type, int64_t cols, int64_t rows, const void* data) {
+    const size_t bytes = row_bytes(type, cols) * static_cast<size_t>(rows);
+    T t;
+    bufs.push_back(cpu->alloc(std::max<size_t>(bytes, 4)));
+    t.c = make_tensor(bufs.back().get(), type, cols, rows);
+    bufs.push_back(gpu->alloc(std::max<size_t>(bytes, 4)));
+    t.g = make_tensor(bufs.back().get(), type, cols, rows);
+    if (data && bytes) {
+      cpu->upload(t.c, data, bytes);
+      gpu->upload(t.g, data, bytes);
+    }
+    return t;
+  }
+  T f32(const std::vector<float>& v, int64_t cols) {
+    return raw(DType::F32, cols, static_cast<int64_t>(v.size()) / cols, v.data());
+  }
+  T i32(const std::vector<int32_t>& v, int64_t cols) {
+    return raw(DType::I32, cols, static_cast<int64_t>(v.size()) / cols, v.data());
+  }
+  T zeros(int64_t cols, int64_t rows) { return f32(std::vector<float>(static_cast<size_t>(cols * rows)), cols); }
+  static std::vector<float> get(Backend& be, const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    be.download(v.data(), t, v.size() * 4);
+    return v;
+  }
+  std::vector<float> getc(const T& t) { return get(*cpu, t.c); }
+  std::vector<float> getg(const T& t) { return get(*gpu, t.g); }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+#define EXPECT_SAME_BITS(a, b) EXPECT_TRUE(same_bits(a, b)) << "first difference at " << first_diff(a, b)
+size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return i;
+  return std::min(a.size(), b.size());
+}
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
+                              DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// ---- host-only logic ----------------------------------------------------------------------
+
+TEST(CudaArena, AllocatesFirstFitAndCoalesces) {
+  cuda_arena::Arena a(4096);
+  auto x = a.allocate(100), y = a.allocate(256), z = a.allocate(1000);
+  EXPECT_EQ(x.offset, 0u);
+  EXPECT_EQ(x.size, 256u);  // 256-byte granules
+  EXPECT_EQ(y.offset, 256u);
+  EXPECT_EQ(z.offset, 512u);
+  EXPECT_EQ(z.size, 1024u);
+  EXPECT_TRUE(x.fresh && y.fresh && z.fresh);
+  EXPECT_EQ(a.used(), 1536u);
+  a.free(y.offset);
+  auto w = a.allocate(200);  // reuses y's hole: not fresh memory
+  EXPECT_EQ(w.offset, 256u);
+  EXPECT_FALSE(w.fresh);
+  a.free(w.offset);
+  a.free(x.offset);
+  EXPECT_EQ(a.largest_free(), 4096u - 1536u);  // [0, 512) coalesced, the tail after z larger
+  a.free(z.offset);
+  EXPECT_EQ(a.largest_free(), 4096u);  // everything merged back
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.peak(), 1536u);
+  EXPECT_THROW(a.free(12345), std::logic_error);
+}
+
+TEST(CudaArena, OutOfMemoryNamesTheRequestAndAFittingSize) {
+  cuda_arena::Arena a(size_t{1} << 20);
+  auto x = a.allocate(600 << 10, "weights");
+  try {
+    a.allocate(700 << 10, "KV cache");
+    FAIL() << "no error";
+  } catch (const cuda_arena::ArenaOutOfMemory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("KV cache"), std::string::npos) << m;
+    EXPECT_NE(m.find("--gpu-mem"), std::string::npos) << m;
+    // The largest hole is 424 KiB, so 276 KiB more would have fitted it.
+    EXPECT_EQ(e.would_fit(), (size_t{1} << 20) + (700u << 10) - (424u << 10));
+    cuda_arena::Arena bigger(e.would_fit());
+    bigger.allocate(600 << 10);
+    EXPECT_NO_THROW(bigger.allocate(700 << 10));
+  }
+  a.free(x.offset);
+}
+
+TEST(CudaBackend, BuffersComeFromOneArena) {
+  auto be = cuda_under_test(size_t{4} << 20);
+  EXPECT_EQ(be->kind(), DeviceKind::CUDA);
+  EXPECT_NE(be->name().find("cuda"), std::string::npos);
+  EXPECT_NE(be->description().find("paged attention"), std::string::npos);
+  auto a = be->alloc(1 << 20);
+  auto z = be->alloc_zeroed(2 << 20);
+  std::vector<float> back(16, 1.0f);
+  be->download(back.data(), make_tensor(z.get(), DType::F32, 16), 64);
+  EXPECT_EQ(back, std::vector<float>(16, 0.0f));
+  EXPECT_THROW(be->alloc(2 << 20), cuda_arena::ArenaOutOfMemory);
+  a.reset();
+  EXPECT_NO_THROW(be->alloc(1 << 20));
+  // Freed memory handed out again as a zeroed reserve is cleared.
+  auto b = be->alloc(1 << 20);
+  std::vector<float> ones(256, 1.0f);
+  be->upload(make_tensor(b.get(), DType::F32, 256), ones.data(), 1024);
+  b.reset();
+  auto z2 = be->alloc_zeroed(1 << 20);
+  be->download(back.data(), make_tensor(z2.get(), DType::F32, 16), 64);
+  EXPECT_EQ(back, std::vector<float>(16, 0.0f));
+  // A tensor of another backend is refused.
+  auto cpu = make_cpu_backend(1);
+  auto cb = cpu->alloc(64);
+  Tensor ct = make_tensor(cb.get(), DType::F32, 16);
+  EXPECT_THROW(be->scale(ct, 2.0f), std::logic_error);
+}
+
+TEST(BackendFactory, ChoosesAndExplains) {
+  BackendOptions o;
+  o.device = "cpu";
+  o.cpu_threads = 1;
+  EXPECT_EQ(make_backend(o)->kind(), DeviceKind::CPU);
+  o.device = "cuda-emulated";
+  o.gpu_mem_bytes = 1 << 20;
+  EXPECT_EQ(make_backend(o)->kind(), DeviceKind::CUDA);
+  o.device = "tpu";
+  EXPECT_THROW(make_backend(o), std::invalid_argument);
+  // This machine has no GPU (CI): auto falls back with one line, cuda is an error. With
+  // a device present, both give the CUDA backend.
+  o.device = "auto";
+  std::string reason;
+  auto be = make_backend(o, &reason);
+  if (be->kind() == DeviceKind::CPU) {
+    EXPECT_NE(reason.find("using the CPU backend"), std::string::npos) << reason;
+    EXPECT_EQ(reason.find('\n'), std::string::npos);
+    o.device = "cuda";
+    EXPECT_THROW(make_backend(o), std::runtime_error);
+  } else {
+    EXPECT_TRUE(reason.empty());
+  }
+  EXPECT_EQ(parse_memory_size("24G"), size_t{24} << 30);
+  EXPECT_EQ(parse_memory_size("512MiB"), size_t{512} << 20);
+  EXPECT_EQ(parse_memory_size("1.5g"), size_t{3} << 29);
+  EXPECT_EQ(parse_memory_size("4096"), 4096u);
+  EXPECT_THROW(parse_memory_size("lots"), std::invalid_argument);
+  EXPECT_THROW(parse_memory_size("3X"), std::invalid_argument);
+}
+
+// ---- row-wise ops -------------------------------------------------------------------------
+
+// Dequantization performs the reference's float operations in its order (no contraction):
+// identical bits for every weight type.
+TEST(CudaOps, GetRowsEveryWeightTypeBitIdentical) {
+  for (DType t : kWeightTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Dual d;
+    const int64_t cols = 512, rows = 7;
+    const auto blob = test::random_blocks(t, cols * rows, 77);
+    auto table = d.raw(t, cols, rows, blob.data());
+    auto ids = d.i32({3, 0, 6, 3, 1}, 5);
+    auto out = d.zeros(cols, 5);
+    d.cpu->get_rows(out.c, table.c, ids.c);
+    d.gpu->get_rows(out.g, table.g, ids.g);
+    EXPECT_SAME_BITS(d.getc(out), d.getg(out));
+  }
+  Dual d;
+  auto table = d.f32(randn(4 * 8, 1), 8);
+  auto bad = d.i32({1, 4}, 2);
+  auto out = d.zeros(8, 2);
+  d.gpu->get_rows(out.g, table.g, bad.g);
+  EXPECT_THROW(d.gpu->synchronize(), std::out_of_range);
+  EXPECT_NO_THROW(d.gpu->synchronize());  // reported once
+}
+
+// Both accumulate the sum of squares in double (in different orders: relative difference
+// ~n 2^-53), so 1/rms rounds to the same float or a neighbour; with the two roundings of
+// x*inv*(w+off) the results differ by at most 2 ulp.
+TEST(CudaOps, RmsNorm) {
+  for (auto [rows, cols, off] : {std::tuple{5, 37, 0.0f}, {3, 1000, 1.0f}, {1, 4097, 0.0f}}) {
+    Dual d;
+    auto x = d.f32(randn(size_t(rows) * cols, 1, 3.0f), cols);
+    auto w = d.f32(randn(cols, 2), cols);
+    auto y = d.zeros(cols, rows);
+    d.cpu->rms_norm(y.c, x.c, w.c, 1e-5f, off);
+    d.gpu->rms_norm(y.g, x.g, w.g, 1e-5f, off);
+    const auto a = d.getc(y), b = d.getg(y);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_LE(std::fabs(a[i] - b[i]), 4 * kU * std::fabs(a[i])) << i;
+    d.gpu->rms_norm(x.g, x.g, w.g, 1e-5f, off);  // in place
+    EXPECT_SAME_BITS(d.getg(x), b);
+  }
+}
+
+// One rounding per element, same operation: identical.
+TEST(CudaOps, AddMulScaleBroadcastBitIdentical) {
+  Dual d;
+  const int cols = 300, rows = 4;
+  auto a = d.f32(randn(rows * cols, 3), cols), b = d.f32(randn(rows * cols, 4), cols), b1 = d.f32(randn(cols, 5), cols);
+  for (int op = 0; op < 2; ++op)
+    for (auto* bb : {&b, &b1}) {
+      auto y = d.zeros(cols, rows);
+      if (op == 0) d.cpu->add(y.c, a.c, bb->c), d.gpu->add(y.g, a.g, bb->g);
+      else d.cpu->mul(y.c, a.c, bb->c), d.gpu->mul(y.g, a.g, bb->g);
+      EXPECT_SAME_BITS(d.getc(y), d.getg(y));
+    }
+  d.cpu->add(a.c, a.c, b1.c);  // dst aliasing a
+  d.gpu->add(a.g, a.g, b1.g);
+  d.cpu->scale(a.c, 0.37f);
+  d.gpu->scale(a.g, 0.37f);
+  EXPECT_SAME_BITS(d.getc(a), d.getg(a));
+}
+
+// expf/tanhf: the host's libm here, CUDA's (<= 2 ulp) on a device. SiLU g/(1+e^-g)*u: a
+// 2-ulp exp error gives <= 2 ulp in 1+e^-g, and with three roundings <= 6 ulp of y. GELU:
+// the error of tanh (<= 2 ulp of a value <= 1) is multiplied by 0.5|g u|, plus 4 roundings.
+TEST(CudaOps, GatedActivations) {
+  Dual d;
+  const int cols = 257, rows = 3;
+  auto g = d.f32(randn(rows * cols, 6, 3.0f), cols), u = d.f32(randn(rows * cols, 7), cols);
+  const auto gv = d.getc(g), uv = d.getc(u);
+  for (Activation act : {Activation::SiLU, Activation::GeluTanh}) {
+    auto y = d.zeros(cols, rows);
+    d.cpu->gated_act(y.c, g.c, u.c, act);
+    d.gpu->gated_act(y.g, g.g, u.g, act);
+    const auto a = d.getc(y), b = d.getg(y);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double tol = act == Activation::SiLU ? 12 * kU * std::fabs(a[i])
+                                                 : 8 * kU * std::fabs(a[i]) + 4 * kU * std::fabs(gv[i] * uv[i]);
+      ASSERT_LE(std::fabs(a[i] - b[i]), tol) << i;
+    }
+  }
+}
+
+// Angles, cos and sin in double on both; a device's double cos/sin (<= 2 ulp of double)
+// can round to the neighbouring float at most, so each rotated value differs by at most
+// 1 ulp of |x0| + |x1| (plus the two roundings of the products and the sum).
+TEST(CudaOps, RopeNormalNeoxPartial) {
+  for (auto [style, rope_dims] : {std::tuple{RopeStyle::Normal, 16}, {RopeStyle::NeoX, 16}, {RopeStyle::NeoX, 6},
+                                  {RopeStyle::Normal, 10}}) {
+    Dual d;
+    const int n_heads = 3, hd = 16, n = 5;
+    const auto xv = randn(n * (n_heads * hd + 4), 8);  // rows longer than the heads
+    auto x = d.f32(xv, n_heads * hd + 4);
+    auto pos = d.i32({0, 1, 17, 1000, 32767}, 5);
+    d.cpu->rope(x.c, pos.c, n_heads, hd, rope_dims, 10000.0f, style);
+    d.gpu->rope(x.g, pos.g, n_heads, hd, rope_dims, 10000.0f, style);
+    const auto a = d.getc(x), b = d.getg(x);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_LE(std::fabs(a[i] - b[i]), 4 * kU * (std::fabs(a[i]) + 8)) << i;
+  }
+}
+
+TEST(CudaOps, KvStoreF32AndF16BitIdentical) {
+  for (DType ct : {DType::F32, DType::F16}) {
+    SCOPED_TRACE(dtype_name(ct));
+    Dual d;
+    const int kvw = 24, slots = 10;
+    auto kc = d.raw(ct, kvw, slots, nullptr), vc = d.raw(ct, kvw, slots, nullptr);
+    d.cpu->fill_zero(kc.c), d.cpu->fill_zero(vc.c), d.gpu->fill_zero(kc.g), d.gpu->fill_zero(vc.g);
+    auto k = d.f32(randn(3 * kvw, 9, 100.0f), kvw), v = d.f32(randn(3 * kvw, 10), kvw);
+    auto sm = d.i32({7, 2, 9}, 3);
+    PagedAttnMeta mc, mg;
+    mc.slot_mapping = sm.c;
+    mg.slot_mapping = sm.g;
+    d.cpu->kv_store({kc.c, vc.c}, k.c, v.c, mc);
+    d.gpu->kv_store({kc.g, vc.g}, k.g, v.g, mg);
+    const size_t bytes = row_bytes(ct, kvw) * slots;
+    std::vector<uint8_t> a(bytes), b(bytes);
+    for (auto* t : {&kc, &vc}) {
+      d.cpu->download(a.data(), t->c, bytes);
+      d.gpu->download(b.data(), t->g, bytes);
+      EXPECT_EQ(a, b);
+    }
+    auto bad = d.i32({10, 0, 1}, 3);
+    mg.slot_mapping = bad.g;
+    d.gpu->kv_store({kc.g, vc.g}, k.g, v.g, mg);
+    EXPECT_THROW(d.gpu->synchronize(), std::out_of_range);
+  }
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+// Byte ranges holding the codes of a block: zeroing them leaves each element at its
+// group's offset (the value of code 0: -8d, m, -ml, -4dl, -32dl, ...).
+std::pair<int, int> code_bytes(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {2, 18};
+    case DType::Q4_1: return {4, 20};
+    case DType::Q5_0: return {2, 22};
+    case DType::Q5_1: return {4, 24};
+    case DType::Q2_K: return {16, 80};
+    case DType::Q3_K: return {0, 96};
+    case DType::Q4_K: return {16, 144};
+    case DType::Q5_K: return {16, 176};
+    case DType::Q6_K: return {0, 192};
+    default: return {0, 0};
+  }
+}
+
+// Both backends compute each weight block's contribution from the same int8 activations
+// and the same exact integer dot products, with the same float operations; they differ in
+// the order the nb = C/block contributions are summed (CPU: in order; CUDA: 32 lanes,
+// then a tree). Each contribution is d*dx*sum(q*xq) (+ offset terms) whose magnitude is at
+// most sum_c (|w_c - o_c| + |o_c|) |x'_c| (o_c: the element's offset, x' the quantized
+// activation, |x'| <= |x| + amax/254); summing nb of them in two orders differs by at most
+// 2 (nb + 4) u times that sum (4: the roundings inside a contribution). Float weights:
+// C products summed in two orders: 2 C u sum |w x|.
+double matmul_tolerance(DType t, const std::vector<uint8_t>& blob, int64_t r, int64_t C, const float* x) {
+  const auto& info = dtype_info(t);
+  const size_t rb = row_bytes(t, C);
+  std::vector<float> w(C), o(C, 0.0f);
+  cpu::dequantize_row_ref(t, blob.data() + r * rb, w.data(), C);
+  const auto [c0, c1] = code_bytes(t);
+  if (c1 > c0) {
+    std::vector<uint8_t> z(blob.begin() + r * rb, blob.begin() + (r + 1) * rb);
+    for (int64_t b = 0; b < C / info.block_size; ++b)
+      std::memset(z.data() + b * info.type_size + c0, 0, static_cast<size_t>(c1 - c0));
+    cpu::dequantize_row_ref(t, z.data(), o.data(), C);
+  }
+  double s = 0;
+  const int bs = info.block_size == 256 ? 256 : 32;
+  for (int64_t c = 0; c < C; ++c) {
+    double amax = 0;
+    if (info.block_size > 1)
+      for (int64_t i = c / bs * bs; i < c / bs * bs + bs; ++i) amax = std::max(amax, double(std::fabs(x[i])));
+    s += (std::fabs(double(w[c]) - o[c]) + std::fabs(double(o[c]))) * (std::fabs(double(x[c])) + amax / 254);
+  }
+  const double n_terms = info.block_size > 1 ? double(C / info.block_size) + 4 : double(C);
+  return 2 * n_terms * kU * s;
+}
+
+struct MatmulCase {
+  Dual d;
+  DType t;
+  int64_t R, C, N;
+  std::vector<uint8_t> blob;
+  std::vector<float> x;
+  Dual::T w, xt;
+  MatmulCase(DType type, int64_t r, int64_t c, int64_t n, uint32_t seed) : t(type), R(r), C(c), N(n) {
+    blob = test::random_blocks(t, R * C, seed);
+    x = randn(static_cast<size_t>(N * C), seed + 1);
+    w = d.raw(t, C, R, blob.data());
+    xt = d.f32(x, C);
+  }
+  // Tokens [t0, t0 + n) on the emulated CUDA backend.
+  std::vector<float> gpu(int64_t t0, int64_t n) {
+    auto y = d.zeros(R, n);
+    d.gpu->matmul(y.g, w.g, xt.g.slice_rows(t0, n));
+    return d.getg(y);
+  }
+  std::vector<float> cpu_all() {
+    auto y = d.zeros(R, N);
+    d.cpu->matmul(y.c, w.c, xt.c);
+    return d.getc(y);
+  }
+};
+
+// Every weight type, odd row counts (not a multiple of the 4 rows of a block), row lengths
+// of 1, 3 and 9 blocks, M = 1..17 tokens: each token's row matches the CPU within the
+// bound above and is bit-identical to the same token computed alone.
+TEST(CudaOps, MatmulEveryWeightTypeM1To17AgainstCpuAndBatchInvariant) {
+  const auto start = std::chrono::steady_clock::now();
+  for (DType t : kWeightTypes) {
+    const int64_t bs = dtype_info(t).block_size;
+    const int64_t C = bs == 256 ? 256 * 3 : (bs == 32 ? 32 * 9 : 37);
+    SCOPED_TRACE(dtype_name(t));
+    MatmulCase mc(t, 13, C, 17, 100 + static_cast<uint32_t>(t));
+    const auto ref = mc.cpu_all();
+    std::vector<std::vector<float>> alone;
+    for (int64_t i = 0; i < mc.N; ++i) alone.push_back(mc.gpu(i, 1));
+    for (int64_t i = 0; i < mc.N; ++i)
+      for (int64_t r = 0; r < mc.R; ++r) {
+        const double tol = matmul_tolerance(t, mc.blob, r, C, mc.x.data() + i * C);
+        ASSERT_LE(std::fabs(alone[i][r] - ref[i * mc.R + r]), tol) << "token " << i << " row " << r;
+      }
+    for (int64_t n : {2, 3, 8, 16, 17}) {
+      const auto y = mc.gpu(0, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<float> row(y.begin() + i * mc.R, y.begin() + (i + 1) * mc.R);
+        ASSERT_TRUE(same_bits(row, alone[i])) << "M=" << n << " token " << i;
+      }
+    }
+  }
+  RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+}
+
+// matmul_shared gives each target the bits of its own matmul, with one activation
+// quantization per block size (Q4_K and Q8_0 targets mixed).
+TEST(CudaOps, MatmulSharedMatchesSingleMatmuls) {
+  Dual d;
+  const int64_t C = 512, N = 3;
+  auto x = d.f32(randn(N * C, 50), C);
+  std::vector<Dual::T> ws, ys;
+  const DType types[] = {DType::Q4_K, DType::Q8_0, DType::F16, DType::Q6_K};
+  for (int i = 0; i < 4; ++i) {
+    const auto blob = test::random_blocks(types[i], 9 * C, 60 + i);
+    ws.push_back(d.raw(types[i], C, 9, blob.data()));
+    ys.push_back(d.zeros(9, N));
+  }
+  std::vector<Backend::MatmulTarget> tg;
+  for (int i = 0; i < 4; ++i) tg.push_back({ys[i].g, ws[i].g});
+  d.gpu->matmul_shared(x.g, tg.data(), 4);
+  for (int i = 0; i < 4; ++i) {
+    auto y = d.zeros(9, N);
+    d.gpu->matmul(y.g, ws[i].g, x.g);
+    EXPECT_SAME_BITS(d.getg(y), d.getg(ys[i])) << dtype_name(types[i]);
+  }
+}
+
+// From gemm_min_tokens tokens on: dequantized F32 tiles and a GEMM on the unquantized
+// activations (cuBLAS on a device, a host loop here), checked against a double reference
+// of the same product: C products summed in float, |error| <= C u sum|w x| (each way).
+TEST(CudaOps, MatmulGemmPathForLargeBatches) {
+  for (DType t : {DType::Q4_K, DType::Q5_0, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Dual d;
+    d.gpu = cuda_under_test(size_t{32} << 20, /*gemm_min_tokens=*/20);
+    const int64_t R = 11, C = 512, N = 21;
+    const auto blob = test::random_blocks(t, R * C, 70);
+    const auto x = randn(N * C, 71);
+    auto w = d.raw(t, C, R, blob.data());
+    auto xt = d.f32(x, C);
+    auto y = d.zeros(R, N);
+    d.gpu->matmul(y.g, w.g, xt.g);
+    const auto got = d.getg(y);
+    std::vector<float> wr(C);
+    for (int64_t r = 0; r < R; ++r) {
+      cpu::dequantize_row_ref(t, blob.data() + r * row_bytes(t, C), wr.data(), C);
+      for (int64_t i = 0; i < N; ++i) {
+        double s = 0, sa = 0;
+        for (int64_t c = 0; c < C; ++c) s += double(wr[c]) * x[i * C + c], sa += std::fabs(double(wr[c]) * x[i * C + c]);
+        ASSERT_LE(std::fabs(got[i * R + r] - s), C * kU * sa + 1e-30) << "token " << i << " row " << r;
+      }
+    }
+  }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+struct AttnCase {
+  DType kv_type = DType::F16;
+  int window = 0;
+  float softcap = 0.0f;
+  int n_heads = 4, n_kv = 2, hd = 16, bs = 4;
+  std::vector<int> lens = {7, 13};
+  std::vector<int> n_new = {3, 1};
+};
+
+// Sequences with scrambled block tables, the new tokens at their ends, the same cache on
+// both backends.
+struct AttnProblem {
+  AttnCase c;
+  Dual d;
+  std::vector<std::vector<float>> K, V;
+  std::vector<int32_t> pos, seq, bt;
+  std::vector<float> q;
+  Dual::T kc, vc;
+  int bt_cols = 0;
+
+  explicit AttnProblem(const AttnCase& cs) : c(cs) {
+    const int kvw = c.n_kv * c.hd, n_seq = static_cast<int>(c.lens.size());
+    for (int l : c.lens) bt_cols = std::max(bt_cols, (l + c.bs - 1) / c.bs);
+    const int n_blocks = bt_cols * n_seq + 3;
+    std::vector<int32_t> free(n_blocks);
+    std::iota(free.begin(), free.end(), 0);
+    std::shuffle(free.begin(), free.end(), std::mt19937(5));
+    bt.assign(size_t(n_seq) * bt_cols, 0);
+    for (int s = 0, k = 0; s < n_seq; ++s)
+      for (int b = 0; b < (c.lens[s] + c.bs - 1) / c.bs; ++b) bt[size_t(s) * bt_cols + b] = free[k++];
+    const size_t row = row_bytes(c.kv_type, kvw);
+    std::vector<uint8_t> kb(row * n_blocks * c.bs), vb(row * n_blocks * c.bs);
+    auto put = [&](std::vector<uint8_t>& cache, int slot, const float* src) {
+      for (int i = 0; i < kvw; ++i) {
+        if (c.kv_type == DType::F16) reinterpret_cast<uint16_t*>(cache.data() + slot * row)[i] = cpu::f32_to_fp16(src[i]);
+        else reinterpret_cast<float*>(cache.data() + slot * row)[i] = src[i];
+      }
+    };
+    for (int s = 0; s < n_seq; ++s) {
+      K.push_back(randn(size_t(c.lens[s]) * kvw, 10 + s));
+      V.push_back(randn(size_t(c.lens[s]) * kvw, 20 + s));
+      for (int p = 0; p < c.lens[s]; ++p) {
+        const int slot = bt[size_t(s) * bt_cols + p / c.bs] * c.bs + p % c.bs;
+        put(kb, slot, &K[s][size_t(p) * kvw]);
+        put(vb, slot, &V[s][size_t(p) * kvw]);
+      }
+      for (int i = 0; i < c.n_new[s]; ++i) pos.push_back(c.lens[s] - c.n_new[s] + i), seq.push_back(s);
+    }
+    kc = d.raw(c.kv_type, kvw, n_blocks * c.bs, kb.data());
+    vc = d.raw(c.kv_type, kvw, n_blocks * c.bs, vb.data());
+    q = randn(pos.size() * c.n_heads * c.hd, 30);
+  }
+
+  // Tokens [t0, t1) in one call on one backend.
+  std::vector<float> run(bool on_gpu, size_t t0, size_t t1) {
+    const int n = static_cast<int>(t1 - t0), w = c.n_heads * c.hd;
+    auto p = d.i32(std::vector<int32_t>(pos.begin() + t0, pos.begin() + t1), n);
+    auto s = d.i32(std::vector<int32_t>(seq.begin() + t0, seq.begin() + t1), n);
+    auto b = d.i32(bt, bt_cols);
+    auto tq = d.f32(std::vector<float>(q.begin() + t0 * w, q.begin() + t1 * w), w);
+    auto to = d.zeros(w, n);
+    Backend& be = on_gpu ? *d.gpu : *d.cpu;
+    PagedAttnMeta meta;
+    meta.positions = on_gpu ? p.g : p.c;
+    meta.seq_index = on_gpu ? s.g : s.c;
+    meta.block_table = on_gpu ? b.g : b.c;
+    meta.block_size = c.bs;
+    be.paged_attention(on_gpu ? to.g : to.c, on_gpu ? tq.g : tq.c, on_gpu ? KVLayer{kc.g, vc.g} : KVLayer{kc.c, vc.c},
+                       meta, c.n_heads, c.n_kv, c.hd, 1.0f / std::sqrt(float(c.hd)), c.window, c.softcap);
+    return on_gpu ? d.getg(to) : d.getc(to);
+  }
+
+  // Against a dense double-precision softmax with the CPU op test's tolerance (1e-4; the
+  // outputs are weighted means of N(0,1) values), and against the CPU backend within the
+  // sum of both tolerances.
+  void check(const std::vector<float>& out, const std::vector<float>& cpu_out) {
+    const int kvw = c.n_kv * c.hd;
+    auto rounded = [&](float x) { return c.kv_type == DType::F16 ? cpu::fp16_to_f32(cpu::f32_to_fp16(x)) : x; };
+    const double scale = double(1.0f / std::sqrt(float(c.hd)));
+    for (size_t t = 0; t < pos.size(); ++t)
+      for (int head = 0; head < c.n_heads; ++head) {
+        const int s = seq[t], kvh = head / (c.n_heads / c.n_kv);
+        const int j0 = c.window > 0 ? std::max(0, pos[t] - c.window + 1) : 0;
+        std::vector<double> sc;
+        for (int j = j0; j <= pos[t]; ++j) {
+          double dd = 0;
+          for (int i = 0; i < c.hd; ++i)
+            dd += double(q[(t * c.n_heads + head) * c.hd + i]) * rounded(K[s][size_t(j) * kvw + kvh * c.hd + i]);
+          dd *= scale;
+          if (c.softcap > 0) dd = c.softcap * std::tanh(dd / c.softcap);
+          sc.push_back(dd);
+        }
+        const double mx = *std::max_element(sc.begin(), sc.end());
+        double z = 0;
+        for (auto& x : sc) z += (x = std::exp(x - mx));
+        for (int i = 0; i < c.hd; ++i) {
+          double acc = 0;
+          for (int j = j0; j <= pos[t]; ++j) acc += sc[j - j0] / z * rounded(V[s][size_t(j) * kvw + kvh * c.hd + i]);
+          const size_t k = (t * c.n_heads + head) * c.hd + i;
+          ASSERT_NEAR(out[k], acc, 1e-4) << "token " << t << " head " << head;
+          ASSERT_NEAR(out[k], cpu_out[k], 2e-4) << "token " << t << " head " << head;
+        }
+      }
+  }
+  void check_all() { check(run(true, 0, pos.size()), run(false, 0, pos.size())); }
+};
+
+TEST(CudaOps, PagedAttentionF32) { AttnProblem({DType::F32, 0, 0.0f}).check_all(); }
+TEST(CudaOps, PagedAttentionF16) { AttnProblem({DType::F16, 0, 0.0f}).check_all(); }
+TEST(CudaOps, PagedAttentionSlidingWindowAndSoftcap) { AttnProblem({DType::F16, 3, 5.0f}).check_all(); }
+
+// GQA groups of 3, 6 and 7, head_dim 64/128 and an odd 12, a context of 1100 positions
+// (three spans of 512, merged) and a window spanning two spans.
+TEST(CudaOps, PagedAttentionModelShapesAndLongContexts) {
+  AttnCase c;
+  c.kv_type = DType::F16;
+  c.bs = 16;
+  c.lens = {1100, 37, 9};
+  c.n_new = {2, 3, 1};
+  for (auto [nh, nkv, hd] : {std::tuple{9, 3, 64}, {12, 2, 128}, {14, 2, 64}, {4, 1, 12}}) {
+    SCOPED_TRACE(testing::Message() << nh << " heads, " << nkv << " kv, hd " << hd);
+    c.n_heads = nh;
+    c.n_kv = nkv;
+    c.hd = hd;
+    AttnProblem(c).check_all();
+  }
+  c.window = 600;
+  c.n_heads = 6;
+  c.n_kv = 2;
+  c.hd = 64;
+  AttnProblem(c).check_all();
+}
+
+// A token's output is the same bits alone or in a batch of up to 17 (verification).
+TEST(CudaOps, PagedAttentionIsBatchInvariant) {
+  AttnCase c;
+  c.bs = 16;
+  c.n_heads = 6;
+  c.n_kv = 2;
+  c.hd = 32;
+  c.lens = {700, 40};
+  c.n_new = {12, 5};
+  AttnProblem pr(c);
+  const auto all = pr.run(true, 0, pr.pos.size());
+  const size_t w = size_t(c.n_heads) * c.hd;
+  for (size_t t = 0; t < pr.pos.size(); ++t) {
+    const auto one = pr.run(true, t, t + 1);
+    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+  }
+}
+
+TEST(CudaOps, PagedAttentionRejectsBadTables) {
+  AttnProblem pr(AttnCase{});
+  pr.bt[0] = 1000;
+  EXPECT_THROW(pr.run(true, 0, pr.pos.size()), std::out_of_range);  // found when the output is downloaded
+  AttnProblem pr2(AttnCase{});
+  pr2.pos[0] = 4 * 4 * 100;
+  EXPECT_THROW(pr2.run(true, 0, pr2.pos.size()), std::out_of_range);
+}
+
+}  // namespace
+}  // namespace tandem::kernels

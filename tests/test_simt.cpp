@@ -1,0 +1,220 @@
+// The SIMT emulator (kernels/cuda/simt/) on its own: kernels written as CUDA source,
+// compiled here as host C++, launched through TANDEM_LAUNCH.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/simt/simt.hpp"
+
+namespace {
+
+// Block reduction through static shared memory and __syncthreads (tree in shared memory).
+__global__ void block_sum(const int* x, int n, int* out) {
+  __shared__ int s[256];
+  int v = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) v += x[i];
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+
+TEST(Simt, SharedMemoryReductionWithSyncthreads) {
+  std::vector<int> x(5000);
+  std::iota(x.begin(), x.end(), -1000);
+  std::vector<int> part(7, -1);
+  TANDEM_LAUNCH(block_sum, 7, 256, 0, nullptr)(x.data(), static_cast<int>(x.size()), part.data());
+  EXPECT_EQ(std::accumulate(part.begin(), part.end(), 0), std::accumulate(x.begin(), x.end(), 0));
+}
+
+// Without the barrier a reader sees the other threads' values missing: the emulator must
+// really interleave threads at __syncthreads (a fiber runs until it blocks).
+__global__ void neighbour(int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = static_cast<int>(threadIdx.x) * 10;
+  __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(Simt, SyncthreadsOrdersWritesBeforeReads) {
+  std::vector<int> out(64);
+  TANDEM_LAUNCH(neighbour, 1, 64, 0, nullptr)(out.data());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], ((i + 1) % 64) * 10);
+}
+
+__global__ void shuffles(int* out) {
+  const int lane = threadIdx.x % 32;
+  const int base = static_cast<int>(threadIdx.x) * 8;
+  out[base + 0] = __shfl_xor_sync(0xffffffffu, lane * 3, 5);
+  out[base + 1] = __shfl_down_sync(0xffffffffu, lane + 100, 4);
+  out[base + 2] = __shfl_up_sync(0xffffffffu, lane + 200, 2);
+  out[base + 3] = __shfl_sync(0xffffffffu, lane * 7 + static_cast<int>(threadIdx.x / 32), 9);
+  out[base + 4] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
+  out[base + 5] = __any_sync(0xffffffffu, lane == 17);
+  out[base + 6] = __all_sync(0xffffffffu, lane < 31);
+  float f = static_cast<float>(lane);
+  for (int o = 16; o >= 1; o /= 2) f += __shfl_xor_sync(0xffffffffu, f, o);
+  out[base + 7] = static_cast<int>(f);
+}
+
+TEST(Simt, WarpShufflesAndVotes) {
+  std::vector<int> out(64 * 8);
+  TANDEM_LAUNCH(shuffles, 1, 64, 0, nullptr)(out.data());
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l += 3) ballot |= 1u << l;
+  for (int t = 0; t < 64; ++t) {
+    const int lane = t % 32, w = t / 32;
+    const int* o = &out[t * 8];
+    EXPECT_EQ(o[0], (lane ^ 5) * 3);
+    EXPECT_EQ(o[1], lane + 4 < 32 ? lane + 4 + 100 : lane + 100);
+    EXPECT_EQ(o[2], lane >= 2 ? lane - 2 + 200 : lane + 200);
+    EXPECT_EQ(o[3], 9 * 7 + w);
+    EXPECT_EQ(static_cast<unsigned>(o[4]), ballot);
+    EXPECT_EQ(o[5], 1);
+    EXPECT_EQ(o[6], 0);
+    EXPECT_EQ(o[7], 31 * 32 / 2);
+  }
+}
+
+// Shuffles in a warp whose block is not a multiple of 32 threads: absent lanes are skipped.
+__global__ void partial_warp(int* out) {
+  out[threadIdx.x] = static_cast<int>(__ballot_sync(0xffffffffu, 1));
+}
+
+TEST(Simt, PartialLastWarp) {
+  std::vector<int> out(40);
+  TANDEM_LAUNCH(partial_warp, 1, 40, 0, nullptr)(out.data());
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(static_cast<unsigned>(out[t]), 0xffffffffu);
+  for (int t = 32; t < 40; ++t) EXPECT_EQ(static_cast<unsigned>(out[t]), 0xffu);
+}
+
+__global__ void atomics(int* counter, float* fsum, int* mx, unsigned* bits) {
+  atomicAdd(counter, 1);
+  atomicAdd(fsum, 0.5f);
+  const unsigned t = threadIdx.x + blockDim.x * threadIdx.y;  // 0..31
+  atomicMax(mx, static_cast<int>(blockIdx.x * 32 + t));
+  atomicOr(bits, 1u << t);
+}
+
+TEST(Simt, Atomics) {
+  int counter = 0, mx = -5;
+  float fsum = 0.0f;
+  unsigned bits = 0;
+  TANDEM_LAUNCH(atomics, dim3(3, 2), dim3(8, 4), 0, nullptr)(&counter, &fsum, &mx, &bits);
+  EXPECT_EQ(counter, 6 * 32);
+  EXPECT_EQ(fsum, 96.0f);
+  EXPECT_EQ(mx, 2 * 32 + 31);  // grid 3x2: blockIdx.x in 0..2
+  EXPECT_EQ(bits, 0xffffffffu);
+}
+
+// Dynamic shared memory sized at launch, 3-D blocks and 2-D grids.
+__global__ void dyn_shared(int* out) {
+  TANDEM_DYNAMIC_SHARED(int, s);
+  const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+  s[t] = static_cast<int>(t + 1000 * (blockIdx.x + gridDim.x * blockIdx.y));
+  __syncthreads();
+  out[(blockIdx.x + gridDim.x * blockIdx.y) * nt + t] = s[nt - 1 - t];
+}
+
+TEST(Simt, DynamicSharedMemoryAndMultiDimensionalShapes) {
+  const unsigned nt = 4 * 3 * 2, nb = 2 * 3;
+  std::vector<int> out(nt * nb);
+  TANDEM_LAUNCH(dyn_shared, dim3(2, 3), dim3(4, 3, 2), nt * sizeof(int), nullptr)(out.data());
+  for (unsigned b = 0; b < nb; ++b)
+    for (unsigned t = 0; t < nt; ++t) EXPECT_EQ(out[b * nt + t], static_cast<int>(nt - 1 - t + 1000 * b));
+}
+
+__global__ void divergent_barrier(int* out) {
+  if (threadIdx.x < 16) __syncthreads();  // half the block never arrives... but they exit
+  out[threadIdx.x] = 1;
+}
+__global__ void deadlock(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __shfl_sync(0xffffffffu, 1, 0);  // waits for lanes that wait at the block barrier
+  }
+  out[threadIdx.x] = 1;
+}
+
+// Exited threads count as arrived (as on Volta+); a real cycle is an error, not a hang.
+TEST(Simt, DivergentBarriers) {
+  std::vector<int> out(64);
+  TANDEM_LAUNCH(divergent_barrier, 1, 64, 0, nullptr)(out.data());
+  EXPECT_EQ(std::accumulate(out.begin(), out.end(), 0), 64);
+  EXPECT_THROW(TANDEM_LAUNCH(deadlock, 1, 32, 0, nullptr)(out.data()), std::runtime_error);
+  // The emulator is usable after the failed launch.
+  std::vector<int> part(1);
+  std::vector<int> x(10, 2);
+  TANDEM_LAUNCH(block_sum, 1, 256, 0, nullptr)(x.data(), 10, part.data());
+  EXPECT_EQ(part[0], 20);
+}
+
+// A write-write race: every thread stores its index into one shared cell, then reads it
+// after the barrier. The winner is whoever ran last, so the result depends on the
+// schedule, which the emulator lets tests vary (TANDEM_SIMT_ORDER) to expose such races.
+__global__ void racy(int* out) {
+  __shared__ int cell;
+  cell = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = cell;
+}
+
+struct ScheduleGuard {
+  tandem::simt::Schedule saved = tandem::simt::schedule();
+  ~ScheduleGuard() { tandem::simt::set_schedule(saved); }
+};
+
+TEST(Simt, ScheduleOrderExposesRaces) {
+  ScheduleGuard guard;
+  std::vector<int> out(64);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Forward);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_EQ(out[0], 63);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Reverse);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_EQ(out[0], 0);
+  tandem::simt::set_schedule(tandem::simt::Schedule::Shuffle);
+  TANDEM_LAUNCH(racy, 1, 64, 0, nullptr)(out.data());
+  EXPECT_NE(out[0], 0);  // the shuffle's last thread (fixed seed): neither end
+  EXPECT_NE(out[0], 63);
+  // A correct kernel gives the same result under every order.
+  std::vector<int> x(3000);
+  std::iota(x.begin(), x.end(), 1);
+  for (auto sc : {tandem::simt::Schedule::Forward, tandem::simt::Schedule::Reverse, tandem::simt::Schedule::Shuffle}) {
+    tandem::simt::set_schedule(sc);
+    std::vector<int> part(3);
+    TANDEM_LAUNCH(block_sum, 3, 256, 0, nullptr)(x.data(), 3000, part.data());
+    EXPECT_EQ(part[0] + part[1] + part[2], 3000 * 3001 / 2);
+    std::vector<int> sh(64 * 8);
+    TANDEM_LAUNCH(shuffles, 1, 64, 0, nullptr)(sh.data());
+    EXPECT_EQ(sh[7], 31 * 32 / 2);
+  }
+}
+
+TEST(Simt, HalfConversionsAreRoundToNearestEven) {
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(65504.0f)), 0x7bff);
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(65520.0f)), 0x7c00);  // rounds up to inf
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f + 1.0f / 2048)), 0x3c00);  // tie to even
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f + 3.0f / 2048)), 0x3c02);  // tie to even (up)
+  EXPECT_EQ(__half_as_ushort(__float2half_rn(5.960464477539063e-08f)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(__half2float(__ushort_as_half(0x0001)), 5.960464477539063e-08f);
+  EXPECT_EQ(__half2float(__ushort_as_half(0xc000)), -2.0f);
+  EXPECT_TRUE(std::isnan(__half2float(__float2half_rn(NAN))));
+  // Round trip of every half value.
+  for (unsigned h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
+    ASSERT_EQ(__half_as_ushort(__float2half_rn(__half2float(__ushort_as_half(static_cast<unsigned short>(h))))), h);
+  }
+  EXPECT_EQ(__float2int_rn(2.5f), 2);
+  EXPECT_EQ(__float2int_rn(-3.5f), -4);
+}
+
+}  // namespace
