@@ -39,6 +39,12 @@ constexpr int kPositions = 5;        // output positions checked: the first toke
 // Generations per configuration. TANDEM_LOSSLESS_RUNS lowers it for the sanitizer run, which
 // checks the memory safety of these paths, not their statistics (scripts/test.sh).
 const int kRuns = std::getenv("TANDEM_LOSSLESS_RUNS") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS")) : 12000;
+// The configurations on the CUDA backend run under the SIMT emulator, about 0.2 s per
+// generation: fewer generations (the same α, so less power: the injected-bias power check
+// is the CPU configurations'), and a reference pruned where a cell could not reach the 5
+// expected counts the test needs anyway (TANDEM_LOSSLESS_RUNS_CUDA overrides).
+const int kCudaRuns =
+    std::getenv("TANDEM_LOSSLESS_RUNS_CUDA") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS_CUDA")) : 600;
 constexpr double kAlpha = 1e-5;      // per position; fixed seeds make every outcome deterministic
 constexpr float kInjectedMass = 0.02f;
 constexpr int kPromptGreedy = 8;  // greedy tokens after the prompt's seed
@@ -68,15 +74,18 @@ const Models& fixture() {
   return m;
 }
 
-Engine& engine_with(const std::string& draft) {
-  static std::map<std::string, std::unique_ptr<Engine>> engines;
-  auto& e = engines[draft];
+// device: "cpu", or "cuda-emulated" (the CUDA backend's kernels under the SIMT emulator,
+// target and draft in its one arena): the same statistics through the other backend.
+Engine& engine_with(const std::string& draft, const std::string& device = "cpu") {
+  static std::map<std::pair<std::string, std::string>, std::unique_ptr<Engine>> engines;
+  auto& e = engines[{draft, device}];
   if (!e) {
     LoadOptions o;
     o.model_path = fixture().target;
     o.draft_model_path = draft;
     o.threads = 1;
     o.context = 128;
+    o.device = device;
     e = Engine::load(o);
   }
   return *e;
@@ -105,6 +114,7 @@ std::vector<int32_t> prompt_for(Engine& e) {
 // counts in a cell of its own whose exact probability is the mass left out, so pruning makes
 // the cells coarser, never the reference inexact.
 constexpr double kPrune = 2e-5;
+constexpr double kCudaPrune = 1e-3;  // 5 / kCudaRuns is 8e-3
 constexpr int kRanks = 4;          // ranks 1..kRanks-1 each, the rest in one cell (few cells: power)
 constexpr int32_t kPruned = -1;    // the cell of outputs whose prefix was not expanded
 constexpr int32_t kOutside = -2;   // a token outside the target's support: a bug (probability 0)
@@ -116,7 +126,7 @@ struct Reference {
 };
 
 void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len, double prob,
-          Reference& ref) {
+          double prune, Reference& ref) {
   const size_t depth = seq.size() - prompt_len;
   const std::vector<float> all = e.logits(seq);
   const size_t vocab = all.size() / seq.size();
@@ -127,19 +137,20 @@ void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t
     const double pc = prob * d.probs[i];
     ref.token[depth][d.ids[i]] += pc;
     ref.rank[depth][std::min<int32_t>(static_cast<int32_t>(i), kRanks - 1)] += pc;
-    if (depth + 1 == static_cast<size_t>(kPositions) || pc < kPrune) continue;
+    if (depth + 1 == static_cast<size_t>(kPositions) || pc < prune) continue;
     seq.push_back(d.ids[i]);
-    walk(e, sp, seq, prompt_len, pc, ref);
+    walk(e, sp, seq, prompt_len, pc, prune, ref);
     seq.pop_back();
   }
 }
 
-Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp,
+                          double prune = kPrune) {
   Reference ref;
   ref.token.resize(kPositions);
   ref.rank.resize(kPositions);
   std::vector<int32_t> seq = prompt;
-  walk(e, sp, seq, prompt.size(), 1.0, ref);
+  walk(e, sp, seq, prompt.size(), 1.0, prune, ref);
   return ref;
 }
 
@@ -202,6 +213,7 @@ struct Config {
   std::string sampler;
   VerifyMode verify;
   bool far_draft;
+  std::string device = "cpu";
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -242,11 +254,15 @@ extern const std::vector<Config> kConfigs;
 TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   const Config& c = GetParam();
   const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
+  const bool cpu = c.device == "cpu";
+  if (inject && !cpu) GTEST_SKIP() << "the power check needs the CPU configurations' run count";
+  const int runs = cpu ? kRuns : kCudaRuns;
   Engine& e = engine_with(c.mode == DraftMode::Model ? (c.far_draft ? fixture().far_draft : fixture().close_draft)
-                                                     : std::string());
+                                                     : std::string(),
+                          c.device);
   const std::vector<int32_t> prompt = prompt_for(e);
   const Sampler s = sampler(c.sampler);
-  const Reference exact = exact_reference(e, prompt, s.sp);
+  const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune);
 
   // The bias goes to position (index of the configuration) mod kPositions: across the suite
   // every position is shown to be checked, three times.
@@ -267,7 +283,7 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   g.speculative.alpha_prior = 0.9f;  // adaptive/goodput start by drafting
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   SpeculativeMetrics m;
-  for (int r = 0; r < kRuns; ++r) {
+  for (int r = 0; r < runs; ++r) {
     g.sampling.seed = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1);
     const GenerateResult res = e.generate_tokens(prompt, g);
     ASSERT_EQ(res.tokens.size(), static_cast<size_t>(kPositions));
@@ -282,8 +298,8 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
 
   // The configuration must really exercise what it claims to.
   // (Prompt lookup finds a continuation in about one step of ten here; a draft model always.)
-  EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? kRuns / 20 : kRuns / 2) << "too few drafts to mean much";
-  EXPECT_GT(m.accepted_tokens, std::max<int64_t>(kRuns / 240, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
+  EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? runs / 20 : runs / 2) << "too few drafts to mean much";
+  EXPECT_GT(m.accepted_tokens, std::max<int64_t>(runs / 240, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
   EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;
@@ -294,8 +310,8 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   double min_p = 1.0;
   for (int j = 0; j < kPositions; ++j) {
     const auto uj = static_cast<size_t>(j);
-    const auto tok = cell_test(seen_token[uj], exact.token[uj], kRuns);
-    const auto rank = cell_test(seen_rank[uj], exact.rank[uj], kRuns);
+    const auto tok = cell_test(seen_token[uj], exact.token[uj], runs);
+    const auto rank = cell_test(seen_rank[uj], exact.rank[uj], runs);
     ASSERT_GE(tok.df, 2) << "position " << j << ": too few competing tokens for a meaningful test";
     ASSERT_GE(rank.df, 2) << "position " << j << ": too few competing ranks for a meaningful test";
     const double pj = std::min(tok.p_value, rank.p_value);
@@ -426,7 +442,13 @@ const std::vector<Config> kConfigs = {
         Config{"coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.15f, 2, "temp1.0_topk6_penalties",
                V::Coupled, false},
         Config{"coupled_ngram", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05", V::Coupled,
-               false}};
+               false},
+        // Through the CUDA backend (under the SIMT emulator): the exact reference is the
+        // target's on that backend, so these check the speculative path there.
+        Config{"cuda_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cuda-emulated"},
+        Config{"cuda_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6",
+               V::Coupled, false, "cuda-emulated"}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

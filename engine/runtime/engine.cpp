@@ -27,6 +27,10 @@ Engine::~Engine() = default;
 std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
+  // A device this build cannot give is a load error (TANDEM_ERR_LOAD in the C API), as a
+  // model file that cannot be read is.
+  if (opts.device != "auto" && opts.device != "cpu" && opts.device != "cuda" && opts.device != "cuda-emulated")
+    throw std::runtime_error("unknown device '" + opts.device + "' (use auto, cpu, cuda or cuda-emulated)");
   kernels::BackendOptions bo;
   bo.device = opts.device;
   bo.cpu_threads = opts.threads;
