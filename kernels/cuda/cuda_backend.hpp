@@ -19,7 +19,7 @@
 #include <string>
 
 #include "kernels/backend.hpp"
-#include "kernels/device_greedy.hpp"
+#include "kernels/device_decode.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/runtime.hpp"
@@ -50,7 +50,7 @@ struct DevicePool {
   std::mutex mu;
 };
 
-class CudaBackend final : public Backend, public DeviceGreedy {
+class CudaBackend final : public Backend, public DeviceDecode {
  public:
   CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt);
   ~CudaBackend() override;
@@ -82,8 +82,10 @@ class CudaBackend final : public Backend, public DeviceGreedy {
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
 
-  // DeviceGreedy (kernels/device_greedy.hpp).
+  // DeviceDecode (kernels/device_decode.hpp).
   void argmax_rows(const Tensor& ids, const Tensor& logits) override;
+  void sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
+                      uint64_t seed) override;
   void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
                      const Tensor& n_accepted, const Tensor& out_tokens) override;
 
