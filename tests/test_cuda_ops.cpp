@@ -173,6 +173,11 @@ TEST(CudaBackend, BuffersComeFromOneArena) {
   auto cb = cpu->alloc(64);
   Tensor ct = make_tensor(cb.get(), DType::F32, 16);
   EXPECT_THROW(be->scale(ct, 2.0f), std::logic_error);
+  // A buffer may outlive its backend (it keeps the device memory alive; ASan checks).
+  auto be2 = cuda_under_test(size_t{1} << 20);
+  auto keep = be2->alloc(4096);
+  be2.reset();
+  keep.reset();
 }
 
 TEST(BackendFactory, ChoosesAndExplains) {

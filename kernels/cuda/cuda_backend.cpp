@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -25,16 +26,16 @@ void require(bool ok, const char* op, const std::string& what) {
 
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(CudaBackend* owner, uint8_t* p, size_t size, size_t offset)
-      : owner_(owner), p_(p), size_(size), offset_(offset) {}
-  ~DeviceBuffer() override { owner_->release(offset_); }
+  DeviceBuffer(std::shared_ptr<DevicePool> pool, size_t size, size_t offset)
+      : pool_(std::move(pool)), p_(pool_->base + offset), size_(size), offset_(offset) {}
+  ~DeviceBuffer() override { pool_->free(offset_); }
   size_t size() const override { return size_; }
   DeviceKind device() const override { return DeviceKind::CUDA; }
   uint8_t* data() const { return p_; }
-  const CudaBackend* owner() const { return owner_; }
+  const DevicePool* pool() const { return pool_.get(); }
 
  private:
-  CudaBackend* owner_;
+  std::shared_ptr<DevicePool> pool_;
   uint8_t* p_;
   size_t size_, offset_;
 };
@@ -55,29 +56,56 @@ bool quantized(DType t) { return dtype_info(t).block_size > 1; }
 
 }  // namespace
 
-CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt)
-    : rt_(std::move(rt)), opt_(opt), arena_(arena_capacity(*rt_, opt)) {
-  base_ = static_cast<uint8_t*>(rt_->reserve(arena_.capacity()));
+DevicePool::DevicePool(std::unique_ptr<DeviceRuntime> r, size_t capacity) : rt(std::move(r)), arena(capacity) {
+  base = static_cast<uint8_t*>(rt->reserve(arena.capacity()));
+}
+
+DevicePool::~DevicePool() {
+  try {
+    rt->synchronize();
+  } catch (...) {
+  }
+  rt->release(base);
+}
+
+cuda_arena::Arena::Allocation DevicePool::allocate(size_t bytes, const char* what) {
+  std::lock_guard<std::mutex> lk(mu);
+  return arena.allocate(bytes, what);
+}
+
+void DevicePool::free(size_t offset) {
+  std::lock_guard<std::mutex> lk(mu);
+  arena.free(offset);
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt) : opt_(opt) {
+  const size_t capacity = arena_capacity(*rt, opt);
+  pool_ = std::make_shared<DevicePool>(std::move(rt), capacity);
+  rt_ = pool_->rt.get();
   gemm_ = make_gemm(*rt_);
   cuda_arena::Arena::Allocation a;
   err_ = reinterpret_cast<int*>(arena_alloc(sizeof(int), "the error word", &a));
   rt_->zero(err_, sizeof(int));
 }
 
+// Buffers may outlive the backend: they keep the pool (memory and runtime) alive.
 CudaBackend::~CudaBackend() {
   try {
     rt_->synchronize();
   } catch (...) {
   }
   gemm_.reset();
-  rt_->release(base_);
+  for (ScratchSlot& s : scratch_)
+    if (s.p) pool_->free(s.offset);
+  pool_->free(reinterpret_cast<uint8_t*>(err_) - pool_->base);
 }
 
 std::string CudaBackend::name() const {
   const DeviceInfo& d = rt_->info();
-  if (d.emulated) return "cuda-emulated (SIMT emulator, " + cuda_arena::Arena::human(arena_.capacity()) + " arena)";
+  const cuda_arena::Arena& ar = pool_->arena;
+  if (d.emulated) return "cuda-emulated (SIMT emulator, " + cuda_arena::Arena::human(ar.capacity()) + " arena)";
   return "cuda (" + d.name + ", sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor) + ", " +
-         cuda_arena::Arena::human(arena_.capacity()) + " arena)";
+         cuda_arena::Arena::human(ar.capacity()) + " arena)";
 }
 
 std::string CudaBackend::description() const {
@@ -87,8 +115,9 @@ std::string CudaBackend::description() const {
     s += "\n  compute capability: " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
          std::to_string(d.sm_count) + " SMs\n  memory: " + cuda_arena::Arena::human(d.total_bytes) + " total, " +
          cuda_arena::Arena::human(d.free_bytes) + " free at start";
-  s += "\n  arena: " + cuda_arena::Arena::human(arena_.capacity()) + " (" + cuda_arena::Arena::human(arena_.used()) +
-       " used, peak " + cuda_arena::Arena::human(arena_.peak()) + ")";
+  const cuda_arena::Arena& ar = pool_->arena;
+  s += "\n  arena: " + cuda_arena::Arena::human(ar.capacity()) + " (" + cuda_arena::Arena::human(ar.used()) +
+       " used, peak " + cuda_arena::Arena::human(ar.peak()) + ")";
   s += "\n  kernels: get_rows, rms_norm, add/mul, scale, gated_act, rope, kv_store (f16/f32), "
        "matmul small-M (<= 16 tokens per weight read; int8 dot products on Q8-quantized activations for "
        "Q4_0..Q8_0, Q2_K..Q6_K; f32 dot products for F32/F16/BF16), matmul GEMM (>= " +
@@ -102,14 +131,14 @@ std::string CudaBackend::description() const {
 // ---- memory -----------------------------------------------------------------------------------
 
 uint8_t* CudaBackend::arena_alloc(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a) {
-  *a = arena_.allocate(bytes, what);
-  return base_ + a->offset;
+  *a = pool_->allocate(bytes, what);
+  return pool_->base + a->offset;
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
   cuda_arena::Arena::Allocation a;
-  uint8_t* p = arena_alloc(bytes, "a buffer", &a);
-  return std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+  arena_alloc(bytes, "a buffer", &a);
+  return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
 }
 
 // The arena is device memory taken up front, so a zeroed reserve costs its full size (no
@@ -119,20 +148,20 @@ std::unique_ptr<Buffer> CudaBackend::alloc_zeroed(size_t bytes) {
   cuda_arena::Arena::Allocation a;
   uint8_t* p = arena_alloc(bytes, "a zeroed reserve", &a);
   if (!(a.fresh && rt_->fresh_is_zero())) rt_->zero(p, bytes);
-  return std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+  return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
 }
 
 std::unique_ptr<Buffer> CudaBackend::wrap_host(const void* data, size_t bytes) {
   cuda_arena::Arena::Allocation a;
   uint8_t* p = arena_alloc(bytes, "weights", &a);
-  auto buf = std::make_unique<DeviceBuffer>(this, p, bytes, a.offset);
+  auto buf = std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
   rt_->copy_to_device(p, data, bytes);
   return buf;
 }
 
 uint8_t* CudaBackend::ptr(const Tensor& t, const char* op) const {
   auto* db = dynamic_cast<DeviceBuffer*>(t.buf);
-  require(db && db->owner() == this, op, "tensor is not in a buffer of this backend");
+  require(db && db->pool() == pool_.get(), op, "tensor is not in a buffer of this backend");
   require(t.offset + t.bytes() <= db->size(), op,
           "tensor view exceeds its buffer (" + std::to_string(t.offset) + " + " + std::to_string(t.bytes()) + " > " +
               std::to_string(db->size()) + ")");
@@ -141,14 +170,14 @@ uint8_t* CudaBackend::ptr(const Tensor& t, const char* op) const {
 
 void CudaBackend::upload(const Tensor& dst, const void* src, size_t bytes) {
   auto* db = dynamic_cast<DeviceBuffer*>(dst.buf);
-  require(db && db->owner() == this, "upload", "into a foreign buffer");
+  require(db && db->pool() == pool_.get(), "upload", "into a foreign buffer");
   require(dst.offset + bytes <= db->size(), "upload", "past the end of the buffer");
   rt_->copy_to_device(db->data() + dst.offset, src, bytes);
 }
 
 void CudaBackend::download(void* dst, const Tensor& src, size_t bytes) {
   auto* db = dynamic_cast<DeviceBuffer*>(src.buf);
-  require(db && db->owner() == this, "download", "from a foreign buffer");
+  require(db && db->pool() == pool_.get(), "download", "from a foreign buffer");
   require(src.offset + bytes <= db->size(), "download", "past the end of the buffer");
   rt_->copy_to_host(dst, db->data() + src.offset, bytes);
   check_errors();
@@ -185,7 +214,7 @@ uint8_t* CudaBackend::scratch(int slot, size_t bytes) {
   ScratchSlot& s = scratch_[slot];
   if (s.size < bytes) {
     const size_t want = std::max(bytes, s.size * 2);
-    if (s.p) arena_.free(s.offset);
+    if (s.p) pool_->free(s.offset);
     s.p = nullptr;
     s.size = 0;
     cuda_arena::Arena::Allocation a;
@@ -414,6 +443,20 @@ void CudaBackend::argmax_rows(const Tensor& ids, const Tensor& logits) {
   ops::argmax_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, "argmax_rows")), ld_of(logits),
                    logits.rows(), logits.cols(), reinterpret_cast<int32_t*>(ptr(ids, "argmax_rows")));
   launched("argmax_rows");
+}
+
+void CudaBackend::sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
+                                 uint64_t seed) {
+  const char* op = "sample_coupled";
+  require(logits.type == DType::F32 && ids.type == DType::I32 && positions.type == DType::I32, op,
+          "logits F32, ids and positions I32");
+  require(ids.numel() == logits.rows() && positions.numel() == logits.rows(), op, "one id and position per row");
+  require(logits.cols() > 0, op, "empty rows");
+  require(std::isfinite(temperature) && temperature > 0.0f, op, "temperature must be finite and > 0");
+  ops::sample_coupled(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, op)), ld_of(logits), logits.rows(),
+                      logits.cols(), temperature, seed, reinterpret_cast<const int32_t*>(ptr(positions, op)),
+                      reinterpret_cast<int32_t*>(ptr(ids, op)));
+  launched(op);
 }
 
 void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,

@@ -15,10 +15,11 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kernels/backend.hpp"
-#include "kernels/device_greedy.hpp"
+#include "kernels/device_decode.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/runtime.hpp"
@@ -32,7 +33,24 @@ struct CudaOptions {
   int64_t gemm_min_tokens = 64;     // matmuls of at least this many tokens use the GEMM path
 };
 
-class CudaBackend final : public Backend, public DeviceGreedy {
+// The device memory every Buffer of a backend lives in (the arena and the runtime that
+// reserved it), shared by the backend and its buffers: released when the last of them
+// goes, whichever that is. Allocation is thread-safe.
+struct DevicePool {
+  DevicePool(std::unique_ptr<DeviceRuntime> rt, size_t capacity);
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+  cuda_arena::Arena::Allocation allocate(size_t bytes, const char* what);
+  void free(size_t offset);
+
+  std::unique_ptr<DeviceRuntime> rt;
+  cuda_arena::Arena arena;
+  uint8_t* base = nullptr;
+  std::mutex mu;
+};
+
+class CudaBackend final : public Backend, public DeviceDecode {
  public:
   CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt);
   ~CudaBackend() override;
@@ -64,20 +82,19 @@ class CudaBackend final : public Backend, public DeviceGreedy {
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
 
-  // DeviceGreedy (kernels/device_greedy.hpp).
+  // DeviceDecode (kernels/device_decode.hpp).
   void argmax_rows(const Tensor& ids, const Tensor& logits) override;
+  void sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
+                      uint64_t seed) override;
   void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
                      const Tensor& n_accepted, const Tensor& out_tokens) override;
 
-  const cuda_arena::Arena& arena() const { return arena_; }
+  const cuda_arena::Arena& arena() const { return pool_->arena; }
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
   // `reps` copies of `bytes`: the reference the decode benchmark's weight bandwidth is
   // compared with.
   double measure_copy_gbps(size_t bytes, int reps);
   const DeviceInfo& device_info() const { return rt_->info(); }
-
-  // Internal (DeviceBuffer's destructor).
-  void release(size_t offset) { arena_.free(offset); }
 
  private:
   class Scratch;
@@ -89,11 +106,10 @@ class CudaBackend final : public Backend, public DeviceGreedy {
   struct QuantizedX;
   void matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache);
 
-  std::unique_ptr<DeviceRuntime> rt_;
+  std::shared_ptr<DevicePool> pool_;
+  DeviceRuntime* rt_;  // pool_->rt
   std::unique_ptr<Gemm> gemm_;
   CudaOptions opt_;
-  uint8_t* base_ = nullptr;
-  cuda_arena::Arena arena_;
   int* err_ = nullptr;  // the device error word (dev::ErrorBits)
   struct ScratchSlot {
     size_t offset = 0, size = 0;
