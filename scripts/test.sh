@@ -23,7 +23,11 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
   fi
 fi
 
-cmake --preset release >/dev/null
+# Where nvcc is installed, the release build also compiles the CUDA backend for the device
+# (sm_80, sm_90), with warnings as errors; its kernels are tested under the SIMT emulator in
+# both presets (docs/cuda.md). The ASan preset builds without the toolkit (TANDEM_CUDA=OFF),
+# as a machine without one does.
+cmake --preset release -DTANDEM_CUDA_WERROR=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
 ctest --preset release -j "$JOBS"
 
@@ -39,6 +43,6 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   # The losslessness suite runs its configurations with fewer generations here: under the
   # sanitizers it checks the memory safety of those paths; the release run has the
   # statistics, and its power check (the injected-bias run) is not repeated.
-  TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=1500 \
+  TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=1500 TANDEM_LOSSLESS_RUNS_CUDA=200 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias'
 fi
