@@ -16,8 +16,11 @@
 #   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), and for each
 #      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
 #      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16
-# Not yet (the engine does not choose the CUDA backend yet): speculative vs plain decoding,
-# HF assisted generation side by side, the server at 1/8/32/128 streams. The summary says so.
+#   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
+#      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
+#      identical, and tok/s of each
+# Not yet: HF assisted generation side by side, the server at 1/8/32/128 streams. The
+# summary says so.
 set -uo pipefail
 
 OUT=${1:?usage: bench/gpu_check.sh RESULTS_DIR}
@@ -67,7 +70,7 @@ build_here() {
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
-  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda
+  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda tandem
 }
 if have_bins "$BUILD" && probe "$BUILD"; then
   log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
@@ -109,6 +112,24 @@ for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_
   cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null || true
 done
 
+# 6. the engine: plain vs speculative on the Qwen pair (greedy: the same tokens)
+TARGET=$MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+DRAFT=$MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 440 ]; then
+  PROMPTS=("def quicksort(arr):" "Write a Python function that parses an ISO 8601 date and returns a datetime."
+           "Explain in two sentences what a paged KV cache is.")
+  i=0
+  for p in "${PROMPTS[@]}"; do
+    step "engine_plain_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device cuda --gpu-mem 8G -n 128 --temp 0 \
+      --draft none --json -p "$p"
+    step "engine_spec_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device cuda --gpu-mem 8G -n 128 \
+      --temp 0 --draft model --draft-max 4 --json -p "$p"
+    i=$((i + 1))
+  done
+else
+  log "engine step skipped (no $BUILD/apps/tandem, no Qwen pair in $MODELS, or out of time)"
+fi
+
 # Summary: every step's rc and time, test counts, and the benchmark JSON files.
 python3 - "$OUT" "${#STEP_NAMES[@]}" "${STEP_NAMES[@]}" "${STEP_RCS[@]}" "${STEP_SECS[@]}" <<'PY'
 import glob, json, os, sys
@@ -128,9 +149,20 @@ for f in glob.glob(os.path.join(out, "bench_*.json")):
         bench[os.path.basename(f)[:-5]] = json.loads(open(f).read().strip().splitlines()[-1])
     except Exception as e:
         bench[os.path.basename(f)] = {"error": str(e)}
-summary = {"steps": steps, "tests": tests, "bench": bench,
-           "not_run": ["speculative vs plain (engine integration pending)", "HF assisted generation",
-                       "server at 1/8/32/128 streams"]}
+engine = []
+for f in sorted(glob.glob(os.path.join(out, "engine_plain_*.out"))):
+    i = f.rsplit("_", 1)[1][:-4]
+    try:
+        last = lambda path: json.loads([l for l in open(path) if l.startswith("{")][-1])
+        plain, spec = last(f), last(os.path.join(out, f"engine_spec_{i}.out"))
+        engine.append({"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"],
+                       "plain_tok_s": plain["timings"]["decode_tokens_per_s"],
+                       "spec_tok_s": spec["timings"]["decode_tokens_per_s"],
+                       "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)})
+    except Exception as e:
+        engine.append({"prompt_index": i, "error": str(e)})
+summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine,
+           "not_run": ["HF assisted generation", "server at 1/8/32/128 streams"]}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 with open(os.path.join(out, "summary.md"), "w") as t:
     t.write("| step | rc | s |\n|---|---|---|\n")
@@ -149,6 +181,13 @@ with open(os.path.join(out, "summary.md"), "w") as t:
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
                     f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s, "
                     f"T(16)/T(1) {m['t_ms'][-1] / m['t_ms'][0]:.2f}\n")
+    if engine:
+        t.write("\n| prompt | same tokens | plain tok/s | speculative tok/s | speedup |\n|---|---|---|---|---|\n")
+        for e in engine:
+            if "error" in e:
+                t.write(f"| {e.get('prompt_index')} | error: {e['error']} | | | |\n")
+            else:
+                t.write(f"| {e['prompt'][:40]} | {e['same_tokens']} | {e['plain_tok_s']:.1f} | {e['spec_tok_s']:.1f} | {e['speedup']:.2f} |\n")
 print(open(os.path.join(out, "summary.md")).read())
 PY
 log "done in $(elapsed)s; results in $OUT"
