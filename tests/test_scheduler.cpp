@@ -27,13 +27,14 @@ const test::TinyPair& models() {
   return f;
 }
 
-std::unique_ptr<Engine> load(size_t kv_mem = 0) {
+std::unique_ptr<Engine> load(size_t kv_mem = 0, const std::string& device = "cpu") {
   LoadOptions o;
   o.model_path = models().target;
   o.draft_model_path = models().close_draft;
   o.threads = 1;
   o.context = 128;
   o.kv_mem_bytes = kv_mem;
+  o.device = device;
   return Engine::load(o);
 }
 
@@ -202,6 +203,44 @@ TEST(Scheduler, PreemptionLosesNothing) {
   const auto st = s.stats();
   EXPECT_GT(st.preemptions, 0);
   EXPECT_EQ(st.requests_finished, 8);
+}
+
+// The same on the CUDA backend (its kernels under the SIMT emulator, both models in its one
+// arena): batching, preemption and the prefix cache change no greedy output there either.
+TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing) {
+  const size_t per_token = 2 * 2 * 2 * 32 * 2;  // 2 models x 2 (K,V) x 2 layers x kv width x f16
+  auto e = load(per_token * 144, "cuda-emulated");  // one context (128 + 16 tokens): the least allowed
+  ASSERT_NE(e->info().backend.find("cuda-emulated"), std::string::npos) << e->info().backend;
+  const auto system = prompt_of(34, 55);  // two full 16-token blocks and a bit
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> first, second;
+  const DraftMode modes[] = {DraftMode::None, DraftMode::Model, DraftMode::Ngram};
+  for (int i = 0; i < 6; ++i) {
+    auto p = system;
+    const auto tail = prompt_of(3 + i, 300 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    (i == 0 ? first : second).emplace_back(p, greedy(24, modes[i % 3]));
+  }
+  std::vector<GenerateResult> alone;
+  for (auto* set : {&first, &second})
+    for (auto& [p, g] : *set) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+  SchedulerOptions so;
+  so.max_seqs = 6;
+  Scheduler s(*e, so);
+  const auto a = run_all(s, first);   // publishes the shared prefix's blocks
+  const auto b = run_all(s, second);  // five at once where about three fit: preemption
+  EXPECT_EQ(a[0].error, "");
+  EXPECT_EQ(a[0].result.tokens, alone[0].tokens);
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i].error, "") << i;
+    EXPECT_EQ(b[i].result.tokens, alone[i + 1].tokens) << i;
+    EXPECT_EQ(b[i].streamed, b[i].result.text) << i;
+  }
+  const auto st = s.stats();
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
+  s.shutdown(true);
+  EXPECT_EQ(s.stats().kv_blocks_used, 0);
+  EXPECT_EQ(s.stats().kv_bytes_used, 0);
 }
 
 TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {
