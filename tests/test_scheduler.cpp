@@ -27,10 +27,24 @@ const test::TinyPair& models() {
   return f;
 }
 
-std::unique_ptr<Engine> load(size_t kv_mem = 0, const std::string& device = "cpu") {
+// A pair whose greedy output varies (the llama pair above repeats one token, so every draft
+// is accepted and a wrong verdict could go unseen).
+const test::TinyPair& varied_models() {
+  static const test::TinyPair f = [] {
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 3;
+    return test::write_tiny_pair(test::scratch_dir("sched_varied"), t);
+  }();
+  return f;
+}
+
+std::unique_ptr<Engine> load(size_t kv_mem = 0, const std::string& device = "cpu",
+                             const test::TinyPair& pair = models()) {
   LoadOptions o;
-  o.model_path = models().target;
-  o.draft_model_path = models().close_draft;
+  o.model_path = pair.target;
+  o.draft_model_path = pair.close_draft;
   o.threads = 1;
   o.context = 128;
   o.kv_mem_bytes = kv_mem;
@@ -209,7 +223,7 @@ TEST(Scheduler, PreemptionLosesNothing) {
 // arena): batching, preemption and the prefix cache change no greedy output there either.
 TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing) {
   const size_t per_token = 2 * 2 * 2 * 32 * 2;  // 2 models x 2 (K,V) x 2 layers x kv width x f16
-  auto e = load(per_token * 144, "cuda-emulated");  // one context (128 + 16 tokens): the least allowed
+  auto e = load(per_token * 144, "cuda-emulated", varied_models());  // one context (128 + 16 tokens): the least allowed
   ASSERT_NE(e->info().backend.find("cuda-emulated"), std::string::npos) << e->info().backend;
   const auto system = prompt_of(34, 55);  // two full 16-token blocks and a bit
   std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> first, second;
@@ -220,11 +234,23 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
     p.insert(p.end(), tail.begin(), tail.end());
     (i == 0 ? first : second).emplace_back(p, greedy(24, modes[i % 3]));
   }
+  // A sampled request among them (coupled: the same text for a seed however it is drafted
+  // and batched): its logits come to the host while the greedy ones are verified on the device.
+  GenerateOptions sampled = greedy(24, DraftMode::Model);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_k = 6;
+  sampled.sampling.seed = 5;
+  sampled.speculative.verify = VerifyMode::Coupled;
+  second.emplace_back(second.back().first, sampled);
   std::vector<GenerateResult> alone;
   for (auto* set : {&first, &second})
-    for (auto& [p, g] : *set) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+    for (auto& [p, g] : *set) {
+      GenerateOptions plain = g;
+      plain.speculative.mode = DraftMode::None;
+      alone.push_back(e->generate_tokens(p, plain));
+    }
   SchedulerOptions so;
-  so.max_seqs = 6;
+  so.max_seqs = 7;
   Scheduler s(*e, so);
   const auto a = run_all(s, first);   // publishes the shared prefix's blocks
   const auto b = run_all(s, second);  // five at once where about three fit: preemption
@@ -238,6 +264,8 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   const auto st = s.stats();
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
+  EXPECT_GT(st.device_verified, 0) << "greedy requests should have been verified on the device";
+  EXPECT_LT(st.speculative.accepted_tokens, st.speculative.drafted_tokens) << "no rejections: a fixture too easy";
   s.shutdown(true);
   EXPECT_EQ(s.stats().kv_blocks_used, 0);
   EXPECT_EQ(s.stats().kv_bytes_used, 0);

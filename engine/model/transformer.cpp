@@ -57,11 +57,12 @@ void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, 
   s.cap_out = no;
 }
 
-void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
+void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool download) {
   const ModelConfig& c = model_.config();
   const int32_t n = batch.n_tokens();
   const int32_t n_out = batch.n_outputs();
   logits.clear();
+  last_logits_ = kernels::Tensor{};
   if (n == 0) return;
   for (int32_t t : batch.tokens_)
     if (t < 0 || t >= c.n_vocab)
@@ -172,6 +173,8 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits) {
   be_.get_rows(out_rows, x, out_idx);
   be_.rms_norm(out_rows, out_rows, model_.output_norm, c.rms_eps);
   be_.matmul(out_logits, model_.output, out_rows);
+  last_logits_ = out_logits;
+  if (!download) return;
   logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
   be_.download(logits.data(), out_logits, logits.size() * sizeof(float));
   be_.synchronize();

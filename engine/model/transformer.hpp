@@ -21,8 +21,11 @@ class Transformer {
   // Runs the batch. Reserves cache blocks for every sequence first; if the cache is too
   // full it throws KVCacheFull and nothing is modified. On success each sequence's length
   // advances by its token count, and `logits` holds n_outputs() rows of n_vocab floats
-  // in the order the outputs were requested.
-  void forward(const Batch& batch, std::vector<float>& logits);
+  // in the order the outputs were requested. download = false leaves them on the backend
+  // only (device_logits), for a caller that decides there (kernels/device_decode.hpp).
+  void forward(const Batch& batch, std::vector<float>& logits, bool download = true);
+  // The last pass's logits on the backend, [n_outputs, n_vocab]; valid until the next pass.
+  const kernels::Tensor& device_logits() const { return last_logits_; }
 
   const Model& model() const { return model_; }
   KVCache& cache() { return cache_; }
@@ -35,6 +38,7 @@ class Transformer {
   KVCache& cache_;
   kernels::Backend& be_;
   std::unique_ptr<Scratch> s_;
+  kernels::Tensor last_logits_;
 };
 
 }  // namespace tandem

@@ -14,6 +14,7 @@ Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
     : engine(e), parts(EngineAccess::parts(e)), opts(o), step_time(o.max_step_ms, o.min_prefill_tokens) {
   if (o.prefix_cache)
     prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
+  device_verify = DeviceGreedyVerifier::for_backend(parts.target.model().backend());
 }
 
 // ---- public surface ----------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "draft/model_proposer.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/prefix_cache.hpp"
+#include "engine/runtime/device_verify.hpp"
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "engine/runtime/sequence_run.hpp"
@@ -43,7 +45,9 @@ struct Scheduler::Impl {
     std::span<const int32_t> tokens;
     bool all_logits;                 // a decode step (logits for every token) or a prompt chunk (none)
     std::span<const float> logits;   // its rows, in the pass's logits (or in `own`)
-    std::vector<float> own = {};     // only when the part had to run alone
+    std::vector<float> own = {};     // when the part ran alone, or its rows were downloaded alone
+    int32_t first_row = -1;          // its first logits row in the pass
+    std::optional<VerifyResult> verdict = {};  // reached on the device (device_verify.hpp)
   };
 
   // What drafting leaves for the target pass.
@@ -68,6 +72,7 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
   StepTimeModel step_time;                       // scheduler thread only
+  std::unique_ptr<DeviceGreedyVerifier> device_verify;  // null unless the backend decodes on the device
 
   Impl(Engine& e, const SchedulerOptions& o);
 
@@ -87,6 +92,10 @@ struct Scheduler::Impl {
   Drafted draft_for_step();
   std::vector<Part> build_batch(const Drafted& d, int32_t* prompt_tokens);
   void target_pass(std::vector<Part>& parts_in_step, std::vector<float>& logits);
+  // After a pass whose logits stayed on the backend: greedy parts get their verdicts there,
+  // the others their rows downloaded.
+  void verdicts_on_device(std::vector<Part>& parts_in_step);
+  void download_rows(Part& p);  // a part's logits rows from the backend to p.own
   void verify_and_commit(std::vector<Part>& parts_in_step, double target_ms);
   void retire_failed();
   void publish_prefixes();

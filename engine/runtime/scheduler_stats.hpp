@@ -28,6 +28,9 @@ struct SchedulerStats {
   // Sequence-steps whose draft could not get cache blocks (that sequence decoded plainly).
   int64_t draft_kv_full = 0;
   int64_t draft_failures = 0;  // draft passes that threw: their sequences decoded plainly that step
+  // Sequence-steps verified on the device (greedy requests on a backend that decodes there):
+  // only their verdicts came back to the host, not their logits.
+  int64_t device_verified = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps = 0;
   int64_t steps_prefill_time_limited = 0;  // steps whose prompt chunks max_step_ms cut short
   // The draft model's prefills: tokens fed, steps whose chunks max_step_ms cut short, and the

@@ -174,39 +174,92 @@ std::vector<Scheduler::Impl::Part> Scheduler::Impl::build_batch(const Drafted& d
   return batch;
 }
 
-// If the batched pass throws, each sequence's part is run alone to find the one(s) that
-// fail; those are marked failed, the others get their logits.
+// With a backend that decodes on the device, the logits stay there when some part can be
+// verified there (verdicts_on_device). If the batched pass throws, each sequence's part is
+// run alone (logits to the host) to find the one(s) that fail; those are marked failed, the
+// others get their logits.
 void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& logits) {
-  auto run = [&](std::span<Part> some, std::vector<float>& out) {
+  auto run = [&](std::span<Part> some, std::vector<float>& out, bool download) {
     Batch b;
     for (Part& p : some) {
       if (p.all_logits) b.add_all_logits(p.e->run->kv(), p.tokens);
       else b.add(p.e->run->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
     }
-    if (!b.empty()) parts.target.forward(b, out);
+    if (!b.empty()) parts.target.forward(b, out, download);
     const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
     size_t row = 0;
     for (Part& p : some) {
       if (!p.all_logits) continue;
-      p.logits = std::span<const float>(out).subspan(row * vocab, p.tokens.size() * vocab);
+      p.first_row = static_cast<int32_t>(row);
+      if (download) p.logits = std::span<const float>(out).subspan(row * vocab, p.tokens.size() * vocab);
       row += p.tokens.size();
     }
   };
+  const bool on_device = device_verify && std::any_of(ps.begin(), ps.end(), [](const Part& p) {
+                           return p.all_logits && p.e->run->verdict_is_argmax();
+                         });
+  bool ran = false;
   try {
-    run(ps, logits);
+    run(ps, logits, !on_device);
+    ran = true;
   } catch (const KVCacheFull&) {
     throw;  // the step's blocks were reserved up front: a scheduler bug, not a request's
   } catch (const std::exception& ex) {
     spdlog::warn("scheduler: a batched target pass failed ({}); running its {} sequences one by one", ex.what(),
                  ps.size());
-    for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1), p.own); });
+    for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1), p.own, true); });
   }
+  if (!ran || !on_device) return;
+  // The pass is done (its KV written): a failure from here on must not run it again.
+  try {
+    verdicts_on_device(ps);
+  } catch (const std::exception& ex) {
+    spdlog::warn("scheduler: verification on the device failed ({}); verifying on the host", ex.what());
+    for (Part& p : ps) {
+      if (!p.all_logits) continue;
+      p.verdict.reset();
+      guarded(*p.e, [&] { download_rows(p); });
+    }
+  }
+}
+
+void Scheduler::Impl::download_rows(Part& p) {
+  const kernels::Tensor& all = parts.target.device_logits();
+  kernels::Backend& be = parts.target.model().backend();
+  p.own.resize(p.tokens.size() * static_cast<size_t>(all.cols()));
+  be.download(p.own.data(), all.slice_rows(p.first_row, static_cast<int64_t>(p.tokens.size())),
+              p.own.size() * sizeof(float));
+  be.synchronize();
+  p.logits = p.own;
+}
+
+void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
+  const kernels::Tensor& all = parts.target.device_logits();
+  std::vector<DeviceGreedyVerifier::Sequence> seqs;
+  std::vector<Part*> greedy;
+  for (Part& p : ps) {
+    if (!p.all_logits) continue;
+    if (p.e->run->verdict_is_argmax()) {
+      seqs.push_back({p.first_row, p.tokens.subspan(1)});  // step tokens: [pending, drafts...]
+      greedy.push_back(&p);
+    } else {
+      download_rows(p);  // a sampled request: its rows come to the host
+    }
+  }
+  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs);
+  for (size_t i = 0; i < greedy.size(); ++i) greedy[i]->verdict = verdicts[i];
+  std::lock_guard<std::mutex> lk(mu);
+  stats.device_verified += static_cast<int64_t>(greedy.size());
 }
 
 // Each decoding sequence verifies and commits with its own rows.
 void Scheduler::Impl::verify_and_commit(std::vector<Part>& batch, double target_ms) {
   for (Part& p : batch)
-    if (p.all_logits) guarded(*p.e, [&] { p.e->run->finish_step(p.logits, target_ms); });
+    if (p.all_logits)
+      guarded(*p.e, [&] {
+        if (p.verdict) p.e->run->finish_step(*p.verdict, target_ms);
+        else p.e->run->finish_step(p.logits, target_ms);
+      });
 }
 
 // ---- after the pass -------------------------------------------------------------------------

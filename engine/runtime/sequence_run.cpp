@@ -137,6 +137,18 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   commit_step(v);
 }
 
+void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
+  if (!verdict_is_argmax()) throw std::logic_error("SequenceRun::finish_step: an outside verdict needs a greedy request");
+  if (verdict.n_accepted < 0 || verdict.n_accepted > static_cast<int32_t>(prop_.tokens.size()) ||
+      verdict.next_token < 0 || verdict.next_token >= n_vocab_)
+    throw std::runtime_error("device verification returned an impossible verdict (" +
+                             std::to_string(verdict.n_accepted) + " accepted, next token " +
+                             std::to_string(verdict.next_token) + ")");
+  record_step(verdict, target_ms, 0.0);
+  kv_.truncate(step_base_len_ + 1 + verdict.n_accepted);
+  commit_step(verdict);
+}
+
 // The target's verdict on the drafts. p_i's penalties see the tokens accepted before
 // position i.
 VerifyResult SequenceRun::verify(std::span<const float> logits) {

@@ -61,6 +61,12 @@ class SequenceRun {
   std::span<const int32_t> step_tokens() const { return step_tokens_; }
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
+  // Whether this request's verdict is the target's argmax alone (greedy, no penalties), so a
+  // backend can reach it without the logits leaving the device (kernels/device_decode.hpp).
+  bool verdict_is_argmax() const { return opts_.sampling.greedy() && !opts_.sampling.has_penalties(); }
+  // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
+  // token. Only for verdict_is_argmax() requests.
+  void finish_step(const VerifyResult& verdict, double target_ms);
 
   // Frees the target cache (and the draft's state); later steps re-prefill from committed.
   void preempt();
