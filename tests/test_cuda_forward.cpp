@@ -203,19 +203,6 @@ TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
 
 // What the Coordinator does for one sequence with a draft model: prefill the target, let
 // the draft read its context when it has to, then step.
-void drive_with_draft(SequenceRun& run, Transformer& target, Proposer& proposer) {
-  std::vector<float> logits;
-  Batch b;
-  b.add(run.kv(), run.prefill_todo());
-  target.forward(b, logits);
-  while (!run.done()) {
-    if (run.draft_prefill_pending() > 0) proposer.prefill(run.committed());
-    b.clear();
-    b.add_all_logits(run.kv(), run.plan_step(1));
-    target.forward(b, logits);
-    run.finish_step(logits, 0.0);
-  }
-}
 
 // Both models of a speculative pair in one CUDA backend (one arena): the target (F32) and
 // a close draft (the same weights in F16), each with its own paged cache. Greedy decoding
@@ -252,7 +239,7 @@ TEST(CudaForward, DraftAndTargetShareOneArenaAndGreedySpeculationIsLossless) {
   ModelProposer proposer(dtf);
   FixedPolicy policy;
   SequenceRun spec_run(tcache, *tok, prompt, g, {}, 96, n_vocab, &proposer, &policy);
-  drive_with_draft(spec_run, ttf, proposer);
+  test::drive_to_end(spec_run, ttf);  // the draft reads its context when the run needs it
   EXPECT_EQ(spec_run.result().tokens, want);
   EXPECT_GT(spec_run.result().speculative.accepted_tokens, 0)
       << "the close draft should agree sometimes; drafted " << spec_run.result().speculative.drafted_tokens

@@ -13,20 +13,24 @@ GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, 
   FixedPolicy fixed;
   SequenceRun run(m.target.cache(), m.tokenizer, prompt, opts, cb, m.context, m.target.model().config().n_vocab,
                   m.proposer, m.policy ? m.policy : &fixed);
+  run_to_end(run, m.target);
+  return std::move(run.result());
+}
+
+void run_to_end(SequenceRun& run, Transformer& target) {
   std::vector<float> logits;
   // Everything but the last prompt token; it is the first step's pending token.
-  prefill(m.target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
+  prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first
     // token (and again should its cache have run short).
-    if (run.draft_prefill_pending() > 0) m.proposer->prefill(run.committed());
+    if (run.draft_prefill_pending() > 0) run.proposer()->prefill(run.committed());
     Batch b;
     b.add_all_logits(run.kv(), run.plan_step(1));
     const auto t0 = Clock::now();
-    m.target.forward(b, logits);
+    target.forward(b, logits);
     run.finish_step(logits, ms_since(t0));
   }
-  return std::move(run.result());
 }
 
 }  // namespace tandem

@@ -13,6 +13,8 @@
 
 namespace tandem {
 
+class SequenceRun;
+
 struct AloneModels {
   Transformer& target;
   const Tokenizer& tokenizer;
@@ -24,5 +26,10 @@ struct AloneModels {
 // Prefill, then draft → verify → commit steps until the output ends.
 GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
                          const StreamCallback& cb);
+
+// The loop of run_alone for a run built elsewhere (its proposer, if any, is run.proposer()):
+// the prompt in chunks, then one target pass per step, the draft reading its context in one
+// go when it has to.
+void run_to_end(SequenceRun& run, Transformer& target);
 
 }  // namespace tandem

@@ -3,21 +3,11 @@
 #include <vector>
 
 #include "engine/model/transformer.hpp"
+#include "engine/runtime/run_alone.hpp"
 #include "engine/runtime/sequence_run.hpp"
 
 namespace tandem::test {
 
-void drive_to_end(SequenceRun& run, Transformer& target) {
-  std::vector<float> logits;
-  Batch b;
-  b.add(run.kv(), run.prefill_todo());
-  target.forward(b, logits);
-  while (!run.done()) {
-    b.clear();
-    b.add_all_logits(run.kv(), run.plan_step(1));
-    target.forward(b, logits);
-    run.finish_step(logits, 0.0);
-  }
-}
+void drive_to_end(SequenceRun& run, Transformer& target) { run_to_end(run, target); }
 
 }  // namespace tandem::test

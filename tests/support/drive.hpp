@@ -1,5 +1,5 @@
-// Runs a SequenceRun to its end on a target model, one sequence per pass: what run_alone
-// (engine/runtime/run_alone.hpp) does, for tests that build the run themselves (their own
+// Runs a SequenceRun to its end on a target model, one sequence per pass (run_to_end of
+// engine/runtime/run_alone.hpp), for tests that build the run themselves (their own
 // proposer, policy or options) and then inspect it.
 #pragma once
 
