@@ -265,6 +265,12 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
   EXPECT_GT(st.device_verified, 0) << "greedy requests should have been verified on the device";
+  s.shutdown(true);
+  // One request alone with its drafts (Engine::generate also verifies greedy requests on
+  // the device): the plain tokens too.
+  const auto spec_alone = e->generate_tokens(second[0].first, second[0].second);
+  EXPECT_EQ(spec_alone.tokens, alone[1].tokens);
+  EXPECT_GT(spec_alone.speculative.accepted_tokens, 0);
   EXPECT_LT(st.speculative.accepted_tokens, st.speculative.drafted_tokens) << "no rejections: a fixture too easy";
   s.shutdown(true);
   EXPECT_EQ(s.stats().kv_blocks_used, 0);

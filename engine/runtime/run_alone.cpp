@@ -4,6 +4,7 @@
 
 #include "engine/base/clock.hpp"
 #include "engine/model/prefill.hpp"
+#include "engine/runtime/device_verify.hpp"
 #include "engine/runtime/sequence_run.hpp"
 
 namespace tandem {
@@ -21,15 +22,26 @@ void run_to_end(SequenceRun& run, Transformer& target) {
   std::vector<float> logits;
   // Everything but the last prompt token; it is the first step's pending token.
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
+  // A greedy request on a backend that decodes on the device is verified there: the logits
+  // stay on the device (device_verify.hpp).
+  const std::unique_ptr<DeviceGreedyVerifier> on_device =
+      run.verdict_is_argmax() ? DeviceGreedyVerifier::for_backend(target.model().backend()) : nullptr;
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first
     // token (and again should its cache have run short).
     if (run.draft_prefill_pending() > 0) run.proposer()->prefill(run.committed());
     Batch b;
-    b.add_all_logits(run.kv(), run.plan_step(1));
+    const std::span<const int32_t> step = run.plan_step(1);
+    b.add_all_logits(run.kv(), step);
     const auto t0 = Clock::now();
-    target.forward(b, logits);
-    run.finish_step(logits, ms_since(t0));
+    target.forward(b, logits, !on_device);
+    const double target_ms = ms_since(t0);
+    if (on_device) {
+      const DeviceGreedyVerifier::Sequence seq{0, step.subspan(1)};  // [pending, drafts...]
+      run.finish_step(on_device->verify(target.device_logits(), std::span(&seq, 1)).front(), target_ms);
+    } else {
+      run.finish_step(logits, target_ms);
+    }
   }
 }
 
