@@ -210,14 +210,24 @@ std::unique_ptr<File> File::open(const std::string& path) {
       throw Error(path + ": cannot map " + std::to_string(f->size_) + " bytes: " + std::strerror(e));
     }
     f->base_ = static_cast<const uint8_t*>(p);
+    f->mapped_ = true;
   }
   ::close(fd);  // the mapping keeps the file alive
   f->parse();
   return f;
 }
 
+std::unique_ptr<File> File::from_memory(const void* data, size_t size, const std::string& name) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = name;
+  f->base_ = size > 0 ? static_cast<const uint8_t*>(data) : nullptr;
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
 File::~File() {
-  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 void File::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
