@@ -348,6 +348,10 @@ void File::parse() {
   // ---- data section ----
   const uint64_t end_of_infos = c.pos();
   data_start_ = static_cast<size_t>((end_of_infos + alignment_ - 1) / alignment_ * alignment_);
+  // A file without tensors may end right after its metadata, unpadded: its (empty) data
+  // section then starts at the end of the file, never past it (found by fuzz_gguf:
+  // data_offset() pointed outside the mapping).
+  if (tensors_.empty() && data_start_ > size_) data_start_ = size_;
   for (const TensorInfo& t : tensors_) {
     const std::string q = quoted(t.name);
     if (t.offset % alignment_ != 0)
