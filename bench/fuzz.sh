@@ -42,10 +42,10 @@ run_one() {
   local h=$1 work=$BUILD/corpus/$1 found=$BUILD/findings/$1 log=$BUILD/logs/$1.log
   rm -rf "$found"  # this run's findings only
   mkdir -p "$work" "$found" "$(dirname "$log")"
-  # -fork: a crash is recorded and the run goes on; -ignore_crashes keeps fuzzing after one.
+  # One process per harness (no -fork: the tokenizer harness loads real vocabularies at
+  # start); the first crash ends that harness's run and is saved in $found.
   "$BUILD/tests/fuzz/fuzz_$h" "$work" "tests/fuzz/corpus/$h" -max_total_time="$SECS" -timeout="${FUZZ_TIMEOUT:-10}" \
-    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$found/" \
-    -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 >"$log" 2>&1
+    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 -artifact_prefix="$found/" >"$log" 2>&1
   echo $? >"$log.rc"
 }
 
@@ -61,19 +61,16 @@ status=0
 printf "%-16s %12s %8s %8s %8s %8s  %s\n" harness executions cov ft corpus crashes "seconds / findings"
 for h in "${HARNESSES[@]}"; do
   log=$BUILD/logs/$h.log
-  # -fork prints "#N: cov: C ft: F corp: K exec/s: E oom/timeout/crash: a/b/c time: Ts job: J"
-  last=$(grep -E '^#[0-9]+: cov: ' "$log" | tail -1)
-  execs=$(sed -nE 's/^#([0-9]+):.*/\1/p' <<<"$last")
-  if [ -z "$last" ]; then  # no fork lines (e.g. a very short run): the plain stats
-    execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -1)
-    last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
-  fi
+  # libFuzzer's status lines: "#N  NEW|REDUCE|pulse|DONE  cov: C ft: F corp: K/..."
+  last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
+  execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -1)
+  [ -z "$execs" ] && execs=$(sed -nE 's/^#([0-9]+).*/\1/p' <<<"$last")
   cov=$(sed -nE 's/.*cov: ([0-9]+).*/\1/p' <<<"$last")
   ft=$(sed -nE 's/.*ft: ([0-9]+).*/\1/p' <<<"$last")
   corp=$(sed -nE 's/.*corp: ([0-9]+).*/\1/p' <<<"$last")
   crashes=$(find "$BUILD/findings/$h" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   printf "%-16s %12s %8s %8s %8s %8s  %s\n" "$h" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes" \
-    "$SECS s; $(ls "$BUILD/findings/$h" 2>/dev/null | head -3 | tr '\n' ' ')"
+    "$SECS s; $(cd "$BUILD/findings/$h" && ls crash-* leak-* timeout-* oom-* 2>/dev/null | head -3 | tr '\n' ' ')"
   [ "$crashes" -gt 0 ] && status=1
 done
 exit $status
