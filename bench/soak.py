@@ -20,6 +20,7 @@ and at the end (growth must stay within --rss-growth, 5%), and the metrics' cons
 what the clients saw). Exit status 1 when anything is off.
 """
 import argparse
+import atexit
 import concurrent.futures as cf
 import http.client
 import json
@@ -44,7 +45,7 @@ PAIRS = {
     "smollm2": dict(model="smollm2-135m-instruct-q4_1.gguf", draft=None, extra=["--draft", "ngram", "--draft-max", "3"],
                     kv_mem="6MiB", ctx="256", max_seqs="8"),
     "qwen": dict(model="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", draft="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                 extra=["--draft", "model", "--draft-max", "3"], kv_mem="16MiB", ctx="256", max_seqs="4"),
+                 extra=["--draft", "model", "--draft-max", "3"], kv_mem="11MiB", ctx="256", max_seqs="4"),
 }
 PROMPTS = [
     "Write a short poem about the sea.", "What is the capital of France?", "Explain recursion to a child.",
@@ -85,6 +86,7 @@ class Server:
         if p["draft"]:
             cmd += ["-md", os.path.join(MODELS, p["draft"])]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        atexit.register(lambda: self.proc.poll() is None and self.proc.kill())  # never leave a server behind
         deadline = time.time() + 600
         self.port = None
         while self.port is None:
