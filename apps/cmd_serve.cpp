@@ -42,6 +42,7 @@ struct ServeArgs {
   std::string kv_mem;  // "", bytes, or with a unit: 512MiB, 2GiB, 800MB
   bool no_prefix_cache = false;
   bool verbose = false;
+  int32_t max_tokens = 0;  // --max-tokens: per request (0 = the context bounds it)
 };
 
 DraftMode draft_mode(const std::string& mode, const LoadOptions& load) {
@@ -127,6 +128,8 @@ int run_serve(ServeArgs a) {
   }
 
   server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);
+  chat.set_max_output_bytes(a.http.max_template_output);
+  protocol.max_tokens = a.max_tokens;
   spdlog::info("model {} ({}, context {}, {} KV {:.1f} MiB){}; chat template: {}; speculation: {} (policy {}, k={}){}",
                protocol.model_ids[0], info.architecture, info.context, a.load.kv_type, info.kv_bytes / 1048576.0,
                info.draft_path.empty() ? "" : ", draft " + info.draft_name, chat.from_gguf() ? "model's" : "ChatML",
@@ -184,6 +187,31 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--drain-timeout", a->http.drain_timeout_s,
                   "On SIGTERM/SIGINT, wait this many seconds for running requests")
       ->capture_default_str();
+  // Resource limits against abusive or broken clients (apps/server/README.md).
+  sub->add_option("--max-tokens", a->max_tokens,
+                  "Most tokens one request may generate (more asked → 400; 0 = only the context bounds it)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-connections", a->http.max_connections,
+                  "Open connections; more are answered 503 with Retry-After and closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--idle-timeout", a->http.idle_timeout_s,
+                  "Close a connection that sends no request for this many seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--header-timeout", a->http.header_timeout_s,
+                  "From a request's first byte, seconds its headers may take (then 408, closed)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--body-timeout", a->http.body_timeout_s,
+                  "After the headers, seconds the body may take (then 408, closed)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-template-output", a->http.max_template_output,
+                  "Largest prompt text in bytes the chat template may render (larger → 400)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
   return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};

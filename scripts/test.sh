@@ -8,6 +8,9 @@
 #                                       (default: all; "none": no model tests)
 #   TANDEM_ALLOW_SKIP=1                 tests of missing models skip instead of failing
 #   TANDEM_SKIP_ASAN=1                  only the release preset
+#   TANDEM_SKIP_SOAK=1 TANDEM_SKIP_FUZZ=1   skip those stages (below)
+#   TANDEM_TSAN=1                       also the ThreadSanitizer stage (not yet on by default)
+#   TANDEM_FUZZ_SMOKE_S=20              seconds of fuzzing per harness in the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -23,13 +26,57 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
   fi
 fi
 
+stage_start() { STAGE_T0=$(date +%s); echo "[test] ---- $1"; }
+stage_end() { echo "[test] ---- $1 took $(( $(date +%s) - STAGE_T0 )) s"; }
+
 # Where nvcc is installed, the release build also compiles the CUDA backend for the device
 # (sm_80, sm_90), with warnings as errors; its kernels are tested under the SIMT emulator in
 # both presets (docs/cuda.md). The ASan preset builds without the toolkit (TANDEM_CUDA=OFF),
 # as a machine without one does.
 cmake --preset release -DTANDEM_CUDA_WERROR=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
+# Includes fuzz.replay.*: every harness over its corpus (tests/fuzz/corpus), without clang.
 ctest --preset release -j "$JOBS"
+
+# The soak with faults, 2 minutes (bench/soak.py; the 10-minute one is run by hand).
+case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) soak_model=1 ;; *) soak_model=0 ;; esac
+if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ]; then
+  stage_start "soak (2 min, SmolLM2, 64 streams)"
+  python3 bench/soak.py --tandem build/release/apps/tandem --streams 64 --minutes 2 --pair smollm2
+  stage_end soak
+fi
+
+# ThreadSanitizer over what runs threads: the thread pool, the scheduler and the server.
+# Only the targets those tests need are built. Opt-in (TANDEM_TSAN=1) until a clean run of
+# this stage has been shown; then it becomes the default.
+if [ "${TANDEM_TSAN:-0}" = "1" ] && [ "${TANDEM_SKIP_TSAN:-0}" != "1" ]; then
+  stage_start "tsan"
+  cmake --preset tsan >/dev/null
+  cmake --build build/tsan -j "$JOBS" --target test_scheduler test_cpu_ops tandem
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
+  build/tsan/tests/test_cpu_ops --gtest_filter='ThreadPool*:CpuOps.PagedAttention*'
+  build/tsan/tests/test_scheduler
+  if [ "$soak_model" = 1 ]; then
+    # The server under TSan: concurrent clients, disconnects, pipelining, limits (timeouts,
+    # connection limit, queue), preemption and SIGTERM with streams in flight. A report
+    # makes the server exit 66, which the tests see.
+    TANDEM_TEST_MODELS=smollm2 TANDEM_TEST_TIME_SCALE=4 python3 tests/python/test_server.py --tandem build/tsan/apps/tandem \
+      -k test_concurrent_clients -k test_client_disconnect -k test_keep_alive -k LimitsServer -k TightKvServer
+  fi
+  unset TSAN_OPTIONS
+  stage_end tsan
+fi
+
+# The fuzz harnesses as libFuzzer binaries (clang): their corpora replayed, then a short
+# smoke of each (bench/fuzz.sh; long campaigns are run by hand).
+if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ]; then
+  stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-20} s per harness)"
+  cmake --preset fuzz >/dev/null
+  cmake --build build/fuzz -j "$JOBS"
+  ctest --preset fuzz -j "$JOBS"
+  FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-20}"
+  stage_end fuzz
+fi
 
 if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   cmake --preset asan >/dev/null

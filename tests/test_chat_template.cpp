@@ -11,6 +11,8 @@
 // template's message; limits turn runaway templates into errors instead of crashes.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -436,6 +438,45 @@ TEST(ChatTemplateLimits, RunawayRenderingIsAnError) {
   expect_limit("{% set ns = namespace() %}{% set ns.me = [ns] %}", "namespace inside itself", false);
   expect_limit("{% for i in range(100000) %}{% macro m() %}{% endmacro %}{% endfor %}", "too many macro definitions",
                false);
+}
+
+// Runaway templates that stay under the iteration, size and nesting limits still end,
+// and soon: every string and list built counts against one budget per render (1 GiB).
+TEST(ChatTemplateLimits, HugeLoopsAndCopyingEndWithAClearError) {
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_limit("{% for i in range(10**9) %}x{% endfor %}", "Range too big", false);
+  expect_limit("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "loop iterations",
+               false);
+  // 100000 copies of a 60 MB string: each is within the 64 MiB string limit.
+  expect_limit("{% for i in range(100000) %}{% set s = 'x' * 60000000 %}{% endfor %}", "bytes of strings and lists",
+               false);
+  expect_limit("{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{% set t = s ~ s %}{% endfor %}",
+               "bytes of strings and lists", false);
+  expect_limit("{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{% set t = s + s %}{% endfor %}",
+               "bytes of strings and lists", false);
+  expect_limit("{% set l = [0] * 500000 %}{% for i in range(100000) %}{% set m = l + l %}{% endfor %}",
+               "bytes of strings and lists", false);
+  expect_limit("{% for i in range(100000) %}{% set m = [0, 1] * 500000 %}{% endfor %}", "bytes of strings and lists",
+               false);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 60.0);  // about a second in a release build; minutes or forever without the budget
+}
+
+TEST(ChatTemplateLimits, OutputLimitIsConfigurable) {
+  ChatTemplate t = ChatTemplate::parse("{% for i in range(100) %}0123456789{% endfor %}");
+  EXPECT_EQ(t.max_output_bytes(), ChatTemplate::default_max_output_bytes());
+  EXPECT_EQ(t.render({}, false, "", "").size(), 1000u);
+  t.set_max_output_bytes(1000);
+  EXPECT_EQ(t.render({}, false, "", "").size(), 1000u);
+  t.set_max_output_bytes(999);
+  try {
+    t.render({}, false, "", "");
+    ADD_FAILURE() << "rendered past the limit";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_NE(e.message().find("output exceeds the limit of 999 bytes"), std::string::npos) << e.what();
+  }
+  t.set_max_output_bytes(size_t{1} << 40);  // capped at the interpreter's own limit
+  EXPECT_EQ(t.max_output_bytes(), ChatTemplate::default_max_output_bytes());
 }
 
 TEST(ChatTemplateLimits, DeepJsonVariablesAreRefused) {

@@ -378,5 +378,30 @@ TEST(GgufCorrupt, RandomDamageNeverCrashes) {
   EXPECT_GT(loaded, 0);
 }
 
+
+// Found by tests/fuzz/fuzz_gguf (corpus/gguf/regress_data_offset_past_end): a file without
+// tensors that ends right after its metadata, unpadded, had data_offset() past the end of
+// the file (the aligned start of its empty data section).
+TEST(GgufCorrupt, NoTensorsUnpaddedKeepsDataOffsetInsideTheFile) {
+  const uint8_t header[] = {'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const auto f = File::from_memory(header, sizeof header, "unpadded");
+  EXPECT_TRUE(f->tensors().empty());
+  EXPECT_EQ(f->data_offset(), sizeof header);  // not 32
+  const auto g = File::open(write_file(Bytes(header, header + sizeof header), "unpadded"));
+  EXPECT_EQ(g->data_offset(), sizeof header);
+}
+
+// File::from_memory reads the bytes in place with open()'s checks.
+TEST(GgufCorrupt, FromMemoryValidatesLikeOpen) {
+  const Bytes b = base_file();
+  const auto f = File::from_memory(b.data(), b.size(), "mem");
+  const auto g = File::open(write_file(b, "mem"));
+  EXPECT_EQ(f->keys(), g->keys());
+  ASSERT_EQ(f->tensors().size(), g->tensors().size());
+  EXPECT_EQ(f->tensor_data(f->tensors()[0]), b.data() + f->data_offset() + f->tensors()[0].offset);
+  const Bytes cut(b.begin(), b.end() - 1);
+  EXPECT_THROW(File::from_memory(cut.data(), cut.size(), "mem"), tandem::gguf::Error);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -290,6 +290,29 @@ TEST(OpenAIRequest, CompletionPrompts) {
   EXPECT_EQ(completion_error(R"({"prompt":[1.5]})").code, "invalid_type");
 }
 
+// serve --max-tokens: asking for more is refused; not asking gets the limit (and the
+// context still bounds it).
+TEST(OpenAIRequest, ServerMaxTokensLimit) {
+  ProtocolConfig c = config();
+  c.max_tokens = 50;
+  ParsedRequest r = parse_request(Endpoint::Chat, chat_with(""), c);
+  EXPECT_EQ(r.opts.max_tokens, 50);
+  EXPECT_FALSE(r.max_tokens_given);
+  fit_to_context(r, 490, 512);
+  EXPECT_EQ(r.opts.max_tokens, 22);
+  EXPECT_EQ(parse_request(Endpoint::Chat, chat_with(R"("max_tokens":50)"), c).opts.max_tokens, 50);
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt":"x"})", c).opts.max_tokens, 16);
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    const ApiError e = error_of([&] { parse_request(Endpoint::Chat, chat_with("\"" + std::string(field) + "\":51"), c); });
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.code, "invalid_value");
+    EXPECT_EQ(e.param, field);
+    EXPECT_NE(std::string(e.what()).find("limit of 50 tokens"), std::string::npos) << e.what();
+  }
+  c.max_tokens = 5;
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt":"x"})", c).opts.max_tokens, 5);
+}
+
 TEST(OpenAIRequest, FitToContext) {
   ParsedRequest r = chat(chat_with(""));
   fit_to_context(r, 100, 512);

@@ -31,6 +31,10 @@ class ChatPrompt {
 
   bool from_gguf() const { return from_gguf_; }  // false: the ChatML fallback
 
+  // The largest prompt text the template may render (`serve --max-template-output`);
+  // beyond it render() throws ChatTemplateError naming the limit.
+  void set_max_output_bytes(size_t bytes) { tmpl_.set_max_output_bytes(bytes); }
+
  private:
   ChatPrompt(ChatTemplate t, std::string bos, std::string eos, int32_t add_bos_id, bool from_gguf)
       : tmpl_(std::move(t)), bos_(std::move(bos)), eos_(std::move(eos)), add_bos_id_(add_bos_id), from_gguf_(from_gguf) {}

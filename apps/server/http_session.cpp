@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
@@ -12,6 +13,7 @@
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -62,9 +64,12 @@ class Deadline {
   uint64_t epoch_ = 0;
 };
 
-class HttpSession : public Responder, public std::enable_shared_from_this<HttpSession> {
+// Templated on the socket so the fuzz harness (tests/fuzz/fuzz_http.cpp) runs this very
+// code over a local socket pair; the server instantiates it for TCP.
+template <class Socket>
+class HttpSession : public Responder, public std::enable_shared_from_this<HttpSession<Socket>> {
  public:
-  HttpSession(tcp::socket socket, ServerState& state)
+  HttpSession(Socket socket, ServerState& state)
       : socket_(std::move(socket)),
         state_(state),
         read_deadline_(socket_.get_executor()),
@@ -75,7 +80,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
   ~HttpSession() override { state_.connection_closed(); }
 
   void start() {
-    net::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(socket_.get_executor(), [self = this->shared_from_this()] { self->read_request(); });
   }
 
   // ---- Responder ----
@@ -125,13 +130,13 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
   bool closed() const override { return closed_; }
 
   void post(std::function<void()> fn) override {
-    net::post(socket_.get_executor(), [self = shared_from_this(), fn = std::move(fn)] { fn(); });
+    net::post(socket_.get_executor(), [self = this->shared_from_this(), fn = std::move(fn)] { fn(); });
   }
 
   void on_close(std::function<void()> fn) override { on_close_ = std::move(fn); }
 
   void set_deadline(double secs, std::function<void()> fn) override {
-    request_deadline_.arm(secs, [self = shared_from_this(), fn = std::move(fn)] { fn(); });
+    request_deadline_.arm(secs, [self = this->shared_from_this(), fn = std::move(fn)] { fn(); });
   }
   void clear_deadline() override { request_deadline_.cancel(); }
 
@@ -146,14 +151,36 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(state_.opts.max_body);
-    read_deadline_.arm(state_.opts.idle_timeout_s, [self = shared_from_this()] { self->close(); });
+    read_timed_out_ = nullptr;
+    if (buffer_.size() > 0) return read_header();  // a pipelined request is already here
+    // Idle until the request's first byte; from then on the header timeout runs.
+    read_deadline_.arm(state_.opts.idle_timeout_s, [self = this->shared_from_this()] { self->close(); });
+    socket_.async_wait(Socket::wait_read, [self = this->shared_from_this()](error_code ec) {
+      if (self->closed_) return;
+      if (ec) return self->read_failed(ec);
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    read_deadline_.arm(state_.opts.header_timeout_s,
+                       [self = this->shared_from_this()] { self->read_too_slow("headers"); });
     http::async_read_header(socket_, buffer_, *parser_,
-                            [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+                            [self = this->shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // A slow client (slow-loris): cancel the read; its handler answers 408 and closes.
+  void read_too_slow(const char* what) {
+    read_timed_out_ = what;
+    error_code ignored;
+    socket_.cancel(ignored);
   }
 
   void on_header(error_code ec) {
     if (closed_) return;
     if (ec) return read_failed(ec);
+    read_timed_out_ = nullptr;  // an expiry that raced with the completion
+    read_deadline_.arm(state_.opts.body_timeout_s, [self = this->shared_from_this()] { self->read_too_slow("body"); });
     const auto& req = parser_->get();
     // From the header itself (the parser has validated it): refuse a body that will not fit
     // before it is sent. (Not parser_->content_length(): its boost::optional trips GCC's
@@ -169,7 +196,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     if (req[http::field::expect] == "100-continue") {
       queue("HTTP/1.1 100 Continue\r\n\r\n");
     }
-    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
+    http::async_read(socket_, buffer_, *parser_, [self = this->shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
   }
 
   void on_body(error_code ec) {
@@ -186,14 +213,22 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     view.body = std::move(req.body());
     method_ = view.method;
     target_ = view.target;
-    dispatch(state_, std::move(view), shared_from_this());
+    dispatch(state_, std::move(view), this->shared_from_this());
     // Still open: a generation is running, so watch for the client going away.
     if (in_request_ && !response_complete_) watch();
   }
 
   void read_failed(error_code ec) {
     read_deadline_.cancel();
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+    if (read_timed_out_ && ec == net::error::operation_aborted) {
+      state_.count_read_timeout();
+      begin_request(11, false);
+      reject(ApiError(408, std::string("Request ") + read_timed_out_ + " not received in time (" +
+                               std::to_string(read_timed_out_[0] == 'h' ? state_.opts.header_timeout_s
+                                                                         : state_.opts.body_timeout_s) +
+                               " s)",
+                      "invalid_request_error", "request_timeout"));
+    } else if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
         ec == net::error::connection_reset || ec == http::error::partial_message) {
       close();  // client closed (or the idle timer did)
     } else if (ec == http::error::body_limit) {
@@ -227,7 +262,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
   void watch() {
     if (closed_ || watching_ || buffer_.size() >= kWatchBufferLimit) return;
     watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
+    socket_.async_read_some(buffer_.prepare(4096), [self = this->shared_from_this()](error_code ec, size_t n) {
       self->on_watch(ec, n);
     });
   }
@@ -271,9 +306,9 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     if (writing_ || closed_ || pending_.empty()) return;
     writing_ = true;
     inflight_.swap(pending_);
-    write_deadline_.arm(state_.opts.write_timeout_s, [self = shared_from_this()] { self->close(); });
+    write_deadline_.arm(state_.opts.write_timeout_s, [self = this->shared_from_this()] { self->close(); });
     net::async_write(socket_, net::buffer(inflight_),
-                     [self = shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
+                     [self = this->shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
   }
 
   void on_write(error_code ec) {
@@ -317,14 +352,14 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
   void linger_close() {
     lingering_ = true;
     error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    read_deadline_.arm(2.0, [self = shared_from_this()] { self->close(); });
+    socket_.shutdown(Socket::shutdown_send, ignored);
+    read_deadline_.arm(2.0, [self = this->shared_from_this()] { self->close(); });
     if (watching_) socket_.cancel(ignored);  // on_watch continues with drain()
     else drain();
   }
 
   void drain() {
-    socket_.async_read_some(net::buffer(discard_), [self = shared_from_this()](error_code ec, size_t) {
+    socket_.async_read_some(net::buffer(discard_), [self = this->shared_from_this()](error_code ec, size_t) {
       if (ec || self->closed_) return self->close();
       self->drain();
     });
@@ -346,7 +381,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     write_deadline_.cancel();
     request_deadline_.cancel();
     error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.shutdown(Socket::shutdown_both, ignored);
     socket_.close(ignored);
     if (in_request_) {
       in_request_ = false;
@@ -357,7 +392,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     on_close_ = nullptr;
   }
 
-  tcp::socket socket_;
+  Socket socket_;
   ServerState& state_;
   Deadline read_deadline_, write_deadline_, request_deadline_;
   boost::beast::flat_buffer buffer_;
@@ -370,13 +405,82 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
   int status_ = 0;  // of the response under way; 0 when none has been started
   bool in_request_ = false, response_complete_ = false, keep_alive_ = false, chunked_ = false;
   bool writing_ = false, watching_ = false, lingering_ = false, closed_ = false;
+  const char* read_timed_out_ = nullptr;  // "headers" / "body" once that read took too long
   std::array<char, 4096> discard_{};
+};
+
+// A connection over --max-connections: a 503 with Retry-After, without reading the request,
+// then closed (after reading and dropping what the client still sends for a moment, so the
+// kernel does not reset the connection before the client has read the answer). At most
+// kMaxRefusing are under way at once; beyond that a connection is closed unanswered, so a
+// flood of connections costs a bounded number of sockets.
+constexpr int kMaxRefusing = 64;
+std::atomic<int> g_refusing{0};
+
+class Refusal : public std::enable_shared_from_this<Refusal> {
+ public:
+  explicit Refusal(tcp::socket socket) : socket_(std::move(socket)), deadline_(socket_.get_executor()) { ++g_refusing; }
+  ~Refusal() { --g_refusing; }
+  net::any_io_executor executor() { return socket_.get_executor(); }
+
+  void start(const ApiError& e) {
+    const HttpResponse r = error_response(e);
+    const auto reason = http::obsolete_reason(http::int_to_status(static_cast<unsigned>(r.status)));
+    bytes_ = "HTTP/1.1 " + std::to_string(r.status) + " " + std::string(reason) + "\r\nServer: tandem\r\n";
+    bytes_ += "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
+    for (const auto& [k, v] : r.headers) bytes_ += k + ": " + v + "\r\n";
+    bytes_ += "Connection: close\r\n\r\n" + r.body;
+    deadline_.arm(2.0, [self = shared_from_this()] { self->close(); });
+    net::async_write(socket_, net::buffer(bytes_), [self = shared_from_this()](error_code ec, size_t) {
+      if (ec) return self->close();
+      error_code ignored;
+      self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+      self->drain();
+    });
+  }
+
+ private:
+  void drain() {
+    socket_.async_read_some(net::buffer(discard_), [self = shared_from_this()](error_code ec, size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
+  }
+  void close() {
+    deadline_.cancel();
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+  tcp::socket socket_;
+  Deadline deadline_;
+  std::string bytes_;
+  std::array<char, 1024> discard_{};
 };
 
 }  // namespace
 
 void start_session(tcp::socket socket, ServerState& state) {
-  std::make_shared<HttpSession>(std::move(socket), state)->start();
+  if (state.open_connections() >= state.opts.max_connections) {
+    state.count_rejected_connection();
+    if (g_refusing.load() >= kMaxRefusing) {
+      error_code ignored;
+      socket.close(ignored);
+      return;
+    }
+    ApiError e(503, "Too many open connections (the server's limit is " + std::to_string(state.opts.max_connections) +
+                        "); retry shortly",
+               "server_error", "too_many_connections");
+    e.retry_after_s = 1;
+    auto r = std::make_shared<Refusal>(std::move(socket));
+    net::dispatch(r->executor(), [r, e] { r->start(e); });
+    return;
+  }
+  std::make_shared<HttpSession<tcp::socket>>(std::move(socket), state)->start();
+}
+
+void start_session(net::local::stream_protocol::socket socket, ServerState& state) {
+  std::make_shared<HttpSession<net::local::stream_protocol::socket>>(std::move(socket), state)->start();
 }
 
 }  // namespace tandem::server

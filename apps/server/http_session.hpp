@@ -8,13 +8,18 @@
 // next request that arrive meanwhile are kept for the parser.
 #pragma once
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <memory>
 
 namespace tandem::server {
 
 class ServerState;
 
-// Starts serving an accepted socket (whose executor must be a strand).
+// Starts serving an accepted socket (whose executor must be a strand). With
+// state.opts.max_connections already open, the socket is answered 503 (Retry-After: 1)
+// and closed instead.
 void start_session(boost::asio::ip::tcp::socket socket, ServerState& state);
+// The same session over a local stream socket: what the HTTP fuzz harness drives.
+void start_session(boost::asio::local::stream_protocol::socket socket, ServerState& state);
 
 }  // namespace tandem::server

@@ -120,6 +120,10 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
   w.metric("tandem_http_client_disconnects_total", "counter", "Requests cancelled because the client disconnected",
            static_cast<double>(h.client_disconnects));
   w.metric("tandem_http_open_connections", "gauge", "Open client connections", d(h.open_connections));
+  w.metric("tandem_http_rejected_connections_total", "counter",
+           "Connections refused with 503 because --max-connections were open", static_cast<double>(h.rejected_connections));
+  w.metric("tandem_http_read_timeouts_total", "counter", "Requests whose headers or body arrived too slowly (408)",
+           static_cast<double>(h.read_timeouts));
   w.metric("tandem_http_active_requests", "gauge", "Generation requests in flight", d(h.active_requests));
   return w.take();
 }

@@ -16,6 +16,8 @@ struct HttpCounters {
   uint64_t timeouts = 0;            // requests cancelled by --request-timeout
   uint64_t client_disconnects = 0;  // requests cancelled because the client went away
   int64_t open_connections = 0;
+  uint64_t rejected_connections = 0;  // refused with 503 at --max-connections
+  uint64_t read_timeouts = 0;         // requests whose headers or body came too slowly (408)
   int64_t active_requests = 0;  // submitted and not yet answered
 };
 

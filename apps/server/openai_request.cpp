@@ -376,10 +376,15 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   }
   if (mt) {
     if (*mt < 1) throw bad_request(std::string("'") + mt_name + "' must be at least 1", mt_name, "invalid_value");
+    if (cfg.max_tokens > 0 && *mt > cfg.max_tokens)
+      throw bad_request(std::string("'") + mt_name + "' is " + std::to_string(*mt) + ", above this server's limit of " +
+                            std::to_string(cfg.max_tokens) + " tokens per request",
+                        mt_name, "invalid_value");
     r.opts.max_tokens = static_cast<int32_t>(std::min<int64_t>(*mt, INT32_MAX));
     r.max_tokens_given = true;
   } else {
     r.opts.max_tokens = endpoint == Endpoint::Completion ? 16 : INT32_MAX;  // chat: fitted to the context later
+    if (cfg.max_tokens > 0) r.opts.max_tokens = std::min(r.opts.max_tokens, cfg.max_tokens);
   }
 
   parse_sampling(o, r.opts.sampling);

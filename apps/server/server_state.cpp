@@ -47,6 +47,21 @@ void ServerState::connection_closed() {
   --counters_.open_connections;
 }
 
+int64_t ServerState::open_connections() const {
+  std::lock_guard lk(mu_);
+  return counters_.open_connections;
+}
+
+void ServerState::count_rejected_connection() {
+  std::lock_guard lk(mu_);
+  ++counters_.rejected_connections;
+}
+
+void ServerState::count_read_timeout() {
+  std::lock_guard lk(mu_);
+  ++counters_.read_timeouts;
+}
+
 HttpCounters ServerState::counters() const {
   std::lock_guard lk(mu_);
   HttpCounters c = counters_;

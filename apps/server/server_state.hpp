@@ -26,7 +26,11 @@ struct ServerOptions {
   std::string api_key;         // non-empty: /v1/* need "Authorization: Bearer <key>"
   double request_timeout_s = 600;  // > 0: cancel a generation after this long (finish "length")
   size_t max_body = 1 << 20;   // request bodies above this → 413
-  double idle_timeout_s = 60;  // keep-alive connection with no request → closed
+  double idle_timeout_s = 60;  // connection waiting for a request's first byte this long → closed
+  double header_timeout_s = 10;  // first byte to the end of the headers longer than this → 408, closed
+  double body_timeout_s = 30;    // end of the headers to the end of the body longer than this → 408, closed
+  int max_connections = 512;     // open connections; beyond: 503 with Retry-After, closed at once
+  size_t max_template_output = 4 << 20;  // bytes a chat template may render (larger → 400)
   double write_timeout_s = 60;  // a client that does not read for this long → closed
   double drain_timeout_s = 30;  // on SIGTERM/SIGINT: wait this long for running requests
 };
@@ -53,6 +57,9 @@ class ServerState {
   void count_disconnect();
   void connection_opened();
   void connection_closed();
+  int64_t open_connections() const;
+  void count_rejected_connection();  // refused with 503: --max-connections reached
+  void count_read_timeout();          // headers or body too slow (408)
   HttpCounters counters() const;
 
   // ---- generation requests in flight, by scheduler id (thread-safe) ----

@@ -1,5 +1,7 @@
 #include "engine/chat/chat_template.hpp"
 
+#include <algorithm>
+
 #include "engine/gguf/gguf.hpp"
 #include "engine/chat/jinja/jinja_interp.hpp"
 #include "engine/chat/jinja/jinja_json.hpp"
@@ -23,9 +25,9 @@ ChatTemplateError to_error(const jinja::Error& e, std::string_view normalized_so
 
 // Runs the interpreter; every failure but running out of memory becomes a
 // ChatTemplateError, so callers have one exception type to handle.
-std::string run(const jinja::ast::Template& tpl, const jinja::Dict& vars) {
+std::string run(const jinja::ast::Template& tpl, const jinja::Dict& vars, size_t max_output) {
   try {
-    return jinja::Interpreter(tpl).render(vars);
+    return jinja::Interpreter(tpl, max_output).render(vars);
   } catch (const jinja::Error& e) {
     throw to_error(e, tpl.source);
   } catch (const std::bad_alloc&) {
@@ -64,6 +66,12 @@ ChatTemplate ChatTemplate::parse(std::string_view source) {
   return t;
 }
 
+void ChatTemplate::set_max_output_bytes(size_t bytes) {
+  max_output_ = std::min(bytes, jinja::kMaxStringBytes);
+}
+
+size_t ChatTemplate::default_max_output_bytes() { return jinja::kMaxStringBytes; }
+
 std::optional<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file) {
   const std::optional<std::string> s = file.get_string("tokenizer.chat_template");
   if (!s) return std::nullopt;
@@ -88,7 +96,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   vars.set(Value::string("add_generation_prompt"), Value::boolean(add_generation_prompt));
   vars.set(Value::string("bos_token"), Value::string(bos_token));
   vars.set(Value::string("eos_token"), Value::string(eos_token));
-  return run(*tpl_, vars);
+  return run(*tpl_, vars, max_output_);
 }
 
 std::string ChatTemplate::render_json(std::string_view variables_json) const {
@@ -105,7 +113,7 @@ std::string ChatTemplate::render_json(std::string_view variables_json) const {
   vars.set(Value::string("documents"), Value::none());
   vars.set(Value::string("add_generation_prompt"), Value::boolean(false));
   for (const auto& [k, v] : parsed.dict().entries) vars.set(k, v);
-  return run(*tpl_, vars);
+  return run(*tpl_, vars, max_output_);
 }
 
 ChatTemplate chatml_template() { return ChatTemplate::parse(kChatML); }

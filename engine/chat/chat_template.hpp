@@ -38,6 +38,7 @@
 // non-sequence is an error where Jinja's constant folding yields Undefined.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -97,10 +98,19 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
 
+  // The largest rendered output in bytes; a render that would write more fails with a
+  // ChatTemplateError naming the limit. Capped at (and by default) 64 MiB. Whatever the
+  // limit, a render also fails after 10 million loop iterations, 1 GiB of strings and
+  // lists built, or 1000 nested calls: templates cannot hang or exhaust memory.
+  void set_max_output_bytes(size_t bytes);
+  size_t max_output_bytes() const { return max_output_; }
+  static size_t default_max_output_bytes();
+
  private:
   ChatTemplate() = default;  // only parse() makes one
   std::shared_ptr<const jinja::ast::Template> tpl_;
   std::string source_;
+  size_t max_output_ = default_max_output_bytes();
 };
 
 // The fallback for models without a template: ChatML,

@@ -66,6 +66,10 @@ class File {
 
   // Maps and validates the file. Throws Error.
   static std::unique_ptr<File> open(const std::string& path);
+  // Validates GGUF bytes already in memory, with the same checks as open(); the File reads
+  // them in place (no copy), so they must outlive it. `name` stands for the path in errors.
+  // For the fuzz harness and callers that hold a model in memory.
+  static std::unique_ptr<File> from_memory(const void* data, size_t size, const std::string& name = "<memory>");
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -122,6 +126,7 @@ class File {
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
+  bool mapped_ = false;  // base_ is our mapping (open), not the caller's bytes (from_memory)
   uint32_t version_ = 0;
   uint32_t alignment_ = kDefaultAlignment;
   size_t data_start_ = 0;

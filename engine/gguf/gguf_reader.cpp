@@ -210,14 +210,24 @@ std::unique_ptr<File> File::open(const std::string& path) {
       throw Error(path + ": cannot map " + std::to_string(f->size_) + " bytes: " + std::strerror(e));
     }
     f->base_ = static_cast<const uint8_t*>(p);
+    f->mapped_ = true;
   }
   ::close(fd);  // the mapping keeps the file alive
   f->parse();
   return f;
 }
 
+std::unique_ptr<File> File::from_memory(const void* data, size_t size, const std::string& name) {
+  std::unique_ptr<File> f(new File());
+  f->path_ = name;
+  f->base_ = size > 0 ? static_cast<const uint8_t*>(data) : nullptr;
+  f->size_ = size;
+  f->parse();
+  return f;
+}
+
 File::~File() {
-  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
 void File::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
@@ -338,6 +348,10 @@ void File::parse() {
   // ---- data section ----
   const uint64_t end_of_infos = c.pos();
   data_start_ = static_cast<size_t>((end_of_infos + alignment_ - 1) / alignment_ * alignment_);
+  // A file without tensors may end right after its metadata, unpadded: its (empty) data
+  // section then starts at the end of the file, never past it (found by fuzz_gguf:
+  // data_offset() pointed outside the mapping).
+  if (tensors_.empty() && data_start_ > size_) data_start_ = size_;
   for (const TensorInfo& t : tensors_) {
     const std::string q = quoted(t.name);
     if (t.offset % alignment_ != 0)

@@ -1,5 +1,6 @@
 // CpuBackend: construction, memory and host transfers.
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 
 #include <cstring>
 #include <stdexcept>
@@ -29,7 +30,7 @@ std::string CpuBackend::description() const {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
   if (__builtin_cpu_supports("fma")) s += " fma";
-  if (__builtin_cpu_supports("f16c")) s += " f16c";
+  if (tandem::cpu::cpu_has_f16c()) s += " f16c";
   if (__builtin_cpu_supports("bmi2")) s += " bmi2";
   if (__builtin_cpu_supports("avx512f")) s += " avx512f";
   if (__builtin_cpu_supports("avx512bw")) s += " avx512bw";

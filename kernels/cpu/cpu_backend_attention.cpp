@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/attention_impl.hpp"
 #include "kernels/cpu/convert_impl.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -24,7 +25,7 @@ namespace {
 bool has_f16c_avx2() {
   static const bool ok = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && tandem::cpu::cpu_has_f16c() && __builtin_cpu_supports("fma");
   }();
   return ok;
 }

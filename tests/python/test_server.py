@@ -549,7 +549,10 @@ class LimitsServer(Timed):
     @classmethod
     def setUpClass(cls):
         cls.server = Server("limits", "--api-key", API_KEY, "--max-seqs", "1", "--max-queue", "1",
-                            "--request-timeout", "2", "--max-body", "4096", "--ctx", "1024")
+                            "--request-timeout", "2", "--max-body", "4096", "--ctx", "1024",
+                            "--max-tokens", "1000", "--max-connections", "6", "--header-timeout", "1",
+                            "--body-timeout", "1", "--idle-timeout", str(int(6 * TIME_SCALE)),
+                            "--max-template-output", "2000")
 
     @classmethod
     def tearDownClass(cls):
@@ -584,6 +587,112 @@ class LimitsServer(Timed):
         self.assertLess(b["usage"]["completion_tokens"], 1000)
         self.assertLess(time.time() - t0, 30)
         self.assertGreaterEqual(self.server.metrics()["tandem_http_request_timeouts_total"], 1)
+
+
+    def raw_socket(self):
+        return socket.create_connection(("127.0.0.1", self.server.port), timeout=30 * TIME_SCALE)
+
+    @staticmethod
+    def read_all(sock):
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    def test_max_tokens_per_request(self):
+        # (A request that does not ask gets the limit: tests/test_openai_protocol.cpp.)
+        s, _, b = self.server.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 1001})
+        self.assertEqual((s, b["error"]["code"], b["error"]["param"]), (400, "invalid_value", "max_tokens"))
+        self.assertIn("limit of 1000 tokens", b["error"]["message"])
+        s, _, b = self.server.request("POST", "/v1/chat/completions",
+                                      {"messages": [{"role": "user", "content": "Count to a thousand."}],
+                                       "max_completion_tokens": 5000})
+        self.assertEqual((s, b["error"]["param"]), (400, "max_completion_tokens"))
+        s, _, b = self.server.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 1000})
+        self.assertEqual(s, 200, b)
+
+    def test_template_output_limit(self):
+        s, _, b = self.server.request("POST", "/v1/chat/completions",
+                                      {"messages": [{"role": "user", "content": "word " * 500}], "max_tokens": 4})
+        self.assertEqual((s, b["error"]["code"]), (400, "invalid_messages"), b)
+        self.assertIn("output exceeds the limit of 2000 bytes", b["error"]["message"])
+
+    def test_slow_headers_get_408_and_close(self):
+        with self.raw_socket() as sock:
+            t0 = time.time()
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            # One header byte every 0.2 s: never done, always busy (slow-loris).
+            got = b""
+            sock.settimeout(0.2)
+            while time.time() - t0 < 20 * TIME_SCALE:
+                try:
+                    sock.sendall(b"X")
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                except socket.timeout:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+            elapsed = time.time() - t0
+        self.assertTrue(got.startswith(b"HTTP/1.1 408"), got[:200])
+        self.assertIn(b"request_timeout", got)
+        self.assertLess(elapsed, 10 * TIME_SCALE)
+        self.assertGreaterEqual(self.server.metrics()["tandem_http_read_timeouts_total"], 1)
+
+    def test_slow_body_gets_408(self):
+        with self.raw_socket() as sock:
+            t0 = time.time()
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            got = self.read_all(sock)
+            elapsed = time.time() - t0
+        self.assertTrue(got.startswith(b"HTTP/1.1 408"), got[:200])
+        self.assertLess(elapsed, 10 * TIME_SCALE)
+
+    def test_idle_connection_is_closed(self):
+        with self.raw_socket() as sock:
+            t0 = time.time()
+            self.assertEqual(self.read_all(sock), b"")  # closed without a word
+            elapsed = time.time() - t0
+        self.assertGreater(elapsed, 5 * TIME_SCALE)
+        self.assertLess(elapsed, 20 * TIME_SCALE)
+
+    def test_connections_above_the_limit_get_503(self):
+        # Wait for earlier tests' connections to be gone (the open-connections gauge counts
+        # the /metrics request itself).
+        self.server.wait_metric("tandem_http_open_connections", lambda v: v <= 1)
+        held = [self.raw_socket() for _ in range(6)]
+        try:
+            time.sleep(0.3)
+            refused = []
+            for _ in range(3):
+                with self.raw_socket() as sock:
+                    refused.append(self.read_all(sock))
+            for got in refused:
+                head, _, body = got.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 503"), got[:200])
+                self.assertIn(b"Retry-After: 1", head)
+                self.assertEqual(json.loads(body)["error"]["code"], "too_many_connections")
+            # The held connections still work.
+            held[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            held[0].settimeout(10 * TIME_SCALE)
+            self.assertTrue(held[0].recv(65536).startswith(b"HTTP/1.1 200"))
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.time() + 20 * TIME_SCALE
+        while self.server.request("GET", "/health", auth=False)[0] == 503 and time.time() < deadline:
+            time.sleep(0.1)  # until the server has seen the held connections close
+        self.server.wait_metric("tandem_http_open_connections", lambda v: v <= 1)
+        self.assertGreaterEqual(self.server.metrics()["tandem_http_rejected_connections_total"], 3)
 
 
 # ---- server C: KV budget too small for the batch; then graceful shutdown --------------

@@ -167,6 +167,7 @@ Value Interpreter::eval_concat(const Concat& e, Frame& frame) {
     if (!v.is_string()) v = Value::string(to_str(v));
     total += v.str().size();
     check_string_size(total);
+    charge_work(v.str().size());
     parts.push_back(std::move(v));
   }
   std::string out;

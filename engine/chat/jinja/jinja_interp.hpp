@@ -9,6 +9,7 @@
 // (nested calls of macros and evaluation), and the size of strings and of the output.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,7 +34,9 @@ class Interpreter {
   static constexpr int kMaxRecursion = 1000;              // nested evaluation / statement / macro frames
   static constexpr size_t kMaxMacroScopes = 10'000;       // distinct scopes that defined macros
 
-  explicit Interpreter(const ast::Template& t) : tpl_(t) {}
+  // max_output: the largest output (bytes) before rendering fails; at most kMaxStringBytes.
+  explicit Interpreter(const ast::Template& t, size_t max_output = kMaxStringBytes)
+      : tpl_(t), max_output_(std::min(max_output, kMaxStringBytes)) {}
   // Renders with the given top-level variables (over the built-in globals).
   std::string render(const Dict& variables);
 
@@ -78,6 +81,7 @@ class Interpreter {
 
  private:
   const ast::Template& tpl_;
+  size_t max_output_;
   std::vector<FramePtr> pinned_;  // frames that defined macros: macros point into them
   uint64_t iterations_ = 0;
   int depth_ = 0;

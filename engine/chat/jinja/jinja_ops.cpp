@@ -72,6 +72,7 @@ Value repeat(const Value& seq, int64_t n) {
       throw Error("string repetition exceeds the limit of " + std::to_string(kMaxStringBytes) + " bytes");
     }
     const size_t total = s.size() * static_cast<size_t>(n);
+    charge_work(total);
     if (total == 0) return Value::string("");
     std::string out = s;  // doubled until long enough: O(log n) appends
     out.reserve(total);
@@ -83,6 +84,7 @@ Value repeat(const Value& seq, int64_t n) {
   if (!l.items.empty() && static_cast<uint64_t>(n) > kMaxListItems / l.items.size()) {
     throw Error("list repetition exceeds the limit of " + std::to_string(kMaxListItems) + " items");
   }
+  charge_work(uint64_t{sizeof(Value)} * l.items.size() * static_cast<uint64_t>(n));
   std::vector<Value> out;
   out.reserve(l.items.size() * static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), l.items.begin(), l.items.end());
@@ -259,12 +261,14 @@ Value binary(ast::BinOp op, const Value& a, const Value& b) {
       if (nums) return Value::number(a.as_double() + b.as_double());
       if (a.is_string() && b.is_string()) {
         check_string_size(a.str().size() + b.str().size());
+        charge_work(a.str().size() + b.str().size());
         return Value::string(a.str() + b.str());
       }
       if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple) {
         if (a.list().items.size() + b.list().items.size() > kMaxListItems) {
           throw Error("list exceeds the limit of " + std::to_string(kMaxListItems) + " items");
         }
+        charge_work(uint64_t{sizeof(Value)} * (a.list().items.size() + b.list().items.size()));
         std::vector<Value> out = a.list().items;
         out.insert(out.end(), b.list().items.begin(), b.list().items.end());
         return Value::list(std::move(out), a.list().tuple);

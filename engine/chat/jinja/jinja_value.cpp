@@ -398,8 +398,28 @@ void check_string_size(size_t bytes) {
   }
 }
 
+namespace {
+thread_local WorkBudget* t_budget = nullptr;
+}
+
+WorkBudget::WorkBudget(uint64_t limit) : limit_(limit), outer_(t_budget) { t_budget = this; }
+WorkBudget::~WorkBudget() { t_budget = outer_; }
+
+void WorkBudget::charge(uint64_t bytes) {
+  used_ += bytes;
+  if (used_ > limit_) {
+    throw Error("template exceeded the limit of " + std::to_string(limit_) +
+                " bytes of strings and lists built while rendering");
+  }
+}
+
+void charge_work(uint64_t bytes) {
+  if (t_budget) t_budget->charge(bytes);
+}
+
 Value checked_string(std::string s) {
   check_string_size(s.size());
+  charge_work(s.size());
   return Value::string(std::move(s));
 }
 

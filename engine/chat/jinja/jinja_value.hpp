@@ -38,6 +38,10 @@ class Error : public std::runtime_error {
 inline constexpr size_t kMaxStringBytes = size_t{64} << 20;  // any one string, and the output
 inline constexpr size_t kMaxListItems = size_t{1} << 20;     // any one list built by the template
 inline constexpr uint32_t kMaxNesting = 256;                 // lists/dicts/namespaces within each other
+// Bytes of strings and list slots built during one render, all together: bounds the time a
+// template can spend copying large values (a loop that rebuilds a 60 MB string 100000 times
+// stays under every other limit).
+inline constexpr uint64_t kMaxWorkBytes = uint64_t{1} << 30;
 
 struct List {
   std::vector<Value> items;
@@ -151,5 +155,23 @@ Value checked_string(std::string s);
 // Throws the size-limit error when a string of `bytes` would exceed kMaxStringBytes;
 // called before building one.
 void check_string_size(size_t bytes);
+// Adds `bytes` to the running render's work budget (kMaxWorkBytes; see WorkBudget), throwing
+// Error when it is exhausted. Outside a render (no WorkBudget on this thread) it does nothing.
+void charge_work(uint64_t bytes);
+
+// The work budget of one render on this thread (renders do not nest, and each runs on one
+// thread), installed by Interpreter::render for its duration.
+class WorkBudget {
+ public:
+  explicit WorkBudget(uint64_t limit);
+  ~WorkBudget();
+  WorkBudget(const WorkBudget&) = delete;
+  WorkBudget& operator=(const WorkBudget&) = delete;
+  void charge(uint64_t bytes);
+
+ private:
+  uint64_t used_ = 0, limit_;
+  WorkBudget* outer_;
+};
 
 }  // namespace tandem::jinja

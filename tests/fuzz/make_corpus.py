@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of tests/fuzz/corpus/ (run once; the output is committed).
+
+    python3 tests/fuzz/make_corpus.py [--models DIR]
+
+- gguf/: the real models' headers and metadata (every key; arrays such as the vocabulary
+  cut to their first 24 items) with their first tensor infos, as two small files per model:
+  `<model>.meta.gguf` keeps the real tensor shapes and offsets but no data (the reader
+  must refuse it: the tensors lie outside the file), and `<model>.small.gguf` has the
+  tensors shrunk to a few elements with their data (valid).
+- chat_template/: the test templates (tests/data/chat_template/templates) and the real
+  models' own, each also with variables; runaway templates.
+- tokenizer/, openai_request/, http/: hand-written inputs in each harness's format.
+Only the standard library: GGUF is parsed and written here directly.
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "fuzz", "corpus")
+
+# GGUF value types
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+SCALAR = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i", F32: "f", BOOL: "?", U64: "Q", I64: "q", F64: "d"}
+
+
+class Reader:
+    def __init__(self, f):
+        self.f = f
+
+    def take(self, fmt):
+        n = struct.calcsize("<" + fmt)
+        return struct.unpack("<" + fmt, self.f.read(n))[0]
+
+    def string(self):
+        n = self.take("Q")
+        return self.f.read(n)
+
+    def value(self, t, cut):
+        if t == STR:
+            return self.string()
+        if t == ARR:
+            et, n = self.take("I"), self.take("Q")
+            items = []
+            for i in range(n):
+                v = self.value(et, cut)
+                if i < cut:
+                    items.append(v)
+            return (et, items)
+        return self.take(SCALAR[t])
+
+
+def write_value(out, t, v):
+    if t == STR:
+        out += struct.pack("<Q", len(v)) + v
+    elif t == ARR:
+        et, items = v
+        out += struct.pack("<IQ", et, len(items))
+        for x in items:
+            write_value(out, et, x)
+    else:
+        out += struct.pack("<" + SCALAR[t], v)
+
+
+def read_gguf(path, cut=24, max_tensors=6):
+    with open(path, "rb") as f:
+        r = Reader(f)
+        assert f.read(4) == b"GGUF"
+        version, n_tensors, n_kv = r.take("I"), r.take("Q"), r.take("Q")
+        kvs = []
+        for _ in range(n_kv):
+            k = r.string()
+            t = r.take("I")
+            kvs.append((k, t, r.value(t, cut)))
+        tensors = []
+        for _ in range(n_tensors):
+            name = r.string()
+            nd = r.take("I")
+            dims = [r.take("Q") for _ in range(nd)]
+            ttype, off = r.take("I"), r.take("Q")
+            if len(tensors) < max_tensors:
+                tensors.append((name, dims, ttype, off))
+    return version, kvs, tensors
+
+
+def build(version, kvs, tensors, data=b""):
+    out = bytearray(b"GGUF") + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += struct.pack("<Q", len(k)) + k + struct.pack("<I", t)
+        write_value(out, t, v)
+    for name, dims, ttype, off in tensors:
+        out += struct.pack("<Q", len(name)) + name + struct.pack("<I", len(dims))
+        for d in dims:
+            out += struct.pack("<Q", d)
+        out += struct.pack("<IQ", ttype, off)
+    out += b"\0" * ((-len(out)) % 32)
+    return bytes(out + data)
+
+
+def write(sub, name, data):
+    d = os.path.join(OUT, sub)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def gguf_seeds(models_dir):
+    templates = {}
+    for key, fname in [("smollm2", "smollm2-135m-instruct-q4_1.gguf"), ("qwen0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+                       ("gemma3", "gemma-3-270m-q4_k_m.gguf")]:
+        path = os.path.join(models_dir, fname)
+        if not os.path.exists(path):
+            cands = [f for f in os.listdir(models_dir) if f.startswith(key.split(".")[0][:5])] if os.path.isdir(models_dir) else []
+            if not cands:
+                print(f"  {key}: not in {models_dir}, skipped", file=sys.stderr)
+                continue
+            path = os.path.join(models_dir, sorted(cands)[0])
+        version, kvs, tensors = read_gguf(path)
+        for k, t, v in kvs:
+            if k == b"tokenizer.chat_template":
+                templates[key] = v.decode("utf-8")
+        # Real shapes and offsets, no data: the reader must refuse the tensors.
+        write("gguf", f"{key}.meta.gguf", build(version, kvs, tensors))
+        # Shrunk tensors (F32, 8 x 2) with their data: a valid file.
+        small = [(name, [8, 2], F32, i * 64) for i, (name, _, _, _) in enumerate(tensors)]
+        write("gguf", f"{key}.small.gguf", build(version, kvs, small, bytes(64 * len(small))))
+        print(f"  {key}: {len(kvs)} keys, {len(tensors)} tensors", file=sys.stderr)
+    # A few hand-made shapes of the header.
+    write("gguf", "empty_v3.gguf", build(3, [], []))
+    write("gguf", "v2_one_string.gguf", build(2, [(b"general.architecture", STR, b"llama")], []))
+    write("gguf", "nested_array.gguf", build(3, [(b"a", ARR, (ARR, [(I32, [1, 2]), (I32, [])]))], []))
+    return templates
+
+
+def template_seeds(model_templates):
+    tdir = os.path.join(ROOT, "tests", "data", "chat_template", "templates")
+    variables = json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                         {"role": "assistant", "content": "Hello!", "tool_calls": [
+                                             {"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
+                                         {"role": "tool", "content": "42"}],
+                            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                            "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>"})
+    n = 0
+    for name in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+        with open(os.path.join(tdir, name), encoding="utf-8") as f:
+            src = f.read()
+        base = os.path.splitext(name)[0]
+        write("chat_template", f"{base}.jinja", src)
+        write("chat_template", f"{base}.vars", src + "\n@@VARS@@\n" + variables)
+        n += 1
+    for key, src in model_templates.items():
+        write("chat_template", f"model_{key}.jinja", src)
+        write("chat_template", f"model_{key}.vars", src + "\n@@VARS@@\n" + variables)
+    hostile = {
+        "range_huge": "{% for i in range(10**9) %}x{% endfor %}",
+        "nested_loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "big_copies": "{% for i in range(100000) %}{% set s = 'x' * 60000000 %}{% endfor %}",
+        "doubling": "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "deep_parens": "{{ " + "(" * 300 + "1" + ")" * 300 + " }}",
+        "filters": "{{ messages | map(attribute='content') | join(', ') | upper | replace('A', 'bb') | length }}"
+                   "{{ [3,1,2] | sort | reverse | list | tojson }}{{ {'b': 1, 'a': 2} | dictsort | tojson }}",
+        "slices": "{% for m in messages[::-1] %}{{ m.content[1:-1] }}{{ loop.index }}{% endfor %}{{ 'abc'[::-2] }}",
+    }
+    for k, v in hostile.items():
+        write("chat_template", f"limit_{k}.jinja", v)
+    return n
+
+
+def tokenizer_seeds():
+    strings_path = os.path.join(ROOT, "tests", "data", "tokenizer", "strings.txt")
+    texts = ["Hello, world!", " leading space", "tabs\tand\nnewlines\r\n", "Unicode: café, 日本語, emoji 🎉👍🏽",
+             "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>", "def f(x):\n    return x**2  # comment\n",
+             "   ", "1234567890 3.14159 -42", "\xff\xfe invalid", "Ünïcödé ß ﬁ ℌ", "a" * 300]
+    if os.path.exists(strings_path):
+        with open(strings_path, encoding="utf-8", errors="surrogateescape") as f:
+            texts += [line.rstrip("\n") for line in f][:20]
+    n = 0
+    for tok in range(5):
+        for i, t in enumerate(texts):
+            mode = [0, 1, 2, 3, 4][i % 5]
+            data = t.encode("utf-8", errors="surrogateescape")
+            write("tokenizer", f"enc_t{tok}_{i:02d}", bytes([tok, mode]) + data)
+            n += 1
+        ids = struct.pack("<8i", 0, 1, 2, 300, 599, 600, 650, -1)
+        write("tokenizer", f"dec_t{tok}", bytes([tok, 8 | 4]) + ids)
+        write("tokenizer", f"dec_raw_t{tok}", bytes([tok, 8 | 16]) + ids + struct.pack("<2i", 2**31 - 1, -2**31))
+    return n
+
+
+def openai_seeds():
+    bodies = [
+        (1, {"messages": [{"role": "user", "content": "hi"}]}),
+        (1, {"model": "smollm2", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "max_tokens": 7, "temperature": 0.5,
+             "top_p": 0.9, "top_k": 20, "min_p": 0.1, "seed": 42, "stop": ["a", "bb"], "stream": True,
+             "stream_options": {"include_usage": True}, "presence_penalty": 0.1, "frequency_penalty": 0.2,
+             "repetition_penalty": 1.1, "ignore_eos": True}),
+        (3, {"messages": [{"role": "user", "content": "x"}], "speculative": {"mode": "model", "draft_max": 4,
+                                                                            "draft_min": 1, "policy": "adaptive"}}),
+        (5, {"messages": [{"role": "developer", "content": "x"}], "max_completion_tokens": 3, "n": 1}),
+        (9, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 65}),
+        (0, {"prompt": "Once upon a time", "max_tokens": 16}),
+        (0, {"prompt": ["one string"], "stop": "\n", "echo": False}),
+        (0, {"prompt": [1, 2, 3, 999], "seed": -1}),
+        (0, {"prompt": [1, 2, 1000]}),
+        (4, {"prompt": "x", "speculative": {"mode": "ngram", "draft_max": 3}}),
+        (0, {"prompt": "x", "logprobs": 2}),
+        (0, {"prompt": "x", "temperature": "hot"}),
+        (0, {"prompt": "x", "max_tokens": 1e300}),
+    ]
+    for i, (sel, b) in enumerate(bodies):
+        write("openai_request", f"body_{i:02d}.json", bytes([sel]) + json.dumps(b).encode())
+    raw = [b'{"prompt": "x", "max_tokens": 4.0}', b'{"messages": null}', b"[]", b"{", b'{"prompt":"\\ud800"}',
+           b'{"prompt": "x", "stop": ["' + b'","'.join(b"s" for _ in range(20)) + b'"]}',
+           b'{"messages": [{"role": "user", "content": "x"}]' + b" " * 10 + b"}"]
+    for i, b in enumerate(raw):
+        write("openai_request", f"raw_{i:02d}.json", bytes([i % 2]) + b)
+    return len(bodies) + len(raw)
+
+
+def http_seeds():
+    def req(method, path, body=b"", headers=()):
+        h = [f"{method} {path} HTTP/1.1", "Host: x"] + list(headers)
+        if body:
+            h += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+        return ("\r\n".join(h) + "\r\n\r\n").encode() + body
+
+    chat = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}).encode()
+    stream = json.dumps({"prompt": "Once", "max_tokens": 3, "stream": True,
+                         "stream_options": {"include_usage": True}}).encode()
+    seeds = {
+        "health": req("GET", "/health"),
+        "metrics": req("GET", "/metrics"),
+        "models": req("GET", "/v1/models") + req("GET", "/v1/models/tiny"),
+        "chat": req("POST", "/v1/chat/completions", chat),
+        "completion_stream": req("POST", "/v1/completions", stream),
+        "pipelined": req("GET", "/health") + req("POST", "/v1/completions", b'{"prompt":"a","max_tokens":2}') +
+                     req("GET", "/v1/models"),
+        "chunked": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"5\r\n{\"pro\r\n16\r\nmpt\":\"a\",\"max_tokens\":2}\r\n0\r\n\r\n",
+        "http10": b"GET /health HTTP/1.0\r\n\r\n",
+        "expect": req("POST", "/v1/completions", b'{"prompt":"a"}', ["Expect: 100-continue"]),
+        "bad_method": req("DELETE", "/v1/models"),
+        "not_found": req("GET", "/nope?x=1"),
+        "bad_json": req("POST", "/v1/chat/completions", b'{"messages": ['),
+        "garbage": b"\x00\x01GET / HTTP/9.9\r\n\r\n",
+        "too_large": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n{}",
+        "bad_length": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
+        "close": req("GET", "/health", headers=["Connection: close"]) + req("GET", "/health"),
+        "auth": req("GET", "/v1/models", headers=["Authorization: Bearer k"]),
+        "partial": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"prompt\":",
+    }
+    for k, v in seeds.items():
+        write("http", k + ".http", v)
+    return len(seeds)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models")))
+    a = ap.parse_args()
+    templates = gguf_seeds(a.models)
+    print(f"chat templates: {template_seeds(templates)} test templates + {len(templates)} models'", file=sys.stderr)
+    print(f"tokenizer: {tokenizer_seeds()}, openai_request: {openai_seeds()}, http: {http_seeds()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
