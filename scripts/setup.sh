@@ -10,6 +10,7 @@ APT_PKGS=(
   libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimde-dev
+  clang-14 libclang-rt-14-dev  # the fuzz preset: clang with libFuzzer (tests/fuzz)
   python3 python3-pip
 )
 
