@@ -144,16 +144,20 @@ TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
     Scheduler s(*e, so);
     std::mutex mu;
     std::condition_variable cv;
-    bool short_started = false;
+    bool short_started = false, long_submitted = false;
     int done = 0;
     GenerateResult got_short, got_long;
     ServeRequest a;
     a.prompt = short_prompt;
     a.opts = greedy(60, DraftMode::None);
+    // The short stream holds its first piece until the long request is in: without this gate a
+    // descheduled test thread could let the short stream finish before the long one arrives
+    // (seen on CI), and nothing would be left decoding to limit the prompt's chunks.
     a.on_text = [&](std::string_view, int32_t) {
-      std::lock_guard<std::mutex> lk(mu);
+      std::unique_lock<std::mutex> lk(mu);
       short_started = true;
       cv.notify_all();
+      cv.wait_for(lk, std::chrono::seconds(60), [&] { return long_submitted; });
       return true;
     };
     a.on_done = [&](const GenerateResult& r, const std::string&) {
@@ -180,6 +184,8 @@ TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
     ASSERT_EQ(s.submit(std::move(b)).status, SubmitStatus::Ok);
     {
       std::unique_lock<std::mutex> lk(mu);
+      long_submitted = true;
+      cv.notify_all();
       ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == 2; }));
     }
     s.shutdown(true);
@@ -519,15 +525,19 @@ TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
     std::mutex mu;
     std::condition_variable cv;
     int short_pieces = 0, done = 0;
+    bool long_submitted = false;
     GenerateResult got_short, got_long;
     auto submit = [&](const std::vector<int32_t>& prompt, GenerateResult& into, bool count) {
       ServeRequest r;
       r.prompt = prompt;
       r.opts = greedy(60, DraftMode::Model);
+      // The short stream's fourth piece waits for the long request (see the test above: else
+      // the short stream may end before the long one arrives).
       r.on_text = [&, count](std::string_view, int32_t) {
-        std::lock_guard<std::mutex> lk(mu);
+        std::unique_lock<std::mutex> lk(mu);
         if (count) ++short_pieces;
         cv.notify_all();
+        if (count && short_pieces == 4) cv.wait_for(lk, std::chrono::seconds(60), [&] { return long_submitted; });
         return true;
       };
       r.on_done = [&](const GenerateResult& res, const std::string&) {
@@ -547,6 +557,8 @@ TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
     submit(long_prompt, got_long, false);
     {
       std::unique_lock<std::mutex> lk(mu);
+      long_submitted = true;
+      cv.notify_all();
       ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == 2; }));
     }
     s.shutdown(true);
