@@ -71,6 +71,20 @@ TEST(Grammar, Utf8ClassesMatchWholeCodePoints) {
   EXPECT_FALSE(g->accepts("\xCE"));  // an unfinished character is not a sentence
 }
 
+// A lead byte of a longer character is no prefix of a short one: E0 starts U+0800..U+0FFF,
+// so it cannot begin ' ' or '"'; overlong spellings and surrogates are not UTF-8.
+TEST(Grammar, Utf8LeadBytesOnlyStartTheCodePointsTheyCanSpell) {
+  auto ascii = G(R"(root ::= [ "a-z]+)");
+  for (const char* bad : {"\xE0", "\xF0", "\xC2", "\xC0\xA0", "\xE0\x80\xA0"}) EXPECT_FALSE(viable(*ascii, bad));
+  auto any = G("root ::= .+");
+  EXPECT_TRUE(viable(*any, "\xE0\xA0"));            // U+0800..
+  EXPECT_FALSE(viable(*any, "\xE0\x80"));           // overlong: below U+0800
+  EXPECT_FALSE(viable(*any, "\xED\xA0"));           // U+D800..: surrogates
+  EXPECT_TRUE(any->accepts("\xED\x9F\xBF"));       // U+D7FF
+  EXPECT_FALSE(viable(*any, "\xF4\x90"));           // beyond U+10FFFF
+  EXPECT_TRUE(any->accepts("\xF4\x8F\xBF\xBF"));  // U+10FFFF
+}
+
 TEST(Grammar, BoundedRepetitionCounts) {
   auto g = G("root ::= \"a\"{3} \"b\"{0,2} \"c\"{2,}");
   EXPECT_TRUE(g->accepts("aaacc"));

@@ -40,10 +40,11 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<con
     : g_(std::move(g)), v_(std::move(v)) {}
 
 std::string TokenGrammar::key_of(const GrammarState& s) {
-  std::string k(s.stacks.size() * 4 + 5, '\0');
+  std::string k(s.stacks.size() * 4 + 6, '\0');
   std::memcpy(k.data(), s.stacks.data(), s.stacks.size() * 4);
   std::memcpy(k.data() + s.stacks.size() * 4, &s.utf8_acc, 4);
-  k.back() = static_cast<char>(s.utf8_left);
+  k[k.size() - 2] = static_cast<char>(s.utf8_left);
+  k.back() = static_cast<char>(s.utf8_len);
   return k;
 }
 

@@ -47,6 +47,7 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
 void Engine::Impl::load_models() {
   model = Model::load(opts.model_path, *backend);
   tokenizer = Tokenizer::from_gguf(model->file());
+  grammars = std::make_unique<GrammarCache>(*tokenizer);
   const ModelConfig& c = model->config();
   if (tokenizer->n_vocab() > c.n_vocab)
     throw std::runtime_error(opts.model_path + ": tokenizer has " + std::to_string(tokenizer->n_vocab()) +
@@ -177,7 +178,8 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   const PolicyCosts costs = policy_costs();
   const std::unique_ptr<SpeculationPolicy> policy =
       make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
-  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context}, prompt, run_opts, checked);
+  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context, grammars->get(opts.grammar)}, prompt,
+                   run_opts, checked);
 }
 
 void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
@@ -195,7 +197,7 @@ PolicyCosts EngineAccess::policy_costs(const Engine& e) { return e.impl_->policy
 
 EngineParts EngineAccess::parts(Engine& e) {
   Engine::Impl& m = *e.impl_;
-  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu};
+  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu, *m.grammars};
 }
 
 }  // namespace tandem

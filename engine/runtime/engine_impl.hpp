@@ -28,6 +28,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::string backend_note;  // why device "auto" did not choose CUDA
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<GrammarCache> grammars;  // over `tokenizer`
   std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<Transformer> transformer;

@@ -46,6 +46,13 @@ SubmitResult Scheduler::submit(ServeRequest req) {
     if (t < 0 || t >= vocab) return {SubmitStatus::Invalid, 0, "prompt token " + std::to_string(t) + " is out of range"};
   if (req.opts.speculative.mode == DraftMode::Model && !m.parts.draft)
     return {SubmitStatus::Invalid, 0, "draft-model speculation requested but the server has no draft model"};
+  // A bad grammar is the client's error, told now rather than at admission.
+  std::shared_ptr<const TokenGrammar> grammar;
+  try {
+    grammar = m.parts.grammars.get(req.opts.grammar);
+  } catch (const std::invalid_argument& ex) {
+    return {SubmitStatus::Invalid, 0, std::string("grammar: ") + ex.what()};
+  }
   std::lock_guard<std::mutex> lk(m.mu);
   if (m.stopping) return {SubmitStatus::ShuttingDown, 0, "the server is shutting down"};
   if (static_cast<int32_t>(m.queue.size()) >= m.opts.max_queue)
@@ -53,6 +60,7 @@ SubmitResult Scheduler::submit(ServeRequest req) {
   auto e = std::make_unique<Impl::Entry>();
   e->id = m.next_id++;
   e->req = std::move(req);
+  e->grammar = std::move(grammar);
   e->arrival = Clock::now();
   r.id = e->id;
   m.queue.push_back(std::move(e));
@@ -194,7 +202,7 @@ bool Scheduler::Impl::start(Entry& e) {
   };
   e.run = std::make_unique<SequenceRun>(parts.target.cache(), parts.tokenizer, e.req.prompt, e.req.opts, on_token,
                                         parts.context, parts.target.model().config().n_vocab, e.proposer.get(),
-                                        e.policy.get(), e.arrival);
+                                        e.policy.get(), e.arrival, e.grammar);
   std::lock_guard<std::mutex> lk(mu);
   stats.prompt_tokens_total += static_cast<int64_t>(e.req.prompt.size());
   return true;

@@ -32,6 +32,7 @@ struct Scheduler::Impl {
     std::shared_ptr<const CostModel> costs;  // the policy decides with it; declared first, destroyed last
     std::unique_ptr<Proposer> proposer;
     std::unique_ptr<SpeculationPolicy> policy;
+    std::shared_ptr<const TokenGrammar> grammar;  // compiled at submit; null when unconstrained
     std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
     bool got_first = false;
     Clock::time_point last_token;

@@ -12,7 +12,8 @@ namespace tandem {
 
 SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
                          const GenerateOptions& opts, StreamCallback cb, int32_t context, int32_t n_vocab,
-                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start)
+                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start,
+                         std::shared_ptr<const TokenGrammar> grammar)
     : kv_(cache),
       tok_(tok),
       opts_(opts),
@@ -25,6 +26,7 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
       coupled_(opts.speculative.verify == VerifyMode::Coupled && !opts.sampling.greedy()),
       rng_(opts.sampling.seed),
       noise_(opts.sampling.seed),
+      grammar_(std::move(grammar)),
       decoder_(tok),
       stops_(opts.stop),
       committed_(prompt.begin(), prompt.end()),
@@ -47,6 +49,15 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
     res_.speculative.steps_per_k.assign(k + 1, 0);
     proposer_->reset();
     policy_->reset();
+  }
+  if (!opts.grammar.empty() && !grammar_) throw std::logic_error("SequenceRun: the request's grammar was not compiled");
+  if (grammar_) {
+    grammar_state_ = grammar_->initial();
+    // A grammar whose only sentence is empty leaves nothing to generate.
+    if (TokenGrammar::complete(grammar_state_)) {
+      res_.finish = FinishReason::Stop;
+      done_ = true;
+    }
   }
   if (opts.max_tokens <= 0) done_ = true;
 }
@@ -94,11 +105,14 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.sampling = &opts_.sampling;
   po.vocab = n_vocab_;
   po.coupled = coupled_ ? &noise_ : nullptr;
+  po.grammar = grammar_.get();
+  po.grammar_state = grammar_ ? &grammar_state_ : nullptr;
   return po;
 }
 
 std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
   prop_ = std::move(p);
+  if (grammar_) fit_proposal_to_grammar();
   // Too short a draft is not worth verifying — but a sampled draft may only be dropped when
   // the output cannot depend on it: whether a draft came out short depends on what was
   // drawn, so dropping it would change which draws reach the verifier (biased output).
@@ -115,6 +129,28 @@ std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, 
   step_tokens_.push_back(committed_.back());
   step_tokens_.insert(step_tokens_.end(), prop_.tokens.begin(), prop_.tokens.end());
   return step_tokens_;
+}
+
+void SequenceRun::fit_proposal_to_grammar() {
+  // A deterministic draft (n-gram) knows nothing of the grammar: it is cut before its first
+  // forbidden token (the cut is a function of the context, so output is unaffected). Drafts
+  // sampled from a masked q never hold one. Any draft is cut after a token that completes the
+  // sentence: the output ends there, so what follows could never be committed.
+  GrammarState s = grammar_state_;
+  size_t keep = 0;
+  while (keep < prop_.tokens.size()) {
+    const int32_t t = prop_.tokens[keep];
+    if (!grammar_->allows(s, t)) {
+      if (!prop_.deterministic())
+        throw std::logic_error("SequenceRun: a sampled draft proposed a token its grammar forbids");
+      break;
+    }
+    s = grammar_->after(s, t);
+    ++keep;
+    if (TokenGrammar::complete(s) || grammar_->vocab().is_eog(t)) break;
+  }
+  prop_.tokens.resize(keep);
+  if (!prop_.deterministic()) prop_.dists.resize(keep);
 }
 
 std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
@@ -154,11 +190,18 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
 VerifyResult SequenceRun::verify(std::span<const float> logits) {
   std::vector<int32_t> hist = committed_;
   const size_t base = committed_.size();
+  // Constrained: p_i is over the tokens the grammar allows after the drafts before i (the
+  // verifiers reach i only once drafts 0..i-1 are accepted, hence allowed).
+  std::vector<GrammarState> states;
+  if (grammar_) states.push_back(grammar_state_);
   auto target_dist = [&](int32_t i) {
     hist.resize(base);
     hist.insert(hist.end(), prop_.tokens.begin(), prop_.tokens.begin() + i);
     const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
-    return make_distribution(row, opts_.sampling, hist);
+    if (!grammar_) return make_distribution(row, opts_.sampling, hist);
+    while (states.size() <= static_cast<size_t>(i))
+      states.push_back(grammar_->after(states.back(), prop_.tokens[states.size() - 1]));
+    return make_distribution(row, opts_.sampling, hist, *grammar_->mask(states[static_cast<size_t>(i)]));
   };
   const auto position = static_cast<int64_t>(base);  // where the first verified token goes
   if (opts_.sampling.greedy()) return verify_greedy(prop_.tokens, target_dist);
@@ -229,6 +272,14 @@ bool SequenceRun::commit(int32_t token) {
   if (stops_.stopped()) {
     res_.finish = FinishReason::Stop;
     return false;
+  }
+  if (grammar_) {
+    grammar_state_ = grammar_->after(grammar_state_, token);
+    if (grammar_state_.dead()) throw std::logic_error("SequenceRun: committed a token the grammar forbids");
+    if (TokenGrammar::complete(grammar_state_)) {  // the sentence is whole; nothing may follow
+      res_.finish = FinishReason::Stop;
+      return false;
+    }
   }
   if (static_cast<int32_t>(res_.tokens.size()) >= opts_.max_tokens) {
     res_.finish = FinishReason::Length;

@@ -42,6 +42,14 @@ struct GenerateOptions {
   bool parse_special = true;      // special-token texts in the prompt become special tokens
   bool ignore_eos = false;
   SpeculativeOptions speculative;
+  // Constrained decoding: the output is a sentence of this GBNF grammar (llama.cpp's grammar
+  // format; json_schema_to_gbnf in engine/grammar/json_schema.hpp writes one from a JSON
+  // Schema). Empty → unconstrained. Each token is drawn from the target's distribution over
+  // the tokens the grammar allows next (renormalised), with speculation on or off alike; the
+  // output ends (FinishReason::Stop) once the grammar allows nothing more, and end-of-
+  // generation tokens are allowed only where the grammar may end. A bad grammar throws
+  // std::invalid_argument naming line and column.
+  std::string grammar;
 };
 
 enum class FinishReason { Stop, Length, Cancelled };
