@@ -654,4 +654,25 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
   }
 }
 
+// Constrained decoding through the C API: the output follows the grammar (here one
+// sentence), a bad grammar fails with INVALID_ARGUMENT naming where, and the default
+// (NULL) is unconstrained.
+TEST(CApi, GrammarConstrainsTheOutput) {
+  auto e = load(model_path());
+  tandem_generate_params gp = greedy(40);
+  gp.grammar = "root ::= \"yes\" | \"no\"";
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate(e.get(), "Is it?", &gp, nullptr, nullptr, &r), TANDEM_OK) << tandem_last_error();
+  ResultPtr res(r);
+  const std::string text = res->text;
+  EXPECT_TRUE(text == "yes" || text == "no") << text;
+  EXPECT_EQ(res->finish_reason, TANDEM_FINISH_STOP);
+  gp.grammar = "root ::= \"yes\" | (";
+  EXPECT_FAILS(tandem_generate(e.get(), "Is it?", &gp, nullptr, nullptr, &r), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("1:"), std::string::npos) << tandem_last_error();
+  tandem_generate_params d;
+  ASSERT_EQ(tandem_generate_params_init(&d, sizeof d), TANDEM_OK);
+  EXPECT_EQ(d.grammar, nullptr);
+}
+
 }  // namespace

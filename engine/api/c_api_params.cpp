@@ -123,6 +123,7 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
       throw std::invalid_argument("tandem_generate_params.verify_mode " + std::to_string(p.verify_mode) +
                                   " is not a tandem_verify_mode");
   }
+  if (p.grammar) o.grammar = p.grammar;
   return o;
 }
 

@@ -118,6 +118,10 @@ typedef struct tandem_generate_params {
   int32_t ngram_max;             /* default 4 */
   /* appended later (a caller built with an older header gets the default) */
   int32_t verify_mode;           /* a tandem_verify_mode; default TANDEM_VERIFY_COUPLED */
+  /* Constrained decoding: NULL or "" → none; else a GBNF grammar the output must follow
+   * (tandem_json_schema_to_grammar writes one from a JSON Schema). A bad grammar fails the
+   * call with TANDEM_ERR_INVALID_ARGUMENT naming line and column. */
+  const char* grammar;
 } tandem_generate_params;
 
 /* Allocated by the library, freed with tandem_result_free. New fields are only ever added
