@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/gbnf_compose.hpp"
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/token_grammar.hpp"
 
@@ -209,4 +210,24 @@ TEST(TokenGrammar, ControlTokensNeverAndEndOfGenerationOnlyAtTheEnd) {
   EXPECT_TRUE(TokenGrammar::complete(s));
   EXPECT_TRUE(tg.allows(s, eos));
   EXPECT_FALSE(tg.allows(s, 'c'));
+}
+
+// A grammar inside another: its rules renamed, literals, classes, counts and comments kept.
+TEST(GbnfCompose, PrefixedRulesNestInsideAnotherGrammar) {
+  const std::string inner = "root ::= item (\",\" item){0,2} # items\nitem ::= [a-z_]+ | \"root\"";
+  const std::string renamed = gbnf_prefix_rules(inner, "in-");
+  EXPECT_EQ(renamed, "in-root ::= in-item (\",\" in-item){0,2} # items\nin-item ::= [a-z_]+ | \"root\"");
+  auto g = G(renamed + "\nroot ::= \"<\" in-root \">\"");
+  EXPECT_TRUE(g->accepts("<a,root,b_c>"));
+  EXPECT_FALSE(g->accepts("<a,b,c,d>"));
+  EXPECT_FALSE(g->accepts("a"));
+  EXPECT_THROW(gbnf_prefix_rules(inner, "a b"), std::invalid_argument);
+}
+
+TEST(GbnfCompose, QuotedLiteralsMatchExactlyTheirText) {
+  for (const std::string& t : std::vector<std::string>{"plain", "q\"uote\\", "tab\tnl\n\r", std::string("nul\0x", 5), "\x01\x7f", "é→😀", ""}) {
+    auto g = G("root ::= " + gbnf_quote(t) + " \"!\"");
+    EXPECT_TRUE(g->accepts(t + "!")) << gbnf_quote(t);
+    EXPECT_FALSE(g->accepts(t + "?")) << gbnf_quote(t);
+  }
 }
