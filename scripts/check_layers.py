@@ -33,6 +33,7 @@ COMPONENTS = [
     ("engine/base/", "base", 1),
     ("engine/gguf/", "gguf", 2),
     ("engine/sampling/", "sampling", 2),
+    ("engine/grammar/", "grammar", 2),
     ("engine/text/", "text", 3),
     ("engine/kv/", "kv", 3),
     ("engine/chat/", "chat", 4),
