@@ -1,0 +1,198 @@
+// GBNF grammars: parsing (and its errors), the automaton's language, and token masks over a
+// vocabulary, each checked against a plain reference: a token is allowed iff the grammar
+// accepts some sentence starting with the text so far plus that token.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/grammar.hpp"
+#include "engine/grammar/token_grammar.hpp"
+
+using namespace tandem;
+
+namespace {
+
+std::shared_ptr<const Grammar> G(const std::string& s) { return Grammar::parse(s); }
+
+std::string parse_error(const std::string& s) {
+  try {
+    Grammar::parse(s);
+  } catch (const GrammarError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Whether `prefix` can be continued into a sentence: by the automaton's state being alive.
+bool viable(const Grammar& g, const std::string& prefix) {
+  GrammarState s = g.initial();
+  g.advance_in_place(s, prefix);
+  return !s.dead();
+}
+
+}  // namespace
+
+TEST(Grammar, LiteralsClassesAndRepetition) {
+  auto g = G(R"(root ::= "ab" [0-9]+ ("x" | "yz")? "!"{2,3})");
+  for (const char* ok : {"ab1!!", "ab123x!!", "ab0yz!!!"}) EXPECT_TRUE(g->accepts(ok)) << ok;
+  for (const char* bad : {"ab!!", "ab1y!!", "ab1!", "ab1!!!!", "Ab1!!", "ab1x!!x"}) EXPECT_FALSE(g->accepts(bad)) << bad;
+}
+
+TEST(Grammar, RulesRecursionAndNewlines) {
+  // Alternatives continue over lines; a rule ends where the next begins.
+  auto g = G("root ::= list\nlist ::= \"[\" ( item (\",\" item)* )? \"]\"\n"
+             "item ::= [a-z]+\n   | list   # nested lists\n");
+  for (const char* ok : {"[]", "[a]", "[a,bc]", "[[a],[],b]", "[[[[]]]]"}) EXPECT_TRUE(g->accepts(ok)) << ok;
+  for (const char* bad : {"[", "[a,]", "[,a]", "[[a]", "a", "[]]"}) EXPECT_FALSE(g->accepts(bad)) << bad;
+}
+
+TEST(Grammar, NegatedClassesDotAndEscapes) {
+  auto g = G(R"(root ::= "\"" ( [^"\\\x00-\x1f] | "\\" ["\\nt] )* "\"" . "\u00e9" [\t\n])");
+  EXPECT_TRUE(g->accepts("\"a b\\\"c\"Zé\t"));
+  EXPECT_TRUE(g->accepts("\"\"\xF0\x9F\x98\x80" "é\n"));  // '.' takes one code point, here 4 bytes
+  EXPECT_FALSE(g->accepts("\"a\nb\"Zé\t"));                 // a raw control character in the string
+  EXPECT_FALSE(g->accepts("\"\\q\"Zé\t"));
+  EXPECT_FALSE(g->accepts("\"\"Ze\t"));
+}
+
+TEST(Grammar, Utf8ClassesMatchWholeCodePoints) {
+  auto g = G("root ::= [α-ω]+");  // U+03B1..U+03C9: two bytes each, CE B1 .. CF 89
+  EXPECT_TRUE(g->accepts("αβω"));
+  EXPECT_FALSE(g->accepts("αΩ"));  // U+03A9 (CE A9) is below the range
+  // Half a character is a viable prefix when some completion is in the class...
+  EXPECT_TRUE(viable(*g, "\xCE"));
+  EXPECT_TRUE(viable(*g, "\xCF"));
+  // ... and not when none is (D0 starts U+0400..U+043F), nor for bytes that are no UTF-8.
+  EXPECT_FALSE(viable(*g, "\xD0"));
+  EXPECT_FALSE(viable(*g, "\xFF"));
+  EXPECT_FALSE(viable(*g, "\x80"));
+  EXPECT_FALSE(g->accepts("\xCE"));  // an unfinished character is not a sentence
+}
+
+TEST(Grammar, BoundedRepetitionCounts) {
+  auto g = G("root ::= \"a\"{3} \"b\"{0,2} \"c\"{2,}");
+  EXPECT_TRUE(g->accepts("aaacc"));
+  EXPECT_TRUE(g->accepts("aaabbcccc"));
+  EXPECT_FALSE(g->accepts("aacc"));
+  EXPECT_FALSE(g->accepts("aaabbbcc"));
+  EXPECT_FALSE(g->accepts("aaac"));
+}
+
+TEST(Grammar, CompleteWhenNothingMayFollow) {
+  auto g = G(R"(root ::= "{" "}" " "?)");
+  GrammarState s = g->initial();
+  g->advance_in_place(s, "{}");
+  EXPECT_TRUE(Grammar::accepting(s));
+  EXPECT_FALSE(Grammar::complete(s));  // a space may still come
+  g->advance_in_place(s, " ");
+  EXPECT_TRUE(Grammar::complete(s));
+  g->advance_in_place(s, " ");
+  EXPECT_TRUE(s.dead());
+}
+
+TEST(Grammar, ErrorsNameTheProblemAndWhere) {
+  EXPECT_NE(parse_error("root ::= foo").find("'foo' is not defined"), std::string::npos);
+  EXPECT_NE(parse_error("rot ::= \"a\"").find("no rule 'root'"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"a").find("unterminated string"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= [a-").find("unterminated character class"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= [z-a]").find("out of order"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"a\" )").find("1:14: unexpected ')'"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"a\"\nroot ::= \"b\"").find("2:1: rule 'root' defined twice"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= root \"a\" | \"b\"").find("left recursion"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= x \"a\"\nx ::= \"\" | root").find("left recursion"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= (\"\")*").find("left recursion"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"a\"{5000}").find("above 1000"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"\\q\"").find("unknown escape"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"\xff\"").find("invalid UTF-8"), std::string::npos);
+  EXPECT_NE(parse_error("").find("empty grammar"), std::string::npos);
+  EXPECT_NE(parse_error("root ::= " + std::string(200, '(') + "\"a\"" + std::string(200, ')')).find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(parse_error("root ::= \"a\" ::= \"b\"").find("unexpected"), std::string::npos);
+}
+
+namespace {
+// A small byte-level vocabulary: every single byte, some multi-byte pieces, half characters,
+// a control token (never allowed) and an end-of-generation token.
+TokenVocab toy_vocab() {
+  std::vector<std::string> b;
+  for (int c = 0; c < 256; ++c) b.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* p : {"{\"", "\"}", "\":", "ab", "abc", "\"a", ", \"", "12", "true", "}", "α", "\xCE", "é\"", "  ", "\n"})
+    b.push_back(p);
+  std::vector<bool> text(b.size(), true);
+  b.push_back("<|control|>");
+  text.push_back(false);
+  b.push_back("<|eos|>");
+  text.push_back(false);
+  return TokenVocab(b, text, {static_cast<int32_t>(b.size() - 1)});
+}
+}  // namespace
+
+// Every token's bit against the reference: the grammar has a live parse after the text plus
+// the token's bytes (end of generation: the text is a sentence). Checked along random walks
+// through the language, i.e. at many different states.
+TEST(TokenGrammar, MasksMatchTheReferenceAlongRandomSentences) {
+  auto g = G(R"(root ::= "{" ws ( pair ( "," ws pair )* )? "}"
+pair ::= "\"" [a-zα-ω]* "\"" ws ":" ws value ws
+value ::= "true" | [0-9]+ | "\"" [^"]* "\""
+ws ::= [ \n]{0,2})");
+  auto vocab = std::make_shared<const TokenVocab>(toy_vocab());
+  TokenGrammar tg(g, vocab);
+  std::mt19937 rng(7);
+  int checked_states = 0;
+  for (int walk = 0; walk < 30; ++walk) {
+    GrammarState s = tg.initial();
+    std::string text;
+    for (int step = 0; step < 40; ++step) {
+      const auto m = tg.mask(s);
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        bool ref;
+        if (vocab->is_eog(id)) {
+          ref = g->accepts(text);
+        } else if (!vocab->is_text(id)) {
+          ref = false;
+        } else {
+          ref = viable(*g, text + vocab->bytes(id));
+        }
+        ASSERT_EQ(mask_allows(*m, id), ref) << "token " << id << " after '" << text << "'";
+        if (ref) allowed.push_back(id);
+      }
+      ++checked_states;
+      ASSERT_FALSE(allowed.empty()) << "dead end after '" << text << "'";
+      const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      if (vocab->is_eog(t)) break;
+      s = tg.after(s, t);
+      text += vocab->bytes(t);
+      if (TokenGrammar::complete(s)) {
+        EXPECT_TRUE(g->accepts(text));
+        break;
+      }
+    }
+  }
+  EXPECT_GT(checked_states, 100);
+  const auto st = tg.stats();
+  EXPECT_GT(st.cache_hits, 0);  // the same states recur (inside strings, between pairs)
+}
+
+TEST(TokenGrammar, ControlTokensNeverAndEndOfGenerationOnlyAtTheEnd) {
+  auto g = G(R"(root ::= "ab" "c"?)");
+  auto vocab = std::make_shared<const TokenVocab>(toy_vocab());
+  TokenGrammar tg(g, vocab);
+  const int32_t control = vocab->size() - 2, eos = vocab->size() - 1;
+  GrammarState s = tg.initial();
+  EXPECT_FALSE(tg.allows(s, eos));
+  EXPECT_FALSE(tg.allows(s, control));
+  EXPECT_TRUE(tg.allows(s, 'a'));
+  EXPECT_FALSE(tg.allows(s, 'b'));
+  s = tg.after(s, 'a');
+  s = tg.after(s, 'b');
+  EXPECT_TRUE(tg.allows(s, eos));
+  EXPECT_TRUE(tg.allows(s, 'c'));
+  EXPECT_FALSE(TokenGrammar::complete(s));
+  s = tg.after(s, 'c');
+  EXPECT_TRUE(TokenGrammar::complete(s));
+  EXPECT_TRUE(tg.allows(s, eos));
+  EXPECT_FALSE(tg.allows(s, 'c'));
+}
