@@ -78,14 +78,16 @@ Frag repeat(const Frag& f, std::string_view op) {
 Frag repeat(const Frag& f, long long min, long long max) {
   if (max == 0) return epsilon();
   if (min == 1 && max == 1) return f;
-  if (max < 0) {
-    if (min == 0) return repeat(f, "*");
-    if (min == 1) return repeat(f, "+");
-    return repeat(f, "{" + std::to_string(min) + ",}");
-  }
+  if (max < 0 && min == 0) return repeat(f, "*");
+  if (max < 0 && min == 1) return repeat(f, "+");
   if (min == 0 && max == 1) return opt(f);
-  if (min == max) return repeat(f, "{" + std::to_string(min) + "}");
-  return repeat(f, "{" + std::to_string(min) + "," + std::to_string(max) + "}");
+  // Appended piece by piece: GCC 12's -Wrestrict misfires on "{" + std::to_string(...).
+  std::string op = "{";
+  op += std::to_string(min);
+  if (max != min) op += ',';
+  if (max > min) op += std::to_string(max);
+  op += '}';
+  return repeat(f, op);
 }
 
 }  // namespace tandem

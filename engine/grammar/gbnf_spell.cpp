@@ -76,7 +76,10 @@ std::string gbnf_literal(std::string_view utf8) {
 std::string gbnf_literal(char32_t cp) {
   if (cp == '"' || cp == '\\') return std::string("\"\\") + static_cast<char>(cp) + '"';
   if (cp >= 0x20 && cp < 0x7F) return std::string("\"") + static_cast<char>(cp) + '"';
-  return "\"" + hex_escape(cp) + '"';
+  std::string out = "\"";  // appended: GCC 12's -Wrestrict misfires on "\"" + std::string
+  out += hex_escape(cp);
+  out += '"';
+  return out;
 }
 
 std::string gbnf_class_char(char32_t cp) {

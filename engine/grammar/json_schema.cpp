@@ -3,6 +3,7 @@
 
 #include <boost/json.hpp>
 
+#include "engine/grammar/grammar.hpp"
 #include "engine/grammar/json_rules.hpp"
 #include "engine/grammar/schema_converter.hpp"
 
@@ -22,7 +23,16 @@ std::string json_schema_to_gbnf(std::string_view schema_json) {
   boost::system::error_code ec;
   const boost::json::value doc = boost::json::parse(schema_json, ec, {}, opts);
   if (ec) throw SchemaError("the schema is not valid JSON: " + ec.message());
-  return schema::Converter(doc).run();
+  std::string gbnf = schema::Converter(doc).run();
+  // The converter's limits are on its own rules; Grammar::parse has its own on everything
+  // (the rules its repetitions expand to included). Checking here means a schema this
+  // accepts always gives a grammar that compiles.
+  try {
+    Grammar::parse(gbnf);
+  } catch (const GrammarError& e) {
+    throw SchemaError(std::string("the schema's grammar does not compile (too large?): ") + e.what());
+  }
+  return gbnf;
 }
 
 std::string json_object_gbnf() {

@@ -51,7 +51,7 @@ Frag Converter::use(JsonRule r) {
 }
 
 std::string Converter::new_name(const std::string& hint) {
-  // [a-zA-Z0-9-], no doubled or trailing '-', at most 40 characters, then a counter if taken.
+  // [a-zA-Z0-9-], no doubled or trailing '-', at most 40 characters, then "_<n>" if taken.
   std::string base;
   for (char c : hint) {
     const bool ok = std::isalnum(static_cast<unsigned char>(c)) && static_cast<unsigned char>(c) < 0x80;
@@ -63,9 +63,14 @@ std::string Converter::new_name(const std::string& hint) {
   }
   while (!base.empty() && base.back() == '-') base.pop_back();
   if (base.empty()) base = "rule";
+  // Grammar::parse names the rules it generates "<rule>-<n>": a name of ours ending in
+  // "-<digits>" could be taken for one of those, so its last '-' becomes '_'.
+  if (const size_t dash = base.rfind('-'); dash != std::string::npos && dash + 1 < base.size() &&
+                                           base.find_first_not_of("0123456789", dash + 1) == std::string::npos)
+    base[dash] = '_';
   std::string name = base;
   // The counter per base keeps many same-named rules (items of items of...) linear.
-  for (size_t& k = next_suffix_[base]; reserved_.contains(name); ++k) name = base + "-" + std::to_string(k);
+  for (size_t& k = next_suffix_[base]; reserved_.contains(name); ++k) name = base + "_" + std::to_string(k);
   reserved_.insert(name);
   return name;
 }
