@@ -47,6 +47,7 @@ Frag alt(std::vector<Frag> parts) {
   size_t n = 0;
   std::vector<const Frag*> kept;  // identical alternatives once: no needless ambiguity
   std::unordered_set<std::string_view> texts;
+  std::unordered_set<std::string> lefts;  // add_left's linear search would be quadratic here
   for (const Frag& p : parts) {
     if (p.empty()) {
       has_empty = true;
@@ -54,7 +55,8 @@ Frag alt(std::vector<Frag> parts) {
     }
     if (!texts.insert(p.text).second) continue;
     kept.push_back(&p);
-    add_left(out.left, p.left);
+    for (const std::string& name : p.left)
+      if (lefts.insert(name).second) out.left.push_back(name);
     out.nullable = out.nullable || p.nullable;
     if (!out.text.empty()) out.text += " | ";
     out.text += p.text;  // '|' binds loosest: a nested alternative needs no parentheses

@@ -20,6 +20,8 @@ enum class JsonRule : uint8_t {
   object,     // any JSON object
   array,      // any JSON array
   date,       // RFC 3339 full-date (content only, no quotes)
+  year,       // of a date: 1000-9999
+  leap_year,
   time,       // RFC 3339 full-time
   date_time,  // RFC 3339 date-time
   uuid,       // RFC 4122 textual form, either case

@@ -30,8 +30,9 @@
 //    allowed, object keys in the given order, one spelling of each string and number).
 //  - minLength/maxLength count JSON string characters, a surrogate pair written as two \u
 //    escapes counting as two. Bounds, item counts and list sizes are capped (kMaxRepeat).
-//  - `date` checks digit ranges, not the days of each month; `time` needs an offset (RFC
-//    3339 full-time) and has no leap second.
+//  - `date`: years 1000-9999, the days of each month, February 29 in leap years only.
+//    `time` needs an offset (RFC 3339 full-time), has no leap second, and like
+//    `date-time` writes "T" and "Z" in capitals.
 //  - A schema no finite document satisfies (a required property that recurses into
 //    itself) gives a grammar with no sentence rather than an error.
 // Anything else that constrains (pattern, minimum, not, if/then/else, uniqueItems: true,

@@ -78,26 +78,30 @@ MaybeFrag Converter::object_type(const json::object& o, const std::string& path,
     built.push_back({small(name, kv, m.path), m.required});
   }
 
-  Frag tail = epsilon(), head = epsilon();
+  // The tails from the end; the head as one list of alternatives: member i may come first
+  // if every member before it is optional.
+  Frag tail = epsilon(), extra_head = epsilon();
   if (extra_value) {
     const Frag key = keys.empty() ? use(JsonRule::string) : keys_except(keys, hint + "-xkey", path);
     const Frag kv = small(hint + "-extra", seq({key, ws, colon, ws, *extra_value}), path);
     tail = repeat(seq({comma, ws, kv, ws}), "*");
-    head = opt(seq({kv, ws, tail}));
+    extra_head = opt(seq({kv, ws, tail}));
   }
+  std::vector<Frag> firsts(built.size());  // member i first: kv_i ws tail_{i+1}
   for (size_t i = built.size(); i-- > 0;) {
     const Frag& kv = built[i].kv;
-    const Frag rest = small(hint + "-tail", tail, path);  // in both the new head and the new tail
-    const Frag first = seq({kv, ws, rest});
-    if (built[i].required) {
-      tail = seq({comma, ws, kv, ws, rest});
-      head = first;
-    } else {
-      tail = seq({opt(seq({comma, ws, kv, ws})), rest});
-      head = alt({first, head});
-    }
+    const Frag rest = small(hint + "-tail", tail, path);  // in both firsts[i] and tail_i
+    firsts[i] = seq({kv, ws, rest});
+    tail = built[i].required ? seq({comma, ws, kv, ws, rest}) : seq({opt(seq({comma, ws, kv, ws})), rest});
   }
-  return seq({atom(gbnf_literal("{")), ws, head, atom(gbnf_literal("}"))});
+  std::vector<Frag> heads;
+  bool all_optional = true;
+  for (size_t i = 0; i < built.size() && all_optional; ++i) {
+    heads.push_back(std::move(firsts[i]));
+    all_optional = !built[i].required;
+  }
+  if (all_optional) heads.push_back(extra_head);  // no member at all, or only extra ones
+  return seq({atom(gbnf_literal("{")), ws, alt(std::move(heads)), atom(gbnf_literal("}"))});
 }
 
 Frag Converter::keys_except(const std::vector<std::string>& keys, const std::string& hint, const std::string& path) {
