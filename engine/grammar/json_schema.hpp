@@ -1,0 +1,71 @@
+// JSON Schema to GBNF: the grammars behind OpenAI's `response_format`.
+//
+// json_schema_to_gbnf turns the subset of JSON Schema that apps send (what Pydantic, Zod and
+// OpenAI's structured-output docs produce) into GBNF text whose `root` rule matches the JSON
+// documents valid against the schema, up to the approximations below. Grammar::parse
+// compiles the text into the automaton that masks tokens.
+//
+// Supported: boolean schemas; `type` (one or a list); `properties`, `required`,
+// `additionalProperties`; `items`, `prefixItems` (and the draft-07 array form of `items`
+// with `additionalItems`), `minItems`, `maxItems`; `enum`, `const`; `anyOf`, `oneOf`;
+// `allOf` of one constraining schema; local `$ref` (any JSON pointer into the document,
+// recursion included) with `$defs` / `definitions`; `minLength`, `maxLength`; `format`
+// `date`, `time`, `date-time`, `uuid`; OpenAPI's `nullable`. Annotations are ignored.
+//
+// Approximations (each makes the grammar accept a subset of the valid documents, never a
+// document the schema rejects, except where noted):
+//  - Properties come in the declared order; an optional one may be left out. Extra
+//    properties, where `additionalProperties` allows them (absent, true or a schema), come
+//    after the declared ones, with keys spelled differently from every declared key (a key
+//    spelled with a \u escape of a declared key's characters is the one exception: it is a
+//    duplicate the grammar does not see). If a declared key needs escaping in JSON
+//    (", \ or a control character), extra properties are not offered at all.
+//  - `oneOf` is `anyOf`: a document matching two branches is not rejected.
+//  - A schema without `type` takes the types its keywords constrain (`properties` means an
+//    object, `items` an array, `minLength` a string...); with none of those, any value.
+//  - Whitespace between tokens: at most 20 characters of " \t\n\r"; none around the
+//    document. Numbers: at most 16 integer digits, 18 fraction digits, 3 exponent digits;
+//    integers are written without fraction or exponent.
+//  - `enum` and `const` values are written as their compact JSON (whitespace between tokens
+//    allowed, object keys in the given order, one spelling of each string and number).
+//  - minLength/maxLength count JSON string characters, a surrogate pair written as two \u
+//    escapes counting as two. Bounds, item counts and list sizes are capped (kMaxRepeat).
+//  - `date`: years 1000-9999, the days of each month, February 29 in leap years only.
+//    `time` needs an offset (RFC 3339 full-time), has no leap second, and like
+//    `date-time` writes "T" and "Z" in capitals.
+//  - A schema no finite document satisfies (a required property that recurses into
+//    itself) gives a grammar with no sentence rather than an error.
+// Anything else that constrains (pattern, minimum, not, if/then/else, uniqueItems: true,
+// other formats, remote $ref, unknown keywords other than "x-..." extensions) is a
+// SchemaError that names the keyword and the JSON pointer of the schema holding it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tandem {
+
+// "unsupported JSON Schema keyword 'patternProperties' at /properties/a"; also invalid JSON,
+// malformed keyword values and schemas beyond the limits (kMaxRules, kMaxDepth).
+class SchemaError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Limits on what a schema may make: rules in the grammar, subschemas nested in each other,
+// the largest count (minLength, maxItems...) spelled as a bounded repetition, and the GBNF
+// text itself.
+inline constexpr size_t kSchemaMaxRules = 10000;
+inline constexpr int kSchemaMaxDepth = 64;
+inline constexpr int64_t kSchemaMaxRepeat = 1000;
+inline constexpr size_t kSchemaMaxGbnfBytes = 4 << 20;
+
+// The GBNF of `schema_json` (a JSON Schema document); its start rule is `root`.
+std::string json_schema_to_gbnf(std::string_view schema_json);
+
+// Any JSON object: response_format {"type": "json_object"}.
+std::string json_object_gbnf();
+
+}  // namespace tandem
