@@ -3,6 +3,9 @@
 // and the Prometheus text of /metrics. tests/server/ runs the real server end to end.
 #include <gtest/gtest.h>
 
+#include "engine/grammar/grammar.hpp"
+#include "engine/grammar/json_schema.hpp"
+
 #include <boost/json.hpp>
 #include <cmath>
 #include <limits>
@@ -210,7 +213,7 @@ TEST(OpenAIRequest, Messages) {
 
 TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
   for (const char* extra : {R"("n":2)", R"("logprobs":true)", R"("top_logprobs":2)", R"("logit_bias":{"5":1})",
-                            R"("tools":[{"type":"function"}])", R"("response_format":{"type":"json_object"})",
+                            R"("tools":[{"type":"function"}])",
                             R"("best_of":3)"}) {
     const ApiError e = chat_error(chat_with(extra));
     EXPECT_EQ(e.status, 400) << extra;
@@ -222,6 +225,35 @@ TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
   EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":2})").param, "logprobs");
   EXPECT_EQ(completion(R"({"prompt":"x","logprobs":0})").prompt, "x");
+}
+
+// Structured output: response_format json_object / json_schema and the `grammar`
+// extension become the request's grammar; what a grammar cannot express is a 400 naming it.
+TEST(OpenAIRequest, StructuredOutput) {
+  EXPECT_EQ(chat(chat_with(R"("response_format":{"type":"text"})")).opts.grammar, "");
+  EXPECT_EQ(chat(chat_with(R"("response_format":{"type":"json_object"})")).opts.grammar, json_object_gbnf());
+  const ParsedRequest s = chat(chat_with(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":)"
+      R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}}})"));
+  const auto g = Grammar::parse(s.opts.grammar);
+  EXPECT_TRUE(g->accepts(R"({"n": 42})"));
+  EXPECT_FALSE(g->accepts(R"({"n": "x"})"));
+  EXPECT_FALSE(g->accepts(R"({})"));
+  EXPECT_EQ(completion(R"({"prompt":"x","response_format":{"type":"json_object"}})").opts.grammar, json_object_gbnf());
+  EXPECT_EQ(chat(chat_with(R"("grammar":"root ::= \"yes\" | \"no\"")")).opts.grammar, "root ::= \"yes\" | \"no\"");
+
+  const ApiError pattern = chat_error(chat_with(
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"^a"}}})"));
+  EXPECT_EQ(pattern.param, "response_format.json_schema.schema");
+  EXPECT_NE(std::string(pattern.what()).find("'pattern'"), std::string::npos) << pattern.what();
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":{"type":"json_schema"})")).param, "response_format.json_schema");
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":{"type":"xml"})")).param, "response_format.type");
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":"json")")).param, "response_format");
+  const ApiError bad = chat_error(chat_with(R"("grammar":"root ::= (")"));
+  EXPECT_EQ(bad.param, "grammar");
+  EXPECT_NE(std::string(bad.what()).find("grammar: 1:"), std::string::npos) << bad.what();
+  EXPECT_EQ(chat_error(chat_with(R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})")).param,
+            "grammar");
 }
 
 TEST(OpenAIRequest, StreamOptionsNeedStream) {

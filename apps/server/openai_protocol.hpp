@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include "tandem/engine.hpp"
 
 namespace tandem::server {
@@ -65,6 +67,11 @@ struct ParsedRequest {
 // Throws ApiError (400 for malformed JSON / wrong types / bad values / unsupported options,
 // 404 model_not_found).
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const ProtocolConfig& cfg);
+
+// The request's structured-output constraint as GBNF ("" for none): response_format
+// json_object / json_schema, or the `grammar` extension. Throws ApiError (400) for what the
+// grammar cannot express, naming it (openai_constraint.cpp).
+std::string parse_constraint(const boost::json::object& request);
 
 // Once the prompt is tokenized: rejects a prompt that leaves no room to generate (400
 // context_length_exceeded) or is empty, and fits max_tokens into the context.

@@ -333,12 +333,6 @@ void reject_unsupported(const json::object& o, Endpoint ep) {
     if (const json::value* t = field(o, key); t && !(t->is_array() && t->get_array().empty()))
       throw bad_request(std::string(key) + " are not supported", key, "unsupported_value");
   }
-  if (const json::value* rf = field(o, "response_format")) {
-    if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
-    const std::optional<std::string> t = get_string(rf->get_object(), "type", "response_format");
-    if (t && *t != "text")
-      throw bad_request("only response_format type 'text' is supported", "response_format", "unsupported_value");
-  }
 }
 
 }  // namespace
@@ -391,6 +385,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   r.opts.stop = parse_stop(o, cfg);
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
   parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);
+  r.opts.grammar = parse_constraint(o);  // response_format, grammar (openai_constraint.cpp)
   // Chat prompts come from the template, which writes BOS itself where the model wants it.
   r.opts.add_special = endpoint == Endpoint::Completion;
   r.opts.parse_special = true;
