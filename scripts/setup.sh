@@ -30,10 +30,12 @@ fi
 # Python packages used only as independent references in tests and by scripts.
 PY=${PYTHON:-python3}
 # gguf + numpy: independent references (dequantization, forward pass); openai: the official
-# client the server tests drive the HTTP endpoint with.
-if ! $PY -c "import gguf, numpy, openai" 2>/dev/null; then
+# client the server tests drive the HTTP endpoint with, pinned: the tests check the exact
+# shapes (logprobs, n choices) that this version parses.
+OPENAI_VERSION=3.57.0
+if ! $PY -c "import gguf, numpy, openai; assert openai.__version__ == '$OPENAI_VERSION'" 2>/dev/null; then
   echo "[setup] installing Python test references (gguf, numpy, openai)"
-  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" "openai>=1.0" || \
-  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1" "openai>=1.0"
+  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" "openai==$OPENAI_VERSION" || \
+  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1" "openai==$OPENAI_VERSION"
 fi
 echo "[setup] done"

@@ -28,7 +28,7 @@ struct AloneModels {
 
 // Prefill, then draft → verify → commit steps until the output ends.
 GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
-                         const StreamCallback& cb);
+                         const StreamEventCallback& cb);
 
 // The loop of run_alone for a run built elsewhere (its proposer, if any, is run.proposer()):
 // the prompt in chunks, then one target pass per step, the draft reading its context in one

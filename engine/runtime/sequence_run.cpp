@@ -1,17 +1,19 @@
 #include "engine/runtime/sequence_run.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "engine/base/clock.hpp"
+#include "engine/sampling/logprobs.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
 
 SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
-                         const GenerateOptions& opts, StreamCallback cb, int32_t context, int32_t n_vocab,
+                         const GenerateOptions& opts, StreamEventCallback cb, int32_t context, int32_t n_vocab,
                          Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start,
                          std::shared_ptr<const TokenGrammar> grammar)
     : kv_(cache),
@@ -40,6 +42,8 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  if (opts.logprobs < -1 || opts.logprobs > kMaxTopLogprobs)
+    throw std::invalid_argument("logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
   if (speculate_ && (!proposer_ || !policy_))
     throw std::invalid_argument("speculation requested but no proposer is available");
   if (speculate_) {
@@ -170,7 +174,7 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   record_step(v, target_ms, ms_since(tv));
   // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
   kv_.truncate(step_base_len_ + 1 + v.n_accepted);
-  commit_step(v);
+  commit_step(v, logits);
 }
 
 void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
@@ -182,7 +186,7 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
                              std::to_string(verdict.next_token) + ")");
   record_step(verdict, target_ms, 0.0);
   kv_.truncate(step_base_len_ + 1 + verdict.n_accepted);
-  commit_step(verdict);
+  commit_step(verdict, {});
 }
 
 // The target's verdict on the drafts. p_i's penalties see the tokens accepted before
@@ -194,14 +198,22 @@ VerifyResult SequenceRun::verify(std::span<const float> logits) {
   // verifiers reach i only once drafts 0..i-1 are accepted, hence allowed).
   std::vector<GrammarState> states;
   if (grammar_) states.push_back(grammar_state_);
+  const bool keep = opts_.logprobs >= 0 && !opts_.sampling.greedy();
+  step_dists_.assign(keep ? step_tokens_.size() : 0, std::nullopt);
   auto target_dist = [&](int32_t i) {
     hist.resize(base);
     hist.insert(hist.end(), prop_.tokens.begin(), prop_.tokens.begin() + i);
     const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
-    if (!grammar_) return make_distribution(row, opts_.sampling, hist);
-    while (states.size() <= static_cast<size_t>(i))
-      states.push_back(grammar_->after(states.back(), prop_.tokens[states.size() - 1]));
-    return make_distribution(row, opts_.sampling, hist, *grammar_->mask(states[static_cast<size_t>(i)]));
+    Distribution d;
+    if (!grammar_) {
+      d = make_distribution(row, opts_.sampling, hist);
+    } else {
+      while (states.size() <= static_cast<size_t>(i))
+        states.push_back(grammar_->after(states.back(), prop_.tokens[states.size() - 1]));
+      d = make_distribution(row, opts_.sampling, hist, *grammar_->mask(states[static_cast<size_t>(i)]));
+    }
+    if (keep) step_dists_[static_cast<size_t>(i)] = d;
+    return d;
   };
   const auto position = static_cast<int64_t>(base);  // where the first verified token goes
   if (opts_.sampling.greedy()) return verify_greedy(prop_.tokens, target_dist);
@@ -238,15 +250,45 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   }
 }
 
-// Commits the accepted drafts and the corrected/bonus token, until the output ends.
-void SequenceRun::commit_step(const VerifyResult& v) {
+TokenLogprobs SequenceRun::logprobs_at(std::span<const float> logits, int32_t i, int32_t token) {
+  if (logits.empty()) throw std::logic_error("SequenceRun: logprobs need the step's logits");
+  const auto row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
+  const auto r = static_cast<size_t>(i);
+  if (opts_.sampling.greedy()) {
+    if (!grammar_) return token_logprobs(row, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
+    // Under a grammar, the log-softmax over what it allows here (grammar_state_ is the
+    // state before this token: logprobs are taken before the commit).
+    const auto mask = grammar_->mask(grammar_state_);
+    std::vector<float> masked(row.begin(), row.end());
+    for (size_t j = 0; j < masked.size(); ++j)
+      if (!mask_allows(*mask, static_cast<int32_t>(j))) masked[j] = -std::numeric_limits<float>::infinity();
+    return token_logprobs(masked, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
+  }
+  // Verification reaches every committed row; should one be missing, compute it the same way.
+  if (r >= step_dists_.size() || !step_dists_[r]) {
+    step_dists_.resize(std::max(step_dists_.size(), r + 1));
+    step_dists_[r] = grammar_ ? make_distribution(row, opts_.sampling, committed_, *grammar_->mask(grammar_state_))
+                              : make_distribution(row, opts_.sampling, committed_);
+  }
+  return token_logprobs(row, opts_.sampling, committed_, &*step_dists_[r], token, opts_.logprobs);
+}
+
+// Commits the accepted drafts and the corrected/bonus token, until the output ends. A
+// token's logprobs are taken before it is committed: their history is then exactly the one
+// its distribution was verified with.
+void SequenceRun::commit_step(const VerifyResult& v, std::span<const float> logits) {
   if (res_.tokens.empty()) {
     first_token_ = Clock::now();
     res_.timings.prefill_ms = ms_between(start_, first_token_);
   }
   bool more = true;
-  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit(prop_.tokens[static_cast<size_t>(i)]);
-  if (more) more = commit(v.next_token);
+  auto commit_row = [&](int32_t i, int32_t token) {
+    if (opts_.logprobs < 0) return commit(token, nullptr);
+    res_.logprobs.push_back(logprobs_at(logits, i, token));
+    return commit(token, &res_.logprobs.back());
+  };
+  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit_row(i, prop_.tokens[static_cast<size_t>(i)]);
+  if (more) more = commit_row(v.n_accepted, v.next_token);
   // A stop inside the accepted drafts leaves the KV of the drafts after it, which are not
   // committed: the cache never holds KV past the committed tokens (the scheduler publishes
   // its blocks under them).
@@ -258,14 +300,14 @@ void SequenceRun::commit_step(const VerifyResult& v) {
   if (!more) close_output();
 }
 
-bool SequenceRun::commit(int32_t token) {
+bool SequenceRun::commit(int32_t token, const TokenLogprobs* lp) {
   res_.tokens.push_back(token);
   committed_.push_back(token);
   if (!opts_.ignore_eos && tok_.is_eog(token)) {
     res_.finish = FinishReason::Stop;
     return false;
   }
-  if (!emit(stops_.push(decoder_.push(token)), token)) {
+  if (!emit(stops_.push(decoder_.push(token)), token, lp)) {
     res_.finish = FinishReason::Cancelled;
     return false;
   }
@@ -288,16 +330,16 @@ bool SequenceRun::commit(int32_t token) {
   return true;
 }
 
-bool SequenceRun::emit(const std::string& text, int32_t token) {
+bool SequenceRun::emit(const std::string& text, int32_t token, const TokenLogprobs* lp) {
   res_.text += text;
-  return !cb_ || cb_(text, token);
+  return !cb_ || cb_(StreamEvent{text, token, lp});
 }
 
 void SequenceRun::close_output() {
   if (res_.finish != FinishReason::Cancelled && !stops_.stopped()) {
     std::string tail = stops_.push(decoder_.flush());
     tail += stops_.flush();
-    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back());
+    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back(), nullptr);
   }
   res_.timings.n_generated = static_cast<int32_t>(res_.tokens.size());
   if (!res_.tokens.empty()) res_.timings.decode_ms = ms_between(first_token_, Clock::now());

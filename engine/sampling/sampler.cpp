@@ -477,6 +477,16 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
   return cut_and_normalise(cand, total, p);
 }
 
+void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
+                      std::vector<float>& out) {
+  validate(p);
+  for (int32_t id : history)
+    if (id < 0) throw std::invalid_argument("penalised_logits: negative token id in history");
+  out.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = scrub_nan(logits[i]);
+  apply_penalties(out, p, history, scratch().counts);
+}
+
 int32_t sample(const Distribution& d, Rng& rng) {
   if (d.ids.empty() || d.ids.size() != d.probs.size())
     throw std::invalid_argument("sample: empty or malformed distribution");

@@ -43,6 +43,11 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history, std::span<const uint64_t> allowed);
 
+// The logits the transforms start from: NaN → -inf, then the penalties (a copy into out).
+// The same validation as make_distribution.
+void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
+                      std::vector<float>& out);
+
 // Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
 // Throws std::invalid_argument on an empty distribution.
 int32_t sample(const Distribution& d, Rng& rng);

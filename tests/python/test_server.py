@@ -355,8 +355,8 @@ class MainServer(Timed):
         with self.assertRaises(openai.BadRequestError):
             self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}],
                                                 temperature=5)
-        with self.assertRaises(openai.BadRequestError):
-            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}], n=2)
+        with self.assertRaises(openai.BadRequestError):  # above --max-seqs (16)
+            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}], n=17)
         with self.assertRaises(openai.AuthenticationError):
             self.server.client(api_key="wrong").models.list()
 
@@ -374,7 +374,16 @@ class MainServer(Timed):
             ("stop wrong type", chat, {"messages": msgs, "stop": 5}, 400, "invalid_type"),
             ("role missing", chat, {"messages": [{"content": "x"}]}, 400, "missing_required_parameter"),
             ("unknown model", chat, {"model": "nope", "messages": msgs}, 404, "model_not_found"),
-            ("n > 1", chat, {"messages": msgs, "n": 3}, 400, "unsupported_value"),
+            ("n above the limit", chat, {"messages": msgs, "n": 17}, 400, "invalid_value"),
+            ("top_logprobs without logprobs", chat, {"messages": msgs, "top_logprobs": 2}, 400, "invalid_value"),
+            ("top_logprobs above 20", chat, {"messages": msgs, "logprobs": True, "top_logprobs": 21}, 400,
+             "invalid_value"),
+            ("best_of streamed", "/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, 400,
+             "invalid_value"),
+            ("response_format json", chat, {"messages": msgs, "response_format": {"type": "json_object"}}, 400,
+             "unsupported_value"),
+            ("tools", chat, {"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
+             "unsupported_value"),
             ("bad speculative mode", chat, {"messages": msgs, "speculative": {"mode": "x"}}, 400, "invalid_value"),
             ("missing prompt", "/v1/completions", {"max_tokens": 3}, 400, "missing_required_parameter"),
             ("prompt too long", "/v1/completions", {"prompt": "hello " * 2100}, 400, "context_length_exceeded"),
@@ -509,6 +518,112 @@ class MainServer(Timed):
             batched = list(ex.map(lambda j: sampled(*j), jobs))
         for (p, s, spec), text in zip(jobs, batched):
             self.assertEqual(text, plain[(p, s)], f"batched {spec} prompt {p!r} seed {s}")
+
+    # -- logprobs and n > 1 (identical with speculation off, n-gram and the draft model) --
+    MODES = ("none", "ngram", "model")
+
+    @staticmethod
+    def chat_logprobs(lp):
+        """A choice's logprobs as plain values: [(token, logprob, bytes, [(token, logprob), ...])]."""
+        return [(t.token, t.logprob, tuple(t.bytes), tuple((a.token, a.logprob) for a in t.top_logprobs))
+                for t in lp.content]
+
+    def test_chat_logprobs_streamed_and_not_identical_across_speculation(self):
+        msgs = [{"role": "user", "content": "Count from one to ten."}]
+        for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 3}):
+            seen = {}
+            for mode in self.MODES:
+                kw = dict(model="smollm2", messages=msgs, max_tokens=8, logprobs=True, top_logprobs=3,
+                          extra_body={"speculative": {"mode": mode, "verify": "coupled"}}, **sampling)
+                full = self.client.chat.completions.create(**kw)
+                lps = self.chat_logprobs(full.choices[0].logprobs)
+                self.assertEqual(len(lps), full.usage.completion_tokens)
+                for token, logprob, raw, top in lps:
+                    self.assertLessEqual(logprob, 0.0)
+                    self.assertEqual(len(top), 3)
+                    self.assertEqual(list(top), sorted(top, key=lambda a: -a[1]))
+                    self.assertEqual(bytes(raw).decode("utf-8", "replace"), token)
+                    if sampling["temperature"] == 0:
+                        self.assertEqual(top[0][0], token, "greedy takes the most likely token")
+                if full.choices[0].finish_reason == "length":  # (an end-of-turn token has no text)
+                    self.assertEqual("".join(t[0] for t in lps), full.choices[0].message.content)
+                chunks = list(self.client.chat.completions.create(stream=True, **kw))
+                streamed = [e for c in chunks if c.choices and c.choices[0].logprobs
+                            for e in self.chat_logprobs(c.choices[0].logprobs)]
+                self.assertEqual(streamed, lps, f"{mode}: streamed logprobs")
+                seen[mode] = (full.choices[0].message.content, lps)
+            self.assertEqual(seen["ngram"], seen["none"], f"{sampling}: n-gram vs none")
+            self.assertEqual(seen["model"], seen["none"], f"{sampling}: draft model vs none")
+        m = self.server.metrics()
+        self.assertGreater(m["tandem_spec_accepted_tokens_total"], 0)
+
+    def test_completion_logprobs_shape(self):
+        prompt = "The days of the week are Monday, Tuesday,"
+        for mode in self.MODES:
+            r = self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=2,
+                                               extra_body={"speculative": {"mode": mode}})
+            lp = r.choices[0].logprobs
+            if mode == "none":
+                first = lp
+            self.assertEqual(len(lp.tokens), r.usage.completion_tokens)
+            self.assertEqual("".join(lp.tokens), r.choices[0].text)
+            self.assertEqual(len(lp.token_logprobs), len(lp.tokens))
+            self.assertEqual(lp.text_offset, [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))])
+            for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+                self.assertLessEqual(len(top), 3)  # two alternatives, and the chosen one
+                self.assertEqual(top[tok], logprob)
+                self.assertEqual(max(top.values()), logprob)  # greedy
+            self.assertEqual((lp.tokens, lp.token_logprobs, lp.top_logprobs), (first.tokens, first.token_logprobs,
+                                                                               first.top_logprobs), mode)
+            chunks = list(self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0,
+                                                         logprobs=2, stream=True,
+                                                         extra_body={"speculative": {"mode": mode}}))
+            streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+            offsets = [o for c in chunks if c.choices and c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+            self.assertEqual((streamed, offsets), (lp.tokens, lp.text_offset))
+        # Without logprobs: null.
+        self.assertIsNone(complete(self.client, prompt, 2).choices[0].logprobs)
+
+    def test_n_choices_streamed_and_not_across_speculation(self):
+        msgs = [{"role": "user", "content": "Write a word."}]
+        before = self.server.metrics()["tandem_prefix_cache_hit_tokens_total"]
+        seen = {}
+        for mode in self.MODES:
+            kw = dict(model="smollm2", messages=msgs, max_tokens=6, temperature=1.0, seed=11, logprobs=True,
+                      extra_body={"speculative": {"mode": mode, "verify": "coupled"}})
+            r = self.client.chat.completions.create(n=3, **kw)
+            self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+            texts = [c.message.content for c in r.choices]
+            self.assertEqual(r.usage.completion_tokens, sum(len(c.logprobs.content) for c in r.choices))
+            one = self.client.chat.completions.create(**kw)
+            self.assertEqual(r.usage.prompt_tokens, one.usage.prompt_tokens)  # the prompt counts once
+            self.assertEqual(texts[0], one.choices[0].message.content, "choice 0 is the n = 1 request")
+            chunks = list(self.client.chat.completions.create(n=3, stream=True, stream_options={"include_usage": True},
+                                                              **kw))
+            streamed, finishes = ["", "", ""], [[], [], []]
+            for c in chunks:
+                for ch in c.choices:
+                    streamed[ch.index] += ch.delta.content or ""
+                    if ch.finish_reason:
+                        finishes[ch.index].append(ch.finish_reason)
+            self.assertEqual(streamed, texts)
+            self.assertEqual(finishes, [[c.finish_reason] for c in r.choices])
+            self.assertEqual(chunks[-1].usage.completion_tokens, r.usage.completion_tokens)
+            seen[mode] = texts
+        self.assertEqual(seen["ngram"], seen["none"])
+        self.assertEqual(seen["model"], seen["none"])
+        self.assertGreater(len(set(seen["none"])), 1, "each choice has its own random stream")
+        # The later choices took the prompt's blocks from the prefix cache.
+        self.assertGreater(self.server.metrics()["tandem_prefix_cache_hit_tokens_total"], before)
+        # Completions: n and best_of (the best by mean token logprob, without logprobs shown).
+        c = self.client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                           seed=2, n=2, best_of=3)
+        self.assertEqual([x.index for x in c.choices], [0, 1])
+        self.assertTrue(all(x.logprobs is None for x in c.choices))
+        c = self.client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                           seed=2, n=2, best_of=3, logprobs=0)
+        means = [sum(x.logprobs.token_logprobs) / len(x.logprobs.token_logprobs) for x in c.choices]
+        self.assertGreaterEqual(means[0], means[1])
 
     def test_load_32_streams(self):
         rng = random.Random(7)
