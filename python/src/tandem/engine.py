@@ -292,10 +292,12 @@ class Engine:
 
     def chat(self, messages: Sequence[Mapping[str, str]], **sampling: Unpack[SamplingOptions]) -> GenerateResult:
         """The assistant's reply to `messages` (the model's chat template applied)."""
-        return self.generate(self.chat_tokens(messages), **{**sampling, "add_special": False})
+        opts: SamplingOptions = {**sampling, "add_special": False}  # the chat tokens carry BOS already
+        return self.generate(self.chat_tokens(messages), **opts)
 
     def chat_stream(self, messages: Sequence[Mapping[str, str]], **sampling: Unpack[SamplingOptions]) -> Stream:
-        return self.stream(self.chat_tokens(messages), **{**sampling, "add_special": False})
+        opts: SamplingOptions = {**sampling, "add_special": False}
+        return self.stream(self.chat_tokens(messages), **opts)
 
     # ---- generation -------------------------------------------------------------------
     def _params(self, sampling: Mapping[str, Any]) -> tuple[N.GenerateParams, list[Any]]:

@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +52,10 @@ def tune(model: str | os.PathLike[str], draft: str | os.PathLike[str] = "ngram",
     configurations and a recommendation per temperature). `draft` is a draft model's GGUF
     or "ngram". `write_config` also writes the config file `tandem generate --config` reads.
     A failure (bad option, unreadable model) raises TandemError with the CLI's message."""
-    cmd = [cli_path(), "tune", "-m", os.fspath(model), "--json", "--quiet",
+    out = tempfile.NamedTemporaryFile(prefix="tandem-tune-", suffix=".json", delete=False)
+    out.close()
+    # The report is read from --out, not stdout: the CLI's log lines may go to stdout too.
+    cmd = [cli_path(), "tune", "-m", os.fspath(model), "--json", "--quiet", "--out", out.name,
            "--draft-max", _list(draft_max) if not isinstance(draft_max, str) else draft_max,
            "--temps", _list(temps), "--policies", _list(policies), "-n", str(max_tokens), "--reps", str(reps),
            "-t", str(threads), "--device", device]
@@ -64,15 +68,19 @@ def tune(model: str | os.PathLike[str], draft: str | os.PathLike[str] = "ngram",
     if write_config is not None:
         cmd += ["--write-config", os.fspath(write_config)]
     cmd += list(extra_args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        message = (proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}")
-        raise TandemError(f"tandem tune failed (exit status {proc.returncode}): {message}")
     try:
-        report: dict[str, Any] = json.loads(proc.stdout)
-    except json.JSONDecodeError as e:
-        raise TandemError(f"tandem tune printed no JSON report: {e}: {proc.stdout[:200]!r}") from e
-    return report
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            message = proc.stderr.strip() or proc.stdout.strip() or "no message"
+            raise TandemError(f"tandem tune failed (exit status {proc.returncode}): {message}")
+        text = pathlib.Path(out.name).read_text(encoding="utf-8")
+        try:
+            report: dict[str, Any] = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TandemError(f"tandem tune wrote no JSON report: {e}: {text[:200]!r}") from e
+        return report
+    finally:
+        os.unlink(out.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
