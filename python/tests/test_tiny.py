@@ -1,6 +1,7 @@
 """The package's API on a tiny random-weight model: loading and its errors, the tokenizer,
 generation (text and token prompts, stop strings), speculation giving the plain greedy
-tokens, streaming, cancellation by leaving the loop, the GIL, chat, closing, tune."""
+tokens, streaming, cancellation by leaving the loop, chat, closing, tune. (The GIL: test_smollm2.py,
+where one library call lasts long enough to tell.)"""
 from __future__ import annotations
 
 import threading
@@ -142,28 +143,6 @@ def test_close_cancels_and_reports(tiny: tandem.Engine) -> None:
     assert s.result.finish_reason == "cancelled" and 1 <= len(s.result.tokens) < 1000
     with pytest.raises(StopIteration):
         next(s)
-
-
-def test_the_gil_is_released_while_generating(tiny: tandem.Engine) -> None:
-    done = threading.Event()
-    out: list[tandem.GenerateResult] = []
-
-    def work() -> None:
-        out.append(tiny.generate("Count", **greedy(300)))
-        done.set()
-
-    t = threading.Thread(target=work)
-    ticks = 0
-    t.start()
-    t0 = time.monotonic()
-    while not done.is_set():
-        ticks += 1
-    elapsed = time.monotonic() - t0
-    t.join()
-    assert len(out[0].tokens) == 300
-    # Had the library held the GIL, this thread would only run at generation's edges; it
-    # spun throughout (well over a million empty loops per second when free).
-    assert elapsed > 0.02 and ticks / elapsed > 10_000, (ticks, elapsed)
 
 
 def test_chat_uses_the_model_template(tiny: tandem.Engine) -> None:
