@@ -86,6 +86,8 @@ tandem_status tandem_chat_tokenize(const tandem_engine* engine, const tandem_cha
     if (!tokens && capacity > 0) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": tokens is NULL but capacity > 0");
     std::string s;
     if (tandem_status st = render(engine, messages, n_messages, fn, &s)) return st;
+    // engine->chat is set once (under the mutex, by render above) and never changed or
+    // reset afterwards, so reading it without the lock is safe.
     const std::vector<int32_t> ids = engine->chat->tokenize(*engine->engine, s);
     *out_n = ids.size();
     if (ids.size() > capacity)
