@@ -392,8 +392,9 @@ class _StreamState:
 
 
 class Stream(Iterator[str]):
-    """Text pieces of a generation as they are produced (pieces may be empty-free chunks of
-    several tokens' text). `tokens` grows with each piece; `result` is set at the end."""
+    """The text of a generation, piece by piece as it is produced (never an empty piece; one
+    piece may hold several tokens' text, e.g. a UTF-8 character split across tokens).
+    `tokens` grows as pieces are read; `result` is set once the stream has ended."""
 
     def __init__(self, engine: Engine, gen: _Generation) -> None:
         self._state = _StreamState()
