@@ -214,6 +214,12 @@ Command add_serve(CLI::App& app) {
                   "Largest prompt text in bytes the chat template may render (larger → 400)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option_function<std::string>(
+         "--metrics-compat",
+         [a](const std::string& v) { a->http.metrics_vllm = v == "vllm"; },
+         "Also export other servers' metric names on /metrics: vllm (vllm:num_requests_waiting, "
+         "vllm:kv_cache_usage_perc, ...) or none")
+      ->check(CLI::IsMember({"none", "vllm"}));
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
   return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};

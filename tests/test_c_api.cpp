@@ -761,4 +761,71 @@ TEST(CApi, LogprobsInTheResultAndTheStream) {
   EXPECT_EQ(r, nullptr);
 }
 
+// tandem_chat_*: the model's template (the fixture's gpt2 vocabulary carries ChatML as
+// tokenizer.chat_template; the llama one has none, so the ChatML fallback applies and its
+// BOS is prepended once), buffer sizes and bad arguments.
+TEST(CApi, ChatRendersAndTokenizesWithTheModelTemplate) {
+  auto e = load(model_path());
+  const tandem_chat_message conv[] = {{"system", "be brief"}, {"user", "hi"}};
+  const std::string expected =
+      "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  size_t len = 0;
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 0, &len), TANDEM_ERR_BUFFER_TOO_SMALL);
+  ASSERT_EQ(len, expected.size());
+  std::vector<char> text(len);  // no room for the NUL
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, text.data(), text.size(), &len), TANDEM_ERR_BUFFER_TOO_SMALL);
+  text.resize(len + 1);
+  ASSERT_EQ(tandem_chat_render(e.get(), conv, 2, text.data(), text.size(), &len), TANDEM_OK) << tandem_last_error();
+  EXPECT_EQ(std::string(text.data()), expected);
+  EXPECT_STREQ(tandem_last_error(), "");
+
+  // The tokens: control-token texts parsed, nothing added (this vocabulary adds no BOS).
+  size_t n = 0;
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  std::vector<int32_t> ids(n);
+  ASSERT_EQ(tandem_chat_tokenize(e.get(), conv, 2, ids.data(), ids.size(), &n), TANDEM_OK) << tandem_last_error();
+  size_t n_ref = 0;
+  std::vector<int32_t> ref(n + 8);
+  ASSERT_EQ(tandem_tokenize(e.get(), expected.c_str(), 0, 1, ref.data(), ref.size(), &n_ref), TANDEM_OK);
+  ref.resize(n_ref);
+  EXPECT_EQ(ids, ref);
+  size_t n_plain = 0;  // parsed as text instead, the control tokens would be many pieces
+  ASSERT_EQ(tandem_tokenize(e.get(), expected.c_str(), 0, 0, nullptr, 0, &n_plain), TANDEM_ERR_BUFFER_TOO_SMALL);
+  EXPECT_GT(n_plain, n);
+  // The tokens generate like any prompt.
+  tandem_generate_params gp = greedy(4);
+  gp.add_special = 0;
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), ids.data(), ids.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr res(r);
+  EXPECT_EQ(res->n_tokens, 4u);
+  EXPECT_EQ(std::vector<int32_t>(res->prompt_tokens, res->prompt_tokens + res->n_prompt_tokens), ids);
+
+  // Bad arguments.
+  EXPECT_FAILS(tandem_chat_render(nullptr, conv, 2, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), nullptr, 2, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 0, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 5, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 5, &n), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 0, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+  const tandem_chat_message null_role[] = {{nullptr, "x"}};
+  EXPECT_FAILS(tandem_chat_render(e.get(), null_role, 1, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("message 0"), std::string::npos) << tandem_last_error();
+
+  // A SentencePiece-style vocabulary without a template: ChatML, with the BOS it wants, once.
+  tandem::test::TinyModelSpec spec;
+  spec.tokenizer = "llama";
+  const std::string llama = dir() + "/tiny-llama-chat.gguf";
+  tandem::test::write_tiny_model(llama, spec);
+  auto l = load(llama);
+  ASSERT_EQ(tandem_chat_tokenize(l.get(), conv, 2, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  ids.assign(n, 0);
+  ASSERT_EQ(tandem_chat_tokenize(l.get(), conv, 2, ids.data(), ids.size(), &n), TANDEM_OK) << tandem_last_error();
+  std::vector<int32_t> with_bos(64);
+  ASSERT_EQ(tandem_tokenize(l.get(), "a", 1, 0, with_bos.data(), with_bos.size(), &n_ref), TANDEM_OK);
+  ASSERT_GE(n_ref, 2u);
+  EXPECT_EQ(ids.front(), with_bos.front());
+  EXPECT_NE(ids[1], with_bos.front());
+}
+
 }  // namespace

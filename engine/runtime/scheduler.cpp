@@ -28,6 +28,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::
     throw std::invalid_argument("scheduler: the KV caches must share one budget");
   impl_->stats.kv_blocks_total = blocks.num_total();
   impl_->stats.kv_bytes_total = static_cast<int64_t>(blocks.budget()->total());
+  impl_->stats.kv_block_size = impl_->parts.target.cache().block_size();
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
 
@@ -155,6 +156,8 @@ void Scheduler::Impl::update_kv_stats() {
   stats.draft_kv_blocks_used = parts.draft ? parts.draft->cache().blocks().num_used() : 0;
   stats.kv_bytes_used = static_cast<int64_t>(blocks.budget()->used());
   stats.running = static_cast<int64_t>(running.size());
+  stats.kv_prefix_idle_blocks = prefix ? prefix->idle_blocks() : 0;
+  stats.kv_prefix_idle_bytes = stats.kv_prefix_idle_blocks * static_cast<int64_t>(blocks.block_bytes());
 }
 
 void Scheduler::Impl::apply_cancels() {

@@ -259,6 +259,29 @@ TANDEM_API tandem_status tandem_tokenize(const tandem_engine* engine, const char
 TANDEM_API tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens,
                                            char* text, size_t capacity, size_t* out_len);
 
+/* ---- chat ---------------------------------------------------------------------------
+ * Conversations become prompts with the model's own chat template (GGUF key
+ * tokenizer.chat_template; ChatML when the file has none), exactly as `tandem serve` and
+ * `tandem chat` build them, ending with the assistant's turn (add_generation_prompt).
+ * The template is parsed on the first call; a template the library cannot interpret makes
+ * every chat call fail with TANDEM_ERR_LOAD (generation from text or tokens still works).
+ * A conversation the template rejects (its raise_exception, e.g. roles that do not
+ * alternate) fails with TANDEM_ERR_INVALID_ARGUMENT and the template's message.
+ * Buffers follow the tokenizer's convention above. Safe from any thread. */
+typedef struct tandem_chat_message {
+  const char* role;     /* "system", "user", "assistant", ... */
+  const char* content;
+} tandem_chat_message;
+
+/* The rendered prompt text (control-token texts as text). */
+TANDEM_API tandem_status tandem_chat_render(const tandem_engine* engine, const tandem_chat_message* messages,
+                                            size_t n_messages, char* text, size_t capacity, size_t* out_len);
+/* The prompt's token ids, ready for tandem_generate_tokens with add_special = 0: control-token
+ * texts become control tokens, and BOS is prepended only when the model wants one and the
+ * template did not write it already. */
+TANDEM_API tandem_status tandem_chat_tokenize(const tandem_engine* engine, const tandem_chat_message* messages,
+                                              size_t n_messages, int32_t* tokens, size_t capacity, size_t* out_n);
+
 #ifdef __cplusplus
 }
 #endif

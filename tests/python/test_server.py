@@ -8,7 +8,8 @@ unknown model, prompt too long, body too large, queue full, API key, shutting do
 client disconnects cancelling their sequence, the request timeout, greedy outputs that
 do not depend on batching or speculation, a 32-stream load test, a KV budget so small
 that sequences are preempted (and still finish with the same text), and graceful
-shutdown on SIGTERM.
+shutdown on SIGTERM, and the inference gateway's metrics (queue, batch, KV utilization and
+their vLLM aliases) scraped under more requests than --max-seqs.
 
     python3 tests/python/test_server.py --tandem build/release/apps/tandem [-k pattern]
 
@@ -877,6 +878,136 @@ class TightKvServer(Timed):
         self.assertEqual(self.server.proc.wait(60), 0)
 
 
+# ---- server D: the inference gateway's metrics under load ------------------------------
+
+
+def metric_types(text):
+    """{family: type} from the # TYPE lines of a /metrics page."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out[name] = kind
+    return out
+
+
+class GatewayMetricsServer(Timed):
+    """The Model Server Protocol of the Gateway API Inference Extension (docs/deploy.md): the
+    endpoint picker reads TotalQueuedRequests, TotalRunningRequests and KVCacheUtilization
+    from /metrics. Here, under more requests than --max-seqs: each gauge has its type, the
+    queue holds exactly the excess, running equals the batch, the KV utilization is what the
+    allocator's own block counts say, and the vLLM aliases carry the same values."""
+
+    MAX_SEQS = 2
+    N_REQUESTS = 6
+    LABEL = '{model_name="smollm2"}'
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("gateway", "--api-key", API_KEY, "--max-seqs", str(cls.MAX_SEQS), "--max-queue", "16",
+                            "--ctx", "512", "--kv-mem", "32MiB", "--draft", "none", "--metrics-compat", "vllm")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.finish()
+
+    def scrape(self):
+        status, _, text = self.server.request("GET", "/metrics", auth=False)
+        self.assertEqual(status, 200)
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return metric_types(text), values
+
+    def check_consistent(self, v):
+        # KVCacheUtilization is the allocator's fill without the prefix-cache blocks no
+        # sequence holds (evictable), over the budget; target only here (no draft model).
+        used, idle, total = v["tandem_kv_blocks_used"], v["tandem_kv_prefix_idle_blocks"], v["tandem_kv_blocks_total"]
+        self.assertGreater(total, 0)
+        self.assertAlmostEqual(v["tandem_kv_cache_utilization"], (used - idle) / total, delta=1.0 / total)
+        self.assertGreaterEqual(v["tandem_kv_cache_utilization"], 0.0)
+        self.assertLessEqual(v["tandem_kv_cache_utilization"], 1.0)
+        # The aliases are the same numbers, from the same snapshot.
+        self.assertEqual(v["vllm:num_requests_waiting" + self.LABEL], v["tandem_queue_length"])
+        self.assertEqual(v["vllm:num_requests_running" + self.LABEL], v["tandem_running_sequences"])
+        self.assertEqual(v["vllm:kv_cache_usage_perc" + self.LABEL], v["tandem_kv_cache_utilization"])
+        self.assertEqual(v["vllm:gpu_cache_usage_perc" + self.LABEL], v["tandem_kv_cache_utilization"])
+
+    def test_protocol_gauges_under_load(self):
+        types, idle = self.scrape()
+        for name in ("tandem_queue_length", "tandem_running_sequences", "tandem_kv_cache_utilization",
+                     "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                     "vllm:gpu_cache_usage_perc", "vllm:cache_config_info"):
+            self.assertEqual(types.get(name), "gauge", name)
+        for name in ("vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+            self.assertEqual(types.get(name), "counter", name)
+        for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+            self.assertEqual(types.get(name), "histogram", name)
+        self.assertEqual((idle["tandem_queue_length"], idle["tandem_running_sequences"]), (0, 0))
+        self.assertEqual(idle["tandem_kv_cache_utilization"], 0)
+        self.check_consistent(idle)
+        block_size = next(int(re.search(r'block_size="(\d+)"', k).group(1)) for k in idle
+                          if k.startswith("tandem_cache_config_info{"))
+
+        prompt = PROMPTS[2] + " " + PROMPTS[4]
+        # One request first: the prompt's length in tokens (its usage).
+        status, _, warm = self.server.request("POST", "/v1/completions",
+                                              {"model": "smollm2", "prompt": prompt, "max_tokens": 1})
+        self.assertEqual(status, 200, warm)
+        n_prompt = warm["usage"]["prompt_tokens"]
+        self.assertGreater(n_prompt, 0)
+
+        body = {"model": "smollm2", "prompt": prompt, "max_tokens": 64, "stream": True, "ignore_eos": True}
+        with cf.ThreadPoolExecutor(self.N_REQUESTS) as ex:
+            futures = [ex.submit(raw_stream, self.server, "/v1/completions", body) for _ in range(self.N_REQUESTS)]
+            # Every request is in: the batch is full and the excess waits.
+            deadline = time.time() + 30 * TIME_SCALE
+            loaded = None
+            while time.time() < deadline:
+                _, v = self.scrape()
+                if v["tandem_queue_length"] + v["tandem_running_sequences"] == self.N_REQUESTS:
+                    loaded = v
+                    break
+                time.sleep(0.02)
+            self.assertIsNotNone(loaded, "the requests never were all queued or running at once")
+            self.assertEqual(loaded["tandem_running_sequences"], self.MAX_SEQS)
+            self.assertEqual(loaded["tandem_queue_length"], self.N_REQUESTS - self.MAX_SEQS)
+            self.check_consistent(loaded)
+            # The running sequences hold at least their prompts' blocks (shared prefix blocks
+            # once: identical prompts), and the cache is not full.
+            util = loaded["tandem_kv_cache_utilization"]
+            self.assertGreaterEqual(util * loaded["tandem_kv_blocks_total"], n_prompt // block_size)
+            self.assertGreater(util, 0)
+            self.assertLess(util, 1)
+            # While the batch drains, the queue only shrinks.
+            last_queue = loaded["tandem_queue_length"]
+            while not all(f.done() for f in futures):
+                _, v = self.scrape()
+                self.assertLessEqual(v["tandem_running_sequences"], self.MAX_SEQS)
+                self.assertLessEqual(v["tandem_queue_length"], last_queue)
+                last_queue = v["tandem_queue_length"]
+                self.check_consistent(v)
+                time.sleep(0.05)
+            for f in futures:
+                status, events = f.result()
+                self.assertEqual((status, events[-1]), (200, "[DONE]"))
+
+        # Idle again: nothing queued or running, and the blocks the prefix cache keeps are
+        # free for the gateway (utilization 0) although the allocator still counts them.
+        _, after = self.scrape()
+        self.assertEqual((after["tandem_queue_length"], after["tandem_running_sequences"]), (0, 0))
+        self.assertEqual(after["tandem_kv_cache_utilization"], 0)
+        self.assertEqual(after["tandem_kv_blocks_used"], after["tandem_kv_prefix_idle_blocks"])
+        self.assertGreater(after["tandem_kv_prefix_idle_blocks"], 0)
+        self.assertGreater(after["tandem_kv_usage_ratio"], 0)
+        self.check_consistent(after)
+        self.assertGreaterEqual(after["vllm:generation_tokens_total" + self.LABEL], self.N_REQUESTS * 64)
+        status, _, body = self.server.request("GET", "/health", auth=False)
+        self.assertEqual((status, body), (200, {"status": "ok"}))
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -892,7 +1023,8 @@ def main():
     loader = unittest.TestLoader()
     if ARGS.pattern:
         loader.testNamePatterns = [f"*{p}*" for p in ARGS.pattern]
-    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer))
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer,
+                                                                            GatewayMetricsServer))
     t0 = time.time()
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
     print(f"server tests took {time.time() - t0:.0f} s")
