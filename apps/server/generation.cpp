@@ -9,11 +9,15 @@
 #include <optional>
 #include <span>
 
+#include <boost/json/serialize.hpp>
+
 #include "apps/server/api_error.hpp"
 #include "apps/server/server_state.hpp"
 
 namespace tandem::server {
 namespace {
+
+namespace json = boost::json;
 
 // One generation request from submission to its last byte: its choices (n, or best_of for
 // completions) run as a group of scheduler requests (Scheduler::submit_group: they share the
@@ -103,9 +107,16 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     FinishReason finish = FinishReason::Length;
     int64_t n_generated = 0;
     bool done = false;
+    // Tool calls (tools_out()): streamed text passes this filter, which holds call blocks
+    // back; the calls parsed out at the end, and the content left around them.
+    ToolStreamFilter filter;
+    std::vector<ToolCall> calls;
+    std::string content;
   };
 
   bool logprobs_out() const { return req_.logprobs >= 0; }
+  bool tools_out() const { return req_.endpoint == Endpoint::Chat && req_.tools && req_.tools->parse_output(); }
+  const std::vector<ToolSpec>& tool_specs() const { return req_.tools->tools; }
 
   // One content chunk of choice i: `text` and the logprobs of the tokens not yet streamed.
   void stream_piece(int32_t i, std::string_view text) {
@@ -131,7 +142,13 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     if (lp) c.logprobs.push_back(*lp);
     // A token whose text is held back (an incomplete character or stop string) goes out with
     // the chunk that has its text.
-    if (req_.stream && !out_->closed() && !text.empty()) stream_piece(i, text);
+    if (!req_.stream || out_->closed() || text.empty()) return;
+    if (!tools_out()) {
+      stream_piece(i, text);
+      return;
+    }
+    const std::string piece = c.filter.push(text);
+    if (!piece.empty()) stream_piece(i, piece);
   }
 
   void on_done(int32_t i, FinishReason finish, int64_t n_generated, const std::string& error) {
@@ -145,6 +162,18 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       cancel_all();  // the response is an error now: the other choices' work is wasted
     }
     if (req_.stream && error_.empty() && !out_->closed()) {
+      if (tools_out()) {
+        // What the filter held: content to send, and the calls, in one delta.
+        ToolOutput rest = c.filter.finish(tool_specs());
+        if (!rest.content.empty()) stream_piece(i, rest.content);
+        c.calls = std::move(rest.calls);
+        if (!c.calls.empty()) {
+          ChoiceOut o;
+          o.index = i;
+          o.tool_calls = &c.calls;
+          out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
+        }
+      }
       // Logprobs of tokens whose text never came (a stop string's) close the choice's content.
       if (logprobs_out() && c.streamed_logprobs < c.logprobs.size()) stream_piece(i, "");
       ChoiceOut o;
@@ -156,7 +185,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     finish_response();
   }
 
-  const char* reason(const Choice& c) const { return timed_out_ ? "length" : finish_reason_name(c.finish); }
+  const char* reason(const Choice& c) const {
+    if (timed_out_) return "length";
+    return c.calls.empty() ? finish_reason_name(c.finish) : "tool_calls";
+  }
 
   void finish_response() {
     finished_ = true;
@@ -193,6 +225,12 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       out_->end_stream();
       return;
     }
+    if (tools_out())
+      for (Choice& c : choices_) {
+        ToolOutput t = parse_tool_calls(c.text, tool_specs());
+        c.calls = std::move(t.calls);
+        c.content = std::move(t.content);
+      }
     HttpResponse r;
     r.body = completion_json(meta_, returned_choices(), usage, bytes_);
     out_->respond(std::move(r));
@@ -220,6 +258,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       ChoiceOut o;
       o.index = static_cast<int32_t>(k);
       o.text = c.text;
+      if (!c.calls.empty()) {
+        o.text = c.content;
+        o.tool_calls = &c.calls;
+      }
       o.finish_reason = reason(c);
       if (logprobs_out()) o.logprobs = &c.logprobs;
       out.push_back(o);
@@ -261,6 +303,60 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   bool timed_out_ = false, finished_ = false;
 };
 
+// A conversation with tools or tool calls, for the chat template. A template that renders
+// `tools` itself gets them, and the messages as OpenAI sent them (tool_calls, tool_call_id);
+// for one that does not, the tools are described in the system message and calls and
+// results are written into the text in the format that description asks for.
+std::string render_with_tools(const ChatPrompt& chat, const ParsedRequest& req) {
+  const bool native = chat.renders_tools();
+  json::array messages;
+  for (const InputMessage& m : req.messages) {
+    json::object o;
+    o["role"] = m.role;
+    std::string content = m.content;
+    if (!native && !m.tool_calls.empty()) {
+      for (const json::value& c : m.tool_calls) {
+        const json::object& f = c.at("function").as_object();
+        if (!content.empty()) content += '\n';
+        content.append("<tool_call>\n")
+            .append(json::serialize(json::object{{"name", f.at("name")}, {"arguments", f.at("arguments")}}))
+            .append("\n</tool_call>");
+      }
+    }
+    if (!native && m.role == "tool") {
+      o["role"] = "user";
+      content = std::string("<tool_response>\n").append(content).append("\n</tool_response>");
+    }
+    o["content"] = content;
+    if (native && !m.tool_calls.empty()) o["tool_calls"] = m.tool_calls;
+    if (native && !m.tool_call_id.empty()) o["tool_call_id"] = m.tool_call_id;
+    messages.push_back(std::move(o));
+  }
+  if (!native && req.tools) {
+    const std::string tools_text = tools_system_prompt(*req.tools);
+    if (!messages.empty() && messages[0].as_object().at("role") == "system") {
+      json::object& sys = messages[0].as_object();
+      sys["content"] = std::string(sys.at("content").as_string()) + "\n\n" + tools_text;
+    } else {
+      messages.insert(messages.begin(), json::object{{"role", "system"}, {"content", tools_text}});
+    }
+  }
+  json::object vars;
+  vars["messages"] = std::move(messages);
+  if (native && req.tools) vars["tools"] = req.tools->tools_json;
+  vars["add_generation_prompt"] = true;
+  vars["bos_token"] = chat.bos_token();
+  vars["eos_token"] = chat.eos_token();
+  return chat.render_json(json::serialize(vars));
+}
+
+bool has_tool_parts(const ParsedRequest& req) {
+  if (req.tools) return true;
+  for (const InputMessage& m : req.messages)
+    if (!m.tool_calls.empty() || m.role == "tool") return true;
+  return false;
+}
+
 std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req) {
   if (req.endpoint == Endpoint::Completion) {
     if (req.prompt_is_tokens) return req.prompt_tokens;
@@ -271,7 +367,7 @@ std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req)
   for (const InputMessage& m : req.messages) messages.push_back(ChatMessage{m.role, m.content});
   std::string text;
   try {
-    text = state.chat.render(messages);
+    text = has_tool_parts(req) ? render_with_tools(state.chat, req) : state.chat.render(messages);
   } catch (const ChatTemplateError& e) {
     throw bad_request(std::string("The model's chat template rejected the messages: ") + e.what(), "messages",
                       "invalid_messages");

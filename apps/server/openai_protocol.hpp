@@ -27,8 +27,10 @@
 #include <utility>
 #include <vector>
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
+#include "apps/server/tool_calls.hpp"
 #include "tandem/engine.hpp"
 
 namespace boost::json {
@@ -43,6 +45,11 @@ enum class Endpoint { Chat, Completion };
 struct InputMessage {
   std::string role;  // system | user | assistant | tool ("developer" arrives as "system")
   std::string content;
+  // Assistant turns: the tool calls it made, as OpenAI's array (each call's arguments parsed
+  // into an object where they are JSON, as chat templates expect); tool turns: the call
+  // answered. Empty when absent.
+  boost::json::array tool_calls;
+  std::string tool_call_id;
 };
 
 // What the parser needs to know about the server.
@@ -75,6 +82,7 @@ struct ParsedRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  std::optional<ToolRequest> tools;  // chat: `tools` and `tool_choice` (tool_calls.hpp)
   int32_t n = 1;        // choices returned
   int32_t best_of = 1;  // completions: choices generated (>= n); the n best by mean logprob are returned
   // Logprobs in the response: -1 none, else the alternatives per token (chat top_logprobs,
@@ -130,6 +138,9 @@ struct ChoiceOut {
   std::string_view text;
   const char* finish_reason = nullptr;  // null while streaming
   const std::vector<TokenLogprobs>* logprobs = nullptr;  // null → "logprobs": null
+  // Chat: the tool calls of the message (non-streaming) or of this chunk's delta; with them
+  // the content is null when empty.
+  const std::vector<ToolCall>* tool_calls = nullptr;
   int64_t text_offset = 0;  // completions: where this piece's first token starts in the choice's text
 };
 

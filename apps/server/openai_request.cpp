@@ -133,6 +133,42 @@ std::string message_content(const json::value& c, const std::string& param) {
   return text;
 }
 
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}],
+// arguments a JSON string (OpenAI's) that is parsed into an object for the chat template;
+// text that is not JSON stays a string.
+json::array message_tool_calls(const json::value& v, const std::string& p) {
+  if (!v.is_array()) throw wrong_type(p, "an array", v);
+  json::array out;
+  for (size_t i = 0; i < v.get_array().size(); ++i) {
+    const std::string at = p + "[" + std::to_string(i) + "]";
+    const json::value& c = v.get_array()[i];
+    if (!c.is_object()) throw wrong_type(at, "an object", c);
+    const json::value* fn = c.get_object().if_contains("function");
+    if (!fn || !fn->is_object()) throw bad_request("'" + at + ".function' must be an object", at + ".function");
+    const json::value* name = fn->get_object().if_contains("name");
+    if (!name || !name->is_string()) throw bad_request("'" + at + ".function.name' must be a string", at + ".function.name");
+    json::object call;
+    if (const json::value* id = c.get_object().if_contains("id"); id && id->is_string()) call["id"] = *id;
+    call["type"] = "function";
+    json::object f;
+    f["name"] = *name;
+    json::value args = json::object{};
+    if (const json::value* a = fn->get_object().if_contains("arguments"); a && !a->is_null()) {
+      if (a->is_string()) {
+        boost::system::error_code ec;
+        json::value parsed = json::parse(a->get_string(), ec);
+        args = ec ? *a : parsed;
+      } else {
+        args = *a;
+      }
+    }
+    f["arguments"] = std::move(args);
+    call["function"] = std::move(f);
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<InputMessage> parse_messages(const json::object& o) {
   const json::value* v = field(o, "messages");
   if (!v) throw bad_request("'messages' is required", "messages", "missing_required_parameter");
@@ -158,6 +194,14 @@ std::vector<InputMessage> parse_messages(const json::object& o) {
       msg.content = message_content(*content, p + ".content");
     } else if (msg.role != "assistant") {  // an assistant turn with only tool calls has null content
       throw bad_request("'" + p + ".content' is required", p + ".content", "missing_required_parameter");
+    }
+    if (const json::value* tc = m.if_contains("tool_calls"); tc && !tc->is_null()) {
+      if (msg.role != "assistant") throw bad_request("'" + p + ".tool_calls' is only for assistant messages", p + ".tool_calls");
+      msg.tool_calls = message_tool_calls(*tc, p + ".tool_calls");
+    }
+    if (const json::value* id = m.if_contains("tool_call_id"); id && !id->is_null()) {
+      if (!id->is_string()) throw wrong_type(p + ".tool_call_id", "a string", *id);
+      msg.tool_call_id = std::string(id->get_string());
     }
     out.push_back(std::move(msg));
   }
@@ -318,10 +362,10 @@ void reject_unsupported(const json::object& o, Endpoint ep) {
     if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
     if (!lb->get_object().empty()) throw bad_request("logit_bias is not supported", "logit_bias", "unsupported_value");
   }
-  for (const char* key : {"tools", "functions"}) {
-    if (const json::value* t = field(o, key); t && !(t->is_array() && t->get_array().empty()))
-      throw bad_request(std::string(key) + " are not supported", key, "unsupported_value");
-  }
+  if (ep == Endpoint::Completion)
+    for (const char* key : {"tools", "functions"})
+      if (const json::value* t = field(o, key); t && !(t->is_array() && t->get_array().empty()))
+        throw bad_request(std::string(key) + " are only supported by /v1/chat/completions", key, "unsupported_value");
 }
 
 
@@ -422,6 +466,18 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
   parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);
   r.opts.grammar = parse_constraint(o);  // response_format, grammar (openai_constraint.cpp)
+  if (endpoint == Endpoint::Chat) {
+    // An empty tools array means no tools (some clients always send one).
+    const json::value* t = field(o, "tools");
+    if (!(t && t->is_array() && t->get_array().empty())) r.tools = parse_tools(o);
+    const std::string forced = r.tools ? tool_call_grammar(*r.tools) : std::string();
+    if (!forced.empty()) {
+      if (!r.opts.grammar.empty())
+        throw bad_request("a required tool call cannot be combined with response_format or grammar", "tool_choice",
+                          "unsupported_value");
+      r.opts.grammar = forced;
+    }
+  }
   // Chat prompts come from the template, which writes BOS itself where the model wants it.
   r.opts.add_special = endpoint == Endpoint::Completion;
   r.opts.parse_special = true;

@@ -52,6 +52,23 @@ std::string completion_json(const ResponseMeta& m, std::string_view text, const 
   return completion_json(m, {c}, u, {});
 }
 
+namespace {
+// OpenAI's tool_calls: [{(index,) id, type: "function", function: {name, arguments}}], with
+// `index` in stream deltas.
+json::array tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json::array a;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json::object c;
+    if (with_index) c["index"] = i;
+    c["id"] = calls[i].id;
+    c["type"] = "function";
+    c["function"] = json::object{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+}  // namespace
+
 std::string completion_json(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u,
                             const TokenBytes& bytes) {
   const bool chat = m.endpoint == Endpoint::Chat;
@@ -63,7 +80,12 @@ std::string completion_json(const ResponseMeta& m, const std::vector<ChoiceOut>&
     if (chat) {
       json::object msg;
       msg["role"] = "assistant";
-      msg["content"] = c.text;
+      if (c.tool_calls && !c.tool_calls->empty()) {
+        msg["content"] = c.text.empty() ? json::value(nullptr) : json::value(c.text);
+        msg["tool_calls"] = tool_calls_json(*c.tool_calls, false);
+      } else {
+        msg["content"] = c.text;
+      }
       choice["message"] = std::move(msg);
     } else {
       choice["text"] = c.text;
@@ -94,8 +116,12 @@ std::string chunk_json(const ResponseMeta& m, const ChoiceOut& c, bool role_chun
   if (chat) {
     json::object delta;
     if (role_chunk) delta["role"] = "assistant";
-    // The closing chunk (finish_reason set, no text) has an empty delta, as OpenAI's does.
-    if (role_chunk || !c.text.empty() || !c.finish_reason) delta["content"] = c.text;
+    if (c.tool_calls && !c.tool_calls->empty()) {
+      delta["tool_calls"] = tool_calls_json(*c.tool_calls, true);
+    } else if (role_chunk || !c.text.empty() || !c.finish_reason) {
+      // The closing chunk (finish_reason set, no text) has an empty delta, as OpenAI's does.
+      delta["content"] = c.text;
+    }
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = c.text;

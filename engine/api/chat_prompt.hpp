@@ -27,6 +27,15 @@ class ChatPrompt {
   // ChatTemplateError when the template rejects the conversation (e.g. roles that do not
   // alternate, a `raise_exception` in the template).
   std::string render(const std::vector<ChatMessage>& messages) const;
+  // The same with the template's variables given as a JSON object, for conversations that
+  // carry more than role and content (messages with tool_calls, `tools`): the caller sets
+  // messages, tools, add_generation_prompt, bos_token and eos_token (bos_token()...).
+  std::string render_json(std::string_view variables_json) const { return tmpl_.render_json(variables_json); }
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
+  // Whether the template renders the `tools` variable itself (Qwen2.5's, Llama 3.1's...);
+  // for one that does not, the caller describes the tools in a system message instead.
+  bool renders_tools() const { return tmpl_.source().find("tools") != std::string::npos; }
 
   // Token ids of a rendered prompt. Control-token texts become control tokens; BOS is
   // prepended only when the model wants one and the template did not write it already.

@@ -36,6 +36,8 @@ import threading
 import time
 import unittest
 
+from structured_cases import StructuredOutputCases
+
 SKIP = 77
 # Waits scale by this (scripts/test.sh sets it under ASan, where a server start that
 # calibrates the cost model alone takes about two minutes).
@@ -260,7 +262,7 @@ class Timed(unittest.TestCase):
 # ---- server A: the main one (API key, ngram and self-draft speculation) -----------------
 
 
-class MainServer(Timed):
+class MainServer(StructuredOutputCases, Timed):
     server = None
 
     @classmethod
