@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/grammar/grammar.hpp"
 #include "tandem/engine.hpp"
 #include "tandem/tandem.h"
 #include "tests/support/paths.hpp"
@@ -675,6 +676,25 @@ TEST(CApi, GrammarConstrainsTheOutput) {
   tandem_generate_params d;
   ASSERT_EQ(tandem_generate_params_init(&d, sizeof d), TANDEM_OK);
   EXPECT_EQ(d.grammar, nullptr);
+
+  // A JSON Schema's grammar: sized, written, used; unsupported keywords named.
+  const char* schema = R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"],"additionalProperties":false})";
+  size_t n = 0;
+  EXPECT_FAILS(tandem_json_schema_to_grammar(schema, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  ASSERT_GT(n, 0u);
+  std::string g(n + 1, '\0');
+  ASSERT_EQ(tandem_json_schema_to_grammar(schema, g.data(), g.size(), &n), TANDEM_OK) << tandem_last_error();
+  g.resize(n);
+  gp = greedy(200);  // a random model spends many tokens on the whitespace the grammar allows
+  gp.grammar = g.c_str();
+  ASSERT_EQ(tandem_generate(e.get(), "JSON:", &gp, nullptr, nullptr, &r), TANDEM_OK) << tandem_last_error();
+  ResultPtr js(r);
+  EXPECT_EQ(js->finish_reason, TANDEM_FINISH_STOP) << js->text;
+  EXPECT_TRUE(tandem::Grammar::parse(g)->accepts(js->text)) << js->text;
+  EXPECT_FAILS(tandem_json_schema_to_grammar(R"({"type":"string","pattern":"a"})", nullptr, 0, &n),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("pattern"), std::string::npos);
+  EXPECT_FAILS(tandem_json_schema_to_grammar(nullptr, nullptr, 0, &n), TANDEM_ERR_INVALID_ARGUMENT);
 }
 
 // Logprobs through the C API: in the result and the stream callback, the same as the C++

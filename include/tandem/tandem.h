@@ -259,6 +259,14 @@ TANDEM_API tandem_status tandem_tokenize(const tandem_engine* engine, const char
 TANDEM_API tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens,
                                            char* text, size_t capacity, size_t* out_len);
 
+/* ---- constrained output --------------------------------------------------------------
+ * The GBNF grammar (for tandem_generate_params.grammar) of the JSON documents valid against
+ * a JSON Schema (schema_json, JSON text; "" → any JSON object). The buffer convention is
+ * tandem_detokenize's. A schema using what a grammar cannot express (pattern, not, ...)
+ * fails with TANDEM_ERR_INVALID_ARGUMENT naming the keyword and its place. Thread-safe. */
+TANDEM_API tandem_status tandem_json_schema_to_grammar(const char* schema_json, char* grammar, size_t capacity,
+                                                       size_t* out_len);
+
 /* ---- chat ---------------------------------------------------------------------------
  * Conversations become prompts with the model's own chat template (GGUF key
  * tokenizer.chat_template; ChatML when the file has none), exactly as `tandem serve` and
