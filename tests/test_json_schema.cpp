@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -251,6 +252,46 @@ TEST(JsonSchema, IntegerRangesAreExact) {
     EXPECT_EQ(neg->accepts(std::to_string(n)), n <= -21) << n;
 }
 
+// Number ranges offer a subset (json_schema.hpp): every number the grammar takes is in
+// range, and the ones a model would write for the common ranges are there.
+TEST(JsonSchema, NumberRangesAreSound) {
+  struct Range {
+    const char* schema;
+    double lo, hi;
+    bool lo_excl, hi_excl;
+    std::vector<std::string> must;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Range> ranges = {
+      {R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false, {"0", "0.5", "0.999", "1", "1.0"}},
+      {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})", 0, 1, true, true, {"0.5", "0.01", "0.99"}},
+      {R"({"type": "number", "minimum": -2.5, "maximum": 3.7})", -2.5, 3.7, false, false, {"-2", "-1.75", "0", "2.99", "3"}},
+      {R"({"type": "number", "exclusiveMinimum": -10, "maximum": 0})", -10, 0, true, false, {"-9.99", "-5", "-0.5", "0", "0.0"}},
+      {R"({"type": "number", "minimum": 1.5})", 1.5, inf, false, false, {"2", "2.5", "1000000.25"}},
+      {R"({"type": "number", "exclusiveMaximum": -0.5})", -inf, -0.5, false, true, {"-1", "-1.5", "-123.456"}},
+      {R"({"type": "number", "minimum": 5, "exclusiveMinimum": true, "maximum": 6})", 5, 6, true, false, {"5.5", "6"}},
+  };
+  std::vector<std::string> probes;
+  for (int i = -12; i <= 12; ++i)
+    for (const char* f : {"", ".0", ".00", ".01", ".25", ".5", ".75", ".999"}) {
+      probes.push_back(std::to_string(i) + f);
+      if (i == 0) probes.push_back(std::string("-0") + f);
+    }
+  for (const Range& r : ranges) {
+    const auto g = Grammar::parse(json_schema_to_gbnf(r.schema));
+    for (const std::string& p : probes) {
+      const double x = std::stod(p);
+      const bool in = (r.lo_excl ? x > r.lo : x >= r.lo) && (r.hi_excl ? x < r.hi : x <= r.hi);
+      if (g->accepts(p)) {
+        EXPECT_TRUE(in) << r.schema << " takes " << p;
+      }
+    }
+    for (const std::string& p : r.must) EXPECT_TRUE(g->accepts(p)) << r.schema << " refuses " << p;
+    EXPECT_FALSE(g->accepts("1e0")) << r.schema;  // no exponents in a range
+  }
+  EXPECT_NE(error_of(R"({"type": "number", "minimum": 1, "maximum": 0})").find("matches no JSON value"), std::string::npos);
+}
+
 TEST(JsonSchema, BooleanAndEmptySchemas) {
   for (const char* any : {"true", "{}", R"({"title": "t", "description": "d", "x-extension": 1})"})
     check({any, {"1", R"("s")", "null", R"({"a":[true,{}]})", "[]"}, {"", "nul", "[1,]"}});
@@ -284,10 +325,6 @@ TEST(JsonSchema, UnsupportedKeywordsNameKeywordAndPath) {
             "unsupported JSON Schema keyword 'patternProperties' at /properties/a");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type": "string", "pattern": "^a"})", "'pattern' at /"},
-      {R"({"type": "number", "minimum": 0})", "'minimum' at /"},
-      {R"({"type": "number", "maximum": 1})", "'maximum' at /"},
-      {R"({"type": "number", "exclusiveMinimum": 0})", "'exclusiveMinimum' at /"},
-      {R"({"type": "number", "exclusiveMaximum": 0})", "'exclusiveMaximum' at /"},
       {R"({"type": "integer", "multipleOf": 2})", "'multipleOf' at /"},
       {R"({"not": {"type": "string"}})", "'not' at /"},
       {R"({"if": {}, "then": {}, "else": {}})", "'if' at /"},

@@ -10,7 +10,8 @@
 // with `additionalItems`), `minItems`, `maxItems`; `enum`, `const`; `anyOf`, `oneOf`;
 // `allOf` of one constraining schema; local `$ref` (any JSON pointer into the document,
 // recursion included) with `$defs` / `definitions`; `minLength`, `maxLength`; `format`
-// `date`, `time`, `date-time`, `uuid`; OpenAPI's `nullable`. Annotations are ignored.
+// `date`, `time`, `date-time`, `uuid`; minimum, maximum, exclusiveMinimum, exclusiveMaximum;
+// OpenAPI's `nullable`. Annotations are ignored.
 //
 // Approximations (each makes the grammar accept a subset of the valid documents, never a
 // document the schema rejects, except where noted):
@@ -28,6 +29,10 @@
 //    integers are written without fraction or exponent.
 //  - `enum` and `const` values are written as their compact JSON (whitespace between tokens
 //    allowed, object keys in the given order, one spelling of each string and number).
+//  - minimum/maximum (and the exclusive ones): exact for integers. For numbers, those
+//    without exponent whose integer part decides it: I.F for every I whose unit interval
+//    [I, I+1) is in range, and at a non-integer bound only the integer inside it (so
+//    maximum 2.5 offers 2 but not 2.3; minimum 0.5 offers 1 but not 0.7).
 //  - minLength/maxLength count JSON string characters, a surrogate pair written as two \u
 //    escapes counting as two. Bounds, item counts and list sizes are capped (kMaxRepeat).
 //  - `date`: years 1000-9999, the days of each month, February 29 in leap years only.
@@ -35,7 +40,7 @@
 //    `date-time` writes "T" and "Z" in capitals.
 //  - A schema no finite document satisfies (a required property that recurses into
 //    itself) gives a grammar with no sentence rather than an error.
-// Anything else that constrains (pattern, minimum, not, if/then/else, uniqueItems: true,
+// Anything else that constrains (pattern, multipleOf, not, if/then/else, uniqueItems: true,
 // other formats, remote $ref, unknown keywords other than "x-..." extensions) is a
 // SchemaError that names the keyword and the JSON pointer of the schema holding it.
 #pragma once

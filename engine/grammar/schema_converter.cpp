@@ -400,10 +400,7 @@ MaybeFrag Converter::typed(const json::object& o, const std::string& path, const
     if (MaybeFrag f = string_type(o, path)) alts.push_back(std::move(*f));
   if (types & (tNumber | tInteger)) {
     if (has_range(o)) {
-      if (types & tNumber) fail_keyword(o.contains("minimum") ? "minimum" : o.contains("maximum") ? "maximum"
-                                        : o.contains("exclusiveMinimum") ? "exclusiveMinimum" : "exclusiveMaximum",
-                                        path, "numeric ranges are supported for integers only");
-      if (MaybeFrag f = integer_range(o, path)) alts.push_back(std::move(*f));
+      if (MaybeFrag f = types & tNumber ? number_range(o, path) : integer_range(o, path)) alts.push_back(std::move(*f));
     } else {
       alts.push_back(use(types & tNumber ? JsonRule::number : JsonRule::integer));
     }

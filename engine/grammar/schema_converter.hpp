@@ -1,7 +1,7 @@
 // The JSON Schema converter behind json_schema_to_gbnf (json_schema.hpp has the contract):
 // one walk over the schema that turns every subschema into a GBNF expression, naming the
 // larger ones as rules. Its parts: schema_converter.cpp (keywords, combinators, $ref, enum,
-// scalars), schema_object.cpp, schema_array.cpp, and schema_rules.cpp (the rule table:
+// scalars), schema_object.cpp, schema_array.cpp, schema_range.cpp and schema_rules.cpp (the rule table:
 // naming, sharing, limits, left recursion, output).
 #pragma once
 #include <boost/json.hpp>
@@ -52,8 +52,9 @@ class Converter {
   Frag keys_except(const std::vector<std::string>& keys, const std::string& hint, const std::string& path);
   // --- schema_array.cpp
   MaybeFrag array_type(const json::object& o, const std::string& path, const std::string& hint);
-  // --- schema_integer.cpp
+  // --- schema_range.cpp: minimum, maximum and the exclusive ones
   MaybeFrag integer_range(const json::object& o, const std::string& path);
+  MaybeFrag number_range(const json::object& o, const std::string& path);
 
   // --- schema_rules.cpp
   Frag use(JsonRule r);                       // a fixed rule, defined on first use

@@ -78,7 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint64_t seed = 0; seed < 4; ++seed) {
     if (const std::optional<std::string> doc = walk(*g, seed * 0x9E3779B97F4A7C15ULL + size)) {
       boost::system::error_code ec;
-      boost::json::parse(*doc, ec);
+      boost::json::parse_options deep;  // a walk can nest far deeper than the default 32
+      deep.max_depth = 100000;
+      boost::json::parse(*doc, ec, {}, deep);
       if (ec) std::fprintf(stderr, "not JSON: %s\n", doc->c_str());
       fuzz_check(!ec);
     }
