@@ -17,10 +17,15 @@ constexpr R kDate[] = {R::year, R::leap_year};
 // Indexed by JsonRule. Whitespace is one class repeated (a single way to match any run, so
 // the automaton never holds several parses of it). Numbers: 16 integer digits are enough
 // for any int64 an app means and for a double's 17 significant digits with the fraction.
-const std::array<JsonRuleDef, static_cast<size_t>(R::count_)> kRules = {{
+constexpr std::array<JsonRuleDef, static_cast<size_t>(R::count_)> kRules = {{
     {"ws", R"([ \t\n\r]{0,20})", {}},
     {"string", R"("\"" char* "\"")", kString},
     {"char", R"([^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))", {}},
+    // For counted strings (minLength, maxLength count code points): a surrogate pair written
+    // as two \u escapes is one code point, so escapes of surrogates are left out.
+    {"char1",
+     R"([^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) ))",
+     {}},
     {"number", R"("-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,18} )? ( [eE] [-+]? [0-9]{1,3} )?)", {}},
     {"integer", R"("-"? ( "0" | [1-9] [0-9]{0,15} ))", {}},
     {"boolean", R"("true" | "false")", {}},
@@ -46,6 +51,8 @@ const std::array<JsonRuleDef, static_cast<size_t>(R::count_)> kRules = {{
      R"([0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12})",
      {}},
 }};
+// One entry per JsonRule, in its order: a missing one would leave the last empty.
+static_assert(kRules.back().name == "uuid");
 
 }  // namespace
 

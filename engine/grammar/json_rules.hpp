@@ -12,6 +12,7 @@ enum class JsonRule : uint8_t {
   ws,         // 0..20 of " \t\n\r": between any two tokens
   string,     // a whole JSON string, quotes included
   chr,        // one character of a string's content (raw or an escape)
+  chr1,       // one code point of a string's content: chr but no \u escape of a surrogate
   number,
   integer,    // -?(0|[1-9][0-9]*), at most 16 digits
   boolean,

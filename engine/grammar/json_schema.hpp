@@ -17,9 +17,9 @@
 // document the schema rejects, except where noted):
 //  - Properties come in the declared order; an optional one may be left out. Extra
 //    properties, where `additionalProperties` allows them (absent, true or a schema), come
-//    after the declared ones, with keys spelled differently from every declared key (a key
-//    spelled with a \u escape of a declared key's characters is the one exception: it is a
-//    duplicate the grammar does not see). If a declared key needs escaping in JSON
+//    after the declared ones, with keys other than every declared key (where an extra key
+//    could still become a declared one, the escapes \/ and \u are not offered, so that no
+//    spelling of a declared key slips through). If a declared key needs escaping in JSON
 //    (", \ or a control character), extra properties are not offered at all.
 //  - `oneOf` is `anyOf`: a document matching two branches is not rejected.
 //  - A schema without `type` takes the types its keywords constrain (`properties` means an
@@ -33,8 +33,8 @@
 //    without exponent whose integer part decides it: I.F for every I whose unit interval
 //    [I, I+1) is in range, and at a non-integer bound only the integer inside it (so
 //    maximum 2.5 offers 2 but not 2.3; minimum 0.5 offers 1 but not 0.7).
-//  - minLength/maxLength count JSON string characters, a surrogate pair written as two \u
-//    escapes counting as two. Bounds, item counts and list sizes are capped (kMaxRepeat).
+//  - minLength/maxLength count code points; such strings offer no \u escape of a surrogate
+//    (a character beyond U+FFFF is written as itself). Counts are capped (kSchemaMaxRepeat).
 //  - `date`: years 1000-9999, the days of each month, February 29 in leap years only.
 //    `time` needs an offset (RFC 3339 full-time), has no leap second, and like
 //    `date-time` writes "T" and "Z" in capitals.

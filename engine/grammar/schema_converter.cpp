@@ -436,7 +436,7 @@ MaybeFrag Converter::string_type(const json::object& o, const std::string& path)
   if (max && min.value_or(0) > *max) return std::nullopt;
   // A rule, so that every string with the same bounds shares it (and the rules
   // Grammar::parse makes for the repetition).
-  return named("string-len", seq({quote, repeat(use(JsonRule::chr), min.value_or(0), max.value_or(-1)), quote}), path);
+  return named("string-len", seq({quote, repeat(use(JsonRule::chr1), min.value_or(0), max.value_or(-1)), quote}), path);
 }
 
 }  // namespace tandem::schema
