@@ -159,6 +159,9 @@ TEST(JsonSchema, ItemCounts) {
          {"[1]", "[1,2,3,4]", "[]", "[1,2,]", "[1,\"2\"]"}});
   check({R"({"type": "array"})", {"[]", "[ ]", R"([1,"a",{},[],null])"}, {"[,]", "[1,]", "[", "{}"}});
   check({R"({"type": "array", "maxItems": 0})", {"[]"}, {"[1]"}});
+  std::string items999 = "[0";
+  for (int i = 1; i < 999; ++i) items999 += ",0";
+  check({R"({"type": "array", "minItems": 999, "maxItems": 5000})", {items999 + "]"}, {items999 + ",0]", "[0]"}});
   check({R"({"type": "array", "items": false})", {"[]"}, {"[1]"}});
 }
 
@@ -181,6 +184,10 @@ TEST(JsonSchema, StringLengthsInCodePoints) {
          // A surrogate pair is one code point: not offered as two escapes in a counted string.
          {R"("a")", R"("abcde")", R"("")", "\"\xC3\xA9\"", R"("\uD83D\uDE00")", R"("\ud800")"}});
   check({R"({"type": "string", "maxLength": 0})", {R"("")"}, {R"("a")"}});
+  // Above the limit, an upper bound is the limit: fewer strings, all valid. At the limit, both.
+  const auto quoted = [](size_t n) { return std::string(1, '"').append(n, 'a').append(1, '"'); };  // (GCC 12: no "+")
+  check({R"({"type": "string", "maxLength": 100000})", {R"("")", quoted(999)}, {quoted(1000)}});
+  check({R"({"type": "string", "minLength": 999})", {quoted(999), quoted(2000)}, {quoted(998)}});
 }
 
 TEST(JsonSchema, AnyOfAndOneOf) {
@@ -351,7 +358,8 @@ TEST(JsonSchema, UnsupportedKeywordsNameKeywordAndPath) {
       {R"({"properties": {"a~b/c": {"frobnicate": 1}}})", "'frobnicate' at /properties/a~0b~1c"},
       {R"({"anyOf": [{"$ref": "#"}, {"type": "string"}]})", "'$ref' at /"},
       {R"({"type": "string", "format": "time", "maxLength": 30})", "'maxLength' at /"},
-      {R"({"type": "string", "maxLength": 100000})", "'maxLength' at /"},
+      {R"({"type": "string", "minLength": 100000})", "'minLength' at /"},
+      {R"({"type": "array", "minItems": 1000})", "'minItems' at /"},
   };
   for (const auto& [schema, want] : cases) {
     const std::string got = error_of(schema);

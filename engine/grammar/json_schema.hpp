@@ -34,7 +34,9 @@
 //    [I, I+1) is in range, and at a non-integer bound only the integer inside it (so
 //    maximum 2.5 offers 2 but not 2.3; minimum 0.5 offers 1 but not 0.7).
 //  - minLength/maxLength count code points; such strings offer no \u escape of a surrogate
-//    (a character beyond U+FFFF is written as itself). Counts are capped (kSchemaMaxRepeat).
+//    (a character beyond U+FFFF is written as itself).
+//  - maxLength and maxItems above kSchemaMaxRepeat act as kSchemaMaxRepeat; minLength and
+//    minItems above it, and more prefixItems than that, are errors.
 //  - `date`: years 1000-9999, the days of each month, February 29 in leap years only.
 //    `time` needs an offset (RFC 3339 full-time), has no leap second, and like
 //    `date-time` writes "T" and "Z" in capitals.
@@ -64,7 +66,8 @@ class SchemaError : public std::invalid_argument {
 // text itself.
 inline constexpr size_t kSchemaMaxRules = 10000;
 inline constexpr int kSchemaMaxDepth = 64;
-inline constexpr int64_t kSchemaMaxRepeat = 1000;
+// (999: Grammar::parse spells X{m,} as m copies of X and one more element, at most 1000.)
+inline constexpr int64_t kSchemaMaxRepeat = 999;
 inline constexpr size_t kSchemaMaxGbnfBytes = 4 << 20;
 
 // The GBNF of `schema_json` (a JSON Schema document); its start rule is `root`.

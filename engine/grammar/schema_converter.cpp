@@ -200,7 +200,8 @@ std::string child_path(const std::string& path, std::string_view key) {
   return out;
 }
 
-std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, const std::string& path) {
+std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, Count kind,
+                                     const std::string& path) {
   const json::value* v = o.if_contains(keyword);
   if (!v) return std::nullopt;
   int64_t n = -1;
@@ -209,9 +210,9 @@ std::optional<int64_t> count_keyword(const json::object& o, std::string_view key
   if (v->is_double() && v->get_double() >= 0 && v->get_double() == std::floor(v->get_double()))
     n = v->get_double() > 9e18 ? INT64_MAX : static_cast<int64_t>(v->get_double());
   if (n < 0) fail("'" + std::string(keyword) + "' must be a non-negative integer", path);
-  if (n > kSchemaMaxRepeat)
+  if (n > kSchemaMaxRepeat && kind == Count::lower)
     fail_keyword(keyword, path, std::to_string(n) + " is above the limit of " + std::to_string(kSchemaMaxRepeat));
-  return n;
+  return std::min(n, kSchemaMaxRepeat);
 }
 
 Converter::Converter(const json::value& document) : doc_(document) {
@@ -412,8 +413,8 @@ MaybeFrag Converter::typed(const json::object& o, const std::string& path, const
 }
 
 MaybeFrag Converter::string_type(const json::object& o, const std::string& path) {
-  const std::optional<int64_t> min = count_keyword(o, "minLength", path);
-  const std::optional<int64_t> max = count_keyword(o, "maxLength", path);
+  const std::optional<int64_t> min = count_keyword(o, "minLength", Count::lower, path);
+  const std::optional<int64_t> max = count_keyword(o, "maxLength", Count::upper, path);
   const Frag quote = atom(gbnf_literal("\""));
   if (const json::value* f = o.if_contains("format")) {
     if (!f->is_string()) fail("'format' must be a string", path);

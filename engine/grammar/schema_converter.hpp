@@ -25,8 +25,12 @@ using MaybeFrag = std::optional<Frag>;
 
 [[noreturn]] void fail(const std::string& what, const std::string& path);
 [[noreturn]] void fail_keyword(std::string_view keyword, const std::string& path, std::string_view why = {});
-// minItems and the like: absent, or a non-negative integer within kSchemaMaxRepeat.
-std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, const std::string& path);
+// minItems and the like: absent, or a non-negative integer. An upper bound above
+// kSchemaMaxRepeat is taken as kSchemaMaxRepeat (fewer documents, all of them valid); a
+// lower bound above it is an error.
+enum class Count { lower, upper };
+std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, Count kind,
+                                     const std::string& path);
 // The path of a member of the schema at `path`: "/properties" + "/a~1b".
 std::string child_path(const std::string& path, std::string_view key);
 
