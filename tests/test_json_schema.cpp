@@ -141,6 +141,7 @@ TEST(JsonSchema, EnumAndConst) {
           R"({"k":"v"})", R"({ "k" : "v" })"},
          {R"("blue")", R"("Red")", "2", "false", "[1]", "[2,1]", R"({"k":"w"})", R"({})", R"("red" )"}});
   check({R"({"const": "fixed"})", {R"("fixed")"}, {R"("fixed2")", R"("")"}});
+  check({R"({"enum": ["a", "b"], "const": "a"})", {R"("a")"}, {R"("b")"}});
   // `type` beside enum keeps only the values of that type.
   check({R"({"type": "string", "enum": ["a", 1, "b"]})", {R"("a")", R"("b")"}, {"1"}});
 }
@@ -173,6 +174,8 @@ TEST(JsonSchema, TuplesWithPrefixItems) {
              "items": {"type": "boolean"}})",
          {R"(["a",1])", R"(["a",1,true,false])"},
          {R"(["a"])", R"(["a",1,2])"}});
+  check({R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "minItems": 1})",
+         {R"(["a"])", R"(["a",1])", R"(["a",1,null])"}, {"[]", "[1]"}});
   // The draft-07 spelling: items as an array, additionalItems for the rest.
   check({R"({"type": "array", "items": [{"type": "null"}], "additionalItems": {"type": "integer"}})",
          {"[]", "[null]", "[null,1,2]"}, {"[1]", "[null,null]"}});
@@ -253,6 +256,7 @@ TEST(JsonSchema, Formats) {
 TEST(JsonSchema, IntegerRangesAreExact) {
   check({R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {"1", "9"}, {"0", "10", "-1"}});
   check({R"({"type": "integer", "minimum": 5, "exclusiveMinimum": true})", {"6", "100"}, {"5", "4"}});  // draft 4
+  check({R"({"type": "integer", "minimum": 0})", {"0", "5", "9999999999999999"}, {"-1", "-5", "-", "10000000000000000"}});
   // Every integer of a window, against the range itself.
   const auto g = Grammar::parse(json_schema_to_gbnf(R"({"type": "integer", "minimum": -123, "maximum": 4567})"));
   for (int n = -1500; n <= 6000; ++n) EXPECT_EQ(g->accepts(std::to_string(n)), n >= -123 && n <= 4567) << n;
