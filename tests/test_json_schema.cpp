@@ -253,6 +253,26 @@ TEST(JsonSchema, Formats) {
           R"("123e4567-e89b-12d3-a456-4266141740000")"}});
 }
 
+TEST(JsonSchema, Patterns) {
+  check({R"J({"type": "string", "pattern": "^[A-Z]{2}-\\d{3,4}$"})J",
+         {R"J("AB-123")J", R"J("ZZ-0000")J"},
+         {R"J("ab-123")J", R"J("AB-12")J", R"J("AB-12345")J", R"J("xAB-123")J", R"J("AB-123 ")J", R"J("A\u0042-123")J"}});
+  // Unanchored: a search, anything around the match.
+  check({R"J({"type": "string", "pattern": "cat|dog"})J",
+         {R"J("cat")J", R"J("a dog!")J", R"J("concatenate")J", R"J("\u00e9 cat \n")J"},
+         {R"J("")J", R"J("ca t")J", R"J("CAT")J"}});
+  check({R"J({"type": "string", "pattern": "^(?:\\+\\d{1,3} )?\\(?\\d{3}\\)?[ .-]?\\d{4}$"})J",
+         {R"J("(555) 1234")J", R"J("+44 555-1234")J", R"J("5551234")J"},
+         {R"J("555 12345")J", R"J("+ 555 1234")J", R"J("phone")J"}});
+  // Characters JSON escapes are written its way; "." and [^...] leave control characters out.
+  check({R"J({"type": "string", "pattern": "^[\"\\\\\\n]+$"})J", {R"J("\"\\\n")J"}, {R"J("a")J", "\"\n\""}});
+  check({R"J({"type": "string", "pattern": "^.[^a]\\w\\s\\S\\W$"})J",
+         {"\"\xC3\xA9" "b_ x!\"", R"J("\"\\9\tx.")J"},
+         {R"J("\nb_ x!")J", R"J("aa_ x!")J", R"J("ab- x!")J", R"J("ab_xx!")J", R"J("ab_  !")J", R"J("ab_ xx")J"}});
+  check({R"J({"type": "string", "pattern": "^\\x41\\u00e9[\\x30-\\x32]?$"})J",
+         {"\"A\xC3\xA9\"", "\"A\xC3\xA9" "2\""}, {R"J("A\u00e9")J", "\"A\xC3\xA9" "3\""}});
+}
+
 TEST(JsonSchema, IntegerRangesAreExact) {
   check({R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {"1", "9"}, {"0", "10", "-1"}});
   check({R"({"type": "integer", "minimum": 5, "exclusiveMinimum": true})", {"6", "100"}, {"5", "4"}});  // draft 4
@@ -340,7 +360,16 @@ TEST(JsonSchema, UnsupportedKeywordsNameKeywordAndPath) {
   EXPECT_EQ(error_of(R"({"properties": {"a": {"patternProperties": {}}}})"),
             "unsupported JSON Schema keyword 'patternProperties' at /properties/a");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"type": "string", "pattern": "^a"})", "'pattern' at /"},
+      {R"J({"type": "string", "pattern": "^(a)\\1$"})J", "'pattern' at /: the escape \\1"},
+      {R"J({"type": "string", "pattern": "^(?=a)"})J", "'pattern' at /: lookaround"},
+      {R"J({"type": "string", "pattern": "\\bword\\b"})J", "'pattern' at /: word boundaries"},
+      {R"J({"type": "string", "pattern": "a^b"})J", "'pattern' at /: '^' and '$' only"},
+      {R"J({"type": "string", "pattern": "^a|b$"})J", "'pattern' at /: '^' or '$' beside a top-level '|'"},
+      {R"J({"type": "string", "pattern": "(a*)*"})J", "'pattern' at /: an unbounded repetition"},
+      {R"J({"type": "string", "pattern": "[z-a]"})J", "'pattern' at /: a bad range"},
+      {R"J({"type": "string", "pattern": "(ab"})J", "'pattern' at /: unbalanced"},
+      {R"J({"type": "string", "pattern": "\\p{L}"})J", "'pattern' at /: the escape \\p"},
+      {R"J({"type": "string", "pattern": "a", "maxLength": 3})J", "'pattern' at /: beside"},
       {R"({"type": "integer", "multipleOf": 2})", "'multipleOf' at /"},
       {R"({"not": {"type": "string"}})", "'not' at /"},
       {R"({"if": {}, "then": {}, "else": {}})", "'if' at /"},

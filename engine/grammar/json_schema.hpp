@@ -10,8 +10,9 @@
 // with `additionalItems`), `minItems`, `maxItems`; `enum`, `const`; `anyOf`, `oneOf`;
 // `allOf` of one constraining schema; local `$ref` (any JSON pointer into the document,
 // recursion included) with `$defs` / `definitions`; `minLength`, `maxLength`; `format`
-// `date`, `time`, `date-time`, `uuid`; minimum, maximum, exclusiveMinimum, exclusiveMaximum;
-// OpenAPI's `nullable`. Annotations are ignored.
+// `date`, `time`, `date-time`, `uuid`; `pattern` (a regular expression subset:
+// schema_pattern.cpp); minimum, maximum, exclusiveMinimum, exclusiveMaximum; OpenAPI's
+// `nullable` (null allowed too: not JSON Schema, whose validators will refuse that null). Annotations are ignored.
 //
 // Approximations (each makes the grammar accept a subset of the valid documents, never a
 // document the schema rejects, except where noted):
@@ -42,7 +43,10 @@
 //    `date-time` writes "T" and "Z" in capitals.
 //  - A schema no finite document satisfies (a required property that recurses into
 //    itself) gives a grammar with no sentence rather than an error.
-// Anything else that constrains (pattern, multipleOf, not, if/then/else, uniqueItems: true,
+//  - `pattern`: the characters it matches are written as themselves or as JSON requires
+//    (\", \\, \n...), not as other \u escapes; "." and negated classes offer no control
+//    characters; \d \w \s are ASCII. Not with minLength, maxLength or format.
+// Anything else that constrains (backreferences or lookaround in a pattern, multipleOf, not, if/then/else, uniqueItems: true,
 // other formats, remote $ref, unknown keywords other than "x-..." extensions) is a
 // SchemaError that names the keyword and the JSON pointer of the schema holding it.
 #pragma once

@@ -23,12 +23,12 @@ Kind kind_of(std::string_view k) {
       "title",    "description", "default",   "examples",   "example",    "$schema",
       "$id",      "$comment",    "deprecated", "readOnly",  "writeOnly",  "discriminator",
       "contentEncoding", "contentMediaType", "$anchor"};
-  static constexpr std::array<std::string_view, 26> kHandled = {
+  static constexpr std::array<std::string_view, 27> kHandled = {
       "type",      "properties",  "required",  "additionalProperties", "enum",        "const",
       "items",     "prefixItems", "additionalItems", "minItems",       "maxItems",    "anyOf",
       "oneOf",     "allOf",       "$ref",      "$defs",                "definitions", "minLength",
       "maxLength", "format",      "nullable",  "uniqueItems",          "minimum",     "maximum",
-      "exclusiveMinimum", "exclusiveMaximum"};
+      "exclusiveMinimum", "exclusiveMaximum", "pattern"};
   for (std::string_view a : kAnnotations)
     if (k == a) return Kind::annotation;
   for (std::string_view h : kHandled)
@@ -85,7 +85,7 @@ unsigned implied_types(const json::object& o) {
     if (k == "properties" || k == "required" || k == "additionalProperties") bits |= tObject;
     if (k == "items" || k == "prefixItems" || k == "additionalItems" || k == "minItems" || k == "maxItems")
       bits |= tArray;
-    if (k == "minLength" || k == "maxLength" || k == "format") bits |= tString;
+    if (k == "minLength" || k == "maxLength" || k == "format" || k == "pattern") bits |= tString;
     if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") bits |= tNumber;
   }
   return bits;
@@ -416,6 +416,11 @@ MaybeFrag Converter::string_type(const json::object& o, const std::string& path)
   const std::optional<int64_t> min = count_keyword(o, "minLength", Count::lower, path);
   const std::optional<int64_t> max = count_keyword(o, "maxLength", Count::upper, path);
   const Frag quote = atom(gbnf_literal("\""));
+  if (const json::value* p = o.if_contains("pattern")) {
+    if (!p->is_string()) fail("'pattern' must be a string", path);
+    if (min || max || o.contains("format")) fail_keyword("pattern", path, "beside minLength, maxLength or format");
+    return named("string-pattern", seq({quote, pattern_content(p->get_string(), use(JsonRule::chr), path), quote}), path);
+  }
   if (const json::value* f = o.if_contains("format")) {
     if (!f->is_string()) fail("'format' must be a string", path);
     const std::string_view name = f->get_string();

@@ -1,7 +1,7 @@
 // The JSON Schema converter behind json_schema_to_gbnf (json_schema.hpp has the contract):
 // one walk over the schema that turns every subschema into a GBNF expression, naming the
 // larger ones as rules. Its parts: schema_converter.cpp (keywords, combinators, $ref, enum,
-// scalars), schema_object.cpp, schema_array.cpp, schema_range.cpp and schema_rules.cpp (the rule table:
+// scalars), schema_object.cpp, schema_array.cpp, schema_range.cpp, schema_pattern.cpp and schema_rules.cpp (the rule table:
 // naming, sharing, limits, left recursion, output).
 #pragma once
 #include <boost/json.hpp>
@@ -31,6 +31,9 @@ using MaybeFrag = std::optional<Frag>;
 enum class Count { lower, upper };
 std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, Count kind,
                                      const std::string& path);
+// The content (no quotes) of strings matching the regular expression `pattern`, in the subset
+// schema_pattern.cpp describes; `any_char` is one character of a string, in any spelling.
+Frag pattern_content(std::string_view pattern, const Frag& any_char, const std::string& path);
 // The path of a member of the schema at `path`: "/properties" + "/a~1b".
 std::string child_path(const std::string& path, std::string_view key);
 

@@ -278,7 +278,9 @@ def json_schema_seeds():
         "enum_values": '{"enum":["x\\"y\\\\z\\n",1.5e300,-0.0,18446744073709551615,-9223372036854775808,[{"k":[]}],{},null,true]}',
         "odd_keys": '{"type":"object","properties":{"quo\\"te":{},"\\u00e9t\\u00e9":{"const":1},"":{"type":"boolean"}},'
                     '"additionalProperties":{"type":"number"}}',
-        "unsupported_pattern": '{"type":"string","pattern":"^[a-z]+$"}',
+        "pattern": '{"type":"string","pattern":"^(?:(?:\\\\+\\\\d{1,3} )?[A-Z][a-z]{2,}|x.[^\\\\s\\"]*?\\\\x41)$"}',
+        "pattern_search": '{"type":"string","pattern":"(cat|dog){2}[\\\\W\\\\n]"}',
+        "unsupported_pattern": '{"type":"string","pattern":"^(a)\\\\1(?=b)$"}',
         "format_nullable": '{"type":["string","null"],"format":"date-time"}',
         "tuple": '{"type":"array","prefixItems":[{"type":"string","format":"uuid"},{"const":"x"}],"items":{"type":"boolean"},'
                  '"minItems":3,"maxItems":5}',
