@@ -20,15 +20,36 @@ enum class Kind { annotation, handled, unsupported };
 
 Kind kind_of(std::string_view k) {
   static constexpr std::array<std::string_view, 15> kAnnotations = {
-      "title",    "description", "default",   "examples",   "example",    "$schema",
-      "$id",      "$comment",    "deprecated", "readOnly",  "writeOnly",  "discriminator",
-      "contentEncoding", "contentMediaType", "$anchor"};
-  static constexpr std::array<std::string_view, 27> kHandled = {
-      "type",      "properties",  "required",  "additionalProperties", "enum",        "const",
-      "items",     "prefixItems", "additionalItems", "minItems",       "maxItems",    "anyOf",
-      "oneOf",     "allOf",       "$ref",      "$defs",                "definitions", "minLength",
-      "maxLength", "format",      "nullable",  "uniqueItems",          "minimum",     "maximum",
-      "exclusiveMinimum", "exclusiveMaximum", "pattern"};
+      "title",     "description",   "default",         "examples",         "example",
+      "$schema",   "$id",           "$comment",        "deprecated",       "readOnly",
+      "writeOnly", "discriminator", "contentEncoding", "contentMediaType", "$anchor"};
+  static constexpr std::array<std::string_view, 27> kHandled = {"type",
+                                                                "properties",
+                                                                "required",
+                                                                "additionalProperties",
+                                                                "enum",
+                                                                "const",
+                                                                "items",
+                                                                "prefixItems",
+                                                                "additionalItems",
+                                                                "minItems",
+                                                                "maxItems",
+                                                                "anyOf",
+                                                                "oneOf",
+                                                                "allOf",
+                                                                "$ref",
+                                                                "$defs",
+                                                                "definitions",
+                                                                "minLength",
+                                                                "maxLength",
+                                                                "format",
+                                                                "nullable",
+                                                                "uniqueItems",
+                                                                "minimum",
+                                                                "maximum",
+                                                                "exclusiveMinimum",
+                                                                "exclusiveMaximum",
+                                                                "pattern"};
   for (std::string_view a : kAnnotations)
     if (k == a) return Kind::annotation;
   for (std::string_view h : kHandled)
@@ -67,8 +88,7 @@ unsigned declared_types(const json::object& o, const std::string& path) {
   const json::value* t = o.if_contains("type");
   if (!t) return 0;
   if (t->is_string()) return type_bit(t->get_string(), path);
-  if (!t->is_array() || t->get_array().empty())
-    fail("'type' must be a type name or a non-empty array of them", path);
+  if (!t->is_array() || t->get_array().empty()) fail("'type' must be a type name or a non-empty array of them", path);
   unsigned bits = 0;
   for (const json::value& e : t->get_array()) {
     if (!e.is_string()) fail("'type' must be a type name or a non-empty array of them", path);
@@ -106,8 +126,8 @@ bool matches_type(const json::value& v, unsigned types) {
     case json::kind::int64:
     case json::kind::uint64: return types & (tNumber | tInteger);
     case json::kind::double_:
-      return (types & tNumber) || ((types & tInteger) && std::isfinite(v.get_double()) &&
-                                   v.get_double() == std::floor(v.get_double()));
+      return (types & tNumber) ||
+             ((types & tInteger) && std::isfinite(v.get_double()) && v.get_double() == std::floor(v.get_double()));
   }
   return false;
 }
@@ -377,9 +397,9 @@ Frag Converter::literal(const json::value& v, const std::string& path) {
       for (const auto& kv : v.get_object()) {
         if (!first) parts.insert(parts.end(), {atom(gbnf_literal(",")), use(JsonRule::ws)});
         first = false;
-        parts.insert(parts.end(), {atom(gbnf_literal(json_string_spelling(kv.key()))), use(JsonRule::ws),
-                                   atom(gbnf_literal(":")), use(JsonRule::ws), literal(kv.value(), path),
-                                   use(JsonRule::ws)});
+        parts.insert(parts.end(),
+                     {atom(gbnf_literal(json_string_spelling(kv.key()))), use(JsonRule::ws), atom(gbnf_literal(":")),
+                      use(JsonRule::ws), literal(kv.value(), path), use(JsonRule::ws)});
       }
       parts.push_back(atom(gbnf_literal("}")));
       return seq(std::move(parts));
@@ -419,13 +439,16 @@ MaybeFrag Converter::string_type(const json::object& o, const std::string& path)
   if (const json::value* p = o.if_contains("pattern")) {
     if (!p->is_string()) fail("'pattern' must be a string", path);
     if (min || max || o.contains("format")) fail_keyword("pattern", path, "beside minLength, maxLength or format");
-    return named("string-pattern", seq({quote, pattern_content(p->get_string(), use(JsonRule::chr), path), quote}), path);
+    return named("string-pattern", seq({quote, pattern_content(p->get_string(), use(JsonRule::chr), path), quote}),
+                 path);
   }
   if (const json::value* f = o.if_contains("format")) {
     if (!f->is_string()) fail("'format' must be a string", path);
     const std::string_view name = f->get_string();
-    static constexpr std::pair<std::string_view, JsonRule> kFormats[] = {
-        {"date", JsonRule::date}, {"time", JsonRule::time}, {"date-time", JsonRule::date_time}, {"uuid", JsonRule::uuid}};
+    static constexpr std::pair<std::string_view, JsonRule> kFormats[] = {{"date", JsonRule::date},
+                                                                         {"time", JsonRule::time},
+                                                                         {"date-time", JsonRule::date_time},
+                                                                         {"uuid", JsonRule::uuid}};
     for (const auto& [n, rule] : kFormats) {
       if (name != n) continue;
       if (min || max) {
@@ -436,7 +459,8 @@ MaybeFrag Converter::string_type(const json::object& o, const std::string& path)
       }
       return seq({quote, use(rule), quote});
     }
-    fail_keyword("format", path, "format '" + std::string(name) + "' is not supported (date, time, date-time, uuid are)");
+    fail_keyword("format", path,
+                 "format '" + std::string(name) + "' is not supported (date, time, date-time, uuid are)");
   }
   if (!min && !max) return use(JsonRule::string);
   if (max && min.value_or(0) > *max) return std::nullopt;

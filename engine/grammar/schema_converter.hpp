@@ -1,8 +1,8 @@
 // The JSON Schema converter behind json_schema_to_gbnf (json_schema.hpp has the contract):
 // one walk over the schema that turns every subschema into a GBNF expression, naming the
 // larger ones as rules. Its parts: schema_converter.cpp (keywords, combinators, $ref, enum,
-// scalars), schema_object.cpp, schema_array.cpp, schema_range.cpp, schema_pattern.cpp and schema_rules.cpp (the rule table:
-// naming, sharing, limits, left recursion, output).
+// scalars), schema_object.cpp, schema_array.cpp, schema_range.cpp, schema_pattern.cpp and schema_rules.cpp (the rule
+// table: naming, sharing, limits, left recursion, output).
 #pragma once
 #include <boost/json.hpp>
 #include <map>
@@ -64,7 +64,7 @@ class Converter {
   MaybeFrag number_range(const json::object& o, const std::string& path);
 
   // --- schema_rules.cpp
-  Frag use(JsonRule r);                       // a fixed rule, defined on first use
+  Frag use(JsonRule r);  // a fixed rule, defined on first use
   std::string new_name(const std::string& hint);
   // Names `f` as a rule (or finds the rule with that body already) and refers to it.
   Frag named(const std::string& hint, const Frag& f, const std::string& path);
@@ -85,11 +85,11 @@ class Converter {
   const json::value& doc_;
   int depth_ = 0;
   std::vector<Rule> rules_;
-  std::unordered_map<std::string, size_t> rule_index_;     // name -> rules_
-  std::unordered_map<std::string, std::string> by_body_;    // body -> name
-  std::map<std::string, std::string> ref_names_;            // JSON pointer -> rule name
-  std::unordered_set<std::string> reserved_;                // every name given out or fixed
-  std::unordered_map<std::string, size_t> next_suffix_;     // base name -> next counter to try
+  std::unordered_map<std::string, size_t> rule_index_;    // name -> rules_
+  std::unordered_map<std::string, std::string> by_body_;  // body -> name
+  std::map<std::string, std::string> ref_names_;          // JSON pointer -> rule name
+  std::unordered_set<std::string> reserved_;              // every name given out or fixed
+  std::unordered_map<std::string, size_t> next_suffix_;   // base name -> next counter to try
   size_t text_bytes_ = 0;
 };
 

@@ -285,7 +285,7 @@ class RegexParser {
     char32_t v = 0;
     for (int k = 0; k < digits; ++k) {
       const char32_t c = peek();
-      const int d = c >= '0' && c <= '9' ? static_cast<int>(c - '0')
+      const int d = c >= '0' && c <= '9'   ? static_cast<int>(c - '0')
                     : c >= 'a' && c <= 'f' ? static_cast<int>(c - 'a' + 10)
                     : c >= 'A' && c <= 'F' ? static_cast<int>(c - 'A' + 10)
                                            : -1;

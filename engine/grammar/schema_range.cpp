@@ -64,8 +64,7 @@ Frag unsigned_range(int64_t a, int64_t b) {
 int64_t bound(const json::value& v, bool up, std::string_view keyword, const std::string& path) {
   if (v.is_int64()) return std::clamp<int64_t>(v.get_int64(), -kLimit - 1, kLimit + 1);
   if (v.is_uint64()) return v.get_uint64() > uint64_t{kLimit} ? kLimit + 1 : static_cast<int64_t>(v.get_uint64());
-  if (!v.is_double() || !std::isfinite(v.get_double()))
-    fail("'" + std::string(keyword) + "' must be a number", path);
+  if (!v.is_double() || !std::isfinite(v.get_double())) fail("'" + std::string(keyword) + "' must be a number", path);
   const double d = up ? std::ceil(v.get_double()) : std::floor(v.get_double());
   if (d > static_cast<double>(kLimit)) return kLimit + 1;
   if (d < -static_cast<double>(kLimit)) return -kLimit - 1;
@@ -103,8 +102,8 @@ MaybeFrag unsigned_number(double a, bool a_excl, double b, bool b_excl) {
   }
   // An exclusive integer lower bound: a itself with a fraction that is not zero.
   if (a_int && a_excl && (std::isinf(b) || a + 1 <= b))
-    alts.push_back(seq({atom(gbnf_literal(std::to_string(static_cast<int64_t>(a)))),
-                        atom(R"(( "." "0"{0,17} [1-9] [0-9]{0,17} ))")}));
+    alts.push_back(seq(
+        {atom(gbnf_literal(std::to_string(static_cast<int64_t>(a)))), atom(R"(( "." "0"{0,17} [1-9] [0-9]{0,17} ))")}));
   if (alts.empty()) return std::nullopt;
   return alt(std::move(alts));
 }
@@ -120,12 +119,14 @@ MaybeFrag Converter::number_range(const json::object& o, const std::string& path
     return v && v->is_bool() && v->get_bool();
   };
   // The tighter of minimum and a numeric exclusiveMinimum (and the same above).
-  if (const json::value* v = o.if_contains("minimum")) lo = real_bound(*v, "minimum", path), lo_excl = flag("exclusiveMinimum");
+  if (const json::value* v = o.if_contains("minimum"))
+    lo = real_bound(*v, "minimum", path), lo_excl = flag("exclusiveMinimum");
   if (const json::value* v = o.if_contains("exclusiveMinimum"); v && !v->is_bool()) {
     const double x = real_bound(*v, "exclusiveMinimum", path);
     if (x >= lo) lo = x, lo_excl = true;
   }
-  if (const json::value* v = o.if_contains("maximum")) hi = real_bound(*v, "maximum", path), hi_excl = flag("exclusiveMaximum");
+  if (const json::value* v = o.if_contains("maximum"))
+    hi = real_bound(*v, "maximum", path), hi_excl = flag("exclusiveMaximum");
   if (const json::value* v = o.if_contains("exclusiveMaximum"); v && !v->is_bool()) {
     const double x = real_bound(*v, "exclusiveMaximum", path);
     if (x <= hi) hi = x, hi_excl = true;
