@@ -25,6 +25,7 @@ struct ChatArgs {
   GenerateOptions gen;
   std::string system;
   std::string draft_mode;
+  ConstraintArgs constraint;
   bool verbose = false;
 };
 
@@ -96,6 +97,7 @@ int run_chat(const ChatArgs& a) {
   GenerateOptions gen = a.gen;
   gen.speculative.mode = draft_mode(a);
   gen.add_special = false;  // ChatPrompt::tokenize adds BOS where the model wants it
+  gen.grammar = constraint_grammar(a.constraint);  // every reply
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {
@@ -174,6 +176,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("-s,--system", a->system, "System message");
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Longest reply in tokens")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);
+  add_constraint_options(*sub, a->constraint);
   add_verify_option(*sub, a->gen.speculative.verify);
   add_runtime_options(*sub, a->load);
   sub->add_flag("-v,--verbose", a->verbose, "Print speed (and speculation) after each reply");

@@ -21,6 +21,7 @@ struct GenerateArgs {
   bool json = false;
   bool verbose = false;
   bool no_special = false;
+  ConstraintArgs constraint;
   std::string draft_mode;  // "", "model", "ngram"
   std::string config_path;  // tune --write-config output
   ExplicitFlags given;      // filled after parsing: flags that override the config
@@ -46,6 +47,7 @@ int run_generate(const GenerateArgs& args) {
   }
   GenerateOptions gen = a.gen;
   gen.add_special = !a.no_special;
+  gen.grammar = constraint_grammar(a.constraint);
   if (a.draft_mode == "ngram") {
     gen.speculative.mode = DraftMode::Ngram;
   } else if (a.draft_mode == "model" || (a.draft_mode.empty() && !a.load.draft_model_path.empty())) {
@@ -152,6 +154,7 @@ Command add_generate(CLI::App& app) {
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);
   add_verify_option(*sub, a->gen.speculative.verify);
+  add_constraint_options(*sub, a->constraint);
   sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
   add_runtime_options(*sub, a->load);
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");

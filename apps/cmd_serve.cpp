@@ -107,6 +107,8 @@ int run_serve(ServeArgs a) {
   protocol.has_draft_model = !a.load.draft_model_path.empty();
   protocol.default_speculative = defaults;
   protocol.speculative_by_temp = by_temp;
+  // Each of a request's n choices is a running sequence: no more than can run at once.
+  protocol.max_n = std::min(16, a.sched.max_seqs);
   // Policies that decide with the cost model get one calibrated on this machine
   // (cached; only the first start pays). One calibration covers every default the server
   // may use, and per-request adaptive policies when a draft model is loaded.
@@ -212,6 +214,12 @@ Command add_serve(CLI::App& app) {
                   "Largest prompt text in bytes the chat template may render (larger → 400)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option_function<std::string>(
+         "--metrics-compat",
+         [a](const std::string& v) { a->http.metrics_vllm = v == "vllm"; },
+         "Also export other servers' metric names on /metrics: vllm (vllm:num_requests_waiting, "
+         "vllm:kv_cache_usage_perc, ...) or none")
+      ->check(CLI::IsMember({"none", "vllm"}));
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
   return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};

@@ -3,7 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+
+#include "engine/grammar/json_schema.hpp"
 
 #include "kernels/backend_factory.hpp"
 #include "tandem/engine.hpp"
@@ -17,6 +21,39 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s) {
   sub.add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
   sub.add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
   sub.add_option("--seed", s.seed, "Random seed")->capture_default_str();
+}
+
+void add_constraint_options(CLI::App& sub, ConstraintArgs& c) {
+  sub.add_option("--grammar", c.grammar, "Constrain the output to this GBNF grammar (llama.cpp's format)");
+  sub.add_option("--grammar-file", c.grammar_file, "Constrain the output to the GBNF grammar in this file")
+      ->check(CLI::ExistingFile);
+  sub.add_option("--json-schema", c.json_schema,
+                 "Constrain the output to JSON valid against this JSON Schema (text, or @file)");
+  sub.add_flag("--json-object", c.json_object, "Constrain the output to one JSON object");
+}
+
+namespace {
+std::string read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+std::string constraint_grammar(const ConstraintArgs& c) {
+  const int given = !c.grammar.empty() + !c.grammar_file.empty() + !c.json_schema.empty() + c.json_object;
+  if (given > 1) throw std::invalid_argument("give one of --grammar, --grammar-file, --json-schema, --json-object");
+  if (!c.grammar.empty()) return c.grammar;
+  if (!c.grammar_file.empty()) return read_file(c.grammar_file, "--grammar-file");
+  if (c.json_object) return json_object_gbnf();
+  if (!c.json_schema.empty()) {
+    const std::string schema =
+        c.json_schema[0] == '@' ? read_file(c.json_schema.substr(1), "--json-schema") : c.json_schema;
+    return json_schema_to_gbnf(schema);  // SchemaError is an std::invalid_argument
+  }
+  return "";
 }
 
 void add_verify_option(CLI::App& sub, VerifyMode& mode) {

@@ -21,6 +21,15 @@ namespace tandem::cli {
 void add_sampling_options(CLI::App& sub, SamplingParams& s);
 // --verify rejection|coupled.
 void add_verify_option(CLI::App& sub, VerifyMode& mode);
+// Constrained output: --grammar GBNF, --grammar-file PATH, --json-schema JSON|@PATH,
+// --json-object. At most one; constraint_grammar() turns the given one into GBNF.
+struct ConstraintArgs {
+  std::string grammar, grammar_file, json_schema;
+  bool json_object = false;
+};
+void add_constraint_options(CLI::App& sub, ConstraintArgs& c);
+// "" when none was given. Throws std::invalid_argument (unreadable file, bad schema, two given).
+std::string constraint_grammar(const ConstraintArgs& c);
 // -t/--threads, --pin-threads, -c/--ctx, --kv-type, --device, --gpu-mem.
 void add_runtime_options(CLI::App& sub, LoadOptions& load);
 // "1048576", "512M", "512MiB", "1.5GiB", "64k" → bytes (> 0; units are powers of 1024, as

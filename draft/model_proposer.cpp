@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/model/prefill.hpp"
 
@@ -37,6 +38,7 @@ struct Lane {
   std::vector<float> logits;       // the draft's logits for the next token (a copy: the
                                   // batch's buffer is reused by the next pass)
   bool active = true;
+  GrammarState grammar;            // constrained requests: the state after history
 };
 }  // namespace
 
@@ -125,7 +127,8 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
     j.kv_full = false;
     if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
     const size_t common = j.proposer->keep_common_prefix(j.context);
-    lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}});
+    lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}, true, {}});
+    if (j.opts.grammar && j.opts.grammar_state) lanes.back().grammar = *j.opts.grammar_state;
   }
   if (lanes.empty()) return;
 
@@ -183,7 +186,17 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
                                                : l.logits.size();
         const auto logits = std::span<const float>(l.logits).first(shared);
-        Distribution d = make_distribution(logits, sp, l.history);
+        // A constrained draft proposes only what the grammar allows; q is over those tokens.
+        const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
+        const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
+        Distribution d;
+        try {
+          d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);
+        } catch (const std::runtime_error&) {
+          if (!mask) throw;
+          l.active = false;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
+          continue;
+        }
         // Whether to draft this position is decided from q alone, before its token is drawn:
         // a stop that looked at the drawn token would skew which tokens get verified.
         const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
@@ -199,7 +212,12 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         // A coupled draft is verified by equality, so q is not needed.
         if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
         l.history.push_back(tok);
-        if (i + 1 >= j.opts.max_tokens) {
+        bool grammar_done = false;
+        if (grammar) {
+          l.grammar = grammar->after(l.grammar, tok);
+          grammar_done = TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
+        }
+        if (i + 1 >= j.opts.max_tokens || grammar_done) {
           l.active = false;
           continue;
         }

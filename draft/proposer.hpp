@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/token_grammar.hpp"
 #include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/sampling/sampler.hpp"
@@ -36,6 +37,11 @@ struct ProposeOptions {
   // Coupled verification: propose gumbel_argmax(q_i) with the target's noise at the token's
   // absolute position (context.size() + i) instead of sampling from the Rng.
   const PositionNoise* coupled = nullptr;
+  // Constrained decoding: the draft proposes only tokens the grammar allows (its q is taken
+  // over them, as the target's p is), starting from `grammar_state`, the state after the
+  // context; it stops once the grammar is complete. Null: unconstrained.
+  const TokenGrammar* grammar = nullptr;
+  const GrammarState* grammar_state = nullptr;
 };
 
 class Proposer {

@@ -11,7 +11,7 @@ APT_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimde-dev
   clang-14 libclang-rt-14-dev  # the fuzz preset: clang with libFuzzer (tests/fuzz)
-  python3 python3-pip
+  python3 python3-pip python3-venv  # venv: the Python package's install test (ctest python.package)
 )
 
 missing=()
@@ -30,10 +30,17 @@ fi
 # Python packages used only as independent references in tests and by scripts.
 PY=${PYTHON:-python3}
 # gguf + numpy: independent references (dequantization, forward pass); openai: the official
-# client the server tests drive the HTTP endpoint with.
-if ! $PY -c "import gguf, numpy, openai" 2>/dev/null; then
-  echo "[setup] installing Python test references (gguf, numpy, openai)"
-  $PY -m pip install -q --disable-pip-version-check "numpy<3" "gguf==0.17.1" "openai>=1.0" || \
-  $PY -m pip install -q --disable-pip-version-check --break-system-packages "numpy<3" "gguf==0.17.1" "openai>=1.0"
+# client the server tests drive the HTTP endpoint with, pinned: the tests check the exact
+# shapes (logprobs, n choices, tool calls) that this version parses. jsonschema: the
+# independent check of schema-constrained outputs. scikit-build-core, pytest, mypy: the
+# Python package's build backend (python/pyproject.toml; installed here so its install test
+# needs no network) and its tests. kubernetes-validate, dockerfile-parse: deploy/validate.py.
+OPENAI_VERSION=3.57.0
+PY_PKGS=("numpy<3" "gguf==0.17.1" "openai==$OPENAI_VERSION" "jsonschema==4.26.0" "scikit-build-core>=0.10" "pytest>=7"
+         "mypy>=1.5" "kubernetes-validate>=1.30" "dockerfile-parse>=2.0")
+if ! $PY -c "import gguf, numpy, openai, jsonschema, scikit_build_core, pytest, mypy, kubernetes_validate, dockerfile_parse; assert openai.__version__ == '$OPENAI_VERSION'" 2>/dev/null; then
+  echo "[setup] installing Python test references and tools (${PY_PKGS[*]})"
+  $PY -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}" || \
+  $PY -m pip install -q --disable-pip-version-check --break-system-packages "${PY_PKGS[@]}"
 fi
 echo "[setup] done"

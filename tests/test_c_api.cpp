@@ -123,6 +123,8 @@ TEST(CApi, ParamsDefaultsMirrorTheCppApi) {
   EXPECT_EQ(gp.draft_max, d.speculative.draft_max);
   EXPECT_EQ(gp.ngram_min, d.speculative.ngram_min);
   EXPECT_EQ(gp.ngram_max, d.speculative.ngram_max);
+  EXPECT_EQ(gp.logprobs, -1);
+  EXPECT_EQ(gp.logprobs, d.logprobs);
 
   tandem_load_params lp;
   ASSERT_EQ(tandem_load_params_init(&lp, sizeof lp), TANDEM_OK);
@@ -652,6 +654,178 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
       }
     }
   }
+}
+
+// Constrained decoding through the C API: the output follows the grammar (here one
+// sentence), a bad grammar fails with INVALID_ARGUMENT naming where, and the default
+// (NULL) is unconstrained.
+TEST(CApi, GrammarConstrainsTheOutput) {
+  auto e = load(model_path());
+  tandem_generate_params gp = greedy(40);
+  gp.grammar = "root ::= \"yes\" | \"no\"";
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate(e.get(), "Is it?", &gp, nullptr, nullptr, &r), TANDEM_OK) << tandem_last_error();
+  ResultPtr res(r);
+  const std::string text = res->text;
+  EXPECT_TRUE(text == "yes" || text == "no") << text;
+  EXPECT_EQ(res->finish_reason, TANDEM_FINISH_STOP);
+  gp.grammar = "root ::= \"yes\" | (";
+  EXPECT_FAILS(tandem_generate(e.get(), "Is it?", &gp, nullptr, nullptr, &r), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("1:"), std::string::npos) << tandem_last_error();
+  tandem_generate_params d;
+  ASSERT_EQ(tandem_generate_params_init(&d, sizeof d), TANDEM_OK);
+  EXPECT_EQ(d.grammar, nullptr);
+}
+
+// Logprobs through the C API: in the result and the stream callback, the same as the C++
+// API's, unchanged by speculation; a struct from a header without `logprobs` gets none.
+struct LogprobStream {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> tops;
+};
+
+int collect_logprobs(const char*, size_t, int32_t token, const tandem_token_logprobs* lp, void* user) {
+  auto* s = static_cast<LogprobStream*>(user);
+  if (!lp) return 0;  // the last call, flushing held-back text
+  EXPECT_EQ(lp->token, token);
+  s->tokens.push_back(lp->token);
+  s->logprobs.push_back(lp->logprob);
+  s->tops.emplace_back();
+  for (size_t j = 0; j < lp->n_top; ++j) s->tops.back().emplace_back(lp->top[j].token, lp->top[j].logprob);
+  return 0;
+}
+
+TEST(CApi, LogprobsInTheResultAndTheStream) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  tandem::LoadOptions lo;
+  lo.model_path = path;
+  lo.threads = 1;
+  lo.context = 256;
+  tandem::GenerateOptions go;
+  go.max_tokens = 10;
+  go.sampling.temperature = 0.9f;
+  go.sampling.seed = 4;
+  go.ignore_eos = true;
+  go.logprobs = 3;
+  const auto cpp = tandem::Engine::load(lo)->generate_tokens(prompt, go);
+  ASSERT_EQ(cpp.logprobs.size(), 10u);
+
+  for (int32_t mode : {TANDEM_DRAFT_NONE, TANDEM_DRAFT_NGRAM, TANDEM_DRAFT_MODEL}) {
+    tandem_generate_params gp = greedy(10);
+    gp.temperature = 0.9f;
+    gp.seed = 4;
+    gp.logprobs = 3;
+    gp.draft_mode = mode;
+    gp.draft_max = 3;
+    LogprobStream s;
+    tandem_result* r = nullptr;
+    ASSERT_EQ(tandem_generate_tokens_logprobs(e.get(), prompt.data(), prompt.size(), &gp, collect_logprobs, &s, &r),
+              TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr res(r);
+    ASSERT_GE(res->struct_size, offsetof(tandem_result, n_logprobs) + sizeof(size_t));
+    ASSERT_EQ(res->n_logprobs, res->n_tokens) << "mode " << mode;
+    ASSERT_EQ(s.tokens, tokens_of(res.get()));
+    for (size_t i = 0; i < res->n_logprobs; ++i) {
+      const tandem_token_logprobs& lp = res->logprobs[i];
+      EXPECT_EQ(lp.token, cpp.logprobs[i].chosen.token) << "mode " << mode << " token " << i;
+      EXPECT_EQ(lp.logprob, cpp.logprobs[i].chosen.logprob) << "mode " << mode << " token " << i;
+      EXPECT_EQ(lp.logprob, s.logprobs[i]);
+      ASSERT_EQ(lp.n_top, 3u);
+      for (size_t j = 0; j < 3; ++j) {
+        EXPECT_EQ(lp.top[j].token, cpp.logprobs[i].top[j].token);
+        EXPECT_EQ(lp.top[j].logprob, cpp.logprobs[i].top[j].logprob);
+        EXPECT_EQ(std::make_pair(lp.top[j].token, lp.top[j].logprob), s.tops[i][j]);
+      }
+    }
+  }
+  // The plain entry points fill the result too; a struct without the field asks for none.
+  tandem_generate_params gp = greedy(4);
+  gp.logprobs = 0;
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate(e.get(), "Hello", &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr with(r);
+  ASSERT_EQ(with->n_logprobs, 4u);
+  EXPECT_EQ(with->logprobs[3].n_top, 0u);
+  EXPECT_LE(with->logprobs[3].logprob, 0.0f);
+  gp.struct_size = offsetof(tandem_generate_params, logprobs);
+  ASSERT_EQ(tandem_generate(e.get(), "Hello", &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr without(r);
+  EXPECT_EQ(without->n_logprobs, 0u);
+  gp = greedy(4);
+  gp.logprobs = 21;
+  EXPECT_FAILS(tandem_generate(e.get(), "Hello", &gp, nullptr, nullptr, &r), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r, nullptr);
+}
+
+// tandem_chat_*: the model's template (the fixture's gpt2 vocabulary carries ChatML as
+// tokenizer.chat_template; the llama one has none, so the ChatML fallback applies and its
+// BOS is prepended once), buffer sizes and bad arguments.
+TEST(CApi, ChatRendersAndTokenizesWithTheModelTemplate) {
+  auto e = load(model_path());
+  const tandem_chat_message conv[] = {{"system", "be brief"}, {"user", "hi"}};
+  const std::string expected =
+      "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  size_t len = 0;
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 0, &len), TANDEM_ERR_BUFFER_TOO_SMALL);
+  ASSERT_EQ(len, expected.size());
+  std::vector<char> text(len);  // no room for the NUL
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, text.data(), text.size(), &len), TANDEM_ERR_BUFFER_TOO_SMALL);
+  text.resize(len + 1);
+  ASSERT_EQ(tandem_chat_render(e.get(), conv, 2, text.data(), text.size(), &len), TANDEM_OK) << tandem_last_error();
+  EXPECT_EQ(std::string(text.data()), expected);
+  EXPECT_STREQ(tandem_last_error(), "");
+
+  // The tokens: control-token texts parsed, nothing added (this vocabulary adds no BOS).
+  size_t n = 0;
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  std::vector<int32_t> ids(n);
+  ASSERT_EQ(tandem_chat_tokenize(e.get(), conv, 2, ids.data(), ids.size(), &n), TANDEM_OK) << tandem_last_error();
+  size_t n_ref = 0;
+  std::vector<int32_t> ref(n + 8);
+  ASSERT_EQ(tandem_tokenize(e.get(), expected.c_str(), 0, 1, ref.data(), ref.size(), &n_ref), TANDEM_OK);
+  ref.resize(n_ref);
+  EXPECT_EQ(ids, ref);
+  size_t n_plain = 0;  // parsed as text instead, the control tokens would be many pieces
+  ASSERT_EQ(tandem_tokenize(e.get(), expected.c_str(), 0, 0, nullptr, 0, &n_plain), TANDEM_ERR_BUFFER_TOO_SMALL);
+  EXPECT_GT(n_plain, n);
+  // The tokens generate like any prompt.
+  tandem_generate_params gp = greedy(4);
+  gp.add_special = 0;
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), ids.data(), ids.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr res(r);
+  EXPECT_EQ(res->n_tokens, 4u);
+  EXPECT_EQ(std::vector<int32_t>(res->prompt_tokens, res->prompt_tokens + res->n_prompt_tokens), ids);
+
+  // Bad arguments.
+  EXPECT_FAILS(tandem_chat_render(nullptr, conv, 2, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), nullptr, 2, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 0, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_render(e.get(), conv, 2, nullptr, 5, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 5, &n), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_chat_tokenize(e.get(), conv, 2, nullptr, 0, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+  const tandem_chat_message null_role[] = {{nullptr, "x"}};
+  EXPECT_FAILS(tandem_chat_render(e.get(), null_role, 1, nullptr, 0, &len), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("message 0"), std::string::npos) << tandem_last_error();
+
+  // A SentencePiece-style vocabulary without a template: ChatML, with the BOS it wants, once.
+  tandem::test::TinyModelSpec spec;
+  spec.tokenizer = "llama";
+  const std::string llama = dir() + "/tiny-llama-chat.gguf";
+  tandem::test::write_tiny_model(llama, spec);
+  auto l = load(llama);
+  ASSERT_EQ(tandem_chat_tokenize(l.get(), conv, 2, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  ids.assign(n, 0);
+  ASSERT_EQ(tandem_chat_tokenize(l.get(), conv, 2, ids.data(), ids.size(), &n), TANDEM_OK) << tandem_last_error();
+  std::vector<int32_t> with_bos(64);
+  ASSERT_EQ(tandem_tokenize(l.get(), "a", 1, 0, with_bos.data(), with_bos.size(), &n_ref), TANDEM_OK);
+  ASSERT_GE(n_ref, 2u);
+  EXPECT_EQ(ids.front(), with_bos.front());
+  EXPECT_NE(ids[1], with_bos.front());
 }
 
 }  // namespace

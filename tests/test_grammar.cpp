@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/grammar/gbnf_compose.hpp"
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/token_grammar.hpp"
 
@@ -69,6 +70,20 @@ TEST(Grammar, Utf8ClassesMatchWholeCodePoints) {
   EXPECT_FALSE(viable(*g, "\xFF"));
   EXPECT_FALSE(viable(*g, "\x80"));
   EXPECT_FALSE(g->accepts("\xCE"));  // an unfinished character is not a sentence
+}
+
+// A lead byte of a longer character is no prefix of a short one: E0 starts U+0800..U+0FFF,
+// so it cannot begin ' ' or '"'; overlong spellings and surrogates are not UTF-8.
+TEST(Grammar, Utf8LeadBytesOnlyStartTheCodePointsTheyCanSpell) {
+  auto ascii = G(R"(root ::= [ "a-z]+)");
+  for (const char* bad : {"\xE0", "\xF0", "\xC2", "\xC0\xA0", "\xE0\x80\xA0"}) EXPECT_FALSE(viable(*ascii, bad));
+  auto any = G("root ::= .+");
+  EXPECT_TRUE(viable(*any, "\xE0\xA0"));            // U+0800..
+  EXPECT_FALSE(viable(*any, "\xE0\x80"));           // overlong: below U+0800
+  EXPECT_FALSE(viable(*any, "\xED\xA0"));           // U+D800..: surrogates
+  EXPECT_TRUE(any->accepts("\xED\x9F\xBF"));       // U+D7FF
+  EXPECT_FALSE(viable(*any, "\xF4\x90"));           // beyond U+10FFFF
+  EXPECT_TRUE(any->accepts("\xF4\x8F\xBF\xBF"));  // U+10FFFF
 }
 
 TEST(Grammar, BoundedRepetitionCounts) {
@@ -195,4 +210,24 @@ TEST(TokenGrammar, ControlTokensNeverAndEndOfGenerationOnlyAtTheEnd) {
   EXPECT_TRUE(TokenGrammar::complete(s));
   EXPECT_TRUE(tg.allows(s, eos));
   EXPECT_FALSE(tg.allows(s, 'c'));
+}
+
+// A grammar inside another: its rules renamed, literals, classes, counts and comments kept.
+TEST(GbnfCompose, PrefixedRulesNestInsideAnotherGrammar) {
+  const std::string inner = "root ::= item (\",\" item){0,2} # items\nitem ::= [a-z_]+ | \"root\"";
+  const std::string renamed = gbnf_prefix_rules(inner, "in-");
+  EXPECT_EQ(renamed, "in-root ::= in-item (\",\" in-item){0,2} # items\nin-item ::= [a-z_]+ | \"root\"");
+  auto g = G(renamed + "\nroot ::= \"<\" in-root \">\"");
+  EXPECT_TRUE(g->accepts("<a,root,b_c>"));
+  EXPECT_FALSE(g->accepts("<a,b,c,d>"));
+  EXPECT_FALSE(g->accepts("a"));
+  EXPECT_THROW(gbnf_prefix_rules(inner, "a b"), std::invalid_argument);
+}
+
+TEST(GbnfCompose, QuotedLiteralsMatchExactlyTheirText) {
+  for (const std::string& t : std::vector<std::string>{"plain", "q\"uote\\", "tab\tnl\n\r", std::string("nul\0x", 5), "\x01\x7f", "é→😀", ""}) {
+    auto g = G("root ::= " + gbnf_quote(t) + " \"!\"");
+    EXPECT_TRUE(g->accepts(t + "!")) << gbnf_quote(t);
+    EXPECT_FALSE(g->accepts(t + "?")) << gbnf_quote(t);
+  }
 }

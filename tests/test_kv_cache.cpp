@@ -285,6 +285,29 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeavesAndNothingInUse) {
   release_all(a, rest);
 }
 
+// idle_blocks: cached blocks no sequence holds, i.e. what eviction could give back (the
+// server reports the KV cache as in use without them).
+TEST(PrefixCache, IdleBlocksAreTheOnesOnlyTheCacheHolds) {
+  BlockAllocator a(8);
+  PrefixCache pc(a, 2);
+  const std::vector<int32_t> ta = {1, 2, 3, 4}, tb = {5, 6};
+  const auto sa = take_blocks(a, 2), sb = take_blocks(a, 1);
+  pc.publish(ta, sa, 4, 0);
+  pc.publish(tb, sb, 2, 0);
+  EXPECT_EQ(pc.idle_blocks(), 0);  // both sequences still run
+  release_all(a, sb);
+  EXPECT_EQ(pc.idle_blocks(), 1);
+  release_all(a, sa);
+  EXPECT_EQ(pc.idle_blocks(), 3);
+  const auto held = pc.lookup(ta, 1);  // a new sequence adopts ta's first block
+  EXPECT_EQ(pc.idle_blocks(), 2);
+  release_all(a, held);
+  // Every idle block can really be evicted.
+  EXPECT_EQ(pc.evict(8), 3);
+  EXPECT_EQ(pc.idle_blocks(), 0);
+  EXPECT_EQ(a.num_free(), 8);
+}
+
 // There is no copy-on-write: a block another sequence or the prefix cache holds must never
 // be written, or their KV would silently change under them.
 TEST(Transformer, RefusesToWriteIntoASharedBlock) {

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/grammar_cache.hpp"
 #include "engine/model/transformer.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "engine/runtime/sequence_run.hpp"
@@ -125,13 +126,22 @@ struct Reference {
   std::map<std::vector<int32_t>, std::vector<int32_t>> support;  // expanded prefix → ids by rank
 };
 
+// Constrained configurations: the target's distribution over what the grammar allows after
+// the output so far (the grammar's own masks are checked against a plain reference in
+// test_grammar.cpp).
+struct Constraint {
+  const TokenGrammar* grammar = nullptr;
+  GrammarState state;
+};
+
 void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len, double prob,
-          double prune, Reference& ref) {
+          double prune, Reference& ref, const Constraint& c = {}) {
   const size_t depth = seq.size() - prompt_len;
   const std::vector<float> all = e.logits(seq);
   const size_t vocab = all.size() / seq.size();
   const std::span<const float> last(all.data() + all.size() - vocab, vocab);
-  const Distribution d = make_distribution(last, sp, seq);
+  const Distribution d = c.grammar ? make_distribution(last, sp, seq, *c.grammar->mask(c.state))
+                                   : make_distribution(last, sp, seq);
   ref.support.emplace(std::vector<int32_t>(seq.begin() + static_cast<ptrdiff_t>(prompt_len), seq.end()), d.ids);
   for (size_t i = 0; i < d.size(); ++i) {
     const double pc = prob * d.probs[i];
@@ -139,20 +149,33 @@ void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t
     ref.rank[depth][std::min<int32_t>(static_cast<int32_t>(i), kRanks - 1)] += pc;
     if (depth + 1 == static_cast<size_t>(kPositions) || pc < prune) continue;
     seq.push_back(d.ids[i]);
-    walk(e, sp, seq, prompt_len, pc, prune, ref);
+    Constraint next = c;
+    if (c.grammar) next.state = c.grammar->after(c.state, d.ids[i]);
+    walk(e, sp, seq, prompt_len, pc, prune, ref, next);
     seq.pop_back();
   }
 }
 
 Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp,
-                          double prune = kPrune) {
+                          double prune = kPrune, const std::string& grammar = "") {
   Reference ref;
   ref.token.resize(kPositions);
   ref.rank.resize(kPositions);
   std::vector<int32_t> seq = prompt;
-  walk(e, sp, seq, prompt.size(), 1.0, prune, ref);
+  Constraint c;
+  std::unique_ptr<TokenGrammar> tg;
+  if (!grammar.empty()) {
+    tg = std::make_unique<TokenGrammar>(Grammar::parse(grammar), grammar_vocab(EngineAccess::parts(e).tokenizer));
+    c = {tg.get(), tg->initial()};
+  }
+  walk(e, sp, seq, prompt.size(), 1.0, prune, ref, c);
   return ref;
 }
+
+// The grammar of the constrained configurations: never complete within kPositions tokens,
+// with states whose allowed sets differ (words, a parenthesised name, digits and punctuation),
+// each allowing more tokens than top-k keeps.
+const char* const kGrammar = R"G(root ::= ( [a-z ]+ | "(" [a-z_ ]* ")" | [0-9,.;:]+ )+)G";
 
 // The cells one sampled output falls in at position j: {token cell, rank cell}.
 std::pair<int32_t, int32_t> cells_of(const std::vector<int32_t>& out, int j, const Reference& ref) {
@@ -214,6 +237,7 @@ struct Config {
   VerifyMode verify;
   bool far_draft;
   std::string device = "cpu";
+  std::string grammar = "";  // GBNF: a constrained configuration
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -262,7 +286,7 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
                           c.device);
   const std::vector<int32_t> prompt = prompt_for(e);
   const Sampler s = sampler(c.sampler);
-  const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune);
+  const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune, c.grammar);
 
   // The bias goes to position (index of the configuration) mod kPositions: across the suite
   // every position is shown to be checked, three times.
@@ -281,6 +305,7 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   g.speculative.draft_min = c.draft_min;
   g.speculative.verify = c.verify;
   g.speculative.alpha_prior = 0.9f;  // adaptive/goodput start by drafting
+  g.grammar = c.grammar;
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   SpeculativeMetrics m;
   for (int r = 0; r < runs; ++r) {
@@ -448,7 +473,17 @@ const std::vector<Config> kConfigs = {
         Config{"cuda_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
                "cuda-emulated"},
         Config{"cuda_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6",
-               V::Coupled, false, "cuda-emulated"}};
+               V::Coupled, false, "cuda-emulated"},
+        // Constrained decoding (a grammar): p and q both over what the grammar allows, drafts
+        // cut where it forbids a token.
+        Config{"grammar_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", kGrammar},
+        Config{"grammar_model_penalties_topp", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Rejection, false, "cpu", kGrammar},
+        Config{"grammar_ngram_fixed_k3", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Rejection, false, "cpu", kGrammar},
+        Config{"grammar_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6", V::Coupled,
+               false, "cpu", kGrammar}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

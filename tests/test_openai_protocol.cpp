@@ -3,6 +3,9 @@
 // and the Prometheus text of /metrics. tests/server/ runs the real server end to end.
 #include <gtest/gtest.h>
 
+#include "engine/grammar/grammar.hpp"
+#include "engine/grammar/json_schema.hpp"
+
 #include <boost/json.hpp>
 #include <cmath>
 #include <limits>
@@ -209,19 +212,108 @@ TEST(OpenAIRequest, Messages) {
 }
 
 TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
-  for (const char* extra : {R"("n":2)", R"("logprobs":true)", R"("top_logprobs":2)", R"("logit_bias":{"5":1})",
-                            R"("tools":[{"type":"function"}])", R"("response_format":{"type":"json_object"})",
+  for (const char* extra : {R"("logit_bias":{"5":1})", R"("tools":[{"type":"function"}])",
                             R"("best_of":3)"}) {
     const ApiError e = chat_error(chat_with(extra));
     EXPECT_EQ(e.status, 400) << extra;
     EXPECT_FALSE(e.param.empty()) << extra;
   }
-  EXPECT_EQ(chat_error(chat_with(R"("n":2)")).param, "n");
-  EXPECT_EQ(chat(chat_with(R"("n":1)")).messages.size(), 1u);
+  EXPECT_EQ(chat_error(chat_with(R"("best_of":2)")).param, "best_of");
   EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true})").param, "echo");
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
-  EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":2})").param, "logprobs");
-  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":0})").prompt, "x");
+}
+
+// logprobs: chat's boolean with top_logprobs, completions' count; both up to 20.
+TEST(OpenAIRequest, Logprobs) {
+  EXPECT_EQ(chat(chat_with("")).logprobs, -1);
+  EXPECT_EQ(chat(chat_with("")).opts.logprobs, -1);
+  EXPECT_EQ(chat(chat_with(R"("logprobs":false)")).logprobs, -1);
+  EXPECT_EQ(chat(chat_with(R"("logprobs":true)")).logprobs, 0);
+  const ParsedRequest r = chat(chat_with(R"("logprobs":true,"top_logprobs":20)"));
+  EXPECT_EQ(r.logprobs, 20);
+  EXPECT_EQ(r.opts.logprobs, 20);
+  EXPECT_EQ(chat_error(chat_with(R"("logprobs":true,"top_logprobs":21)")).param, "top_logprobs");
+  EXPECT_EQ(chat_error(chat_with(R"("logprobs":true,"top_logprobs":-1)")).param, "top_logprobs");
+  EXPECT_EQ(chat_error(chat_with(R"("top_logprobs":2)")).param, "top_logprobs");  // needs logprobs: true
+  EXPECT_EQ(chat_error(chat_with(R"("logprobs":1)")).code, "invalid_type");
+  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":0})").logprobs, 0);
+  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":5})").opts.logprobs, 5);
+  EXPECT_EQ(completion(R"({"prompt":"x","logprobs":null})").logprobs, -1);
+  EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":true})").code, "invalid_type");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","top_logprobs":2})").param, "top_logprobs");
+}
+
+// n (both endpoints) and best_of (completions), bounded by the server's max_n.
+TEST(OpenAIRequest, ChoicesNAndBestOf) {
+  const ParsedRequest one = chat(chat_with(""));
+  EXPECT_EQ(one.n, 1);
+  EXPECT_EQ(one.best_of, 1);
+  const ParsedRequest three = chat(chat_with(R"("n":3,"stream":true)"));
+  EXPECT_EQ(three.n, 3);
+  EXPECT_EQ(three.best_of, 3);
+  EXPECT_EQ(chat(chat_with(R"("n":16)")).n, 16);
+  for (const char* bad : {R"("n":0)", R"("n":17)", R"("n":-1)"}) {
+    const ApiError e = chat_error(chat_with(bad));
+    EXPECT_EQ(e.param, "n") << bad;
+    EXPECT_EQ(e.code, "invalid_value") << bad;
+  }
+  ProtocolConfig small = config();
+  small.max_n = 4;
+  const ApiError e = error_of([&] { parse_request(Endpoint::Chat, chat_with(R"("n":5)"), small); });
+  EXPECT_NE(std::string(e.what()).find("between 1 and 4"), std::string::npos) << e.what();
+  // best_of > n: the engine computes logprobs to rank by, the response shows none.
+  const ParsedRequest best = completion(R"({"prompt":"x","n":2,"best_of":3})");
+  EXPECT_EQ(best.n, 2);
+  EXPECT_EQ(best.best_of, 3);
+  EXPECT_EQ(best.logprobs, -1);
+  EXPECT_EQ(best.opts.logprobs, 0);
+  EXPECT_EQ(completion(R"({"prompt":"x","n":2,"best_of":3,"logprobs":4})").opts.logprobs, 4);
+  EXPECT_EQ(completion(R"({"prompt":"x","best_of":1})").opts.logprobs, -1);
+  EXPECT_EQ(completion_error(R"({"prompt":"x","n":3,"best_of":2})").param, "best_of");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":3,"stream":true})").param, "best_of");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":17})").param, "best_of");
+}
+
+TEST(OpenAIRequest, ChoiceSeeds) {
+  EXPECT_EQ(choice_seed(42, 0), 42u);  // choice 0 of n is the n = 1 request
+  std::vector<uint64_t> seen = {42};
+  for (int32_t i = 1; i < 16; ++i) {
+    const uint64_t s = choice_seed(42, i);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), s), 0) << i;
+    seen.push_back(s);
+    EXPECT_EQ(choice_seed(42, i), s);  // deterministic
+    EXPECT_NE(choice_seed(43, i), s);
+  }
+}
+
+// Structured output: response_format json_object / json_schema and the `grammar`
+// extension become the request's grammar; what a grammar cannot express is a 400 naming it.
+TEST(OpenAIRequest, StructuredOutput) {
+  EXPECT_EQ(chat(chat_with(R"("response_format":{"type":"text"})")).opts.grammar, "");
+  EXPECT_EQ(chat(chat_with(R"("response_format":{"type":"json_object"})")).opts.grammar, json_object_gbnf());
+  const ParsedRequest s = chat(chat_with(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":)"
+      R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}}})"));
+  const auto g = Grammar::parse(s.opts.grammar);
+  EXPECT_TRUE(g->accepts(R"({"n": 42})"));
+  EXPECT_FALSE(g->accepts(R"({"n": "x"})"));
+  EXPECT_FALSE(g->accepts(R"({})"));
+  EXPECT_EQ(completion(R"({"prompt":"x","response_format":{"type":"json_object"}})").opts.grammar, json_object_gbnf());
+  EXPECT_EQ(chat(chat_with(R"("grammar":"root ::= \"yes\" | \"no\"")")).opts.grammar, "root ::= \"yes\" | \"no\"");
+
+  const ApiError pattern = chat_error(chat_with(
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"^a"}}})"));
+  EXPECT_EQ(pattern.param, "response_format.json_schema.schema");
+  EXPECT_NE(std::string(pattern.what()).find("'pattern'"), std::string::npos) << pattern.what();
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":{"type":"json_schema"})")).param, "response_format.json_schema");
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":{"type":"xml"})")).param, "response_format.type");
+  EXPECT_EQ(chat_error(chat_with(R"("response_format":"json")")).param, "response_format");
+  const ApiError bad = chat_error(chat_with(R"("grammar":"root ::= (")"));
+  EXPECT_EQ(bad.param, "grammar");
+  EXPECT_NE(std::string(bad.what()).find("grammar: 1:"), std::string::npos) << bad.what();
+  EXPECT_EQ(chat_error(chat_with(R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})")).param,
+            "grammar");
 }
 
 TEST(OpenAIRequest, StreamOptionsNeedStream) {
@@ -303,7 +395,7 @@ TEST(OpenAIRequest, ServerMaxTokensLimit) {
   EXPECT_EQ(parse_request(Endpoint::Chat, chat_with(R"("max_tokens":50)"), c).opts.max_tokens, 50);
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt":"x"})", c).opts.max_tokens, 16);
   for (const char* field : {"max_tokens", "max_completion_tokens"}) {
-    const ApiError e = error_of([&] { parse_request(Endpoint::Chat, chat_with("\"" + std::string(field) + "\":51"), c); });
+    const ApiError e = error_of([&] { parse_request(Endpoint::Chat, chat_with(std::string("\"").append(field).append("\":51")), c); });
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.code, "invalid_value");
     EXPECT_EQ(e.param, field);
@@ -405,6 +497,75 @@ TEST(OpenAIResponse, CompletionChunks) {
   const json::value v = json::parse(chunk_json(m, "abc", nullptr, false, false));
   EXPECT_EQ(v.at("object").as_string(), "text_completion");
   EXPECT_EQ(v.at("choices").at(0).at("text").as_string(), "abc");
+}
+
+namespace {
+// A fake vocabulary: token t is "t<t>", token 7 is the first byte of "é" (a cut character).
+// (Built with append: GCC 12 misreports `"lit" + std::string(...)` under -Wrestrict.)
+std::string fake_bytes(int32_t t) { return t == 7 ? std::string("\xC3") : std::string("t").append(std::to_string(t)); }
+const float kNegInf = -std::numeric_limits<float>::infinity();
+std::vector<TokenLogprobs> sample_logprobs() {
+  return {TokenLogprobs{{3, -0.5f}, {{3, -0.5f}, {4, -1.25f}}}, TokenLogprobs{{7, -2.0f}, {{5, -0.25f}, {6, kNegInf}}}};
+}
+}  // namespace
+
+TEST(OpenAIResponse, ChatLogprobsAndChoices) {
+  const ResponseMeta m{Endpoint::Chat, "chatcmpl-3", 1, "smollm2"};
+  const auto lps = sample_logprobs();
+  ChoiceOut a, b;
+  a.index = 0, a.text = "t3", a.finish_reason = "stop", a.logprobs = &lps;
+  b.index = 1, b.text = "x", b.finish_reason = "length";
+  const json::value v = json::parse(completion_json(m, {a, b}, Usage{5, 4}, fake_bytes));
+  ASSERT_EQ(v.at("choices").as_array().size(), 2u);
+  EXPECT_EQ(v.at("choices").at(1).at("index").as_int64(), 1);
+  EXPECT_EQ(v.at("choices").at(1).at("finish_reason").as_string(), "length");
+  EXPECT_TRUE(v.at("choices").at(1).at("logprobs").is_null());
+  const json::value& lp = v.at("choices").at(0).at("logprobs");
+  EXPECT_TRUE(lp.at("refusal").is_null());
+  const json::array& content = lp.at("content").as_array();
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0].at("token").as_string(), "t3");
+  EXPECT_DOUBLE_EQ(content[0].at("logprob").to_number<double>(), -0.5);
+  EXPECT_EQ(json::serialize(content[0].at("bytes")), "[116,51]");
+  EXPECT_EQ(content[0].at("top_logprobs").as_array().size(), 2u);
+  EXPECT_EQ(content[0].at("top_logprobs").at(1).at("token").as_string(), "t4");
+  EXPECT_DOUBLE_EQ(content[0].at("top_logprobs").at(1).at("logprob").to_number<double>(), -1.25);
+  EXPECT_EQ(content[1].at("token").as_string(), "\xEF\xBF\xBD");  // U+FFFD; the raw byte in "bytes"
+  EXPECT_EQ(json::serialize(content[1].at("bytes")), "[195]");
+  EXPECT_DOUBLE_EQ(content[1].at("top_logprobs").at(1).at("logprob").to_number<double>(), -9999.0);  // -inf
+
+  ChoiceOut chunk;
+  chunk.index = 2, chunk.text = "t3", chunk.logprobs = &lps;
+  const json::value c = json::parse(chunk_json(m, chunk, false, false, fake_bytes));
+  EXPECT_EQ(c.at("choices").at(0).at("index").as_int64(), 2);
+  EXPECT_EQ(c.at("choices").at(0).at("delta").at("content").as_string(), "t3");
+  EXPECT_EQ(c.at("choices").at(0).at("logprobs").at("content").as_array().size(), 2u);
+}
+
+TEST(OpenAIResponse, CompletionLogprobs) {
+  const ResponseMeta m{Endpoint::Completion, "cmpl-3", 1, "smollm2"};
+  const auto lps = sample_logprobs();
+  ChoiceOut a;
+  a.text = "t3", a.finish_reason = "length", a.logprobs = &lps;
+  const json::value v = json::parse(completion_json(m, {a}, Usage{1, 2}, fake_bytes));
+  const json::value& lp = v.at("choices").at(0).at("logprobs");
+  EXPECT_EQ(json::serialize(lp.at("tokens")), "[\"t3\",\"\xEF\xBF\xBD\"]");
+  EXPECT_EQ(json::serialize(lp.at("token_logprobs")), "[-5E-1,-2E0]");
+  EXPECT_EQ(json::serialize(lp.at("text_offset")), "[0,2]");
+  // The alternatives and the chosen token (OpenAI: up to logprobs + 1 entries).
+  EXPECT_EQ(lp.at("top_logprobs").at(0).as_object().size(), 2u);
+  const json::object& second = lp.at("top_logprobs").at(1).as_object();
+  EXPECT_EQ(second.size(), 3u);
+  EXPECT_DOUBLE_EQ(second.at("t6").to_number<double>(), -9999.0);
+  EXPECT_DOUBLE_EQ(second.at("\xEF\xBF\xBD").to_number<double>(), -2.0);
+  // A streamed piece continues the offsets where the last one ended.
+  ChoiceOut piece;
+  piece.text = "t3";
+  piece.logprobs = &lps;
+  piece.text_offset = 10;
+  const json::value c = json::parse(chunk_json(m, piece, false, false, fake_bytes));
+  EXPECT_EQ(json::serialize(c.at("choices").at(0).at("logprobs").at("text_offset")), "[10,12]");
+  EXPECT_EQ(text_length(lps, fake_bytes), 3);
 }
 
 TEST(OpenAIResponse, SseFramingAndIds) {

@@ -84,8 +84,8 @@ std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vect
     ServeRequest r;
     r.prompt = reqs[i].first;
     r.opts = reqs[i].second;
-    r.on_text = [&out, i, &each_token](std::string_view t, int32_t) {
-      out[i].streamed += t;
+    r.on_text = [&out, i, &each_token](const StreamEvent& ev) {
+      out[i].streamed += ev.text;
       if (each_token) each_token();
       return true;
     };
@@ -153,7 +153,7 @@ TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
     // The short stream holds its first piece until the long request is in: without this gate a
     // descheduled test thread could let the short stream finish before the long one arrives
     // (seen on CI), and nothing would be left decoding to limit the prompt's chunks.
-    a.on_text = [&](std::string_view, int32_t) {
+    a.on_text = [&](const StreamEvent&) {
       std::unique_lock<std::mutex> lk(mu);
       short_started = true;
       cv.notify_all();
@@ -174,7 +174,7 @@ TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
     ServeRequest b;
     b.prompt = long_prompt;
     b.opts = greedy(4, DraftMode::None);
-    b.on_text = [](std::string_view, int32_t) { return true; };
+    b.on_text = [](const StreamEvent&) { return true; };
     b.on_done = [&](const GenerateResult& r, const std::string&) {
       std::lock_guard<std::mutex> lk(mu);
       got_long = r;
@@ -449,7 +449,7 @@ TEST(Scheduler, CancelFreesTheSequence) {
   ServeRequest r;
   r.prompt = prompt_of(10, 1);
   r.opts = greedy(100000, DraftMode::None);  // would run to the context end
-  r.on_text = [&](std::string_view, int32_t) {
+  r.on_text = [&](const StreamEvent&) {
     // Hold the scheduler at the third token until the cancel is in, so the request cannot
     // finish on its own first.
     if (++pieces == 3)
@@ -533,7 +533,7 @@ TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
       r.opts = greedy(60, DraftMode::Model);
       // The short stream's fourth piece waits for the long request (see the test above: else
       // the short stream may end before the long one arrives).
-      r.on_text = [&, count](std::string_view, int32_t) {
+      r.on_text = [&, count](const StreamEvent&) {
         std::unique_lock<std::mutex> lk(mu);
         if (count) ++short_pieces;
         cv.notify_all();

@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <limits>
+#include <optional>
+#include <span>
 
 #include "apps/server/api_error.hpp"
 #include "apps/server/server_state.hpp"
@@ -11,9 +15,11 @@
 namespace tandem::server {
 namespace {
 
-// One generation request from submission to its last byte. Owned by the scheduler's
-// callbacks (and the closures they post), so it lives exactly until on_done has been
-// handled; everything but `stop_` is touched on the connection's strand only.
+// One generation request from submission to its last byte: its choices (n, or best_of for
+// completions) run as a group of scheduler requests (Scheduler::submit_group: they share the
+// prompt's KV blocks). Owned by the scheduler's callbacks (and the closures they post), so it
+// lives exactly until the last on_done has been handled; everything but `stop_` is touched on
+// the connection's strand only.
 class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
  public:
   GenerationCall(ServerState& state, ParsedRequest req, std::shared_ptr<Responder> out)
@@ -22,25 +28,36 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     meta_.id = new_response_id(req_.endpoint);
     meta_.created = std::time(nullptr);
     meta_.model = req_.model;
+    bytes_ = [&engine = state_.engine](int32_t t) { return engine.detokenize(std::span<const int32_t>(&t, 1)); };
   }
 
   void submit(std::vector<int32_t> prompt) {
     n_prompt_ = static_cast<int64_t>(prompt.size());
-    ServeRequest sr;
-    sr.prompt = std::move(prompt);
-    sr.opts = req_.opts;
+    choices_.resize(static_cast<size_t>(req_.best_of));
     std::shared_ptr<GenerationCall> self = shared_from_this();
-    // Scheduler thread: hand the text over to the strand and return at once.
-    sr.on_text = [self](std::string_view text, int32_t) {
-      if (!text.empty()) self->out_->post([self, t = std::string(text)] { self->on_text(t); });
-      return !self->stop_.load(std::memory_order_relaxed);
-    };
-    sr.on_done = [self](const GenerateResult& r, const std::string& error) {
-      self->out_->post([self, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error] {
-        self->on_done(finish, n, error);
-      });
-    };
-    const SubmitResult res = state_.scheduler.submit(std::move(sr));
+    std::vector<ServeRequest> group;
+    for (int32_t i = 0; i < req_.best_of; ++i) {
+      ServeRequest sr;
+      sr.prompt = prompt;
+      sr.opts = req_.opts;
+      sr.opts.sampling.seed = choice_seed(req_.opts.sampling.seed, i);
+      // Scheduler thread: hand the text (and logprobs) over to the strand and return at once.
+      sr.on_text = [self, i](const StreamEvent& ev) {
+        if (!ev.text.empty() || ev.logprobs) {
+          std::optional<TokenLogprobs> lp;
+          if (ev.logprobs) lp = *ev.logprobs;
+          self->out_->post([self, i, t = std::string(ev.text), lp = std::move(lp)] { self->on_text(i, t, lp); });
+        }
+        return !self->stop_.load(std::memory_order_relaxed);
+      };
+      sr.on_done = [self, i](const GenerateResult& r, const std::string& error) {
+        self->out_->post([self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error] {
+          self->on_done(i, finish, n, error);
+        });
+      };
+      group.push_back(std::move(sr));
+    }
+    const SubmitGroupResult res = state_.scheduler.submit_group(std::move(group));
     switch (res.status) {
       case SubmitStatus::Ok: break;
       case SubmitStatus::QueueFull: throw queue_full("The server is busy (request queue full); retry shortly");
@@ -50,8 +67,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       case SubmitStatus::ShuttingDown: throw unavailable("The server is shutting down");
       case SubmitStatus::Invalid: throw bad_request(res.message.empty() ? "Invalid request" : res.message);
     }
-    id_ = res.id;
-    state_.request_started(id_);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      choices_[i].id = res.ids[i];
+      state_.request_started(res.ids[i]);
+    }
     std::weak_ptr<GenerationCall> weak = self;
     out_->on_close([weak] {
       if (auto c = weak.lock()) c->client_gone();
@@ -63,36 +82,100 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     }
     if (req_.stream) {
       out_->begin_stream("text/event-stream");
-      // OpenAI's chat streams open with the role; clients such as the official SDK's
-      // helpers build the message from it.
-      if (req_.endpoint == Endpoint::Chat) out_->stream(sse_event(chunk_json(meta_, "", nullptr, true, req_.include_usage)));
+      // OpenAI's chat streams open with the role (per choice); clients such as the official
+      // SDK's helpers build the message from it.
+      if (req_.endpoint == Endpoint::Chat)
+        for (int32_t i = 0; i < req_.n; ++i) {
+          ChoiceOut c;
+          c.index = i;
+          out_->stream(sse_event(chunk_json(meta_, c, true, req_.include_usage, bytes_)));
+        }
     }
   }
 
  private:
-  void on_text(const std::string& text) {
-    if (finished_) return;
-    text_ += text;
-    if (req_.stream && !out_->closed())
-      out_->stream(sse_event(chunk_json(meta_, text, nullptr, false, req_.include_usage)));
+  struct Choice {
+    uint64_t id = 0;
+    std::string text;  // everything generated so far (the non-streaming response body)
+    std::vector<TokenLogprobs> logprobs;
+    size_t streamed_logprobs = 0;  // of `logprobs`, how many went out in chunks
+    int64_t text_offset = 0;       // completions' text_offset of the next chunk
+    FinishReason finish = FinishReason::Length;
+    int64_t n_generated = 0;
+    bool done = false;
+  };
+
+  bool logprobs_out() const { return req_.logprobs >= 0; }
+
+  // One content chunk of choice i: `text` and the logprobs of the tokens not yet streamed.
+  void stream_piece(int32_t i, std::string_view text) {
+    Choice& c = choices_[static_cast<size_t>(i)];
+    ChoiceOut o;
+    o.index = i;
+    o.text = text;
+    std::vector<TokenLogprobs> pending;
+    if (logprobs_out()) {
+      pending.assign(c.logprobs.begin() + static_cast<std::ptrdiff_t>(c.streamed_logprobs), c.logprobs.end());
+      c.streamed_logprobs = c.logprobs.size();
+      o.logprobs = &pending;
+      o.text_offset = c.text_offset;
+      c.text_offset += text_length(pending, bytes_);
+    }
+    out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
   }
 
-  void on_done(FinishReason finish, int64_t n_generated, const std::string& error) {
+  void on_text(int32_t i, const std::string& text, const std::optional<TokenLogprobs>& lp) {
     if (finished_) return;
+    Choice& c = choices_[static_cast<size_t>(i)];
+    c.text += text;
+    if (lp) c.logprobs.push_back(*lp);
+    // A token whose text is held back (an incomplete character or stop string) goes out with
+    // the chunk that has its text.
+    if (req_.stream && !out_->closed() && !text.empty()) stream_piece(i, text);
+  }
+
+  void on_done(int32_t i, FinishReason finish, int64_t n_generated, const std::string& error) {
+    if (finished_) return;
+    Choice& c = choices_[static_cast<size_t>(i)];
+    c.done = true;
+    c.finish = finish;
+    c.n_generated = n_generated;
+    if (!error.empty() && error_.empty()) {
+      error_ = error;
+      cancel_all();  // the response is an error now: the other choices' work is wasted
+    }
+    if (req_.stream && error_.empty() && !out_->closed()) {
+      // Logprobs of tokens whose text never came (a stop string's) close the choice's content.
+      if (logprobs_out() && c.streamed_logprobs < c.logprobs.size()) stream_piece(i, "");
+      ChoiceOut o;
+      o.index = i;
+      o.finish_reason = reason(c);
+      out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
+    }
+    if (++n_done_ < choices_.size()) return;
+    finish_response();
+  }
+
+  const char* reason(const Choice& c) const { return timed_out_ ? "length" : finish_reason_name(c.finish); }
+
+  void finish_response() {
     finished_ = true;
     out_->clear_deadline();
     out_->on_close({});
-    state_.request_finished(id_);
+    int64_t n_generated = 0;
+    for (const Choice& c : choices_) {
+      state_.request_finished(c.id);
+      n_generated += c.n_generated;
+    }
     const Usage usage{n_prompt_, n_generated};
-    const char* reason = timed_out_ ? "length" : finish_reason_name(finish);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    spdlog::info("{} {}{}: prompt {} tokens, completion {} tokens, finish {}{}, {:.2f} s", meta_.id,
+    spdlog::info("{} {}{}: prompt {} tokens, {} choice(s), completion {} tokens, finish {}{}, {:.2f} s", meta_.id,
                  req_.endpoint == Endpoint::Chat ? "chat" : "completion", req_.stream ? " (stream)" : "", n_prompt_,
-                 n_generated, error.empty() ? reason : "error",
+                 choices_.size(), n_generated, error_.empty() ? reason(choices_[0]) : "error",
                  stop_ ? (timed_out_ ? " (timeout)" : " (cancelled)") : "", secs);
     if (out_->closed()) return;
-    if (!error.empty()) {
-      const ApiError e = internal_error("Generation failed: " + error);
+    if (!error_.empty()) {
+      const ApiError e = internal_error("Generation failed: " + error_);
       if (req_.stream) {
         out_->stream(sse_event(error_body(e)));
         out_->stream(std::string(kSseDone));
@@ -103,23 +186,57 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       return;
     }
     if (req_.stream) {
-      std::string tail = sse_event(chunk_json(meta_, "", reason, false, req_.include_usage));
+      std::string tail;
       if (req_.include_usage) tail += sse_event(usage_chunk_json(meta_, usage));
       tail += kSseDone;
       out_->stream(std::move(tail));
       out_->end_stream();
-    } else {
-      HttpResponse r;
-      r.body = completion_json(meta_, text_, reason, usage);
-      out_->respond(std::move(r));
+      return;
     }
+    HttpResponse r;
+    r.body = completion_json(meta_, returned_choices(), usage, bytes_);
+    out_->respond(std::move(r));
+  }
+
+  // The n choices of the response: all of them, or with best_of the n of highest mean token
+  // logprob (OpenAI's "highest log probability per token"), best first.
+  std::vector<ChoiceOut> returned_choices() const {
+    std::vector<size_t> order(choices_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (req_.best_of > req_.n) {
+      auto mean = [&](size_t i) {
+        const auto& lps = choices_[i].logprobs;
+        if (lps.empty()) return -std::numeric_limits<double>::infinity();
+        double s = 0.0;
+        for (const TokenLogprobs& lp : lps) s += lp.chosen.logprob;
+        return s / static_cast<double>(lps.size());
+      };
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+      order.resize(static_cast<size_t>(req_.n));
+    }
+    std::vector<ChoiceOut> out;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Choice& c = choices_[order[k]];
+      ChoiceOut o;
+      o.index = static_cast<int32_t>(k);
+      o.text = c.text;
+      o.finish_reason = reason(c);
+      if (logprobs_out()) o.logprobs = &c.logprobs;
+      out.push_back(o);
+    }
+    return out;
+  }
+
+  void cancel_all() {
+    for (const Choice& c : choices_)
+      if (!c.done) state_.scheduler.cancel(c.id);
   }
 
   void client_gone() {
     if (finished_ || stop_) return;
     stop_ = true;
     state_.count_disconnect();
-    state_.scheduler.cancel(id_);
+    cancel_all();
   }
 
   void timed_out() {
@@ -127,17 +244,19 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     stop_ = true;
     timed_out_ = true;
     state_.count_timeout();
-    state_.scheduler.cancel(id_);
+    cancel_all();
   }
 
   ServerState& state_;
   ParsedRequest req_;
   std::shared_ptr<Responder> out_;
   ResponseMeta meta_;
+  TokenBytes bytes_;
   std::chrono::steady_clock::time_point start_;
-  uint64_t id_ = 0;
   int64_t n_prompt_ = 0;
-  std::string text_;  // everything streamed so far (the non-streaming response body)
+  std::vector<Choice> choices_;
+  size_t n_done_ = 0;
+  std::string error_;  // the first choice's failure: the whole response is then an error
   std::atomic<bool> stop_{false};  // read by on_text on the scheduler thread
   bool timed_out_ = false, finished_ = false;
 };

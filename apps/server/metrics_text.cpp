@@ -1,5 +1,6 @@
 #include "apps/server/metrics_text.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -13,11 +14,29 @@ std::string prom_number(double v) {
   return std::string(buf, r.ptr);
 }
 
+std::string prom_label_value(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+double kv_cache_utilization(const SchedulerStats& s) {
+  if (s.kv_bytes_total <= 0) return 0.0;
+  const int64_t held = std::max<int64_t>(0, s.kv_bytes_used - s.kv_prefix_idle_bytes);
+  return std::min(1.0, double(held) / double(s.kv_bytes_total));
+}
+
 namespace {
 
 std::string label(const char* key, const std::string& value) {
   std::string l(key);
-  l.append("=\"").append(value).append("\"");
+  l.append("=\"").append(prom_label_value(value)).append("\"");
   return l;
 }
 
@@ -33,21 +52,22 @@ class Writer {
     if (!labels.empty()) out_.append("{").append(labels).append("}");
     out_.append(" ").append(prom_number(v)).append("\n");
   }
-  void metric(const std::string& name, const char* type, const char* help, double v) {
+  void metric(const std::string& name, const char* type, const char* help, double v, const std::string& labels = {}) {
     header(name, type, help);
-    sample(name, v);
+    sample(name, v, labels);
   }
-  void histogram(const std::string& name, const char* help, const Histogram& h) {
+  void histogram(const std::string& name, const char* help, const Histogram& h, const std::string& labels = {}) {
     header(name, "histogram", help);
+    const std::string prefix = labels.empty() ? std::string() : labels + ",";
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       cumulative += i < h.counts.size() ? h.counts[i] : 0;
-      sample(name + "_bucket", static_cast<double>(cumulative), label("le", prom_number(h.bounds[i])));
+      sample(name + "_bucket", static_cast<double>(cumulative), prefix + label("le", prom_number(h.bounds[i])));
     }
     // The +Inf bucket is the total count by definition, whatever the per-bucket counts say.
-    sample(name + "_bucket", static_cast<double>(h.count), "le=\"+Inf\"");
-    sample(name + "_sum", h.sum);
-    sample(name + "_count", static_cast<double>(h.count));
+    sample(name + "_bucket", static_cast<double>(h.count), prefix + "le=\"+Inf\"");
+    sample(name + "_sum", h.sum, labels);
+    sample(name + "_count", static_cast<double>(h.count), labels);
   }
   std::string take() { return std::move(out_); }
 
@@ -61,9 +81,37 @@ void per_position(Writer& w, const std::string& name, const char* help, const st
     w.sample(name, static_cast<double>(v[i]), label("position", std::to_string(i)));
 }
 
+// vLLM's series for the quantities tandem has (names and types as vLLM's V1 engine exports
+// them, with the older gpu_cache_usage_perc and time_per_output_token_seconds too, which
+// the endpoint picker's defaults and many dashboards still use).
+void vllm_aliases(Writer& w, const SchedulerStats& s, const std::string& model_name) {
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  const std::string l = label("model_name", model_name);
+  const double kv = kv_cache_utilization(s);
+  w.metric("vllm:num_requests_running", "gauge", "Requests in the batch (tandem_running_sequences)", d(s.running), l);
+  w.metric("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (tandem_queue_length)",
+           d(s.queue_length), l);
+  w.metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = 100% (tandem_kv_cache_utilization)", kv, l);
+  w.metric("vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, 1 = 100% (tandem_kv_cache_utilization)", kv, l);
+  w.metric("vllm:num_preemptions_total", "counter", "Preemptions (tandem_preemptions_total)", d(s.preemptions), l);
+  w.metric("vllm:prompt_tokens_total", "counter", "Prompt tokens processed (tandem_prompt_tokens_total)",
+           d(s.prompt_tokens_total), l);
+  w.metric("vllm:generation_tokens_total", "counter", "Tokens generated (tandem_generation_tokens_total)",
+           d(s.generated_tokens_total), l);
+  w.histogram("vllm:time_to_first_token_seconds", "Time to first token (tandem_time_to_first_token_seconds)", s.ttft,
+              l);
+  w.histogram("vllm:inter_token_latency_seconds", "Inter-token latency (tandem_inter_token_latency_seconds)", s.itl,
+              l);
+  w.histogram("vllm:time_per_output_token_seconds", "Inter-token latency (tandem_inter_token_latency_seconds)", s.itl,
+              l);
+  w.metric("vllm:cache_config_info", "gauge", "KV cache configuration (labels); the value is 1", 1.0,
+           l + "," + label("block_size", std::to_string(s.kv_block_size)) + "," +
+               label("num_gpu_blocks", std::to_string(s.kv_blocks_total)));
+}
+
 }  // namespace
 
-std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
+std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const MetricsOptions& o) {
   Writer w;
   auto d = [](int64_t v) { return static_cast<double>(v); };
   w.metric("tandem_requests_total", "counter", "Requests accepted by the scheduler", d(s.requests_total));
@@ -82,6 +130,15 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
            d(s.kv_bytes_total));
   w.metric("tandem_kv_usage_ratio", "gauge", "Fraction of the KV cache budget in use (both models)",
            s.kv_bytes_total > 0 ? double(s.kv_bytes_used) / double(s.kv_bytes_total) : 0.0);
+  w.metric("tandem_kv_cache_utilization", "gauge",
+           "Fraction (0-1) of the KV cache budget held by sequences: in use minus prefix-cache blocks no sequence "
+           "holds, which are evicted on demand (the inference gateway's KVCacheUtilization)",
+           kv_cache_utilization(s));
+  w.metric("tandem_kv_prefix_idle_blocks", "gauge", "Target KV blocks only the prefix cache holds (evictable)",
+           d(s.kv_prefix_idle_blocks));
+  w.metric("tandem_cache_config_info", "gauge", "KV cache configuration (labels: tokens per block, blocks); the value is 1",
+           1.0, label("block_size", std::to_string(s.kv_block_size)) + "," +
+                    label("num_blocks", std::to_string(s.kv_blocks_total)));
   w.metric("tandem_draft_kv_full_total", "counter",
            "Sequence steps that could not draft for lack of KV memory (decoded plainly)", d(s.draft_kv_full));
   w.metric("tandem_draft_failures_total", "counter",
@@ -125,6 +182,7 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h) {
   w.metric("tandem_http_read_timeouts_total", "counter", "Requests whose headers or body arrived too slowly (408)",
            static_cast<double>(h.read_timeouts));
   w.metric("tandem_http_active_requests", "gauge", "Generation requests in flight", d(h.active_requests));
+  if (o.vllm) vllm_aliases(w, s, o.model_name);
   return w.take();
 }
 

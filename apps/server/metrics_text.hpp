@@ -23,7 +23,30 @@ struct HttpCounters {
 
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-std::string metrics_text(const SchedulerStats& s, const HttpCounters& h);
+// Extra series for other tools' expectations (`serve --metrics-compat`).
+struct MetricsOptions {
+  // vLLM's names for the same quantities (vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+  // ...; docs/deploy.md lists them), so dashboards, autoscalers and the inference gateway's
+  // endpoint picker configured for vLLM work unchanged. Labelled model_name as vLLM does.
+  bool vllm = false;
+  std::string model_name;
+};
+
+// The Model Server Protocol of the Kubernetes Gateway API Inference Extension (what its
+// endpoint picker scrapes) is met by three gauges, with these semantics:
+//   tandem_queue_length          TotalQueuedRequests: requests waiting to be scheduled
+//                                (preempted ones included, as they wait again)
+//   tandem_running_sequences     TotalRunningRequests: sequences in the batch (prefilling
+//                                or decoding)
+//   tandem_kv_cache_utilization  KVCacheUtilization, 0..1: the KV budget held by sequences;
+//                                prefix-cache blocks no sequence holds are evictable, so free
+std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const MetricsOptions& o = {});
+
+// The KVCacheUtilization above, from the scheduler's statistics (0 with no budget).
+double kv_cache_utilization(const SchedulerStats& s);
+
+// A Prometheus label value with \, " and newlines escaped.
+std::string prom_label_value(const std::string& v);
 
 // Shortest text that reads back as the same double; "+Inf"/"-Inf"/"NaN" as Prometheus spells them.
 std::string prom_number(double v);

@@ -9,19 +9,31 @@
 //    sampling, not the CLI's llama.cpp-style defaults.
 //  - `null` is the same as an omitted field (some clients send nulls).
 //  - `model` may be omitted (→ the served model); a given one must be a served id.
+//  - logprobs: the target's, of the distribution each token was drawn from (after
+//    penalties, temperature, top-k/top-p/min-p; tokens those cut print as -9999.0, as
+//    OpenAI's and vLLM's -inf do); temperature 0 → the log-softmax of the penalised logits.
+//  - n: each choice is its own sequence with its own seed (choice_seed); max_tokens is per
+//    choice; usage counts the prompt once and every choice's tokens.
 //  - max_tokens: completions default to 16 (OpenAI's legacy default), chat to the rest of
 //    the context; a request asking for more than fits is clamped to the context (finish
 //    "length"), a prompt that alone fills the context is a 400 context_length_exceeded.
 #pragma once
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include "tandem/engine.hpp"
+
+namespace boost::json {
+class value;
+}
 
 namespace tandem::server {
 
@@ -47,6 +59,9 @@ struct ProtocolConfig {
   // --max-tokens: the most tokens one request may generate (0 = the context is the only
   // bound). A request asking for more is refused (400); one that does not ask gets this.
   int32_t max_tokens = 0;
+  // The most choices (n, best_of) one request may ask for: each is a running sequence, so
+  // the server sets it to min(16, --max-seqs).
+  int32_t max_n = 16;
 };
 
 struct ParsedRequest {
@@ -60,11 +75,25 @@ struct ParsedRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int32_t n = 1;        // choices returned
+  int32_t best_of = 1;  // completions: choices generated (>= n); the n best by mean logprob are returned
+  // Logprobs in the response: -1 none, else the alternatives per token (chat top_logprobs,
+  // completions logprobs). opts.logprobs may ask the engine for more (best_of needs them).
+  int32_t logprobs = -1;
 };
+
+// The seed of choice i: choice 0 keeps the request's seed (n = 1 and choice 0 of n > 1 give
+// the same text), the others get well-mixed derived seeds.
+uint64_t choice_seed(uint64_t seed, int32_t i);
 
 // Throws ApiError (400 for malformed JSON / wrong types / bad values / unsupported options,
 // 404 model_not_found).
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const ProtocolConfig& cfg);
+
+// The request's structured-output constraint as GBNF ("" for none): response_format
+// json_object / json_schema, or the `grammar` extension. Throws ApiError (400) for what the
+// grammar cannot express, naming it (openai_constraint.cpp).
+std::string parse_constraint(const boost::json::object& request);
 
 // Once the prompt is tokenized: rejects a prompt that leaves no room to generate (400
 // context_length_exceeded) or is empty, and fits max_tokens into the context.
@@ -90,6 +119,36 @@ const char* finish_reason_name(FinishReason r);
 
 // The whole non-streaming response.
 std::string completion_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, const Usage& u);
+
+// ---- choices and logprobs -----------------------------------------------------------------
+// A token's raw bytes (the server: Engine::detokenize of that one token). Tokens that are
+// part of a UTF-8 character print with U+FFFD in "token"; "bytes" has the raw bytes.
+using TokenBytes = std::function<std::string(int32_t token)>;
+
+struct ChoiceOut {
+  int32_t index = 0;
+  std::string_view text;
+  const char* finish_reason = nullptr;  // null while streaming
+  const std::vector<TokenLogprobs>* logprobs = nullptr;  // null → "logprobs": null
+  int64_t text_offset = 0;  // completions: where this piece's first token starts in the choice's text
+};
+
+// The "logprobs" object of one choice (or one chunk's tokens), in the endpoint's shape:
+// chat {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}],
+// "refusal": null}; completions {tokens, token_logprobs, top_logprobs: [{token: logprob}]
+// (the chosen token included, as OpenAI's legacy API has it), text_offset}. -inf → -9999.0.
+boost::json::value logprobs_json(Endpoint ep, const std::vector<TokenLogprobs>& lps, const TokenBytes& bytes,
+                                 int64_t text_offset);
+// Unicode characters of the tokens' texts (what completions' text_offset advances by).
+int64_t text_length(const std::vector<TokenLogprobs>& lps, const TokenBytes& bytes);
+
+// The non-streaming response with several choices (in the given order).
+std::string completion_json(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u,
+                            const TokenBytes& bytes);
+// One stream chunk of one choice (its index, text, finish reason and the logprobs of the
+// tokens it carries); role_chunk as below.
+std::string chunk_json(const ResponseMeta& m, const ChoiceOut& c, bool role_chunk, bool include_usage,
+                       const TokenBytes& bytes);
 
 // One stream chunk: `text` as the delta (chat) or text (completions); finish_reason null
 // while running. Chat's first chunk carries role "assistant" (role_chunk). With

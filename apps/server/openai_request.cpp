@@ -5,6 +5,7 @@
 
 #include "apps/server/api_error.hpp"
 #include "apps/server/openai_protocol.hpp"
+#include "engine/base/splitmix.hpp"
 
 namespace json = boost::json;
 
@@ -308,18 +309,6 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
 // Options OpenAI has that this server does not implement: refused rather than ignored, so
 // a client never silently gets something other than what it asked for.
 void reject_unsupported(const json::object& o, Endpoint ep) {
-  if (auto n = get_int(o, "n"); n && *n != 1) throw bad_request("only n = 1 is supported", "n", "unsupported_value");
-  if (auto b = get_int(o, "best_of"); b && *b != 1) throw bad_request("only best_of = 1 is supported", "best_of", "unsupported_value");
-  if (const json::value* lp = field(o, "logprobs")) {
-    // chat: a boolean; completions: the number of log-probabilities wanted (0 = none)
-    bool on = true;
-    if (lp->is_bool()) on = lp->get_bool();
-    else if (lp->is_int64()) on = lp->get_int64() != 0;
-    else if (lp->is_uint64()) on = lp->get_uint64() != 0;
-    if (on) throw bad_request("logprobs are not supported", "logprobs", "unsupported_value");
-  }
-  if (auto tl = get_int(o, "top_logprobs"); tl && *tl != 0)
-    throw bad_request("logprobs are not supported", "top_logprobs", "unsupported_value");
   if (ep == Endpoint::Completion) {
     if (get_bool(o, "echo").value_or(false)) throw bad_request("echo is not supported", "echo", "unsupported_value");
     if (auto s = get_string(o, "suffix"); s && !s->empty())
@@ -333,15 +322,56 @@ void reject_unsupported(const json::object& o, Endpoint ep) {
     if (const json::value* t = field(o, key); t && !(t->is_array() && t->get_array().empty()))
       throw bad_request(std::string(key) + " are not supported", key, "unsupported_value");
   }
-  if (const json::value* rf = field(o, "response_format")) {
-    if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
-    const std::optional<std::string> t = get_string(rf->get_object(), "type", "response_format");
-    if (t && *t != "text")
-      throw bad_request("only response_format type 'text' is supported", "response_format", "unsupported_value");
+}
+
+
+// n, best_of (completions) and logprobs: chat's logprobs is a boolean with top_logprobs
+// (0..20) alternatives; completions' logprobs is the number of alternatives (OpenAI allows 5;
+// we allow 20, as for chat).
+void parse_choices(const json::object& o, Endpoint ep, const ProtocolConfig& cfg, ParsedRequest& r) {
+  const int64_t max_n = std::max(1, cfg.max_n);
+  auto count = [&](const char* key, int64_t v) {
+    if (v < 1 || v > max_n)
+      throw bad_request(quoted(key) + " must be between 1 and " + std::to_string(max_n) + " on this server", key,
+                        "invalid_value");
+    return static_cast<int32_t>(v);
+  };
+  if (auto n = get_int(o, "n")) r.n = count("n", *n);
+  r.best_of = r.n;
+  if (auto b = get_int(o, "best_of")) {
+    if (ep == Endpoint::Chat) throw bad_request("'best_of' is only for /v1/completions", "best_of", "unsupported_value");
+    r.best_of = count("best_of", *b);
+    if (r.best_of < r.n) throw bad_request("'best_of' must be at least 'n'", "best_of", "invalid_value");
   }
+  const std::optional<int64_t> top = get_int(o, "top_logprobs");
+  if (top && (*top < 0 || *top > kMaxTopLogprobs))
+    throw bad_request("'top_logprobs' must be between 0 and " + std::to_string(kMaxTopLogprobs), "top_logprobs",
+                      "invalid_value");
+  if (ep == Endpoint::Chat) {
+    const bool on = get_bool(o, "logprobs").value_or(false);
+    if (top && !on) throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs", "invalid_value");
+    if (on) r.logprobs = static_cast<int32_t>(top.value_or(0));
+  } else {
+    if (top) throw bad_request("'top_logprobs' is for /v1/chat/completions; use 'logprobs' here", "top_logprobs",
+                               "unsupported_value");
+    if (auto lp = get_int(o, "logprobs")) {
+      if (*lp < 0 || *lp > kMaxTopLogprobs)
+        throw bad_request("'logprobs' must be between 0 and " + std::to_string(kMaxTopLogprobs), "logprobs",
+                          "invalid_value");
+      r.logprobs = static_cast<int32_t>(*lp);
+    }
+  }
+  r.opts.logprobs = r.logprobs;
+  // Choosing the best of several needs each token's own logprob.
+  if (r.best_of > r.n) r.opts.logprobs = std::max(r.opts.logprobs, 0);
 }
 
 }  // namespace
+
+uint64_t choice_seed(uint64_t seed, int32_t i) {
+  return i == 0 ? seed : splitmix64_mix(seed + static_cast<uint64_t>(i) * kSplitmixGamma);
+}
+
 
 const SpeculativeOptions& ProtocolConfig::speculative_for(float temperature) const {
   const SpeculativeOptions* best = &default_speculative;
@@ -391,11 +421,15 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   r.opts.stop = parse_stop(o, cfg);
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
   parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);
+  r.opts.grammar = parse_constraint(o);  // response_format, grammar (openai_constraint.cpp)
   // Chat prompts come from the template, which writes BOS itself where the model wants it.
   r.opts.add_special = endpoint == Endpoint::Completion;
   r.opts.parse_special = true;
 
+  parse_choices(o, endpoint, cfg, r);
   r.stream = get_bool(o, "stream").value_or(false);
+  if (r.stream && r.best_of > r.n)
+    throw bad_request("'best_of' greater than 'n' cannot be streamed", "best_of", "invalid_value");
   if (const json::value* so = field(o, "stream_options")) {
     if (!so->is_object()) throw wrong_type("stream_options", "an object", *so);
     if (!r.stream)

@@ -46,42 +46,62 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 std::string completion_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, const Usage& u) {
+  ChoiceOut c;
+  c.text = text;
+  c.finish_reason = finish_reason;
+  return completion_json(m, {c}, u, {});
+}
+
+std::string completion_json(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u,
+                            const TokenBytes& bytes) {
   const bool chat = m.endpoint == Endpoint::Chat;
   json::object o = envelope(m, chat ? "chat.completion" : "text_completion");
-  json::object choice;
-  choice["index"] = 0;
-  if (chat) {
-    json::object msg;
-    msg["role"] = "assistant";
-    msg["content"] = text;
-    choice["message"] = std::move(msg);
-  } else {
-    choice["text"] = text;
+  json::array list;
+  for (const ChoiceOut& c : choices) {
+    json::object choice;
+    choice["index"] = c.index;
+    if (chat) {
+      json::object msg;
+      msg["role"] = "assistant";
+      msg["content"] = c.text;
+      choice["message"] = std::move(msg);
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = c.logprobs ? logprobs_json(m.endpoint, *c.logprobs, bytes, 0) : json::value(nullptr);
+    choice["finish_reason"] = reason_value(c.finish_reason);
+    list.push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason_value(finish_reason);
-  o["choices"] = json::array{std::move(choice)};
+  o["choices"] = std::move(list);
   o["usage"] = usage_object(u);
   return json::serialize(o);
 }
 
 std::string chunk_json(const ResponseMeta& m, std::string_view text, const char* finish_reason, bool role_chunk,
                        bool include_usage) {
+  ChoiceOut c;
+  c.text = text;
+  c.finish_reason = finish_reason;
+  return chunk_json(m, c, role_chunk, include_usage, {});
+}
+
+std::string chunk_json(const ResponseMeta& m, const ChoiceOut& c, bool role_chunk, bool include_usage,
+                       const TokenBytes& bytes) {
   const bool chat = m.endpoint == Endpoint::Chat;
   json::object o = envelope(m, chat ? "chat.completion.chunk" : "text_completion");
   json::object choice;
-  choice["index"] = 0;
+  choice["index"] = c.index;
   if (chat) {
     json::object delta;
     if (role_chunk) delta["role"] = "assistant";
     // The closing chunk (finish_reason set, no text) has an empty delta, as OpenAI's does.
-    if (role_chunk || !text.empty() || !finish_reason) delta["content"] = text;
+    if (role_chunk || !c.text.empty() || !c.finish_reason) delta["content"] = c.text;
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = text;
+    choice["text"] = c.text;
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason_value(finish_reason);
+  choice["logprobs"] = c.logprobs ? logprobs_json(m.endpoint, *c.logprobs, bytes, c.text_offset) : json::value(nullptr);
+  choice["finish_reason"] = reason_value(c.finish_reason);
   o["choices"] = json::array{std::move(choice)};
   if (include_usage) o["usage"] = nullptr;
   return json::serialize(o);

@@ -67,7 +67,10 @@ HttpResponse health(const ServerState& state) {
 HttpResponse metrics(const ServerState& state) {
   HttpResponse r;
   r.content_type = kMetricsContentType;
-  r.body = metrics_text(state.scheduler.stats(), state.counters());
+  MetricsOptions o;
+  o.vllm = state.opts.metrics_vllm;
+  o.model_name = state.protocol.model_ids.empty() ? std::string() : state.protocol.model_ids.front();
+  r.body = metrics_text(state.scheduler.stats(), state.counters(), o);
   return r;
 }
 

@@ -33,6 +33,7 @@ struct ServerOptions {
   size_t max_template_output = 4 << 20;  // bytes a chat template may render (larger → 400)
   double write_timeout_s = 60;  // a client that does not read for this long → closed
   double drain_timeout_s = 30;  // on SIGTERM/SIGINT: wait this long for running requests
+  bool metrics_vllm = false;    // --metrics-compat vllm: /metrics also has vLLM's names
 };
 
 class ServerState {

@@ -2,6 +2,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "engine/api/c_api_internal.hpp"
 
@@ -18,6 +20,13 @@ const T* copy_array(const std::vector<T>& v) {
   T* p = new T[v.size() + 1]();  // never NULL, even when empty: simpler for FFI readers
   std::copy(v.begin(), v.end(), p);
   return p;
+}
+
+// The C view of one token's logprobs; `top` points into storage the caller keeps.
+tandem_token_logprobs c_logprobs(const TokenLogprobs& lp, std::vector<tandem_logprob>& top) {
+  top.clear();
+  for (const TokenLogprob& t : lp.top) top.push_back({t.token, t.logprob});
+  return {lp.chosen.token, lp.chosen.logprob, top.data(), top.size()};
 }
 
 ResultPtr make_result(const GenerateResult& g) {
@@ -60,23 +69,45 @@ ResultPtr make_result(const GenerateResult& g) {
   r->spec_accepted_per_position = copy_array(std::vector<int64_t>(m.accepted_per_position.begin(),
                                                                   m.accepted_per_position.begin() + n_pos));
   r->spec_n_positions = n_pos;
+  // One allocation for every token's entry and one for all their alternatives.
+  size_t n_top = 0;
+  for (const TokenLogprobs& lp : g.logprobs) n_top += lp.top.size();
+  auto* entries = new tandem_token_logprobs[g.logprobs.size() + 1]();
+  r->logprobs = entries;
+  r->n_logprobs = g.logprobs.size();
+  auto* tops = new tandem_logprob[n_top + 1]();
+  size_t at = 0;
+  for (size_t i = 0; i < g.logprobs.size(); ++i) {
+    const TokenLogprobs& lp = g.logprobs[i];
+    entries[i] = {lp.chosen.token, lp.chosen.logprob, tops + at, lp.top.size()};
+    for (const TokenLogprob& t : lp.top) tops[at++] = {t.token, t.logprob};
+  }
+  if (g.logprobs.empty()) delete[] tops;  // nothing points at it
   return r;
 }
 
 // `run` calls the C++ engine with the options and the bridged callback; everything around
 // it (argument checks, callback bridging, result conversion) is shared by both entry points.
-template <class Run>
-tandem_status generate(tandem_engine* engine, const tandem_generate_params* params, tandem_stream_fn callback,
+// callback: a tandem_stream_fn or a tandem_stream_logprobs_fn.
+template <class Callback, class Run>
+tandem_status generate(tandem_engine* engine, const tandem_generate_params* params, Callback callback,
                        void* user_data, tandem_result** out_result, const char* fn, Run&& run) {
   if (out_result) *out_result = nullptr;
   if (tandem_status s = check_engine(engine, fn)) return s;
   const GenerateOptions opts = to_generate_options(params);
-  StreamCallback bridge;
+  StreamEventCallback bridge;
   std::string piece;  // NUL-terminated copy of each piece for C
+  std::vector<tandem_logprob> top;
   if (callback) {
-    bridge = [&](std::string_view text, int32_t token) {
-      piece.assign(text);
-      return callback(piece.c_str(), piece.size(), token, user_data) == 0;
+    bridge = [&](const StreamEvent& ev) {
+      piece.assign(ev.text);
+      if constexpr (std::is_same_v<Callback, tandem_stream_logprobs_fn>) {
+        tandem_token_logprobs lp{};
+        if (ev.logprobs) lp = c_logprobs(*ev.logprobs, top);
+        return callback(piece.c_str(), piece.size(), ev.token, ev.logprobs ? &lp : nullptr, user_data) == 0;
+      } else {
+        return callback(piece.c_str(), piece.size(), ev.token, user_data) == 0;
+      }
     };
   }
   const GenerateResult g = run(opts, bridge);
@@ -87,37 +118,68 @@ tandem_status generate(tandem_engine* engine, const tandem_generate_params* para
 }  // namespace
 }  // namespace tandem::capi
 
-extern "C" {
+namespace tandem::capi {
+namespace {
 
-tandem_status tandem_generate(tandem_engine* engine, const char* prompt, const tandem_generate_params* params,
-                              tandem_stream_fn callback, void* user_data, tandem_result** out_result) {
-  using namespace tandem::capi;
-  constexpr const char* fn = "tandem_generate";
+template <class Callback>
+tandem_status generate_text(tandem_engine* engine, const char* prompt, const tandem_generate_params* params,
+                            Callback callback, void* user_data, tandem_result** out_result, const char* fn) {
   return guarded(TANDEM_ERR_RUNTIME, [&] {
     if (out_result) *out_result = nullptr;
     if (!prompt) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": prompt is NULL");
     return generate(engine, params, callback, user_data, out_result, fn,
-                    [&](const tandem::GenerateOptions& o, const tandem::StreamCallback& cb) {
+                    [&](const GenerateOptions& o, const StreamEventCallback& cb) {
                       return engine->engine->generate(prompt, o, cb);
                     });
   });
 }
 
-tandem_status tandem_generate_tokens(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
-                                     const tandem_generate_params* params, tandem_stream_fn callback,
-                                     void* user_data, tandem_result** out_result) {
-  using namespace tandem::capi;
-  constexpr const char* fn = "tandem_generate_tokens";
+template <class Callback>
+tandem_status generate_ids(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
+                           const tandem_generate_params* params, Callback callback, void* user_data,
+                           tandem_result** out_result, const char* fn) {
   return guarded(TANDEM_ERR_RUNTIME, [&] {
     if (out_result) *out_result = nullptr;
     if (!prompt && n_prompt > 0) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": prompt is NULL");
     if (tandem_status s = check_engine(engine, fn)) return s;
     if (tandem_status s = check_tokens(engine, prompt, n_prompt, fn)) return s;
     return generate(engine, params, callback, user_data, out_result, fn,
-                    [&](const tandem::GenerateOptions& o, const tandem::StreamCallback& cb) {
+                    [&](const GenerateOptions& o, const StreamEventCallback& cb) {
                       return engine->engine->generate_tokens(std::span<const int32_t>(prompt, n_prompt), o, cb);
                     });
   });
+}
+
+}  // namespace
+}  // namespace tandem::capi
+
+extern "C" {
+
+tandem_status tandem_generate(tandem_engine* engine, const char* prompt, const tandem_generate_params* params,
+                              tandem_stream_fn callback, void* user_data, tandem_result** out_result) {
+  return tandem::capi::generate_text(engine, prompt, params, callback, user_data, out_result, "tandem_generate");
+}
+
+tandem_status tandem_generate_logprobs(tandem_engine* engine, const char* prompt, const tandem_generate_params* params,
+                                       tandem_stream_logprobs_fn callback, void* user_data,
+                                       tandem_result** out_result) {
+  return tandem::capi::generate_text(engine, prompt, params, callback, user_data, out_result,
+                                     "tandem_generate_logprobs");
+}
+
+tandem_status tandem_generate_tokens(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
+                                     const tandem_generate_params* params, tandem_stream_fn callback,
+                                     void* user_data, tandem_result** out_result) {
+  return tandem::capi::generate_ids(engine, prompt, n_prompt, params, callback, user_data, out_result,
+                                    "tandem_generate_tokens");
+}
+
+tandem_status tandem_generate_tokens_logprobs(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
+                                              const tandem_generate_params* params,
+                                              tandem_stream_logprobs_fn callback, void* user_data,
+                                              tandem_result** out_result) {
+  return tandem::capi::generate_ids(engine, prompt, n_prompt, params, callback, user_data, out_result,
+                                    "tandem_generate_tokens_logprobs");
 }
 
 void tandem_result_free(tandem_result* result) {
@@ -127,6 +189,11 @@ void tandem_result_free(tandem_result* result) {
   delete[] result->prompt_tokens;
   delete[] result->spec_drafted_per_position;
   delete[] result->spec_accepted_per_position;
+  if (result->logprobs) {
+    // All entries' alternatives live in one array, which the first entry points at.
+    if (result->n_logprobs > 0) delete[] result->logprobs[0].top;
+    delete[] result->logprobs;
+  }
   delete result;
 }
 

@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
+#include "engine/api/chat_prompt.hpp"
 #include "tandem/engine.hpp"
 #include "tandem/tandem.h"
 
@@ -20,6 +23,11 @@ struct tandem_engine {
   // Strings tandem_engine_info hands out; fixed after load, so readable from any thread.
   tandem::ModelInfo info;
   std::string backend_description;
+  // The chat template, parsed by the first tandem_chat_* call (c_api_chat.cpp): a model
+  // whose template cannot be parsed still loads and generates. Guarded by chat_mutex.
+  mutable std::mutex chat_mutex;
+  mutable std::optional<tandem::ChatPrompt> chat;
+  mutable std::string chat_error;  // why the template could not be parsed; "" if not tried or fine
 };
 
 namespace tandem::capi {

@@ -41,6 +41,7 @@ tandem_generate_params default_generate_params() {
   p.ngram_min = d.speculative.ngram_min;
   p.ngram_max = d.speculative.ngram_max;
   p.verify_mode = d.speculative.verify == VerifyMode::Coupled ? TANDEM_VERIFY_COUPLED : TANDEM_VERIFY_REJECTION;
+  p.logprobs = d.logprobs;
   return p;
 }
 
@@ -123,6 +124,12 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
       throw std::invalid_argument("tandem_generate_params.verify_mode " + std::to_string(p.verify_mode) +
                                   " is not a tandem_verify_mode");
   }
+  if (p.grammar) o.grammar = p.grammar;
+  static_assert(TANDEM_MAX_TOP_LOGPROBS == kMaxTopLogprobs);
+  if (p.logprobs < -1 || p.logprobs > TANDEM_MAX_TOP_LOGPROBS)
+    throw std::invalid_argument("tandem_generate_params.logprobs must be -1 (none) or in 0.." +
+                                std::to_string(TANDEM_MAX_TOP_LOGPROBS));
+  o.logprobs = p.logprobs;
   return o;
 }
 

@@ -138,6 +138,7 @@ void Grammar::advance_in_place(GrammarState& s, std::string_view bytes) const {
         s.stacks.clear();
         return;
       }
+      s.utf8_len = static_cast<uint8_t>(s.utf8_left + 1);
     } else {
       if ((b & 0xC0) != 0x80) {
         s.stacks.clear();
@@ -146,16 +147,30 @@ void Grammar::advance_in_place(GrammarState& s, std::string_view bytes) const {
       }
       s.utf8_acc = (s.utf8_acc << 6) | (b & 0x3Fu);
       --s.utf8_left;
-      if (s.utf8_left == 0) {
-        step_code_point(s.stacks, s.utf8_acc, next);
-        s.stacks.swap(next);
-        s.utf8_acc = 0;
-        continue;
-      }
     }
-    // Incomplete: keep the stacks whose class matches some code point with these leading bits.
+    // The code points this many bytes may spell (shorter spellings and surrogates are no UTF-8).
+    const uint32_t min_cp = s.utf8_len == 2 ? 0x80 : s.utf8_len == 3 ? 0x800 : 0x10000;
+    const uint32_t max_cp = s.utf8_len == 2 ? 0x7FF : s.utf8_len == 3 ? 0xFFFF : 0x10FFFF;
+    // The code points that start with these bits.
     lo = s.utf8_acc << (6 * s.utf8_left);
     hi = lo | ((1u << (6 * s.utf8_left)) - 1);
+    lo = std::max(lo, min_cp);
+    hi = std::min(hi, max_cp);
+    const bool surrogates = s.utf8_len == 3 && lo >= 0xD800 && hi <= 0xDFFF;
+    if (lo > hi || surrogates) {
+      s.stacks.clear();
+      s.utf8_left = 0;
+      return;
+    }
+    if (s.utf8_left == 0) {
+      const uint32_t cp = s.utf8_acc;
+      s.utf8_acc = 0;
+      s.utf8_len = 0;
+      step_code_point(s.stacks, cp, next);
+      s.stacks.swap(next);
+      continue;
+    }
+    // Incomplete: keep the stacks whose class matches some code point with these leading bits.
     next.clear();
     for (uint32_t id : s.stacks)
       if (id != 0 && classes_[elems_[frame(id).pos].arg].intersects(lo, hi)) next.push_back(id);

@@ -49,6 +49,7 @@ struct GrammarState {
   std::vector<uint32_t> stacks;  // sorted, unique; id 0 is the empty stack (the root rule ended)
   uint32_t utf8_acc = 0;
   uint8_t utf8_left = 0;
+  uint8_t utf8_len = 0;  // the code point's length in bytes (while utf8_left > 0)
   bool dead() const { return stacks.empty(); }
   bool operator==(const GrammarState&) const = default;
 };

@@ -37,12 +37,15 @@ class TokenVocab {
   // before it (the order of a trie walk, without building the trie).
   const std::vector<int32_t>& order() const { return order_; }
   const std::vector<uint32_t>& lcp() const { return lcp_; }
+  // order()[first_byte_begin(c) .. first_byte_begin(c + 1)) are the tokens starting with byte c.
+  uint32_t first_byte_begin(int c) const { return first_byte_begin_[static_cast<size_t>(c)]; }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<bool> text_;
   std::vector<int32_t> eog_, order_;
   std::vector<uint32_t> lcp_;
+  std::vector<uint32_t> first_byte_begin_;  // 257 entries
 };
 
 using TokenMask = std::vector<uint64_t>;  // bit i set: token i allowed
@@ -71,12 +74,22 @@ class TokenGrammar {
  private:
   TokenMask compute(const GrammarState& s) const;
   static std::string key_of(const GrammarState& s);
+  // The byte-level automaton, memoised: states numbered as met, and each one's successor per
+  // byte found once (-1: not yet). Walking the vocabulary then mostly looks transitions up
+  // (inside a JSON string every character leads back to the same state). Under dfa_mu_.
+  uint32_t dfa_state(const GrammarState& s) const;
+  int32_t dfa_step(uint32_t from, uint8_t byte) const;  // kDead when the byte is refused
+  static constexpr int32_t kDead = -1;
 
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const TokenVocab> v_;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const TokenMask>> cache_;
   mutable Stats stats_;
+  mutable std::mutex dfa_mu_;
+  mutable std::unordered_map<std::string, uint32_t> dfa_ids_;
+  mutable std::vector<GrammarState> dfa_states_;
+  mutable std::vector<std::vector<int32_t>> dfa_next_;  // [state][byte]; -2: not computed
 };
 
 // Whether bit `id` of a mask is set (ids past it are not).

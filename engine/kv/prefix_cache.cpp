@@ -83,4 +83,10 @@ int32_t PrefixCache::evict(int32_t n) {
   return freed;
 }
 
+int32_t PrefixCache::idle_blocks() const {
+  int32_t n = 0;
+  for (const auto& [hash, e] : entries_) n += blocks_.ref_count(e.block) == 1 ? 1 : 0;
+  return n;
+}
+
 }  // namespace tandem

@@ -35,6 +35,10 @@ class PrefixCache {
   // children, least recently used first; a parent whose last child goes is a candidate too.
   int32_t evict(int32_t n);
   int32_t cached_blocks() const { return static_cast<int32_t>(entries_.size()); }
+  // Cached blocks no sequence holds (only the cache's reference): all of them can be
+  // evicted for new sequences (leaves first, then their parents), so they are memory a
+  // load balancer should see as free (the `serve` metric tandem_kv_cache_utilization).
+  int32_t idle_blocks() const;
 
  private:
   struct Entry {

@@ -47,6 +47,7 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
 void Engine::Impl::load_models() {
   model = Model::load(opts.model_path, *backend);
   tokenizer = Tokenizer::from_gguf(model->file());
+  grammars = std::make_unique<GrammarCache>(*tokenizer);
   const ModelConfig& c = model->config();
   if (tokenizer->n_vocab() > c.n_vocab)
     throw std::runtime_error(opts.model_path + ": tokenizer has " + std::to_string(tokenizer->n_vocab()) +
@@ -129,7 +130,18 @@ std::vector<float> Engine::logits(std::span<const int32_t> tokens) {
 
 void Engine::cancel() { impl_->cancel_epoch.fetch_add(1); }
 
+namespace {
+StreamEventCallback events_of(const StreamCallback& cb) {
+  if (!cb) return {};
+  return [&cb](const StreamEvent& ev) { return cb(ev.text, ev.token); };
+}
+}  // namespace
+
 GenerateResult Engine::generate(std::string_view prompt, const GenerateOptions& opts, const StreamCallback& cb) {
+  return generate(prompt, opts, events_of(cb));
+}
+
+GenerateResult Engine::generate(std::string_view prompt, const GenerateOptions& opts, const StreamEventCallback& cb) {
   const uint64_t epoch = impl_->cancel_epoch.load();
   const auto ids = impl_->tokenizer->encode(prompt, opts.add_special, opts.parse_special);
   return impl_->run(ids, opts, cb, epoch);
@@ -137,11 +149,16 @@ GenerateResult Engine::generate(std::string_view prompt, const GenerateOptions& 
 
 GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                        const StreamCallback& cb) {
+  return generate_tokens(prompt, opts, events_of(cb));
+}
+
+GenerateResult Engine::generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                       const StreamEventCallback& cb) {
   return impl_->run(prompt, opts, cb, impl_->cancel_epoch.load());
 }
 
 GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const GenerateOptions& opts,
-                                 const StreamCallback& cb, uint64_t epoch) {
+                                 const StreamEventCallback& cb, uint64_t epoch) {
   std::lock_guard<std::mutex> lk(mu);
   const auto cancelled = [&] { return cancel_epoch.load(std::memory_order_relaxed) != epoch; };
   if (cancelled()) {  // cancelled while waiting for the lock: skip the prefill too
@@ -153,8 +170,8 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   }
   // The run calls the stream callback once per committed token: check there, after
   // passing the token on, so the stream always holds exactly the result's text.
-  const StreamCallback checked = [&](std::string_view text, int32_t token) {
-    const bool go_on = !cb || cb(text, token);
+  const StreamEventCallback checked = [&](const StreamEvent& ev) {
+    const bool go_on = !cb || cb(ev);
     return go_on && !cancelled();
   };
   std::unique_ptr<Proposer> ngram;
@@ -177,7 +194,8 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   const PolicyCosts costs = policy_costs();
   const std::unique_ptr<SpeculationPolicy> policy =
       make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
-  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context}, prompt, run_opts, checked);
+  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context, grammars->get(opts.grammar)}, prompt,
+                   run_opts, checked);
 }
 
 void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
@@ -195,7 +213,7 @@ PolicyCosts EngineAccess::policy_costs(const Engine& e) { return e.impl_->policy
 
 EngineParts EngineAccess::parts(Engine& e) {
   Engine::Impl& m = *e.impl_;
-  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu};
+  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu, *m.grammars};
 }
 
 }  // namespace tandem

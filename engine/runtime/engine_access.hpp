@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "engine/model/transformer.hpp"
+#include "engine/runtime/grammar_cache.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
@@ -18,6 +19,7 @@ struct EngineParts {
   Transformer* draft;  // null without a draft model
   int32_t context;
   std::mutex& mu;      // held by whoever runs the models (Engine::generate or a Scheduler)
+  GrammarCache& grammars;  // constrained requests' compiled grammars (thread-safe)
 };
 
 // What the speculation policies decide with: the engine's cost model (null: their

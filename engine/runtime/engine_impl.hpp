@@ -28,6 +28,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::string backend_note;  // why device "auto" did not choose CUDA
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<GrammarCache> grammars;  // over `tokenizer`
   std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<Transformer> transformer;
@@ -50,7 +51,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   // it saw on entry. A counter, not a flag, so no call can miss or inherit a cancellation.
   std::atomic<uint64_t> cancel_epoch{0};
 
-  GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamCallback& cb,
+  GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamEventCallback& cb,
                      uint64_t epoch);
   // Loading, in order: the models and tokenizers, then both caches on one KV budget.
   void load_models();

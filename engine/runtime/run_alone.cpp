@@ -10,10 +10,10 @@
 namespace tandem {
 
 GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
-                         const StreamCallback& cb) {
+                         const StreamEventCallback& cb) {
   FixedPolicy fixed;
   SequenceRun run(m.target.cache(), m.tokenizer, prompt, opts, cb, m.context, m.target.model().config().n_vocab,
-                  m.proposer, m.policy ? m.policy : &fixed);
+                  m.proposer, m.policy ? m.policy : &fixed, SequenceRun::Clock::now(), m.grammar);
   run_to_end(run, m.target);
   return std::move(run.result());
 }

@@ -3,9 +3,11 @@
 // both leave every decision about drafts, verification and output to the SequenceRun.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "draft/proposer.hpp"
+#include "engine/grammar/token_grammar.hpp"
 #include "engine/model/transformer.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/policy.hpp"
@@ -21,11 +23,12 @@ struct AloneModels {
   Proposer* proposer;          // null: no speculation possible
   SpeculationPolicy* policy;   // null: a FixedPolicy
   int32_t context;
+  std::shared_ptr<const TokenGrammar> grammar = nullptr;  // the compiled opts.grammar, if any
 };
 
 // Prefill, then draft → verify → commit steps until the output ends.
 GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
-                         const StreamCallback& cb);
+                         const StreamEventCallback& cb);
 
 // The loop of run_alone for a run built elsewhere (its proposer, if any, is run.proposer()):
 // the prompt in chunks, then one target pass per step, the draft reading its context in one

@@ -28,35 +28,66 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::
     throw std::invalid_argument("scheduler: the KV caches must share one budget");
   impl_->stats.kv_blocks_total = blocks.num_total();
   impl_->stats.kv_bytes_total = static_cast<int64_t>(blocks.budget()->total());
+  impl_->stats.kv_block_size = impl_->parts.target.cache().block_size();
   impl_->thread = std::thread([this] { impl_->loop(); });
 }
 
 Scheduler::~Scheduler() { shutdown(false); }
 
-SubmitResult Scheduler::submit(ServeRequest req) {
-  SubmitResult r;
-  Impl& m = *impl_;
+SubmitResult Scheduler::Impl::check(const ServeRequest& req) const {
   if (req.prompt.empty()) return {SubmitStatus::Invalid, 0, "the prompt is empty"};
-  if (static_cast<int32_t>(req.prompt.size()) >= m.parts.context)
+  if (static_cast<int32_t>(req.prompt.size()) >= parts.context)
     return {SubmitStatus::PromptTooLong, 0,
             "prompt of " + std::to_string(req.prompt.size()) + " tokens does not fit the context of " +
-                std::to_string(m.parts.context) + " tokens"};
-  const int32_t vocab = m.parts.target.model().config().n_vocab;
+                std::to_string(parts.context) + " tokens"};
+  const int32_t vocab = parts.target.model().config().n_vocab;
   for (int32_t t : req.prompt)
     if (t < 0 || t >= vocab) return {SubmitStatus::Invalid, 0, "prompt token " + std::to_string(t) + " is out of range"};
-  if (req.opts.speculative.mode == DraftMode::Model && !m.parts.draft)
+  if (req.opts.speculative.mode == DraftMode::Model && !parts.draft)
     return {SubmitStatus::Invalid, 0, "draft-model speculation requested but the server has no draft model"};
+  if (req.opts.logprobs < -1 || req.opts.logprobs > kMaxTopLogprobs)
+    return {SubmitStatus::Invalid, 0, "logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs)};
+  // A bad grammar is the client's error, told now rather than at admission (the compiled
+  // grammar is cached: submit_group's get() below finds it).
+  try {
+    (void)parts.grammars.get(req.opts.grammar);
+  } catch (const std::invalid_argument& ex) {
+    return {SubmitStatus::Invalid, 0, std::string("grammar: ") + ex.what()};
+  }
+  return {};
+}
+
+SubmitResult Scheduler::submit(ServeRequest req) {
+  std::vector<ServeRequest> one;
+  one.push_back(std::move(req));
+  SubmitGroupResult g = submit_group(std::move(one));
+  return {g.status, g.ids.empty() ? 0 : g.ids[0], std::move(g.message)};
+}
+
+SubmitGroupResult Scheduler::submit_group(std::vector<ServeRequest> reqs) {
+  Impl& m = *impl_;
+  if (reqs.empty()) return {SubmitStatus::Invalid, {}, "no requests"};
+  for (const ServeRequest& r : reqs) {
+    if (r.prompt != reqs[0].prompt) return {SubmitStatus::Invalid, {}, "the requests of a group share one prompt"};
+    SubmitResult c = m.check(r);
+    if (c.status != SubmitStatus::Ok) return {c.status, {}, std::move(c.message)};
+  }
   std::lock_guard<std::mutex> lk(m.mu);
-  if (m.stopping) return {SubmitStatus::ShuttingDown, 0, "the server is shutting down"};
-  if (static_cast<int32_t>(m.queue.size()) >= m.opts.max_queue)
-    return {SubmitStatus::QueueFull, 0, "too many requests waiting (" + std::to_string(m.queue.size()) + ")"};
-  auto e = std::make_unique<Impl::Entry>();
-  e->id = m.next_id++;
-  e->req = std::move(req);
-  e->arrival = Clock::now();
-  r.id = e->id;
-  m.queue.push_back(std::move(e));
-  ++m.stats.requests_total;
+  if (m.stopping) return {SubmitStatus::ShuttingDown, {}, "the server is shutting down"};
+  if (m.queue.size() + reqs.size() > static_cast<size_t>(m.opts.max_queue))
+    return {SubmitStatus::QueueFull, {}, "too many requests waiting (" + std::to_string(m.queue.size()) + ")"};
+  SubmitGroupResult r;
+  for (ServeRequest& req : reqs) {
+    auto e = std::make_unique<Impl::Entry>();
+    e->id = m.next_id++;
+    e->grammar = m.parts.grammars.get(req.opts.grammar);
+    e->req = std::move(req);
+    e->arrival = Clock::now();
+    e->leader = r.ids.empty() || !m.prefix ? 0 : r.ids[0];
+    r.ids.push_back(e->id);
+    m.queue.push_back(std::move(e));
+    ++m.stats.requests_total;
+  }
   m.cv.notify_all();
   return r;
 }
@@ -125,6 +156,8 @@ void Scheduler::Impl::update_kv_stats() {
   stats.draft_kv_blocks_used = parts.draft ? parts.draft->cache().blocks().num_used() : 0;
   stats.kv_bytes_used = static_cast<int64_t>(blocks.budget()->used());
   stats.running = static_cast<int64_t>(running.size());
+  stats.kv_prefix_idle_blocks = prefix ? prefix->idle_blocks() : 0;
+  stats.kv_prefix_idle_bytes = stats.kv_prefix_idle_blocks * static_cast<int64_t>(blocks.block_bytes());
 }
 
 void Scheduler::Impl::apply_cancels() {
@@ -177,7 +210,7 @@ bool Scheduler::Impl::start(Entry& e) {
   e.costs = costs.model;
   e.policy = make_policy(so, costs.model.get(), std::move(costs.overhead));
   Entry* self = &e;
-  auto on_token = [this, self](std::string_view text, int32_t token) {
+  auto on_token = [this, self](const StreamEvent& ev) {
     const auto now = Clock::now();
     {
       std::lock_guard<std::mutex> lk(mu);
@@ -190,14 +223,21 @@ bool Scheduler::Impl::start(Entry& e) {
     }
     self->got_first = true;
     self->last_token = now;
-    return !self->req.on_text || self->req.on_text(text, token);
+    return !self->req.on_text || self->req.on_text(ev);
   };
   e.run = std::make_unique<SequenceRun>(parts.target.cache(), parts.tokenizer, e.req.prompt, e.req.opts, on_token,
                                         parts.context, parts.target.model().config().n_vocab, e.proposer.get(),
-                                        e.policy.get(), e.arrival);
+                                        e.policy.get(), e.arrival, e.grammar);
   std::lock_guard<std::mutex> lk(mu);
   stats.prompt_tokens_total += static_cast<int64_t>(e.req.prompt.size());
   return true;
+}
+
+bool Scheduler::Impl::waits_for_leader(const Entry& e) const {
+  if (e.leader == 0) return false;
+  for (const auto& r : running)
+    if (r->id == e.leader) return r->run->prefilling();
+  return false;  // the leader is gone (finished, failed) or waits itself: nothing to wait for
 }
 
 void Scheduler::Impl::retire(std::unique_ptr<Entry> e, const std::string& error) {

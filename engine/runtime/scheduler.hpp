@@ -44,8 +44,9 @@ struct ServeRequest {
   std::vector<int32_t> prompt;
   GenerateOptions opts;
   // Both are called on the scheduler thread and must return quickly (post work elsewhere).
-  // on_text: newly completed text and the token that completed it; return false to cancel.
-  std::function<bool(std::string_view text, int32_t token)> on_text;
+  // on_text: newly completed text, the token that completed it and its logprobs (when
+  // opts.logprobs >= 0); return false to cancel.
+  std::function<bool(const StreamEvent& event)> on_text;
   // Exactly once per accepted request: finished, cancelled, or failed (error non-empty).
   std::function<void(const GenerateResult& result, const std::string& error)> on_done;
 };
@@ -58,6 +59,12 @@ struct SubmitResult {
   std::string message;      // why, when not Ok
 };
 
+struct SubmitGroupResult {
+  SubmitStatus status = SubmitStatus::Ok;
+  std::vector<uint64_t> ids;  // one per request, in order, when Ok
+  std::string message;
+};
+
 class Scheduler {
  public:
   // The engine must outlive the scheduler; while a scheduler runs, Engine::generate must not
@@ -68,6 +75,12 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   SubmitResult submit(ServeRequest req);  // thread-safe
+  // Several requests with one prompt (OpenAI's n choices), queued together or not at all
+  // (the queue limit counts each). The first reads the prompt; the others are admitted once
+  // it has, and take its KV blocks from the prefix cache instead of reading it again (all
+  // but a last partial block). Each is a request of its own after that: its own sampling
+  // stream (give each its own seed), cancel() and on_done. Thread-safe.
+  SubmitGroupResult submit_group(std::vector<ServeRequest> reqs);
   void cancel(uint64_t id);               // thread-safe; on_done is still called (Cancelled)
   SchedulerStats stats() const;           // thread-safe snapshot
   // Stops accepting; drain=true finishes running and queued requests first, false cancels them.

@@ -32,11 +32,15 @@ struct Scheduler::Impl {
     std::shared_ptr<const CostModel> costs;  // the policy decides with it; declared first, destroyed last
     std::unique_ptr<Proposer> proposer;
     std::unique_ptr<SpeculationPolicy> policy;
+    std::shared_ptr<const TokenGrammar> grammar;  // compiled at submit; null when unconstrained
     std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
     bool got_first = false;
     Clock::time_point last_token;
     int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
     std::string error;  // set when this request failed in this step: it alone is retired
+    // A later choice of a group (submit_group): waits in the queue while its first
+    // request, `leader`, is still reading the shared prompt. 0: none.
+    uint64_t leader = 0;
   };
 
   // One sequence's share of the step's target pass.
@@ -79,6 +83,10 @@ struct Scheduler::Impl {
   // ---- the thread and request lifetime (scheduler.cpp)
   void loop();
   void apply_cancels();
+  // Why a submission cannot be queued ("" when it can); mu not held.
+  SubmitResult check(const ServeRequest& req) const;
+  // Whether e must wait for its group's leader to finish reading the prompt.
+  bool waits_for_leader(const Entry& e) const;
   bool start(Entry& e);
   void retire(std::unique_ptr<Entry> e, const std::string& error);
   void preempt_youngest();

@@ -25,6 +25,9 @@ struct SchedulerStats {
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
   // The one KV budget of both models (--kv-mem): bytes in use and in all; draft blocks in use.
   int64_t kv_bytes_used = 0, kv_bytes_total = 0, draft_kv_blocks_used = 0;
+  // Target blocks only the prefix cache holds (evictable on demand: free for admission),
+  // their bytes, and the tokens per block.
+  int64_t kv_prefix_idle_blocks = 0, kv_prefix_idle_bytes = 0, kv_block_size = 0;
   // Sequence-steps whose draft could not get cache blocks (that sequence decoded plainly).
   int64_t draft_kv_full = 0;
   int64_t draft_failures = 0;  // draft passes that threw: their sequences decoded plainly that step

@@ -77,6 +77,9 @@ void Scheduler::Impl::admit_waiting() {
     {
       std::lock_guard<std::mutex> lk(mu);
       if (queue.empty() || static_cast<int32_t>(running.size()) >= opts.max_seqs) return;
+      // A group's later choices wait (and, the queue being in order, so does what came
+      // after them) until the leader's prompt blocks are in the prefix cache.
+      if (waits_for_leader(*queue.front())) return;
       e = std::move(queue.front());
       queue.pop_front();
     }

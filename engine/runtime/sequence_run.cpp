@@ -1,18 +1,21 @@
 #include "engine/runtime/sequence_run.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "engine/base/clock.hpp"
+#include "engine/sampling/logprobs.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
 
 SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
-                         const GenerateOptions& opts, StreamCallback cb, int32_t context, int32_t n_vocab,
-                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start)
+                         const GenerateOptions& opts, StreamEventCallback cb, int32_t context, int32_t n_vocab,
+                         Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start,
+                         std::shared_ptr<const TokenGrammar> grammar)
     : kv_(cache),
       tok_(tok),
       opts_(opts),
@@ -25,6 +28,7 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
       coupled_(opts.speculative.verify == VerifyMode::Coupled && !opts.sampling.greedy()),
       rng_(opts.sampling.seed),
       noise_(opts.sampling.seed),
+      grammar_(std::move(grammar)),
       decoder_(tok),
       stops_(opts.stop),
       committed_(prompt.begin(), prompt.end()),
@@ -38,6 +42,8 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  if (opts.logprobs < -1 || opts.logprobs > kMaxTopLogprobs)
+    throw std::invalid_argument("logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
   if (speculate_ && (!proposer_ || !policy_))
     throw std::invalid_argument("speculation requested but no proposer is available");
   if (speculate_) {
@@ -47,6 +53,15 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
     res_.speculative.steps_per_k.assign(k + 1, 0);
     proposer_->reset();
     policy_->reset();
+  }
+  if (!opts.grammar.empty() && !grammar_) throw std::logic_error("SequenceRun: the request's grammar was not compiled");
+  if (grammar_) {
+    grammar_state_ = grammar_->initial();
+    // A grammar whose only sentence is empty leaves nothing to generate.
+    if (TokenGrammar::complete(grammar_state_)) {
+      res_.finish = FinishReason::Stop;
+      done_ = true;
+    }
   }
   if (opts.max_tokens <= 0) done_ = true;
 }
@@ -94,11 +109,14 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.sampling = &opts_.sampling;
   po.vocab = n_vocab_;
   po.coupled = coupled_ ? &noise_ : nullptr;
+  po.grammar = grammar_.get();
+  po.grammar_state = grammar_ ? &grammar_state_ : nullptr;
   return po;
 }
 
 std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
   prop_ = std::move(p);
+  if (grammar_) fit_proposal_to_grammar();
   // Too short a draft is not worth verifying — but a sampled draft may only be dropped when
   // the output cannot depend on it: whether a draft came out short depends on what was
   // drawn, so dropping it would change which draws reach the verifier (biased output).
@@ -115,6 +133,28 @@ std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, 
   step_tokens_.push_back(committed_.back());
   step_tokens_.insert(step_tokens_.end(), prop_.tokens.begin(), prop_.tokens.end());
   return step_tokens_;
+}
+
+void SequenceRun::fit_proposal_to_grammar() {
+  // A deterministic draft (n-gram) knows nothing of the grammar: it is cut before its first
+  // forbidden token (the cut is a function of the context, so output is unaffected). Drafts
+  // sampled from a masked q never hold one. Any draft is cut after a token that completes the
+  // sentence: the output ends there, so what follows could never be committed.
+  GrammarState s = grammar_state_;
+  size_t keep = 0;
+  while (keep < prop_.tokens.size()) {
+    const int32_t t = prop_.tokens[keep];
+    if (!grammar_->allows(s, t)) {
+      if (!prop_.deterministic())
+        throw std::logic_error("SequenceRun: a sampled draft proposed a token its grammar forbids");
+      break;
+    }
+    s = grammar_->after(s, t);
+    ++keep;
+    if (TokenGrammar::complete(s) || grammar_->vocab().is_eog(t)) break;
+  }
+  prop_.tokens.resize(keep);
+  if (!prop_.deterministic()) prop_.dists.resize(keep);
 }
 
 std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
@@ -134,7 +174,7 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   record_step(v, target_ms, ms_since(tv));
   // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
   kv_.truncate(step_base_len_ + 1 + v.n_accepted);
-  commit_step(v);
+  commit_step(v, logits);
 }
 
 void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
@@ -146,7 +186,7 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
                              std::to_string(verdict.next_token) + ")");
   record_step(verdict, target_ms, 0.0);
   kv_.truncate(step_base_len_ + 1 + verdict.n_accepted);
-  commit_step(verdict);
+  commit_step(verdict, {});
 }
 
 // The target's verdict on the drafts. p_i's penalties see the tokens accepted before
@@ -154,11 +194,26 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
 VerifyResult SequenceRun::verify(std::span<const float> logits) {
   std::vector<int32_t> hist = committed_;
   const size_t base = committed_.size();
+  // Constrained: p_i is over the tokens the grammar allows after the drafts before i (the
+  // verifiers reach i only once drafts 0..i-1 are accepted, hence allowed).
+  std::vector<GrammarState> states;
+  if (grammar_) states.push_back(grammar_state_);
+  const bool keep = opts_.logprobs >= 0 && !opts_.sampling.greedy();
+  step_dists_.assign(keep ? step_tokens_.size() : 0, std::nullopt);
   auto target_dist = [&](int32_t i) {
     hist.resize(base);
     hist.insert(hist.end(), prop_.tokens.begin(), prop_.tokens.begin() + i);
     const std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
-    return make_distribution(row, opts_.sampling, hist);
+    Distribution d;
+    if (!grammar_) {
+      d = make_distribution(row, opts_.sampling, hist);
+    } else {
+      while (states.size() <= static_cast<size_t>(i))
+        states.push_back(grammar_->after(states.back(), prop_.tokens[states.size() - 1]));
+      d = make_distribution(row, opts_.sampling, hist, *grammar_->mask(states[static_cast<size_t>(i)]));
+    }
+    if (keep) step_dists_[static_cast<size_t>(i)] = d;
+    return d;
   };
   const auto position = static_cast<int64_t>(base);  // where the first verified token goes
   if (opts_.sampling.greedy()) return verify_greedy(prop_.tokens, target_dist);
@@ -195,15 +250,45 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   }
 }
 
-// Commits the accepted drafts and the corrected/bonus token, until the output ends.
-void SequenceRun::commit_step(const VerifyResult& v) {
+TokenLogprobs SequenceRun::logprobs_at(std::span<const float> logits, int32_t i, int32_t token) {
+  if (logits.empty()) throw std::logic_error("SequenceRun: logprobs need the step's logits");
+  const auto row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
+  const auto r = static_cast<size_t>(i);
+  if (opts_.sampling.greedy()) {
+    if (!grammar_) return token_logprobs(row, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
+    // Under a grammar, the log-softmax over what it allows here (grammar_state_ is the
+    // state before this token: logprobs are taken before the commit).
+    const auto mask = grammar_->mask(grammar_state_);
+    std::vector<float> masked(row.begin(), row.end());
+    for (size_t j = 0; j < masked.size(); ++j)
+      if (!mask_allows(*mask, static_cast<int32_t>(j))) masked[j] = -std::numeric_limits<float>::infinity();
+    return token_logprobs(masked, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
+  }
+  // Verification reaches every committed row; should one be missing, compute it the same way.
+  if (r >= step_dists_.size() || !step_dists_[r]) {
+    step_dists_.resize(std::max(step_dists_.size(), r + 1));
+    step_dists_[r] = grammar_ ? make_distribution(row, opts_.sampling, committed_, *grammar_->mask(grammar_state_))
+                              : make_distribution(row, opts_.sampling, committed_);
+  }
+  return token_logprobs(row, opts_.sampling, committed_, &*step_dists_[r], token, opts_.logprobs);
+}
+
+// Commits the accepted drafts and the corrected/bonus token, until the output ends. A
+// token's logprobs are taken before it is committed: their history is then exactly the one
+// its distribution was verified with.
+void SequenceRun::commit_step(const VerifyResult& v, std::span<const float> logits) {
   if (res_.tokens.empty()) {
     first_token_ = Clock::now();
     res_.timings.prefill_ms = ms_between(start_, first_token_);
   }
   bool more = true;
-  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit(prop_.tokens[static_cast<size_t>(i)]);
-  if (more) more = commit(v.next_token);
+  auto commit_row = [&](int32_t i, int32_t token) {
+    if (opts_.logprobs < 0) return commit(token, nullptr);
+    res_.logprobs.push_back(logprobs_at(logits, i, token));
+    return commit(token, &res_.logprobs.back());
+  };
+  for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit_row(i, prop_.tokens[static_cast<size_t>(i)]);
+  if (more) more = commit_row(v.n_accepted, v.next_token);
   // A stop inside the accepted drafts leaves the KV of the drafts after it, which are not
   // committed: the cache never holds KV past the committed tokens (the scheduler publishes
   // its blocks under them).
@@ -215,20 +300,28 @@ void SequenceRun::commit_step(const VerifyResult& v) {
   if (!more) close_output();
 }
 
-bool SequenceRun::commit(int32_t token) {
+bool SequenceRun::commit(int32_t token, const TokenLogprobs* lp) {
   res_.tokens.push_back(token);
   committed_.push_back(token);
   if (!opts_.ignore_eos && tok_.is_eog(token)) {
     res_.finish = FinishReason::Stop;
     return false;
   }
-  if (!emit(stops_.push(decoder_.push(token)), token)) {
+  if (!emit(stops_.push(decoder_.push(token)), token, lp)) {
     res_.finish = FinishReason::Cancelled;
     return false;
   }
   if (stops_.stopped()) {
     res_.finish = FinishReason::Stop;
     return false;
+  }
+  if (grammar_) {
+    grammar_state_ = grammar_->after(grammar_state_, token);
+    if (grammar_state_.dead()) throw std::logic_error("SequenceRun: committed a token the grammar forbids");
+    if (TokenGrammar::complete(grammar_state_)) {  // the sentence is whole; nothing may follow
+      res_.finish = FinishReason::Stop;
+      return false;
+    }
   }
   if (static_cast<int32_t>(res_.tokens.size()) >= opts_.max_tokens) {
     res_.finish = FinishReason::Length;
@@ -237,16 +330,16 @@ bool SequenceRun::commit(int32_t token) {
   return true;
 }
 
-bool SequenceRun::emit(const std::string& text, int32_t token) {
+bool SequenceRun::emit(const std::string& text, int32_t token, const TokenLogprobs* lp) {
   res_.text += text;
-  return !cb_ || cb_(text, token);
+  return !cb_ || cb_(StreamEvent{text, token, lp});
 }
 
 void SequenceRun::close_output() {
   if (res_.finish != FinishReason::Cancelled && !stops_.stopped()) {
     std::string tail = stops_.push(decoder_.flush());
     tail += stops_.flush();
-    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back());
+    if (!tail.empty()) emit(tail, res_.tokens.empty() ? -1 : res_.tokens.back(), nullptr);
   }
   res_.timings.n_generated = static_cast<int32_t>(res_.tokens.size());
   if (!res_.tokens.empty()) res_.timings.decode_ms = ms_between(first_token_, Clock::now());

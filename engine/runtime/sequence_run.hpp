@@ -12,11 +12,13 @@
 // is cut back to the committed tokens: it never holds KV of a token that was not committed
 // (the scheduler publishes cache blocks to the prefix cache under the committed tokens).
 #pragma once
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "draft/proposer.hpp"
+#include "engine/grammar/token_grammar.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/sequence_kv.hpp"
 #include "engine/sampling/rng.hpp"
@@ -34,9 +36,11 @@ class SequenceRun {
 
   // proposer/policy may be null when opts.speculative.mode is None. Throws
   // std::invalid_argument for an empty prompt or one that does not fit the context.
+  // grammar: the compiled opts.grammar (GrammarCache), null when unconstrained; it must be
+  // given when opts.grammar is set.
   SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt, const GenerateOptions& opts,
-              StreamCallback cb, int32_t context, int32_t n_vocab, Proposer* proposer, SpeculationPolicy* policy,
-              Clock::time_point start = Clock::now());
+              StreamEventCallback cb, int32_t context, int32_t n_vocab, Proposer* proposer, SpeculationPolicy* policy,
+              Clock::time_point start = Clock::now(), std::shared_ptr<const TokenGrammar> grammar = nullptr);
 
   bool done() const { return done_; }
   GenerateResult& result() { return res_; }
@@ -63,7 +67,11 @@ class SequenceRun {
   void finish_step(std::span<const float> logits, double target_ms);
   // Whether this request's verdict is the target's argmax alone (greedy, no penalties), so a
   // backend can reach it without the logits leaving the device (kernels/device_decode.hpp).
-  bool verdict_is_argmax() const { return opts_.sampling.greedy() && !opts_.sampling.has_penalties(); }
+  // (Not when it wants logprobs: they need the logits rows on the host; nor under a grammar:
+  // its masks apply on the host.)
+  bool verdict_is_argmax() const {
+    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_;
+  }
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
   // token. Only for verdict_is_argmax() requests.
   void finish_step(const VerifyResult& verdict, double target_ms);
@@ -82,15 +90,20 @@ class SequenceRun {
  private:
   VerifyResult verify(std::span<const float> logits);
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
-  void commit_step(const VerifyResult& v);
-  bool commit(int32_t token);  // false once the output is over
-  bool emit(const std::string& text, int32_t token);
+  // logits: the step's rows, for logprobs (empty for an outside verdict).
+  void commit_step(const VerifyResult& v, std::span<const float> logits);
+  bool commit(int32_t token, const TokenLogprobs* lp);  // false once the output is over
+  bool emit(const std::string& text, int32_t token, const TokenLogprobs* lp);
+  // The logprobs of `token` at step row i (opts_.logprobs >= 0), history = committed_.
+  TokenLogprobs logprobs_at(std::span<const float> logits, int32_t i, int32_t token);
+  // Constrained requests: the drafts cut where the grammar forbids a token or has ended.
+  void fit_proposal_to_grammar();
   void close_output();
 
   SequenceKV kv_;
   const Tokenizer& tok_;
   GenerateOptions opts_;
-  StreamCallback cb_;
+  StreamEventCallback cb_;
   int32_t context_, n_vocab_;
   Proposer* proposer_;
   SpeculationPolicy* policy_;
@@ -98,6 +111,8 @@ class SequenceRun {
   bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
   Rng rng_;
   PositionNoise noise_;
+  std::shared_ptr<const TokenGrammar> grammar_;
+  GrammarState grammar_state_;  // after the committed output
   StreamDecoder decoder_;
   StopMatcher stops_;
   std::vector<int32_t> committed_;
@@ -109,6 +124,8 @@ class SequenceRun {
   std::vector<int32_t> step_tokens_;
   int32_t step_base_len_ = 0, step_k_max_ = 0;
   double step_draft_ms_ = 0.0;
+  // The target distributions verification computed this step, by row (logprobs reuse them).
+  std::vector<std::optional<Distribution>> step_dists_;
 };
 
 }  // namespace tandem

@@ -412,23 +412,35 @@ int32_t argmax(std::span<const float> logits) {
 
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history) {
+  return make_distribution(logits, p, history, {});
+}
+
+Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
+                               std::span<const int32_t> history, std::span<const uint64_t> allowed) {
   validate(p);
   if (logits.empty()) throw std::invalid_argument("make_distribution: empty logits");
   for (int32_t id : history)
     if (id < 0) throw std::invalid_argument("make_distribution: negative token id in history");
   const bool penalise = p.has_penalties() && !history.empty();
-  if (p.greedy() && !penalise) return point_mass_at(argmax(logits));
+  const bool masked = !allowed.empty();
+  if (p.greedy() && !penalise && !masked) return point_mass_at(argmax(logits));
 
   Scratch& s = scratch();
   const size_t n = logits.size();
   std::vector<float>& w = s.w;
-  // src: the logits the transforms read. Without penalties the caller's, untouched; with
-  // them a scrubbed, penalised copy.
+  // src: the logits the transforms read. Without penalties or a mask the caller's,
+  // untouched; with them a scrubbed, masked, penalised copy.
   std::span<const float> src = logits;
-  if (penalise) {
+  if (penalise || masked) {
     w.resize(n);
     for (size_t i = 0; i < n; ++i) w[i] = scrub_nan(logits[i]);
-    apply_penalties(w, p, history, s.counts);
+    if (masked)
+      for (size_t i = 0; i < n; ++i) {
+        const size_t word = i / 64;
+        const bool ok = word < allowed.size() && ((allowed[word] >> (i % 64)) & 1u) != 0;
+        w[i] = ok ? w[i] : kNegInf;
+      }
+    if (penalise) apply_penalties(w, p, history, s.counts);
     src = w;
   }
   if (p.greedy()) return point_mass_at(argmax(src));
@@ -463,6 +475,16 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
     collect_candidates(w, total, p, cand);
   }
   return cut_and_normalise(cand, total, p);
+}
+
+void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
+                      std::vector<float>& out) {
+  validate(p);
+  for (int32_t id : history)
+    if (id < 0) throw std::invalid_argument("penalised_logits: negative token id in history");
+  out.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = scrub_nan(logits[i]);
+  apply_penalties(out, p, history, scratch().counts);
 }
 
 int32_t sample(const Distribution& d, Rng& rng) {

@@ -36,6 +36,17 @@ struct Distribution {
 // (NaN/inf temperature, top_p, min_p, penalties; repetition_penalty <= 0).
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history);
+// The same over the tokens a mask allows (bit i of allowed[i / 64] set: token i allowed;
+// tokens past the mask are not): the others are -inf before every transform, so top-k, top-p
+// and min-p choose among allowed tokens only (constrained decoding, engine/grammar/). An
+// empty mask allows everything. Throws std::runtime_error when it allows no possible token.
+Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
+                               std::span<const int32_t> history, std::span<const uint64_t> allowed);
+
+// The logits the transforms start from: NaN → -inf, then the penalties (a copy into out).
+// The same validation as make_distribution.
+void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
+                      std::vector<float>& out);
 
 // Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
 // Throws std::invalid_argument on an empty distribution.

@@ -10,7 +10,7 @@
 //    backend_description and cancel may be called from any thread at any time, also while a
 //    generation runs. The destructor must not overlap any other call. Separate Engines are
 //    independent and run in parallel (each has its own thread pool).
-//  - StreamCallback: runs on the thread that called generate, with the Engine's mutex held:
+//  - StreamCallback, StreamEventCallback: run on the thread that called generate, with the Engine's mutex held:
 //    it must not call generate/generate_tokens/logits on the same Engine (deadlock).
 //
 // Cancellation: return false from the StreamCallback, or call Engine::cancel() from another
@@ -46,6 +46,10 @@ class TANDEM_API Engine {
   GenerateResult generate(std::string_view prompt, const GenerateOptions& opts, const StreamCallback& cb = {});
   GenerateResult generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
                                  const StreamCallback& cb = {});
+  // The same with a callback that also gets each token's logprobs (opts.logprobs >= 0).
+  GenerateResult generate(std::string_view prompt, const GenerateOptions& opts, const StreamEventCallback& cb);
+  GenerateResult generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& opts,
+                                 const StreamEventCallback& cb);
   // Logits of every position of `tokens` from a fresh sequence ([n, n_vocab] row-major).
   std::vector<float> logits(std::span<const int32_t> tokens);
 

@@ -42,6 +42,35 @@ struct GenerateOptions {
   bool parse_special = true;      // special-token texts in the prompt become special tokens
   bool ignore_eos = false;
   SpeculativeOptions speculative;
+  // Constrained decoding: the output is a sentence of this GBNF grammar (llama.cpp's grammar
+  // format; json_schema_to_gbnf in engine/grammar/json_schema.hpp writes one from a JSON
+  // Schema). Empty → unconstrained. Each token is drawn from the target's distribution over
+  // the tokens the grammar allows next (renormalised), with speculation on or off alike; the
+  // output ends (FinishReason::Stop) once the grammar allows nothing more, and end-of-
+  // generation tokens are allowed only where the grammar may end. A bad grammar throws
+  // std::invalid_argument naming line and column.
+  std::string grammar;
+  // Log-probabilities of the output (GenerateResult::logprobs, StreamEvent::logprobs):
+  // -1 → none; 0..kMaxTopLogprobs → each generated token's own and this many most likely
+  // alternatives. They are the TARGET's, of the distribution the token was drawn from (after
+  // penalties, temperature, top-k, top-p, min-p; tokens those cut have -inf), whether a draft
+  // proposed the token or not, so speculation never changes them. Greedy requests (which
+  // draw from no distribution) get the log-softmax of the penalised logits at temperature 1.
+  // Asking for them keeps a request's logits on the host (no device-side verification).
+  int32_t logprobs = -1;
+};
+
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;  // natural log; -inf for a token the sampling transforms cut
+};
+
+// One generated token's log-probability and the most likely alternatives at its position.
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // most likely first (ties: lower id first); may hold `chosen`
 };
 
 enum class FinishReason { Stop, Length, Cancelled };
@@ -66,6 +95,7 @@ struct GenerateResult {
   FinishReason finish = FinishReason::Length;
   Timings timings;
   SpeculativeMetrics speculative;
+  std::vector<TokenLogprobs> logprobs;  // one per entry of `tokens` when opts.logprobs >= 0, else empty
 };
 
 struct ModelInfo {
@@ -82,5 +112,14 @@ struct ModelInfo {
 // cancel the generation. Text held back until the end comes in one last call whose return
 // value is ignored.
 using StreamCallback = std::function<bool(std::string_view text, int32_t token)>;
+
+// The same calls with the token's log-probabilities as well (null when the request did not
+// ask for them, and in the last call that only flushes held-back text).
+struct StreamEvent {
+  std::string_view text;
+  int32_t token = -1;
+  const TokenLogprobs* logprobs = nullptr;
+};
+using StreamEventCallback = std::function<bool(const StreamEvent& event)>;
 
 }  // namespace tandem

@@ -118,7 +118,32 @@ typedef struct tandem_generate_params {
   int32_t ngram_max;             /* default 4 */
   /* appended later (a caller built with an older header gets the default) */
   int32_t verify_mode;           /* a tandem_verify_mode; default TANDEM_VERIFY_COUPLED */
+  /* Constrained decoding: NULL or "" → none; else a GBNF grammar the output must follow
+   * (tandem_json_schema_to_grammar writes one from a JSON Schema). A bad grammar fails the
+   * call with TANDEM_ERR_INVALID_ARGUMENT naming line and column. */
+  const char* grammar;
+  /* Log-probabilities (tandem_result.logprobs, tandem_stream_logprobs_fn). Default -1: none;
+   * 0..TANDEM_MAX_TOP_LOGPROBS: each generated token's own and this many most likely
+   * alternatives. They are the target model's, of the distribution the token was drawn from
+   * (after penalties, temperature, top-k, top-p, min-p; cut tokens have -INFINITY), whatever
+   * the speculation; greedy requests get the log-softmax of the penalised logits. */
+  int32_t logprobs;
 } tandem_generate_params;
+
+#define TANDEM_MAX_TOP_LOGPROBS 20
+
+typedef struct tandem_logprob {
+  int32_t token;
+  float logprob;                 /* natural log */
+} tandem_logprob;
+
+/* One generated token's log-probability and the most likely alternatives at its position. */
+typedef struct tandem_token_logprobs {
+  int32_t token;
+  float logprob;
+  const tandem_logprob* top;     /* [n_top], most likely first */
+  size_t n_top;
+} tandem_token_logprobs;
 
 /* Allocated by the library, freed with tandem_result_free. New fields are only ever added
  * at the end; struct_size says how many bytes this library filled in. */
@@ -150,6 +175,9 @@ typedef struct tandem_result {
   const int64_t* spec_drafted_per_position;  /* [spec_n_positions]: steps that drafted position i */
   const int64_t* spec_accepted_per_position; /* [spec_n_positions]: steps whose draft i was accepted */
   size_t spec_n_positions;
+  /* appended later: check struct_size >= offsetof(tandem_result, n_logprobs) + sizeof(size_t) */
+  const tandem_token_logprobs* logprobs; /* [n_logprobs]: one per token when params.logprobs >= 0 */
+  size_t n_logprobs;
 } tandem_result;
 
 /* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */
@@ -174,6 +202,10 @@ typedef struct tandem_model_info {
  * generation then stops without another token. The callback must not call tandem_generate*
  * on the same engine (it would wait forever); other calls are fine. */
 typedef int (*tandem_stream_fn)(const char* text, size_t len, int32_t token, void* user_data);
+/* The same, with the token's log-probabilities (NULL unless params.logprobs >= 0, and in the
+ * last call that only flushes held-back text); valid during the call only. */
+typedef int (*tandem_stream_logprobs_fn)(const char* text, size_t len, int32_t token,
+                                         const tandem_token_logprobs* logprobs, void* user_data);
 
 /* ---- library ------------------------------------------------------------------------ */
 TANDEM_API const char* tandem_version(void);  /* e.g. "0.1.0" */
@@ -205,6 +237,15 @@ TANDEM_API tandem_status tandem_generate(tandem_engine* engine, const char* prom
 TANDEM_API tandem_status tandem_generate_tokens(tandem_engine* engine, const int32_t* prompt, size_t n_prompt,
                                                 const tandem_generate_params* params, tandem_stream_fn callback,
                                                 void* user_data, tandem_result** out_result);
+/* The same two with a stream callback that also receives each token's logprobs. */
+TANDEM_API tandem_status tandem_generate_logprobs(tandem_engine* engine, const char* prompt,
+                                                  const tandem_generate_params* params,
+                                                  tandem_stream_logprobs_fn callback, void* user_data,
+                                                  tandem_result** out_result);
+TANDEM_API tandem_status tandem_generate_tokens_logprobs(tandem_engine* engine, const int32_t* prompt,
+                                                         size_t n_prompt, const tandem_generate_params* params,
+                                                         tandem_stream_logprobs_fn callback, void* user_data,
+                                                         tandem_result** out_result);
 TANDEM_API void tandem_result_free(tandem_result* result);
 
 /* ---- tokenizer ----------------------------------------------------------------------
@@ -217,6 +258,29 @@ TANDEM_API tandem_status tandem_tokenize(const tandem_engine* engine, const char
  * vocabulary are an error. */
 TANDEM_API tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens,
                                            char* text, size_t capacity, size_t* out_len);
+
+/* ---- chat ---------------------------------------------------------------------------
+ * Conversations become prompts with the model's own chat template (GGUF key
+ * tokenizer.chat_template; ChatML when the file has none), exactly as `tandem serve` and
+ * `tandem chat` build them, ending with the assistant's turn (add_generation_prompt).
+ * The template is parsed on the first call; a template the library cannot interpret makes
+ * every chat call fail with TANDEM_ERR_LOAD (generation from text or tokens still works).
+ * A conversation the template rejects (its raise_exception, e.g. roles that do not
+ * alternate) fails with TANDEM_ERR_INVALID_ARGUMENT and the template's message.
+ * Buffers follow the tokenizer's convention above. Safe from any thread. */
+typedef struct tandem_chat_message {
+  const char* role;     /* "system", "user", "assistant", ... */
+  const char* content;
+} tandem_chat_message;
+
+/* The rendered prompt text (control-token texts as text). */
+TANDEM_API tandem_status tandem_chat_render(const tandem_engine* engine, const tandem_chat_message* messages,
+                                            size_t n_messages, char* text, size_t capacity, size_t* out_len);
+/* The prompt's token ids, ready for tandem_generate_tokens with add_special = 0: control-token
+ * texts become control tokens, and BOS is prepended only when the model wants one and the
+ * template did not write it already. */
+TANDEM_API tandem_status tandem_chat_tokenize(const tandem_engine* engine, const tandem_chat_message* messages,
+                                              size_t n_messages, int32_t* tokens, size_t capacity, size_t* out_n);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,8 @@ unknown model, prompt too long, body too large, queue full, API key, shutting do
 client disconnects cancelling their sequence, the request timeout, greedy outputs that
 do not depend on batching or speculation, a 32-stream load test, a KV budget so small
 that sequences are preempted (and still finish with the same text), and graceful
-shutdown on SIGTERM.
+shutdown on SIGTERM, and the inference gateway's metrics (queue, batch, KV utilization and
+their vLLM aliases) scraped under more requests than --max-seqs.
 
     python3 tests/python/test_server.py --tandem build/release/apps/tandem [-k pattern]
 
@@ -355,8 +356,8 @@ class MainServer(Timed):
         with self.assertRaises(openai.BadRequestError):
             self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}],
                                                 temperature=5)
-        with self.assertRaises(openai.BadRequestError):
-            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}], n=2)
+        with self.assertRaises(openai.BadRequestError):  # above --max-seqs (16)
+            self.client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "x"}], n=17)
         with self.assertRaises(openai.AuthenticationError):
             self.server.client(api_key="wrong").models.list()
 
@@ -374,7 +375,16 @@ class MainServer(Timed):
             ("stop wrong type", chat, {"messages": msgs, "stop": 5}, 400, "invalid_type"),
             ("role missing", chat, {"messages": [{"content": "x"}]}, 400, "missing_required_parameter"),
             ("unknown model", chat, {"model": "nope", "messages": msgs}, 404, "model_not_found"),
-            ("n > 1", chat, {"messages": msgs, "n": 3}, 400, "unsupported_value"),
+            ("n above the limit", chat, {"messages": msgs, "n": 17}, 400, "invalid_value"),
+            ("top_logprobs without logprobs", chat, {"messages": msgs, "top_logprobs": 2}, 400, "invalid_value"),
+            ("top_logprobs above 20", chat, {"messages": msgs, "logprobs": True, "top_logprobs": 21}, 400,
+             "invalid_value"),
+            ("best_of streamed", "/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, 400,
+             "invalid_value"),
+            ("response_format json", chat, {"messages": msgs, "response_format": {"type": "json_object"}}, 400,
+             "unsupported_value"),
+            ("tools", chat, {"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
+             "unsupported_value"),
             ("bad speculative mode", chat, {"messages": msgs, "speculative": {"mode": "x"}}, 400, "invalid_value"),
             ("missing prompt", "/v1/completions", {"max_tokens": 3}, 400, "missing_required_parameter"),
             ("prompt too long", "/v1/completions", {"prompt": "hello " * 2100}, 400, "context_length_exceeded"),
@@ -509,6 +519,112 @@ class MainServer(Timed):
             batched = list(ex.map(lambda j: sampled(*j), jobs))
         for (p, s, spec), text in zip(jobs, batched):
             self.assertEqual(text, plain[(p, s)], f"batched {spec} prompt {p!r} seed {s}")
+
+    # -- logprobs and n > 1 (identical with speculation off, n-gram and the draft model) --
+    MODES = ("none", "ngram", "model")
+
+    @staticmethod
+    def chat_logprobs(lp):
+        """A choice's logprobs as plain values: [(token, logprob, bytes, [(token, logprob), ...])]."""
+        return [(t.token, t.logprob, tuple(t.bytes), tuple((a.token, a.logprob) for a in t.top_logprobs))
+                for t in lp.content]
+
+    def test_chat_logprobs_streamed_and_not_identical_across_speculation(self):
+        msgs = [{"role": "user", "content": "Count from one to ten."}]
+        for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 3}):
+            seen = {}
+            for mode in self.MODES:
+                kw = dict(model="smollm2", messages=msgs, max_tokens=8, logprobs=True, top_logprobs=3,
+                          extra_body={"speculative": {"mode": mode, "verify": "coupled"}}, **sampling)
+                full = self.client.chat.completions.create(**kw)
+                lps = self.chat_logprobs(full.choices[0].logprobs)
+                self.assertEqual(len(lps), full.usage.completion_tokens)
+                for token, logprob, raw, top in lps:
+                    self.assertLessEqual(logprob, 0.0)
+                    self.assertEqual(len(top), 3)
+                    self.assertEqual(list(top), sorted(top, key=lambda a: -a[1]))
+                    self.assertEqual(bytes(raw).decode("utf-8", "replace"), token)
+                    if sampling["temperature"] == 0:
+                        self.assertEqual(top[0][0], token, "greedy takes the most likely token")
+                if full.choices[0].finish_reason == "length":  # (an end-of-turn token has no text)
+                    self.assertEqual("".join(t[0] for t in lps), full.choices[0].message.content)
+                chunks = list(self.client.chat.completions.create(stream=True, **kw))
+                streamed = [e for c in chunks if c.choices and c.choices[0].logprobs
+                            for e in self.chat_logprobs(c.choices[0].logprobs)]
+                self.assertEqual(streamed, lps, f"{mode}: streamed logprobs")
+                seen[mode] = (full.choices[0].message.content, lps)
+            self.assertEqual(seen["ngram"], seen["none"], f"{sampling}: n-gram vs none")
+            self.assertEqual(seen["model"], seen["none"], f"{sampling}: draft model vs none")
+        m = self.server.metrics()
+        self.assertGreater(m["tandem_spec_accepted_tokens_total"], 0)
+
+    def test_completion_logprobs_shape(self):
+        prompt = "The days of the week are Monday, Tuesday,"
+        for mode in self.MODES:
+            r = self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0, logprobs=2,
+                                               extra_body={"speculative": {"mode": mode}})
+            lp = r.choices[0].logprobs
+            if mode == "none":
+                first = lp
+            self.assertEqual(len(lp.tokens), r.usage.completion_tokens)
+            self.assertEqual("".join(lp.tokens), r.choices[0].text)
+            self.assertEqual(len(lp.token_logprobs), len(lp.tokens))
+            self.assertEqual(lp.text_offset, [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))])
+            for tok, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+                self.assertLessEqual(len(top), 3)  # two alternatives, and the chosen one
+                self.assertEqual(top[tok], logprob)
+                self.assertEqual(max(top.values()), logprob)  # greedy
+            self.assertEqual((lp.tokens, lp.token_logprobs, lp.top_logprobs), (first.tokens, first.token_logprobs,
+                                                                               first.top_logprobs), mode)
+            chunks = list(self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=6, temperature=0,
+                                                         logprobs=2, stream=True,
+                                                         extra_body={"speculative": {"mode": mode}}))
+            streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+            offsets = [o for c in chunks if c.choices and c.choices[0].logprobs for o in c.choices[0].logprobs.text_offset]
+            self.assertEqual((streamed, offsets), (lp.tokens, lp.text_offset))
+        # Without logprobs: null.
+        self.assertIsNone(complete(self.client, prompt, 2).choices[0].logprobs)
+
+    def test_n_choices_streamed_and_not_across_speculation(self):
+        msgs = [{"role": "user", "content": "Write a word."}]
+        before = self.server.metrics()["tandem_prefix_cache_hit_tokens_total"]
+        seen = {}
+        for mode in self.MODES:
+            kw = dict(model="smollm2", messages=msgs, max_tokens=6, temperature=1.0, seed=11, logprobs=True,
+                      extra_body={"speculative": {"mode": mode, "verify": "coupled"}})
+            r = self.client.chat.completions.create(n=3, **kw)
+            self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+            texts = [c.message.content for c in r.choices]
+            self.assertEqual(r.usage.completion_tokens, sum(len(c.logprobs.content) for c in r.choices))
+            one = self.client.chat.completions.create(**kw)
+            self.assertEqual(r.usage.prompt_tokens, one.usage.prompt_tokens)  # the prompt counts once
+            self.assertEqual(texts[0], one.choices[0].message.content, "choice 0 is the n = 1 request")
+            chunks = list(self.client.chat.completions.create(n=3, stream=True, stream_options={"include_usage": True},
+                                                              **kw))
+            streamed, finishes = ["", "", ""], [[], [], []]
+            for c in chunks:
+                for ch in c.choices:
+                    streamed[ch.index] += ch.delta.content or ""
+                    if ch.finish_reason:
+                        finishes[ch.index].append(ch.finish_reason)
+            self.assertEqual(streamed, texts)
+            self.assertEqual(finishes, [[c.finish_reason] for c in r.choices])
+            self.assertEqual(chunks[-1].usage.completion_tokens, r.usage.completion_tokens)
+            seen[mode] = texts
+        self.assertEqual(seen["ngram"], seen["none"])
+        self.assertEqual(seen["model"], seen["none"])
+        self.assertGreater(len(set(seen["none"])), 1, "each choice has its own random stream")
+        # The later choices took the prompt's blocks from the prefix cache.
+        self.assertGreater(self.server.metrics()["tandem_prefix_cache_hit_tokens_total"], before)
+        # Completions: n and best_of (the best by mean token logprob, without logprobs shown).
+        c = self.client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                           seed=2, n=2, best_of=3)
+        self.assertEqual([x.index for x in c.choices], [0, 1])
+        self.assertTrue(all(x.logprobs is None for x in c.choices))
+        c = self.client.completions.create(model="smollm2", prompt="Once upon a time", max_tokens=5, temperature=1.0,
+                                           seed=2, n=2, best_of=3, logprobs=0)
+        means = [sum(x.logprobs.token_logprobs) / len(x.logprobs.token_logprobs) for x in c.choices]
+        self.assertGreaterEqual(means[0], means[1])
 
     def test_load_32_streams(self):
         rng = random.Random(7)
@@ -762,6 +878,136 @@ class TightKvServer(Timed):
         self.assertEqual(self.server.proc.wait(60), 0)
 
 
+# ---- server D: the inference gateway's metrics under load ------------------------------
+
+
+def metric_types(text):
+    """{family: type} from the # TYPE lines of a /metrics page."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out[name] = kind
+    return out
+
+
+class GatewayMetricsServer(Timed):
+    """The Model Server Protocol of the Gateway API Inference Extension (docs/deploy.md): the
+    endpoint picker reads TotalQueuedRequests, TotalRunningRequests and KVCacheUtilization
+    from /metrics. Here, under more requests than --max-seqs: each gauge has its type, the
+    queue holds exactly the excess, running equals the batch, the KV utilization is what the
+    allocator's own block counts say, and the vLLM aliases carry the same values."""
+
+    MAX_SEQS = 2
+    N_REQUESTS = 6
+    LABEL = '{model_name="smollm2"}'
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("gateway", "--api-key", API_KEY, "--max-seqs", str(cls.MAX_SEQS), "--max-queue", "16",
+                            "--ctx", "512", "--kv-mem", "32MiB", "--draft", "none", "--metrics-compat", "vllm")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.finish()
+
+    def scrape(self):
+        status, _, text = self.server.request("GET", "/metrics", auth=False)
+        self.assertEqual(status, 200)
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return metric_types(text), values
+
+    def check_consistent(self, v):
+        # KVCacheUtilization is the allocator's fill without the prefix-cache blocks no
+        # sequence holds (evictable), over the budget; target only here (no draft model).
+        used, idle, total = v["tandem_kv_blocks_used"], v["tandem_kv_prefix_idle_blocks"], v["tandem_kv_blocks_total"]
+        self.assertGreater(total, 0)
+        self.assertAlmostEqual(v["tandem_kv_cache_utilization"], (used - idle) / total, delta=1.0 / total)
+        self.assertGreaterEqual(v["tandem_kv_cache_utilization"], 0.0)
+        self.assertLessEqual(v["tandem_kv_cache_utilization"], 1.0)
+        # The aliases are the same numbers, from the same snapshot.
+        self.assertEqual(v["vllm:num_requests_waiting" + self.LABEL], v["tandem_queue_length"])
+        self.assertEqual(v["vllm:num_requests_running" + self.LABEL], v["tandem_running_sequences"])
+        self.assertEqual(v["vllm:kv_cache_usage_perc" + self.LABEL], v["tandem_kv_cache_utilization"])
+        self.assertEqual(v["vllm:gpu_cache_usage_perc" + self.LABEL], v["tandem_kv_cache_utilization"])
+
+    def test_protocol_gauges_under_load(self):
+        types, idle = self.scrape()
+        for name in ("tandem_queue_length", "tandem_running_sequences", "tandem_kv_cache_utilization",
+                     "vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+                     "vllm:gpu_cache_usage_perc", "vllm:cache_config_info"):
+            self.assertEqual(types.get(name), "gauge", name)
+        for name in ("vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
+            self.assertEqual(types.get(name), "counter", name)
+        for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"):
+            self.assertEqual(types.get(name), "histogram", name)
+        self.assertEqual((idle["tandem_queue_length"], idle["tandem_running_sequences"]), (0, 0))
+        self.assertEqual(idle["tandem_kv_cache_utilization"], 0)
+        self.check_consistent(idle)
+        block_size = next(int(re.search(r'block_size="(\d+)"', k).group(1)) for k in idle
+                          if k.startswith("tandem_cache_config_info{"))
+
+        prompt = PROMPTS[2] + " " + PROMPTS[4]
+        # One request first: the prompt's length in tokens (its usage).
+        status, _, warm = self.server.request("POST", "/v1/completions",
+                                              {"model": "smollm2", "prompt": prompt, "max_tokens": 1})
+        self.assertEqual(status, 200, warm)
+        n_prompt = warm["usage"]["prompt_tokens"]
+        self.assertGreater(n_prompt, 0)
+
+        body = {"model": "smollm2", "prompt": prompt, "max_tokens": 64, "stream": True, "ignore_eos": True}
+        with cf.ThreadPoolExecutor(self.N_REQUESTS) as ex:
+            futures = [ex.submit(raw_stream, self.server, "/v1/completions", body) for _ in range(self.N_REQUESTS)]
+            # Every request is in: the batch is full and the excess waits.
+            deadline = time.time() + 30 * TIME_SCALE
+            loaded = None
+            while time.time() < deadline:
+                _, v = self.scrape()
+                if v["tandem_queue_length"] + v["tandem_running_sequences"] == self.N_REQUESTS:
+                    loaded = v
+                    break
+                time.sleep(0.02)
+            self.assertIsNotNone(loaded, "the requests never were all queued or running at once")
+            self.assertEqual(loaded["tandem_running_sequences"], self.MAX_SEQS)
+            self.assertEqual(loaded["tandem_queue_length"], self.N_REQUESTS - self.MAX_SEQS)
+            self.check_consistent(loaded)
+            # The running sequences hold at least their prompts' blocks (shared prefix blocks
+            # once: identical prompts), and the cache is not full.
+            util = loaded["tandem_kv_cache_utilization"]
+            self.assertGreaterEqual(util * loaded["tandem_kv_blocks_total"], n_prompt // block_size)
+            self.assertGreater(util, 0)
+            self.assertLess(util, 1)
+            # While the batch drains, the queue only shrinks.
+            last_queue = loaded["tandem_queue_length"]
+            while not all(f.done() for f in futures):
+                _, v = self.scrape()
+                self.assertLessEqual(v["tandem_running_sequences"], self.MAX_SEQS)
+                self.assertLessEqual(v["tandem_queue_length"], last_queue)
+                last_queue = v["tandem_queue_length"]
+                self.check_consistent(v)
+                time.sleep(0.05)
+            for f in futures:
+                status, events = f.result()
+                self.assertEqual((status, events[-1]), (200, "[DONE]"))
+
+        # Idle again: nothing queued or running, and the blocks the prefix cache keeps are
+        # free for the gateway (utilization 0) although the allocator still counts them.
+        _, after = self.scrape()
+        self.assertEqual((after["tandem_queue_length"], after["tandem_running_sequences"]), (0, 0))
+        self.assertEqual(after["tandem_kv_cache_utilization"], 0)
+        self.assertEqual(after["tandem_kv_blocks_used"], after["tandem_kv_prefix_idle_blocks"])
+        self.assertGreater(after["tandem_kv_prefix_idle_blocks"], 0)
+        self.assertGreater(after["tandem_kv_usage_ratio"], 0)
+        self.check_consistent(after)
+        self.assertGreaterEqual(after["vllm:generation_tokens_total" + self.LABEL], self.N_REQUESTS * 64)
+        status, _, body = self.server.request("GET", "/health", auth=False)
+        self.assertEqual((status, body), (200, {"status": "ok"}))
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
@@ -777,7 +1023,8 @@ def main():
     loader = unittest.TestLoader()
     if ARGS.pattern:
         loader.testNamePatterns = [f"*{p}*" for p in ARGS.pattern]
-    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer))
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer,
+                                                                            GatewayMetricsServer))
     t0 = time.time()
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
     print(f"server tests took {time.time() - t0:.0f} s")

@@ -1,11 +1,11 @@
-#include "apps/server/chat_prompt.hpp"
+#include "engine/api/chat_prompt.hpp"
 
 #include <stdexcept>
 
 #include "engine/gguf/gguf.hpp"
 #include "tandem/engine.hpp"
 
-namespace tandem::server {
+namespace tandem {
 namespace {
 
 // The text of a special token named by a GGUF id key, "" when absent or out of range.
@@ -49,4 +49,4 @@ std::vector<int32_t> ChatPrompt::tokenize(const Engine& engine, const std::strin
   return ids;
 }
 
-}  // namespace tandem::server
+}  // namespace tandem

@@ -1,0 +1,105 @@
+"""The package's value types: the keyword options of Engine.load and generate, and results."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+
+class LoadOptions(TypedDict, total=False):
+    """Keyword options of Engine.load beyond model, draft and device (tandem_load_params)."""
+
+    threads: int          # 0: one per available core
+    context: int          # max tokens per sequence; 0: min(the model's, 4096)
+    kv_type: Literal["f16", "f32"]
+    pin_threads: bool     # bind each CPU worker thread to one core
+    gpu_mem_bytes: int    # CUDA: device memory for models, caches and scratch; 0: 90% of free
+
+
+class SamplingOptions(TypedDict, total=False):
+    """Keyword options of generate/stream/chat (tandem_generate_params); unset ones keep the library's defaults."""
+
+    max_tokens: int                   # default 128
+    temperature: float                # default 0.8; <= 0: greedy
+    top_k: int                        # default 40; <= 0: off
+    top_p: float                      # default 0.95; >= 1: off
+    min_p: float                      # default 0.05; <= 0: off
+    repetition_penalty: float         # default 1 (off)
+    repetition_window: int            # default 64; < 0: the whole history
+    presence_penalty: float
+    frequency_penalty: float
+    seed: int
+    stop: str | Sequence[str]         # generation ends before the first occurrence
+    add_special: bool                 # default True: prepend BOS etc. as the model says
+    parse_special: bool               # default True: special-token texts become special tokens
+    ignore_eos: bool
+    # Speculative decoding: changes speed only, never the output's distribution (and
+    # greedy output not at all).
+    draft: Literal["none", "model", "ngram"]  # default: what Engine.load was given
+    draft_max: int                    # tokens drafted per step, default 4
+    draft_min: int
+    draft_p_min: float
+    ngram_min: int
+    ngram_max: int
+    verify: Literal["coupled", "rejection"]  # default "coupled"
+
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Timings:
+    prefill_ms: float                 # the prompt's forward pass, up to the first sampled token
+    decode_ms: float                  # every later token
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class SpeculativeMetrics:
+    """Zero without speculation. acceptance_rate = accepted_tokens / drafted_tokens."""
+
+    drafts: int = 0                   # verification steps that carried at least one draft token
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0  # tokens per draft step, the corrected/bonus token included
+    target_passes: int = 0
+    draft_forwards: int = 0
+    draft_ms: float = 0.0
+    target_ms: float = 0.0
+    verify_ms: float = 0.0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    text: str                         # cut before a stop string
+    tokens: list[int]                 # the generated tokens (a stop string's included)
+    prompt_tokens: list[int]
+    finish_reason: FinishReason
+    timings: Timings
+    speculative: SpeculativeMetrics
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    architecture: str
+    name: str
+    backend: str                      # e.g. "cpu (avx2, 4 threads)"
+    backend_note: str                 # why device "auto" chose the CPU, else ""
+    draft_path: str                   # "" without a draft model
+    draft_name: str
+    n_vocab: int
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    context: int                      # max tokens per sequence
+    weight_bytes: int
+    kv_bytes: int
+
+
+Message = dict[str, str]  # {"role": ..., "content": ...}, as OpenAI's chat API writes them

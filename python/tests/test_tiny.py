@@ -1,0 +1,183 @@
+"""The package's API on a tiny random-weight model: loading and its errors, the tokenizer,
+generation (text and token prompts, stop strings), speculation giving the plain greedy
+tokens, streaming, cancellation by leaving the loop, chat, closing, tune. (The GIL: test_smollm2.py,
+where one library call lasts long enough to tell.)"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import tandem
+
+# Ids that repeat, so n-gram lookup finds continuations (as tests/test_c_api.cpp does).
+REPETITIVE = [17, 42, 99, 150, 7, 230, 64, 5] * 3
+
+
+def greedy(n: int) -> dict:
+    return {"max_tokens": n, "temperature": 0.0, "ignore_eos": True}
+
+
+def test_versions_agree() -> None:
+    assert tandem.__version__ == tandem.library_version()
+
+
+def test_load_errors_are_mapped(tmp_path, tiny_path: str) -> None:
+    with pytest.raises(tandem.LoadError) as e:
+        tandem.Engine.load(str(tmp_path / "missing.gguf"))
+    assert isinstance(e.value, OSError) and e.value.status == -2 and "missing.gguf" in str(e.value)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF not really")
+    with pytest.raises(tandem.LoadError):
+        tandem.Engine.load(str(bad))
+    with pytest.raises(TypeError, match="unknown option"):
+        tandem.Engine.load(tiny_path, thread=1)  # type: ignore[call-arg]
+    with pytest.raises(tandem.TandemError) as e2:
+        tandem.Engine.load(tiny_path, device="tpu")
+    assert "tpu" in str(e2.value)
+    with pytest.raises(tandem.TandemError):
+        tandem.Engine.load(tiny_path, kv_type="int3")  # type: ignore[arg-type]
+
+
+def test_info(tiny: tandem.Engine, tiny_path: str) -> None:
+    i = tiny.info
+    assert i.path == tiny_path and i.architecture == "llama" and i.n_vocab == 320 and i.context == 512
+    assert i.draft_path == "" and "cpu" in i.backend
+
+
+def test_tokenizer_round_trip_and_errors(tiny: tandem.Engine) -> None:
+    text = "Hello world, hello tandem!"
+    ids = tiny.tokenize(text, add_special=False)
+    assert ids and all(0 <= t < 320 for t in ids)
+    assert tiny.detokenize(ids) == text
+    assert tiny.detokenize_bytes(ids) == text.encode()
+    assert tiny.tokenize("") == [] or tiny.tokenize("") == tiny.tokenize("", add_special=True)
+    with pytest.raises(tandem.InvalidArgumentError) as e:
+        tiny.detokenize([5, 320])
+    assert isinstance(e.value, ValueError) and "320" in str(e.value)
+    with pytest.raises(tandem.InvalidArgumentError, match="NUL"):
+        tiny.tokenize("a\0b")
+
+
+def test_generate_text_and_tokens(tiny: tandem.Engine) -> None:
+    a = tiny.generate("The capital of", **greedy(12))
+    b = tiny.generate("The capital of", **greedy(12))
+    assert a.tokens == b.tokens and len(a.tokens) == 12 and a.finish_reason == "length"
+    # (The text leaves out control tokens such as <|im_end|>, which random weights emit.)
+    assert a.text and a.text in tiny.detokenize(a.tokens)
+    assert a.prompt_tokens == tiny.tokenize("The capital of", parse_special=True)
+    c = tiny.generate(a.prompt_tokens, **greedy(12))
+    assert c.tokens == a.tokens
+    assert a.timings.decode_ms > 0 and a.timings.prefill_ms > 0
+    assert a.speculative.drafted_tokens == 0
+    with pytest.raises(TypeError, match="unknown option"):
+        tiny.generate("x", temprature=0.5)  # type: ignore[call-arg]
+    with pytest.raises(tandem.InvalidArgumentError, match="draft"):
+        tiny.generate("x", draft="medusa")  # type: ignore[arg-type]
+    with pytest.raises(tandem.InvalidArgumentError):
+        tiny.generate([1, 999], max_tokens=2)
+    with pytest.raises(tandem.InvalidArgumentError):
+        tiny.generate("x", max_tokens=4, draft_max=-1)
+
+
+def test_stop_strings(tiny: tandem.Engine) -> None:
+    full = tiny.generate("Once", **greedy(24))
+    stop = full.text[len(full.text) // 2:][:3]
+    assert stop
+    cut = tiny.generate("Once", **greedy(24), stop=[stop, "\x01never"])
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[:full.text.index(stop)]
+
+
+def test_sampling_is_seeded(tiny: tandem.Engine) -> None:
+    a = tiny.generate("Once", max_tokens=16, temperature=1.0, seed=7, ignore_eos=True)
+    b = tiny.generate("Once", max_tokens=16, temperature=1.0, seed=7, ignore_eos=True)
+    assert a.tokens == b.tokens
+
+
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_speculation_gives_the_plain_greedy_tokens(tiny_path: str, draft: str) -> None:
+    # The model drafting for itself: a plumbing test of the draft-model path.
+    with tandem.Engine.load(tiny_path, draft=tiny_path if draft == "model" else "ngram", threads=1) as e:
+        plain = e.generate(REPETITIVE, **greedy(32), draft="none")
+        spec = e.generate(REPETITIVE, **greedy(32), draft_max=4)
+        assert spec.tokens == plain.tokens and spec.text == plain.text
+        m = spec.speculative
+        assert m.drafts > 0 and m.drafted_tokens > 0 and m.target_passes > 0
+        assert m.acceptance_rate == pytest.approx(m.accepted_tokens / m.drafted_tokens)
+        assert sum(m.drafted_per_position) == m.drafted_tokens and len(m.drafted_per_position) == 4
+        if draft == "model":
+            assert e.info.draft_path == tiny_path and m.draft_forwards > 0 and m.accepted_tokens > 0
+
+
+def test_stream_matches_generate(tiny: tandem.Engine) -> None:
+    ref = tiny.generate("Stream me", **greedy(20))
+    s = tiny.stream("Stream me", **greedy(20))
+    assert s.result is None
+    pieces = list(s)
+    assert "".join(pieces) == ref.text and all(pieces)
+    assert s.finished and s.result is not None and s.result.tokens == ref.tokens
+    assert s.tokens == ref.tokens
+
+
+def test_breaking_out_of_the_loop_stops_the_generation(tiny: tandem.Engine) -> None:
+    n = 0
+    for _ in tiny.stream("Go on", max_tokens=100_000, temperature=0.0, ignore_eos=True):
+        n += 1
+        if n == 3:
+            break
+    # Leaving the loop dropped the stream, which cancelled and joined the generation.
+    assert tiny._active == 0
+    # The engine is free at once: a new generation does not wait behind the old one.
+    t0 = time.monotonic()
+    assert len(tiny.generate("x", **greedy(2)).tokens) == 2
+    assert time.monotonic() - t0 < 10
+
+
+def test_close_cancels_and_reports(tiny: tandem.Engine) -> None:
+    with tiny.stream("Go on", max_tokens=100_000, temperature=0.0, ignore_eos=True) as s:
+        first = next(s)
+        assert first
+    assert s.finished and s.result is not None
+    assert s.result.finish_reason == "cancelled" and 1 <= len(s.result.tokens) < 1000
+    with pytest.raises(StopIteration):
+        next(s)
+
+
+def test_chat_uses_the_model_template(tiny: tandem.Engine) -> None:
+    conv = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert tiny.apply_chat_template(conv) == (
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    ids = tiny.chat_tokens(conv)
+    assert ids == tiny.tokenize(tiny.apply_chat_template(conv), add_special=False, parse_special=True)
+    r = tiny.chat(conv, **greedy(5))
+    assert r.prompt_tokens == ids and len(r.tokens) == 5
+    assert "".join(tiny.chat_stream(conv, **greedy(5))) == r.text
+    with pytest.raises(TypeError):
+        tiny.chat("hi")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="message 0"):
+        tiny.chat([{"role": "user"}])
+
+
+def test_closed_engine_refuses_calls_and_close_cancels_streams(tiny_path: str) -> None:
+    e = tandem.Engine.load(tiny_path, threads=1)
+    s = e.stream("Go on", max_tokens=100_000, temperature=0.0, ignore_eos=True)
+    assert next(s)
+    e.close()  # cancels the stream's generation and waits for it
+    rest = list(s)
+    assert s.result is not None and s.result.finish_reason == "cancelled"
+    assert len(rest) < 1000
+    with pytest.raises(tandem.InvalidArgumentError, match="closed"):
+        e.generate("x")
+    e.close()  # idempotent
+
+
+def test_tune_reports_a_recommendation(tiny_path: str, tmp_path) -> None:
+    cfg = tmp_path / "tuned.json"
+    report = tandem.tune(tiny_path, "ngram", draft_max="1..2", temps=[0.0], policies=["fixed"], max_tokens=8,
+                         threads=1, write_config=cfg, extra_args=["--no-calibrate"], timeout=300)
+    assert isinstance(report, dict) and report
+    assert cfg.exists() and cfg.stat().st_size > 0
+    with pytest.raises(tandem.TandemError, match="tune failed"):
+        tandem.tune(str(tmp_path / "missing.gguf"), timeout=60)

@@ -1,0 +1,205 @@
+// Constrained decoding (GenerateOptions::grammar) through the real paths: Engine::generate
+// and the Scheduler, with speculation off, by prompt lookup and by a draft model. Greedy
+// output under a grammar is the same whatever drafted it; every output is a prefix of a
+// sentence (a whole one when it ended by itself); bad grammars are refused up front. The
+// sampled distribution under a grammar is χ²-tested in test_lossless.cpp (grammar_*).
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/grammar/grammar.hpp"
+#include "engine/runtime/scheduler.hpp"
+#include "tandem/engine.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/prompts.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+// A pair whose greedy output varies (qwen2 layout, untied output), and a close draft.
+const test::TinyPair& models() {
+  static const test::TinyPair f = [] {
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 5;
+    return test::write_tiny_pair(test::scratch_dir("constrained"), t);
+  }();
+  return f;
+}
+
+std::unique_ptr<Engine> load(size_t kv_mem = 4 << 20, int32_t context = 256) {
+  LoadOptions o;
+  o.model_path = models().target;
+  o.draft_model_path = models().close_draft;
+  o.threads = 1;
+  o.context = context;
+  o.kv_mem_bytes = kv_mem;
+  o.device = "cpu";
+  return Engine::load(o);
+}
+
+// A small JSON-like language: an object of "key": value pairs, values words, numbers, lists.
+const char* const kObject = R"G(root ::= "{" ws pair ( "," ws pair )* "}"
+pair ::= "\"" [a-z]+ "\"" ws ":" ws value ws
+value ::= "\"" [a-z ]* "\"" | [0-9]+ | "[" ws ( value ( "," ws value )* )? "]"
+ws ::= " "?)G";
+
+GenerateOptions opts(int n, DraftMode mode, float temperature = 0.0f, uint64_t seed = 1) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.sampling.temperature = temperature;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.0f;
+  g.sampling.min_p = 0.0f;
+  g.sampling.seed = seed;
+  g.speculative.mode = mode;
+  g.speculative.draft_max = 3;
+  g.grammar = kObject;
+  return g;
+}
+
+// The output's text is a prefix of a sentence, and a whole sentence when the output ended
+// by itself (the grammar completed, or an end-of-generation token where it may end).
+void expect_in_language(const Grammar& g, const GenerateResult& r, const std::string& what) {
+  GrammarState s = g.initial();
+  g.advance_in_place(s, r.text);
+  EXPECT_FALSE(s.dead()) << what << ": '" << r.text << "' leaves the grammar";
+  if (r.finish == FinishReason::Stop) {
+    EXPECT_TRUE(Grammar::accepting(s)) << what << ": '" << r.text << "' stopped early";
+  }
+}
+
+TEST(Constrained, GreedyOutputIsTheSameWithSpeculationOnOrOff) {
+  auto e = load();
+  auto g = Grammar::parse(kObject);
+  int stopped = 0, drafted = 0;
+  for (int p = 0; p < 6; ++p) {
+    const auto prompt = test::random_prompt(4 + p * 5, 40 + p, 3);
+    const GenerateResult plain = e->generate_tokens(prompt, opts(60, DraftMode::None));
+    expect_in_language(*g, plain, "plain");
+    stopped += plain.finish == FinishReason::Stop;
+    for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model})
+      for (int k : {1, 3, 5}) {
+        GenerateOptions o = opts(60, mode);
+        o.speculative.draft_max = k;
+        const GenerateResult r = e->generate_tokens(prompt, o);
+        EXPECT_EQ(r.tokens, plain.tokens) << "prompt " << p << " mode " << static_cast<int>(mode) << " k " << k;
+        EXPECT_EQ(r.finish, plain.finish);
+        drafted += static_cast<int>(r.speculative.drafted_tokens);
+      }
+  }
+  EXPECT_GT(drafted, 100);
+  EXPECT_GT(stopped, 0) << "no output completed its object: the completion path went untested";
+}
+
+TEST(Constrained, SampledOutputsStayInTheLanguage) {
+  auto e = load();
+  auto g = Grammar::parse(kObject);
+  const auto prompt = test::random_prompt(12, 9, 3);
+  int stopped = 0;
+  for (DraftMode mode : {DraftMode::None, DraftMode::Ngram, DraftMode::Model})
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      GenerateOptions o = opts(80, mode, 1.0f, seed);
+      o.speculative.verify = seed % 2 ? VerifyMode::Rejection : VerifyMode::Coupled;
+      const GenerateResult r = e->generate_tokens(prompt, o);
+      expect_in_language(*g, r, "seed " + std::to_string(seed));
+      stopped += r.finish == FinishReason::Stop;
+    }
+  EXPECT_GT(stopped, 0);
+}
+
+// A grammar with one sentence: it is produced, and the output ends there without an EOS.
+TEST(Constrained, CompleteGrammarEndsTheOutput) {
+  auto e = load();
+  GenerateOptions o = opts(50, DraftMode::Model, 1.0f, 3);
+  o.grammar = R"(root ::= "{\"ok\": true}")";
+  o.ignore_eos = true;
+  const GenerateResult r = e->generate_tokens(test::random_prompt(5, 1, 3), o);
+  EXPECT_EQ(r.text, "{\"ok\": true}");
+  EXPECT_EQ(r.finish, FinishReason::Stop);
+  // The empty sentence: nothing at all.
+  o.grammar = R"(root ::= "")";
+  const GenerateResult none = e->generate_tokens(test::random_prompt(5, 1, 3), o);
+  EXPECT_TRUE(none.tokens.empty());
+  EXPECT_EQ(none.finish, FinishReason::Stop);
+}
+
+TEST(Constrained, BadGrammarsAreRefusedUpFront) {
+  auto e = load();
+  GenerateOptions o = opts(10, DraftMode::None);
+  o.grammar = "root ::= \"a\" | undefined_rule";
+  try {
+    e->generate_tokens(test::random_prompt(5, 1, 3), o);
+    ADD_FAILURE() << "a bad grammar was accepted";
+  } catch (const std::invalid_argument& ex) {
+    EXPECT_NE(std::string(ex.what()).find("'undefined_rule' is not defined"), std::string::npos) << ex.what();
+  }
+  Scheduler s(*e, SchedulerOptions{});
+  ServeRequest r;
+  r.prompt = test::random_prompt(5, 1, 3);
+  r.opts = o;
+  const SubmitResult sr = s.submit(std::move(r));
+  EXPECT_EQ(sr.status, SubmitStatus::Invalid);
+  EXPECT_NE(sr.message.find("grammar: 1:"), std::string::npos) << sr.message;
+  s.shutdown(true);
+}
+
+// Batched with unconstrained requests, under preemption (a small KV budget), constrained
+// requests give what they give alone, and the others are untouched by them.
+TEST(Constrained, BatchingAndPreemptionChangeNothing) {
+  // Both models' KV (2 x K,V x 2 layers x width 32 x f16) for 180 tokens: ten requests of
+  // ~65 tokens each must take turns.
+  auto e = load(2 * 2 * 2 * 32 * 2 * 180, 128);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 10; ++i) {
+    GenerateOptions o = opts(40, i % 3 == 0 ? DraftMode::None : i % 3 == 1 ? DraftMode::Ngram : DraftMode::Model,
+                             i % 2 ? 0.0f : 0.9f, 100 + static_cast<uint64_t>(i));
+    if (i % 4 == 3) o.grammar.clear();
+    reqs.emplace_back(test::random_prompt(6 + i * 4, 200 + i, 3), o);
+  }
+  std::vector<GenerateResult> alone;
+  for (auto& [p, o] : reqs) {
+    GenerateOptions plain = o;
+    plain.speculative.mode = o.sampling.greedy() ? DraftMode::None : o.speculative.mode;  // sampled: same proposer
+    alone.push_back(e->generate_tokens(p, plain));
+  }
+  SchedulerOptions so;
+  so.max_seqs = 10;
+  Scheduler s(*e, so);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::vector<GenerateResult> got(reqs.size());
+  std::vector<std::string> errors(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ServeRequest r;
+    r.prompt = reqs[i].first;
+    r.opts = reqs[i].second;
+    r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
+      std::lock_guard<std::mutex> lk(mu);
+      got[i] = res;
+      errors[i] = err;
+      ++done;
+      cv.notify_all();
+    };
+    ASSERT_EQ(s.submit(std::move(r)).status, SubmitStatus::Ok);
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == reqs.size(); }));
+  }
+  s.shutdown(true);
+  auto g = Grammar::parse(kObject);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(errors[i], "") << i;
+    EXPECT_EQ(got[i].tokens, alone[i].tokens) << "request " << i;
+    if (!reqs[i].second.grammar.empty()) expect_in_language(*g, got[i], "request " + std::to_string(i));
+  }
+  EXPECT_GT(s.stats().preemptions, 0) << "the budget was meant to force preemption";
+}
+
+}  // namespace
+}  // namespace tandem
