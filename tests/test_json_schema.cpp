@@ -15,6 +15,8 @@
 
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/json_schema.hpp"
+#include "tests/support/grammar_walk.hpp"
+#include "tests/support/paths.hpp"
 
 using namespace tandem;
 
@@ -509,4 +511,49 @@ TEST(JsonSchema, DataSchemasAcceptTheirExamples) {
     ++n;
   }
   EXPECT_GE(n, 6u);
+}
+
+// The independent check: random documents each grammar lets a model write (up to 100 per
+// schema), validated by Python's jsonschema (draft 2020-12, formats checked) through
+// tests/python/json_schema_check.py. Skipped where jsonschema is not installed.
+TEST(JsonSchema, SampledDocumentsPassJsonschema) {
+  std::vector<std::string> schemas = {
+      R"J({"type": "object", "properties": {"a": {"type": "integer", "minimum": -3, "maximum": 3},
+           "b": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "c": {"enum": [1, "x", null, [1, {"k": 2}]]}}})J",
+      R"J({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-f0-9]{4}$"}, "ida": {"type": "boolean"}},
+           "required": ["id"], "additionalProperties": {"type": "integer"}})J",
+      R"J({"type": "array", "prefixItems": [{"type": "string", "minLength": 2, "maxLength": 3}, {"const": 5}],
+           "items": {"type": "number", "minimum": -2.5, "maximum": 7.25}, "minItems": 1, "maxItems": 6})J",
+      R"J({"type": "object", "properties": {"s": {"type": "string", "minLength": 1, "maxLength": 4},
+           "p": {"type": "string", "pattern": "x[^a-z]\\d"}, "t": {"type": "string", "format": "time"}},
+           "required": ["s", "p", "t"], "additionalProperties": false})J",
+      R"J({"$defs": {"e": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#/$defs/e"}, "maxItems": 3},
+           {"type": "object", "additionalProperties": {"$ref": "#/$defs/e"}}]}}, "$ref": "#/$defs/e"})J",
+      R"J({"type": ["string", "null", "boolean"], "maxLength": 2})J",
+      "{}",
+  };
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/data/json_schemas")) {
+    std::ifstream f(e.path());
+    std::stringstream text;
+    text << f.rdbuf();
+    schemas.push_back(text.str());
+  }
+  const std::string file = test::scratch_dir("json_schema_samples") + "/samples.jsonl";
+  std::ofstream out(file);
+  size_t sampled = 0;
+  for (const std::string& schema : schemas) {
+    const auto g = Grammar::parse(json_schema_to_gbnf(schema));
+    boost::json::array docs;
+    for (uint64_t seed = 0; seed < 400 && docs.size() < 100; ++seed)
+      if (auto doc = test::random_sentence(*g, seed * 0x9E3779B97F4A7C15ULL + 1, 600)) docs.emplace_back(*doc);
+    EXPECT_GE(docs.size(), 10u) << "few walks ended: " << schema;
+    sampled += docs.size();
+    out << boost::json::serialize(boost::json::object{{"schema", boost::json::parse(schema)}, {"docs", docs}}) << "\n";
+  }
+  out.close();
+  std::string log;
+  const int rc = test::run_python("tests/python/json_schema_check.py", file + " 2>&1", &log);
+  if (rc == 77) GTEST_SKIP() << log;
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find(std::to_string(sampled) + " documents, 0 invalid"), std::string::npos) << log;
 }
