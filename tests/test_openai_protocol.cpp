@@ -303,7 +303,7 @@ TEST(OpenAIRequest, StructuredOutput) {
   EXPECT_EQ(chat(chat_with(R"("grammar":"root ::= \"yes\" | \"no\"")")).opts.grammar, "root ::= \"yes\" | \"no\"");
 
   const ApiError pattern = chat_error(chat_with(
-      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"^a"}}})"));
+      R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"(a)\\1"}}})"));
   EXPECT_EQ(pattern.param, "response_format.json_schema.schema");
   EXPECT_NE(std::string(pattern.what()).find("'pattern'"), std::string::npos) << pattern.what();
   EXPECT_EQ(chat_error(chat_with(R"("response_format":{"type":"json_schema"})")).param, "response_format.json_schema");

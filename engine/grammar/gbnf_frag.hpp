@@ -10,11 +10,11 @@
 namespace tandem {
 
 struct Frag {
-  std::string text;                // GBNF; empty = the empty string
-  bool alt = false;                // top-level '|'
-  bool atom = true;                // takes a postfix operator as it is
-  bool nullable = false;           // can match the empty string
-  std::vector<std::string> left;   // named rules on its left edge
+  std::string text;               // GBNF; empty = the empty string
+  bool alt = false;               // top-level '|'
+  bool atom = true;               // takes a postfix operator as it is
+  bool nullable = false;          // can match the empty string
+  std::vector<std::string> left;  // named rules on its left edge
 
   bool empty() const { return text.empty(); }
 };

@@ -9,18 +9,19 @@
 namespace tandem {
 
 enum class JsonRule : uint8_t {
-  ws,         // 0..20 of " \t\n\r": between any two tokens
-  string,     // a whole JSON string, quotes included
-  chr,        // one character of a string's content (raw or an escape)
+  ws,      // 0..20 of " \t\n\r": between any two tokens
+  string,  // a whole JSON string, quotes included
+  chr,     // one character of a string's content (raw or an escape)
+  chr1,    // one code point of a string's content: chr but no \u escape of a surrogate
   number,
-  integer,    // -?(0|[1-9][0-9]*), at most 16 digits
+  integer,  // -?(0|[1-9][0-9]*), at most 16 digits
   boolean,
   null,
-  value,      // any JSON value
-  object,     // any JSON object
-  array,      // any JSON array
-  date,       // RFC 3339 full-date (content only, no quotes)
-  year,       // of a date: 1000-9999
+  value,   // any JSON value
+  object,  // any JSON object
+  array,   // any JSON array
+  date,    // RFC 3339 full-date (content only, no quotes)
+  year,    // of a date: 1000-9999
   leap_year,
   time,       // RFC 3339 full-time
   date_time,  // RFC 3339 date-time

@@ -18,8 +18,8 @@ MaybeFrag Converter::array_type(const json::object& o, const std::string& path, 
     prefix = items, prefix_key = "items";
     items = o.if_contains("additionalItems"), items_key = "additionalItems";
   }
-  const int64_t min = count_keyword(o, "minItems", path).value_or(0);
-  int64_t max = count_keyword(o, "maxItems", path).value_or(-1);  // -1: unbounded
+  const int64_t min = count_keyword(o, "minItems", Count::lower, path).value_or(0);
+  int64_t max = count_keyword(o, "maxItems", Count::upper, path).value_or(-1);  // -1: unbounded
   auto cap = [&](int64_t n) { max = max < 0 ? n : std::min(max, n); };
 
   std::vector<Frag> elems;  // the item schema of each prefix position that can be filled

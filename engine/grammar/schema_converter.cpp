@@ -20,15 +20,36 @@ enum class Kind { annotation, handled, unsupported };
 
 Kind kind_of(std::string_view k) {
   static constexpr std::array<std::string_view, 15> kAnnotations = {
-      "title",    "description", "default",   "examples",   "example",    "$schema",
-      "$id",      "$comment",    "deprecated", "readOnly",  "writeOnly",  "discriminator",
-      "contentEncoding", "contentMediaType", "$anchor"};
-  static constexpr std::array<std::string_view, 26> kHandled = {
-      "type",      "properties",  "required",  "additionalProperties", "enum",        "const",
-      "items",     "prefixItems", "additionalItems", "minItems",       "maxItems",    "anyOf",
-      "oneOf",     "allOf",       "$ref",      "$defs",                "definitions", "minLength",
-      "maxLength", "format",      "nullable",  "uniqueItems",          "minimum",     "maximum",
-      "exclusiveMinimum", "exclusiveMaximum"};
+      "title",     "description",   "default",         "examples",         "example",
+      "$schema",   "$id",           "$comment",        "deprecated",       "readOnly",
+      "writeOnly", "discriminator", "contentEncoding", "contentMediaType", "$anchor"};
+  static constexpr std::array<std::string_view, 27> kHandled = {"type",
+                                                                "properties",
+                                                                "required",
+                                                                "additionalProperties",
+                                                                "enum",
+                                                                "const",
+                                                                "items",
+                                                                "prefixItems",
+                                                                "additionalItems",
+                                                                "minItems",
+                                                                "maxItems",
+                                                                "anyOf",
+                                                                "oneOf",
+                                                                "allOf",
+                                                                "$ref",
+                                                                "$defs",
+                                                                "definitions",
+                                                                "minLength",
+                                                                "maxLength",
+                                                                "format",
+                                                                "nullable",
+                                                                "uniqueItems",
+                                                                "minimum",
+                                                                "maximum",
+                                                                "exclusiveMinimum",
+                                                                "exclusiveMaximum",
+                                                                "pattern"};
   for (std::string_view a : kAnnotations)
     if (k == a) return Kind::annotation;
   for (std::string_view h : kHandled)
@@ -67,8 +88,7 @@ unsigned declared_types(const json::object& o, const std::string& path) {
   const json::value* t = o.if_contains("type");
   if (!t) return 0;
   if (t->is_string()) return type_bit(t->get_string(), path);
-  if (!t->is_array() || t->get_array().empty())
-    fail("'type' must be a type name or a non-empty array of them", path);
+  if (!t->is_array() || t->get_array().empty()) fail("'type' must be a type name or a non-empty array of them", path);
   unsigned bits = 0;
   for (const json::value& e : t->get_array()) {
     if (!e.is_string()) fail("'type' must be a type name or a non-empty array of them", path);
@@ -85,7 +105,7 @@ unsigned implied_types(const json::object& o) {
     if (k == "properties" || k == "required" || k == "additionalProperties") bits |= tObject;
     if (k == "items" || k == "prefixItems" || k == "additionalItems" || k == "minItems" || k == "maxItems")
       bits |= tArray;
-    if (k == "minLength" || k == "maxLength" || k == "format") bits |= tString;
+    if (k == "minLength" || k == "maxLength" || k == "format" || k == "pattern") bits |= tString;
     if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") bits |= tNumber;
   }
   return bits;
@@ -106,8 +126,8 @@ bool matches_type(const json::value& v, unsigned types) {
     case json::kind::int64:
     case json::kind::uint64: return types & (tNumber | tInteger);
     case json::kind::double_:
-      return (types & tNumber) || ((types & tInteger) && std::isfinite(v.get_double()) &&
-                                   v.get_double() == std::floor(v.get_double()));
+      return (types & tNumber) ||
+             ((types & tInteger) && std::isfinite(v.get_double()) && v.get_double() == std::floor(v.get_double()));
   }
   return false;
 }
@@ -200,7 +220,8 @@ std::string child_path(const std::string& path, std::string_view key) {
   return out;
 }
 
-std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, const std::string& path) {
+std::optional<int64_t> count_keyword(const json::object& o, std::string_view keyword, Count kind,
+                                     const std::string& path) {
   const json::value* v = o.if_contains(keyword);
   if (!v) return std::nullopt;
   int64_t n = -1;
@@ -209,9 +230,9 @@ std::optional<int64_t> count_keyword(const json::object& o, std::string_view key
   if (v->is_double() && v->get_double() >= 0 && v->get_double() == std::floor(v->get_double()))
     n = v->get_double() > 9e18 ? INT64_MAX : static_cast<int64_t>(v->get_double());
   if (n < 0) fail("'" + std::string(keyword) + "' must be a non-negative integer", path);
-  if (n > kSchemaMaxRepeat)
+  if (n > kSchemaMaxRepeat && kind == Count::lower)
     fail_keyword(keyword, path, std::to_string(n) + " is above the limit of " + std::to_string(kSchemaMaxRepeat));
-  return n;
+  return std::min(n, kSchemaMaxRepeat);
 }
 
 Converter::Converter(const json::value& document) : doc_(document) {
@@ -376,9 +397,9 @@ Frag Converter::literal(const json::value& v, const std::string& path) {
       for (const auto& kv : v.get_object()) {
         if (!first) parts.insert(parts.end(), {atom(gbnf_literal(",")), use(JsonRule::ws)});
         first = false;
-        parts.insert(parts.end(), {atom(gbnf_literal(json_string_spelling(kv.key()))), use(JsonRule::ws),
-                                   atom(gbnf_literal(":")), use(JsonRule::ws), literal(kv.value(), path),
-                                   use(JsonRule::ws)});
+        parts.insert(parts.end(),
+                     {atom(gbnf_literal(json_string_spelling(kv.key()))), use(JsonRule::ws), atom(gbnf_literal(":")),
+                      use(JsonRule::ws), literal(kv.value(), path), use(JsonRule::ws)});
       }
       parts.push_back(atom(gbnf_literal("}")));
       return seq(std::move(parts));
@@ -400,10 +421,7 @@ MaybeFrag Converter::typed(const json::object& o, const std::string& path, const
     if (MaybeFrag f = string_type(o, path)) alts.push_back(std::move(*f));
   if (types & (tNumber | tInteger)) {
     if (has_range(o)) {
-      if (types & tNumber) fail_keyword(o.contains("minimum") ? "minimum" : o.contains("maximum") ? "maximum"
-                                        : o.contains("exclusiveMinimum") ? "exclusiveMinimum" : "exclusiveMaximum",
-                                        path, "numeric ranges are supported for integers only");
-      if (MaybeFrag f = integer_range(o, path)) alts.push_back(std::move(*f));
+      if (MaybeFrag f = types & tNumber ? number_range(o, path) : integer_range(o, path)) alts.push_back(std::move(*f));
     } else {
       alts.push_back(use(types & tNumber ? JsonRule::number : JsonRule::integer));
     }
@@ -415,14 +433,22 @@ MaybeFrag Converter::typed(const json::object& o, const std::string& path, const
 }
 
 MaybeFrag Converter::string_type(const json::object& o, const std::string& path) {
-  const std::optional<int64_t> min = count_keyword(o, "minLength", path);
-  const std::optional<int64_t> max = count_keyword(o, "maxLength", path);
+  const std::optional<int64_t> min = count_keyword(o, "minLength", Count::lower, path);
+  const std::optional<int64_t> max = count_keyword(o, "maxLength", Count::upper, path);
   const Frag quote = atom(gbnf_literal("\""));
+  if (const json::value* p = o.if_contains("pattern")) {
+    if (!p->is_string()) fail("'pattern' must be a string", path);
+    if (min || max || o.contains("format")) fail_keyword("pattern", path, "beside minLength, maxLength or format");
+    return named("string-pattern", seq({quote, pattern_content(p->get_string(), use(JsonRule::chr), path), quote}),
+                 path);
+  }
   if (const json::value* f = o.if_contains("format")) {
     if (!f->is_string()) fail("'format' must be a string", path);
     const std::string_view name = f->get_string();
-    static constexpr std::pair<std::string_view, JsonRule> kFormats[] = {
-        {"date", JsonRule::date}, {"time", JsonRule::time}, {"date-time", JsonRule::date_time}, {"uuid", JsonRule::uuid}};
+    static constexpr std::pair<std::string_view, JsonRule> kFormats[] = {{"date", JsonRule::date},
+                                                                         {"time", JsonRule::time},
+                                                                         {"date-time", JsonRule::date_time},
+                                                                         {"uuid", JsonRule::uuid}};
     for (const auto& [n, rule] : kFormats) {
       if (name != n) continue;
       if (min || max) {
@@ -433,13 +459,14 @@ MaybeFrag Converter::string_type(const json::object& o, const std::string& path)
       }
       return seq({quote, use(rule), quote});
     }
-    fail_keyword("format", path, "format '" + std::string(name) + "' is not supported (date, time, date-time, uuid are)");
+    fail_keyword("format", path,
+                 "format '" + std::string(name) + "' is not supported (date, time, date-time, uuid are)");
   }
   if (!min && !max) return use(JsonRule::string);
   if (max && min.value_or(0) > *max) return std::nullopt;
   // A rule, so that every string with the same bounds shares it (and the rules
   // Grammar::parse makes for the repetition).
-  return named("string-len", seq({quote, repeat(use(JsonRule::chr), min.value_or(0), max.value_or(-1)), quote}), path);
+  return named("string-len", seq({quote, repeat(use(JsonRule::chr1), min.value_or(0), max.value_or(-1)), quote}), path);
 }
 
 }  // namespace tandem::schema

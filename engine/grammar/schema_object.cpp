@@ -123,7 +123,10 @@ Frag Converter::keys_except(const std::vector<std::string>& keys, const std::str
   }
   const Frag quote = atom(gbnf_literal("\"")), chr = use(JsonRule::chr);
   const Frag rest = seq({repeat(chr, "*"), quote});  // anything, then the closing quote
-  const Frag escape = seq({atom(gbnf_literal("\\")), atom(R"(( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))")});
+  // Escapes of characters no key here has (keys with ", \ or control characters get no
+  // extra properties): "\/" and "\u..." could spell a key's character, so they are not
+  // offered before the key has diverged.
+  const Frag escape = seq({atom(gbnf_literal("\\")), atom(R"(["\\bfnrt])")});
   // Bottom-up: what may follow each prefix so that the whole is no key.
   std::vector<Frag> after(nodes.size());
   for (size_t i = nodes.size(); i-- > 0;) {
@@ -140,7 +143,7 @@ Frag Converter::keys_except(const std::vector<std::string>& keys, const std::str
       other += gbnf_class_char(cp);
     }
     alts.push_back(seq({atom(other + "]"), rest}));
-    alts.push_back(seq({escape, rest}));  // \u escapes of a key's characters: see json_schema.hpp
+    alts.push_back(seq({escape, rest}));
     after[i] = named(hint, alt(std::move(alts)), path);
   }
   return seq({quote, after[0]});

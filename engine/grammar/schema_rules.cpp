@@ -25,8 +25,7 @@ std::vector<std::string> referenced_names(std::string_view body) {
       while (i < body.size() && body[i] != '}') ++i;
     } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') {
       const size_t start = i;
-      while (i < body.size() &&
-             (std::isalnum(static_cast<unsigned char>(body[i])) || body[i] == '_' || body[i] == '-'))
+      while (i < body.size() && (std::isalnum(static_cast<unsigned char>(body[i])) || body[i] == '_' || body[i] == '-'))
         ++i;
       out.emplace_back(body.substr(start, i - start));
     } else {
@@ -117,8 +116,7 @@ void Converter::check_left_recursion() const {
       if (it == rule_index_.end()) continue;
       const size_t to = it->second;
       if (state[to] == 1)
-        fail_keyword("$ref", rules_[to].path,
-                     "it refers back to itself before any object or array (left recursion)");
+        fail_keyword("$ref", rules_[to].path, "it refers back to itself before any object or array (left recursion)");
       if (state[to] == 0) {
         state[to] = 1;
         stack.push_back({to, 0});

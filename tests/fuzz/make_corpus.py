@@ -11,6 +11,7 @@
 - chat_template/: the test templates (tests/data/chat_template/templates) and the real
   models' own, each also with variables; runaway templates.
 - tokenizer/, openai_request/, http/: hand-written inputs in each harness's format.
+- json_schema/: the end-to-end schemas (tests/data/json_schemas) and hand-written edge cases.
 Only the standard library: GGUF is parsed and written here directly.
 """
 import argparse
@@ -259,6 +260,38 @@ def http_seeds():
     return len(seeds)
 
 
+def json_schema_seeds():
+    """The end-to-end schemas (tests/data/json_schemas) and hand-written edge cases."""
+    sdir = os.path.join(ROOT, "tests", "data", "json_schemas")
+    n = 0
+    for name in sorted(os.listdir(sdir)):
+        if name.endswith(".json"):
+            with open(os.path.join(sdir, name), "rb") as f:
+                write("json_schema", "data_" + name, f.read())
+            n += 1
+    seeds = {
+        "limits": '{"type":"object","properties":{"a":{"type":"string","minLength":1,"maxLength":3},"b":{"type":"array",'
+                  '"items":{"type":"integer","minimum":-7,"maximum":300},"minItems":1,"maxItems":4}},"required":["b"]}',
+        "left_recursion": '{"anyOf":[{"$ref":"#"},{"type":"string"}]}',
+        "mutual_refs": '{"$defs":{"a":{"type":"array","items":{"$ref":"#/$defs/b"}},"b":{"anyOf":[{"$ref":"#/$defs/a"},'
+                       '{"type":"null"}]}},"$ref":"#/$defs/a"}',
+        "enum_values": '{"enum":["x\\"y\\\\z\\n",1.5e300,-0.0,18446744073709551615,-9223372036854775808,[{"k":[]}],{},null,true]}',
+        "odd_keys": '{"type":"object","properties":{"quo\\"te":{},"\\u00e9t\\u00e9":{"const":1},"":{"type":"boolean"}},'
+                    '"additionalProperties":{"type":"number"}}',
+        "pattern": '{"type":"string","pattern":"^(?:(?:\\\\+\\\\d{1,3} )?[A-Z][a-z]{2,}|x.[^\\\\s\\"]*?\\\\x41)$"}',
+        "pattern_search": '{"type":"string","pattern":"(cat|dog){2}[\\\\W\\\\n]"}',
+        "unsupported_pattern": '{"type":"string","pattern":"^(a)\\\\1(?=b)$"}',
+        "format_nullable": '{"type":["string","null"],"format":"date-time"}',
+        "tuple": '{"type":"array","prefixItems":[{"type":"string","format":"uuid"},{"const":"x"}],"items":{"type":"boolean"},'
+                 '"minItems":3,"maxItems":5}',
+        "too_deep": '{"items":' * 70 + "{}" + "}" * 70,
+        "truncated": '{"type": "object", "properties": {"a": ',
+    }
+    for k, v in seeds.items():
+        write("json_schema", k + ".json", v)
+    return n + len(seeds)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models")))
@@ -266,6 +299,7 @@ def main():
     templates = gguf_seeds(a.models)
     print(f"chat templates: {template_seeds(templates)} test templates + {len(templates)} models'", file=sys.stderr)
     print(f"tokenizer: {tokenizer_seeds()}, openai_request: {openai_seeds()}, http: {http_seeds()}", file=sys.stderr)
+    print(f"json_schema: {json_schema_seeds()}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-// Integer ranges (minimum, maximum, exclusiveMinimum, exclusiveMaximum on "integer"), exact:
-// the decimal spellings of [lo, hi] as a grammar, digit position by digit position. A
-// range of reals has no such finite description, which is why "number" ranges are refused.
+// Numeric ranges (minimum, maximum, exclusiveMinimum, exclusiveMaximum). For "integer",
+// exact: the decimal spellings of [lo, hi] as a grammar, digit position by digit position.
+// For "number", a subset: numbers without exponent whose integer part lies in the range,
+// with any fraction where the whole unit interval [I, I+1) fits, and at a bound that is not
+// an integer only the integer inside (so minimum 0.5 offers 1, 1.5..., not 0.7).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine/grammar/gbnf_spell.hpp"
@@ -61,15 +64,87 @@ Frag unsigned_range(int64_t a, int64_t b) {
 int64_t bound(const json::value& v, bool up, std::string_view keyword, const std::string& path) {
   if (v.is_int64()) return std::clamp<int64_t>(v.get_int64(), -kLimit - 1, kLimit + 1);
   if (v.is_uint64()) return v.get_uint64() > uint64_t{kLimit} ? kLimit + 1 : static_cast<int64_t>(v.get_uint64());
-  if (!v.is_double() || !std::isfinite(v.get_double()))
-    fail("'" + std::string(keyword) + "' must be a number", path);
+  if (!v.is_double() || !std::isfinite(v.get_double())) fail("'" + std::string(keyword) + "' must be a number", path);
   const double d = up ? std::ceil(v.get_double()) : std::floor(v.get_double());
   if (d > static_cast<double>(kLimit)) return kLimit + 1;
   if (d < -static_cast<double>(kLimit)) return -kLimit - 1;
   return static_cast<int64_t>(d);
 }
 
+// A bound of a number range as a double (exactness is not needed: the pieces below are
+// decided by integer parts, and only the converter's 16 digits are ever spelled).
+double real_bound(const json::value& v, std::string_view keyword, const std::string& path) {
+  if (v.is_int64()) return static_cast<double>(v.get_int64());
+  if (v.is_uint64()) return static_cast<double>(v.get_uint64());
+  if (!v.is_double() || !std::isfinite(v.get_double())) fail("'" + std::string(keyword) + "' must be a number", path);
+  return v.get_double();
+}
+
+Frag fraction() { return atom(R"(( "." [0-9]{1,18} ))"); }
+
+// The spellings (no sign, no exponent) of numbers y, 0 <= a <= y <= b (b may be infinite;
+// either end exclusive), as far as the integer parts decide it; nullopt if none.
+MaybeFrag unsigned_number(double a, bool a_excl, double b, bool b_excl) {
+  constexpr double kTop = static_cast<double>(kLimit);
+  if (a > kTop) return std::nullopt;
+  if (b > kTop + 1) b = std::numeric_limits<double>::infinity();
+  const bool a_int = a == std::floor(a);
+  // The smallest integer part whose whole unit interval is in range, and the largest.
+  const auto first = static_cast<int64_t>(a_int ? (a_excl ? a + 1 : a) : std::ceil(a));
+  const int64_t last = std::isinf(b) ? kLimit : static_cast<int64_t>(std::floor(b)) - 1;
+  std::vector<Frag> alts;
+  if (first <= last) alts.push_back(seq({unsigned_range(first, last), opt(fraction())}));
+  if (!std::isinf(b)) {
+    // The integer part floor(b): that value itself (written with zeros after the point or not).
+    const auto top = static_cast<int64_t>(std::floor(b));
+    if (top >= first && !(b_excl && b == std::floor(b)))
+      alts.push_back(seq({atom(gbnf_literal(std::to_string(top))), opt(atom(R"(( "." "0"{1,18} ))"))}));
+  }
+  // An exclusive integer lower bound: a itself with a fraction that is not zero.
+  if (a_int && a_excl && (std::isinf(b) || a + 1 <= b))
+    alts.push_back(seq(
+        {atom(gbnf_literal(std::to_string(static_cast<int64_t>(a)))), atom(R"(( "." "0"{0,17} [1-9] [0-9]{0,17} ))")}));
+  if (alts.empty()) return std::nullopt;
+  return alt(std::move(alts));
+}
+
 }  // namespace
+
+MaybeFrag Converter::number_range(const json::object& o, const std::string& path) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double lo = -kInf, hi = kInf;
+  bool lo_excl = false, hi_excl = false;
+  auto flag = [&](std::string_view k) {
+    const json::value* v = o.if_contains(k);
+    return v && v->is_bool() && v->get_bool();
+  };
+  // The tighter of minimum and a numeric exclusiveMinimum (and the same above).
+  if (const json::value* v = o.if_contains("minimum"))
+    lo = real_bound(*v, "minimum", path), lo_excl = flag("exclusiveMinimum");
+  if (const json::value* v = o.if_contains("exclusiveMinimum"); v && !v->is_bool()) {
+    const double x = real_bound(*v, "exclusiveMinimum", path);
+    if (x >= lo) lo = x, lo_excl = true;
+  }
+  if (const json::value* v = o.if_contains("maximum"))
+    hi = real_bound(*v, "maximum", path), hi_excl = flag("exclusiveMaximum");
+  if (const json::value* v = o.if_contains("exclusiveMaximum"); v && !v->is_bool()) {
+    const double x = real_bound(*v, "exclusiveMaximum", path);
+    if (x <= hi) hi = x, hi_excl = true;
+  }
+  std::vector<Frag> alts;
+  // x >= 0: [max(lo, 0), hi].
+  if (hi > 0 || (hi == 0 && !hi_excl)) {
+    if (MaybeFrag f = unsigned_number(lo < 0 ? 0 : lo, lo < 0 ? false : lo_excl, hi, hi_excl)) alts.push_back(*f);
+  }
+  // x < 0: -x in [max(-hi, 0), -lo], never 0 itself.
+  if (lo < 0) {
+    const double a = hi < 0 ? -hi : 0;
+    if (MaybeFrag f = unsigned_number(a, hi < 0 ? hi_excl : true, -lo, lo_excl))
+      alts.push_back(seq({atom(gbnf_literal("-")), *f}));
+  }
+  if (alts.empty()) return std::nullopt;
+  return alt(std::move(alts));
+}
 
 MaybeFrag Converter::integer_range(const json::object& o, const std::string& path) {
   int64_t lo = -kLimit, hi = kLimit;
