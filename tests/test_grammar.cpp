@@ -86,6 +86,17 @@ TEST(Grammar, Utf8LeadBytesOnlyStartTheCodePointsTheyCanSpell) {
   EXPECT_TRUE(any->accepts("\xF4\x8F\xBF\xBF"));  // U+10FFFF
 }
 
+// Generated rules (groups, repetitions) have no names the text can use: a rule the text
+// calls "root-2" is its own.
+TEST(Grammar, GeneratedRulesNeverClashWithNamedOnes) {
+  auto g = G("root ::= (\"a\")* root-2\nroot-2 ::= \"b\"");
+  EXPECT_TRUE(g->accepts("aab"));
+  EXPECT_NE(parse_error("root ::= (\"a\" | \"c\") root-1").find("'root-1' is not defined"), std::string::npos);
+  auto big = G("root ::= \"x\"{1000,}");
+  EXPECT_TRUE(big->accepts(std::string(1000, 'x')));
+  EXPECT_FALSE(big->accepts(std::string(999, 'x')));
+}
+
 TEST(Grammar, BoundedRepetitionCounts) {
   auto g = G("root ::= \"a\"{3} \"b\"{0,2} \"c\"{2,}");
   EXPECT_TRUE(g->accepts("aaacc"));

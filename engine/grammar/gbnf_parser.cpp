@@ -93,10 +93,12 @@ struct Grammar::Builder {
     return new_rule(std::string(name), at);
   }
 
-  uint32_t new_rule(std::string name, size_t at) {
+  // named: a rule the text names (looked up by name); generated rules (groups, repetitions)
+  // are not, so no rule of the text can clash with one, whatever it is called.
+  uint32_t new_rule(std::string name, size_t at, bool named = true) {
     if (bodies.size() >= kMaxRules) fail("more than " + std::to_string(kMaxRules) + " rules", at);
     const auto id = static_cast<uint32_t>(bodies.size());
-    ids.emplace(name, id);
+    if (named) ids.emplace(name, id);
     g.rule_names_.push_back(std::move(name));
     bodies.emplace_back();
     defined.push_back(false);
@@ -106,7 +108,7 @@ struct Grammar::Builder {
 
   uint32_t generated_rule(uint32_t parent, std::vector<std::vector<Elem>> alts, size_t at) {
     const std::string name = g.rule_names_[parent] + "-" + std::to_string(bodies.size());
-    const uint32_t id = new_rule(name, at);
+    const uint32_t id = new_rule(name, at, /*named=*/false);
     bodies[id] = std::move(alts);
     defined[id] = true;
     return id;
@@ -266,7 +268,7 @@ struct Grammar::Builder {
         o = generated_rule(rule, {{x, {ElemKind::Rule, o}}, {}}, at);
       out.push_back({ElemKind::Rule, o});
     }
-    if (out.size() > kMaxRepeat) fail("repetition too long", at);
+    if (out.size() > kMaxRepeat + 1) fail("repetition too long", at);
     return out;
   }
 
