@@ -4,6 +4,7 @@ tokens, streaming, cancellation by leaving the loop, chat, closing, tune. (The G
 where one library call lasts long enough to tell.)"""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -181,3 +182,21 @@ def test_tune_reports_a_recommendation(tiny_path: str, tmp_path) -> None:
     assert cfg.exists() and cfg.stat().st_size > 0
     with pytest.raises(tandem.TandemError, match="tune failed"):
         tandem.tune(str(tmp_path / "missing.gguf"), timeout=60)
+
+
+def test_constrained_output_follows_the_grammar_and_schema(tiny: tandem.Engine) -> None:
+    r = tiny.generate("Is it?", grammar='root ::= "yes" | "no"', max_tokens=20, temperature=1.0, seed=3)
+    assert r.text in ("yes", "no") and r.finish_reason == "stop"
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    for draft in ("none", "ngram"):
+        r = tiny.generate("JSON:", json_schema=schema, max_tokens=200, temperature=0.0, draft=draft)
+        assert r.finish_reason == "stop"
+        assert json.loads(r.text) in ({"ok": True}, {"ok": False})
+    assert "root ::=" in tandem.json_schema_to_grammar(schema)
+    with pytest.raises(tandem.InvalidArgumentError, match="not"):
+        tandem.json_schema_to_grammar({"not": {"type": "string"}})
+    with pytest.raises(tandem.InvalidArgumentError, match="1:"):
+        tiny.generate("x", grammar="root ::= (", max_tokens=4)
+    with pytest.raises(tandem.InvalidArgumentError, match="not both"):
+        tiny.generate("x", grammar='root ::= "a"', json_schema={}, max_tokens=4)

@@ -13,7 +13,7 @@ for why. tandem.tune runs `tandem tune`, the measuring command, on this machine.
 from __future__ import annotations
 
 from . import _native
-from .engine import Engine, Stream
+from .engine import Engine, Stream, json_schema_to_grammar
 from .errors import (BufferTooSmallError, GenerationError, InternalError, InvalidArgumentError, LoadError,
                      OutOfMemoryError, TandemError)
 from .tune import tune
@@ -30,5 +30,5 @@ def library_version() -> str:
 __all__ = [
     "Engine", "Stream", "GenerateResult", "ModelInfo", "SpeculativeMetrics", "Timings", "LoadOptions",
     "SamplingOptions", "TandemError", "InvalidArgumentError", "LoadError", "BufferTooSmallError", "OutOfMemoryError",
-    "GenerationError", "InternalError", "tune", "library_version", "__version__",
+    "GenerationError", "InternalError", "tune", "library_version", "json_schema_to_grammar", "__version__",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import json
 import os
 import queue
 import threading
@@ -24,7 +25,7 @@ _FINISH: dict[int, FinishReason] = {0: "stop", 1: "length", 2: "cancelled"}
 _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "repetition_window",
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
                  "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max")
-_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify"}
+_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema"}
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes"})
 
 
@@ -46,6 +47,33 @@ def _no_nul(text: str, what: str) -> bytes:
     if "\0" in text:
         raise InvalidArgumentError(f"{what} contains a NUL character")
     return text.encode("utf-8")
+
+
+def json_schema_to_grammar(schema: Mapping[str, Any] | str) -> str:
+    """The GBNF grammar of the JSON documents valid against `schema` (a dict or JSON text;
+    {} or "" → any JSON object). Raises InvalidArgumentError naming what a grammar cannot
+    express (pattern backreferences, not, if/then/else, ...)."""
+    text = schema if isinstance(schema, str) else ("" if not schema else json.dumps(schema))
+    raw = _no_nul(text, "the JSON schema")
+    lib, n = N.lib(), c_size_t()
+    while True:
+        buf = ctypes.create_string_buffer(max(n.value + 1, 1))
+        status = lib.tandem_json_schema_to_grammar(raw, buf, len(buf), byref(n))
+        if status != _BUFFER_TOO_SMALL:
+            _check(status)
+            return buf.raw[:n.value].decode("utf-8")
+
+
+def constraint_grammar(grammar: str | None, json_schema: Mapping[str, Any] | str | None) -> bytes | None:
+    if grammar is not None and json_schema is not None:
+        raise InvalidArgumentError("give grammar or json_schema, not both")
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise TypeError("grammar must be a str (GBNF)")
+        return _no_nul(grammar, "the grammar")
+    if json_schema is not None:
+        return json_schema_to_grammar(json_schema).encode("utf-8")
+    return None
 
 
 class _Generation:
@@ -329,6 +357,10 @@ class Engine:
             keep += [encoded, arr]
             p.stop = ctypes.cast(arr, POINTER(c_char_p))
             p.n_stop = len(encoded)
+        grammar = constraint_grammar(sampling.get("grammar"), sampling.get("json_schema"))
+        if grammar is not None:
+            keep.append(grammar)
+            p.grammar = grammar
         return p, keep
 
     def generate(self, prompt: str | Sequence[int], **sampling: Unpack[SamplingOptions]) -> GenerateResult:

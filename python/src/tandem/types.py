@@ -1,9 +1,9 @@
 """The package's value types: the keyword options of Engine.load and generate, and results."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 class LoadOptions(TypedDict, total=False):
@@ -42,6 +42,10 @@ class SamplingOptions(TypedDict, total=False):
     ngram_min: int
     ngram_max: int
     verify: Literal["coupled", "rejection"]  # default "coupled"
+    # Constrained output (docs/constrained.md), at most one: a GBNF grammar, or the JSON
+    # documents valid against a JSON Schema (a dict or its JSON text; {} → any JSON object).
+    grammar: str
+    json_schema: Mapping[str, Any] | str
 
 
 FinishReason = Literal["stop", "length", "cancelled"]
