@@ -121,14 +121,8 @@ tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* toke
     if (!out_len) return invalid(fn, "out_len is NULL");
     if (!text && capacity > 0) return invalid(fn, "text is NULL but capacity > 0");
     if (tandem_status s = check_tokens(engine, tokens, n_tokens, fn)) return s;
-    const std::string s = engine->engine->detokenize(std::span<const int32_t>(tokens, n_tokens));
-    *out_len = s.size();
-    if (s.size() >= capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(s.size()) +
-                                                   " bytes and a NUL do not fit a buffer of " + std::to_string(capacity));
-    std::memcpy(text, s.data(), s.size());
-    text[s.size()] = '\0';
-    return TANDEM_OK;
+    return copy_text_out(engine->engine->detokenize(std::span<const int32_t>(tokens, n_tokens)), text, capacity,
+                         out_len, fn);
   });
 }
 

@@ -67,13 +67,7 @@ tandem_status tandem_chat_render(const tandem_engine* engine, const tandem_chat_
     if (!text && capacity > 0) return fail(TANDEM_ERR_INVALID_ARGUMENT, std::string(fn) + ": text is NULL but capacity > 0");
     std::string s;
     if (tandem_status st = render(engine, messages, n_messages, fn, &s)) return st;
-    *out_len = s.size();
-    if (s.size() >= capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(s.size()) +
-                                                   " bytes and a NUL do not fit a buffer of " + std::to_string(capacity));
-    std::memcpy(text, s.data(), s.size());
-    text[s.size()] = '\0';
-    return TANDEM_OK;
+    return copy_text_out(s, text, capacity, out_len, fn);
   });
 }
 

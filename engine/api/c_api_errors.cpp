@@ -1,5 +1,6 @@
 // C API: version, per-thread error messages, status names, and the mapping from C++
 // exceptions to tandem_status.
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -34,6 +35,21 @@ tandem_status fail(tandem_status status, const char* message) noexcept {
 
 tandem_status fail(tandem_status status, const std::string& message) noexcept {
   return fail(status, message.c_str());
+}
+
+tandem_status copy_text_out(const std::string& s, char* buf, size_t capacity, size_t* out_len, const char* fn) noexcept {
+  *out_len = s.size();
+  if (s.size() >= capacity) {
+    try {
+      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(s.size()) +
+                                                   " bytes and a NUL do not fit a buffer of " + std::to_string(capacity));
+    } catch (...) {
+      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, "the buffer is too small");
+    }
+  }
+  std::memcpy(buf, s.data(), s.size());
+  buf[s.size()] = '\0';
+  return TANDEM_OK;
 }
 
 tandem_status fail_current_exception(tandem_status runtime) noexcept {

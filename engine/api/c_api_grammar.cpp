@@ -26,13 +26,7 @@ tandem_status tandem_json_schema_to_grammar(const char* schema_json, char* gramm
     } catch (const tandem::SchemaError& e) {
       return invalid(fn, e.what());
     }
-    *out_len = g.size();
-    if (g.size() >= capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(g.size()) +
-                                                   " bytes and a NUL do not fit a buffer of " + std::to_string(capacity));
-    std::memcpy(grammar, g.data(), g.size());
-    grammar[g.size()] = '\0';
-    return TANDEM_OK;
+    return copy_text_out(g, grammar, capacity, out_len, fn);
   });
 }
 

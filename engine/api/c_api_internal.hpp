@@ -36,6 +36,9 @@ namespace tandem::capi {
 tandem_status fail(tandem_status status, const char* message) noexcept;
 tandem_status fail(tandem_status status, const std::string& message) noexcept;
 void clear_error() noexcept;
+// The text out-parameter convention (tandem_detokenize's): *out_len = s.size(); s and a NUL
+// into `buf` when they fit in `capacity`, else TANDEM_ERR_BUFFER_TOO_SMALL naming `fn`.
+tandem_status copy_text_out(const std::string& s, char* buf, size_t capacity, size_t* out_len, const char* fn) noexcept;
 // Inside a catch block: maps the exception in flight to a status and message. Exceptions
 // that are not about the arguments (std::runtime_error and the like) map to `runtime`.
 tandem_status fail_current_exception(tandem_status runtime) noexcept;
