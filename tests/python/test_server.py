@@ -533,7 +533,7 @@ class MainServer(Timed):
         for sampling in ({"temperature": 0}, {"temperature": 0.8, "seed": 3}):
             seen = {}
             for mode in self.MODES:
-                kw = dict(model="smollm2", messages=msgs, max_tokens=8, logprobs=True, top_logprobs=3,
+                kw = dict(model="smollm2", messages=msgs, max_tokens=6, logprobs=True, top_logprobs=3,
                           extra_body={"speculative": {"mode": mode, "verify": "coupled"}}, **sampling)
                 full = self.client.chat.completions.create(**kw)
                 lps = self.chat_logprobs(full.choices[0].logprobs)
