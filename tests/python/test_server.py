@@ -538,7 +538,8 @@ class MainServer(Timed):
                           extra_body={"speculative": {"mode": mode, "verify": "coupled"}}, **sampling)
                 full = self.client.chat.completions.create(**kw)
                 lps = self.chat_logprobs(full.choices[0].logprobs)
-                self.assertEqual(len(lps), full.usage.completion_tokens)
+                # An end-of-turn token counts in usage but has no entry (its text is not content).
+                self.assertEqual(len(lps) + (full.choices[0].finish_reason == "stop"), full.usage.completion_tokens)
                 for token, logprob, raw, top in lps:
                     self.assertLessEqual(logprob, 0.0)
                     self.assertEqual(len(top), 3)
@@ -566,7 +567,7 @@ class MainServer(Timed):
             lp = r.choices[0].logprobs
             if mode == "none":
                 first = lp
-            self.assertEqual(len(lp.tokens), r.usage.completion_tokens)
+            self.assertEqual(len(lp.tokens) + (r.choices[0].finish_reason == "stop"), r.usage.completion_tokens)
             self.assertEqual("".join(lp.tokens), r.choices[0].text)
             self.assertEqual(len(lp.token_logprobs), len(lp.tokens))
             self.assertEqual(lp.text_offset, [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))])
@@ -595,7 +596,8 @@ class MainServer(Timed):
             r = self.client.chat.completions.create(n=3, **kw)
             self.assertEqual([c.index for c in r.choices], [0, 1, 2])
             texts = [c.message.content for c in r.choices]
-            self.assertEqual(r.usage.completion_tokens, sum(len(c.logprobs.content) for c in r.choices))
+            self.assertEqual(r.usage.completion_tokens,
+                             sum(len(c.logprobs.content) + (c.finish_reason == "stop") for c in r.choices))
             one = self.client.chat.completions.create(**kw)
             self.assertEqual(r.usage.prompt_tokens, one.usage.prompt_tokens)  # the prompt counts once
             self.assertEqual(texts[0], one.choices[0].message.content, "choice 0 is the n = 1 request")
