@@ -325,6 +325,26 @@ TEST(SubmitGroup, ChoicesShareThePromptAndKeepTheirOwnStreams) {
   const SchedulerStats st = s.stats();
   EXPECT_EQ(st.prefix_cache_hits_tokens, 2 * 2 * 16) << "choices 1 and 2 reuse the prompt's two full blocks";
   EXPECT_EQ(st.prompt_tokens_total, 3 * 40);
+  // A leader cancelled while it reads the prompt does not hold its group back.
+  {
+    Done c;
+    c.results.resize(2);
+    c.streamed.resize(2);
+    std::vector<ServeRequest> pair;
+    for (size_t i = 0; i < 2; ++i) pair.push_back(request(test::random_prompt(100, 13, 7), opts[i], c, i));
+    pair[0].on_done = [&c](const GenerateResult& res, const std::string&) {
+      std::lock_guard<std::mutex> lk(c.mu);
+      c.results[0] = res;
+      ++c.n;
+      c.cv.notify_all();
+    };
+    const SubmitGroupResult cg = s.submit_group(std::move(pair));
+    ASSERT_EQ(cg.status, SubmitStatus::Ok);
+    s.cancel(cg.ids[0]);
+    wait(c, 2);
+    EXPECT_EQ(c.results[0].finish, FinishReason::Cancelled);
+    EXPECT_EQ(c.results[1].tokens.size(), 12u);
+  }
   // All or nothing: a group larger than the queue is refused whole; mixed prompts are invalid.
   SchedulerOptions small;
   small.max_queue = 2;
