@@ -201,6 +201,17 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
         EXPECT_GT(spec.speculative.accepted_tokens, 0) << what;
       }
     }
+    // Rejection sampling gives other tokens with drafts (its text depends on k), but each
+    // token's logprobs are still the target's at its position, drafted or not.
+    for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model}) {
+      GenerateOptions rej = options(mode, sampled);
+      rej.speculative.verify = VerifyMode::Rejection;
+      const GenerateResult r = e->generate_tokens(prompt, rej);
+      expect_matches_logits(*e, prompt, r, sampled);
+      if (mode == DraftMode::Model) {
+        EXPECT_GT(r.speculative.accepted_tokens, 0);
+      }
+    }
     // The streamed logprobs are the result's, one event per token.
     std::vector<TokenLogprobs> streamed;
     const GenerateResult s = e->generate_tokens(prompt, options(DraftMode::Model, sampled), [&](const StreamEvent& ev) {
