@@ -152,14 +152,22 @@ void expect_same(const std::vector<TokenLogprobs>& a, const std::vector<TokenLog
 
 // Each token's logprobs against an independent computation from Engine::logits of the whole
 // sequence: greedy → log-softmax at T = 1; sampled → log-softmax of the top-8 logits at T.
-void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const GenerateResult& r, bool sampled) {
+// presence: the request's presence penalty (each token already in the sequence loses it).
+void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const GenerateResult& r, bool sampled,
+                           float presence = 0.0f) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), r.tokens.begin(), r.tokens.end());
   const auto logits = e.logits(all);
   const size_t vocab = static_cast<size_t>(e.info().n_vocab);
   ASSERT_EQ(r.logprobs.size(), r.tokens.size());
   for (size_t i = 0; i < r.tokens.size(); ++i) {
-    const std::span<const float> row(&logits[(prompt.size() - 1 + i) * vocab], vocab);
+    std::vector<float> row(&logits[(prompt.size() - 1 + i) * vocab], &logits[(prompt.size() + i) * vocab]);
+    if (presence != 0.0f) {
+      std::vector<bool> seen(vocab, false);
+      for (size_t j = 0; j < prompt.size() + i; ++j) seen[static_cast<size_t>(all[j])] = true;
+      for (size_t t = 0; t < vocab; ++t)
+        if (seen[t]) row[t] -= presence;
+    }
     std::vector<int32_t> order(vocab);
     for (size_t j = 0; j < vocab; ++j) order[j] = static_cast<int32_t>(j);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
@@ -219,6 +227,27 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
       return true;
     });
     expect_same(streamed, s.logprobs, "streamed");
+  }
+  // Penalties see the tokens accepted before each position: drafted or not, the same numbers,
+  // those of the penalised logits.
+  for (bool sampled : {false, true}) {
+    GenerateOptions pen = options(DraftMode::None, sampled);
+    pen.sampling.presence_penalty = 0.7f;
+    const GenerateResult alone = e->generate_tokens(prompt, pen);
+    expect_matches_logits(*e, prompt, alone, sampled, 0.7f);
+    pen.speculative.mode = DraftMode::Model;
+    pen.speculative.verify = VerifyMode::Rejection;
+    expect_matches_logits(*e, prompt, e->generate_tokens(prompt, pen), sampled, 0.7f);
+    pen.speculative.mode = DraftMode::None;
+    pen.speculative.verify = VerifyMode::Coupled;
+    pen.sampling.repetition_penalty = 1.3f;
+    const GenerateResult plain = e->generate_tokens(prompt, pen);
+    for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model}) {
+      pen.speculative.mode = mode;
+      const GenerateResult spec = e->generate_tokens(prompt, pen);
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      expect_same(spec.logprobs, plain.logprobs, "penalties, mode " + std::to_string(int(mode)));
+    }
   }
   // Without asking: none, and the output is unchanged.
   GenerateOptions none = options(DraftMode::Model, true);
