@@ -107,8 +107,9 @@ int run_serve(ServeArgs a) {
   protocol.has_draft_model = !a.load.draft_model_path.empty();
   protocol.default_speculative = defaults;
   protocol.speculative_by_temp = by_temp;
-  // Each of a request's n choices is a running sequence: no more than can run at once.
-  protocol.max_n = std::min(16, a.sched.max_seqs);
+  // Each of a request's n choices is a running sequence and a place in the queue: no more
+  // than can run at once, or wait at once (a larger group could only ever get 429).
+  protocol.max_n = std::max(1, std::min({16, a.sched.max_seqs, a.sched.max_queue}));
   // Policies that decide with the cost model get one calibrated on this machine
   // (cached; only the first start pays). One calibration covers every default the server
   // may use, and per-request adaptive policies when a draft model is loaded.

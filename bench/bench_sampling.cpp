@@ -1,7 +1,9 @@
 // Cost of drawing one token: logits → final distribution, then a draw by inverse CDF
 // (rejection mode) or by Gumbel-max with counter-based noise (coupled mode), for a 151,936
 // vocabulary (Qwen2.5) with the sampler's cuts on (tandem's defaults) and off (OpenAI's
-// defaults: temperature only, the whole vocabulary in the distribution).
+// defaults: temperature only, the whole vocabulary in the distribution). Also the extra cost
+// of logprobs (GenerateOptions::logprobs) per token: a greedy request's log-softmax over the
+// vocabulary, and a sampled one's from the distribution verification already has.
 //
 //   build/release/bench/bench_sampling [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampling/gumbel.hpp"
+#include "engine/sampling/logprobs.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/sampling/sampler.hpp"
 
@@ -57,6 +60,26 @@ void BM_SampleGumbelMax(benchmark::State& st) {
   st.counters["support"] = static_cast<double>(d.size());
 }
 
+// Arg: the alternatives asked for (top_logprobs).
+void BM_LogprobsGreedy(benchmark::State& st) {
+  const auto l = logits();
+  tandem::SamplingParams sp;
+  sp.temperature = 0.0f;
+  const auto n_top = static_cast<int32_t>(st.range(0));
+  for (auto _ : st) benchmark::DoNotOptimize(tandem::token_logprobs(l, sp, {}, nullptr, 0, n_top));
+}
+
+void BM_LogprobsSampled(benchmark::State& st) {
+  const auto l = logits();
+  const auto sp = params(st.range(1) != 0);
+  const auto d = tandem::make_distribution(l, sp, {});
+  const auto n_top = static_cast<int32_t>(st.range(0));
+  for (auto _ : st) benchmark::DoNotOptimize(tandem::token_logprobs(l, sp, {}, &d, d.ids[0], n_top));
+  st.counters["support"] = static_cast<double>(d.size());
+}
+
+BENCHMARK(BM_LogprobsGreedy)->ArgName("top")->Arg(0)->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LogprobsSampled)->ArgNames({"top", "cuts"})->Args({5, 0})->Args({20, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MakeDistribution)->ArgName("cuts")->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleInverseCdf)->ArgName("cuts")->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SampleGumbelMax)->ArgName("cuts")->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond);

@@ -152,14 +152,22 @@ void expect_same(const std::vector<TokenLogprobs>& a, const std::vector<TokenLog
 
 // Each token's logprobs against an independent computation from Engine::logits of the whole
 // sequence: greedy → log-softmax at T = 1; sampled → log-softmax of the top-8 logits at T.
-void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const GenerateResult& r, bool sampled) {
+// presence: the request's presence penalty (each token already in the sequence loses it).
+void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const GenerateResult& r, bool sampled,
+                           float presence = 0.0f) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), r.tokens.begin(), r.tokens.end());
   const auto logits = e.logits(all);
   const size_t vocab = static_cast<size_t>(e.info().n_vocab);
   ASSERT_EQ(r.logprobs.size(), r.tokens.size());
   for (size_t i = 0; i < r.tokens.size(); ++i) {
-    const std::span<const float> row(&logits[(prompt.size() - 1 + i) * vocab], vocab);
+    std::vector<float> row(&logits[(prompt.size() - 1 + i) * vocab], &logits[(prompt.size() + i) * vocab]);
+    if (presence != 0.0f) {
+      std::vector<bool> seen(vocab, false);
+      for (size_t j = 0; j < prompt.size() + i; ++j) seen[static_cast<size_t>(all[j])] = true;
+      for (size_t t = 0; t < vocab; ++t)
+        if (seen[t]) row[t] -= presence;
+    }
     std::vector<int32_t> order(vocab);
     for (size_t j = 0; j < vocab; ++j) order[j] = static_cast<int32_t>(j);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
@@ -201,6 +209,17 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
         EXPECT_GT(spec.speculative.accepted_tokens, 0) << what;
       }
     }
+    // Rejection sampling gives other tokens with drafts (its text depends on k), but each
+    // token's logprobs are still the target's at its position, drafted or not.
+    for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model}) {
+      GenerateOptions rej = options(mode, sampled);
+      rej.speculative.verify = VerifyMode::Rejection;
+      const GenerateResult r = e->generate_tokens(prompt, rej);
+      expect_matches_logits(*e, prompt, r, sampled);
+      if (mode == DraftMode::Model) {
+        EXPECT_GT(r.speculative.accepted_tokens, 0);
+      }
+    }
     // The streamed logprobs are the result's, one event per token.
     std::vector<TokenLogprobs> streamed;
     const GenerateResult s = e->generate_tokens(prompt, options(DraftMode::Model, sampled), [&](const StreamEvent& ev) {
@@ -208,6 +227,27 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
       return true;
     });
     expect_same(streamed, s.logprobs, "streamed");
+  }
+  // Penalties see the tokens accepted before each position: drafted or not, the same numbers,
+  // those of the penalised logits.
+  for (bool sampled : {false, true}) {
+    GenerateOptions pen = options(DraftMode::None, sampled);
+    pen.sampling.presence_penalty = 0.7f;
+    const GenerateResult alone = e->generate_tokens(prompt, pen);
+    expect_matches_logits(*e, prompt, alone, sampled, 0.7f);
+    pen.speculative.mode = DraftMode::Model;
+    pen.speculative.verify = VerifyMode::Rejection;
+    expect_matches_logits(*e, prompt, e->generate_tokens(prompt, pen), sampled, 0.7f);
+    pen.speculative.mode = DraftMode::None;
+    pen.speculative.verify = VerifyMode::Coupled;
+    pen.sampling.repetition_penalty = 1.3f;
+    const GenerateResult plain = e->generate_tokens(prompt, pen);
+    for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model}) {
+      pen.speculative.mode = mode;
+      const GenerateResult spec = e->generate_tokens(prompt, pen);
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      expect_same(spec.logprobs, plain.logprobs, "penalties, mode " + std::to_string(int(mode)));
+    }
   }
   // Without asking: none, and the output is unchanged.
   GenerateOptions none = options(DraftMode::Model, true);
@@ -325,6 +365,26 @@ TEST(SubmitGroup, ChoicesShareThePromptAndKeepTheirOwnStreams) {
   const SchedulerStats st = s.stats();
   EXPECT_EQ(st.prefix_cache_hits_tokens, 2 * 2 * 16) << "choices 1 and 2 reuse the prompt's two full blocks";
   EXPECT_EQ(st.prompt_tokens_total, 3 * 40);
+  // A leader cancelled while it reads the prompt does not hold its group back.
+  {
+    Done c;
+    c.results.resize(2);
+    c.streamed.resize(2);
+    std::vector<ServeRequest> pair;
+    for (size_t i = 0; i < 2; ++i) pair.push_back(request(test::random_prompt(100, 13, 7), opts[i], c, i));
+    pair[0].on_done = [&c](const GenerateResult& res, const std::string&) {
+      std::lock_guard<std::mutex> lk(c.mu);
+      c.results[0] = res;
+      ++c.n;
+      c.cv.notify_all();
+    };
+    const SubmitGroupResult cg = s.submit_group(std::move(pair));
+    ASSERT_EQ(cg.status, SubmitStatus::Ok);
+    s.cancel(cg.ids[0]);
+    wait(c, 2);
+    EXPECT_EQ(c.results[0].finish, FinishReason::Cancelled);
+    EXPECT_EQ(c.results[1].tokens.size(), 12u);
+  }
   // All or nothing: a group larger than the queue is refused whole; mixed prompts are invalid.
   SchedulerOptions small;
   small.max_queue = 2;

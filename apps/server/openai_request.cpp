@@ -368,7 +368,6 @@ void reject_unsupported(const json::object& o, Endpoint ep) {
         throw bad_request(std::string(key) + " are only supported by /v1/chat/completions", key, "unsupported_value");
 }
 
-
 // n, best_of (completions) and logprobs: chat's logprobs is a boolean with top_logprobs
 // (0..20) alternatives; completions' logprobs is the number of alternatives (OpenAI allows 5;
 // we allow 20, as for chat).
@@ -415,7 +414,6 @@ void parse_choices(const json::object& o, Endpoint ep, const ProtocolConfig& cfg
 uint64_t choice_seed(uint64_t seed, int32_t i) {
   return i == 0 ? seed : splitmix64_mix(seed + static_cast<uint64_t>(i) * kSplitmixGamma);
 }
-
 
 const SpeculativeOptions& ProtocolConfig::speculative_for(float temperature) const {
   const SpeculativeOptions* best = &default_speculative;

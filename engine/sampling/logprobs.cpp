@@ -36,18 +36,13 @@ std::vector<TokenLogprob> top_n(std::span<const float> v, size_t n, Skip skip) {
 
 // log-softmax of the (already penalised, NaN-free) logits w, at temperature 1.
 TokenLogprobs from_logits(const std::vector<float>& w, int32_t chosen, size_t n_top) {
+  constexpr float kPosInf = std::numeric_limits<float>::infinity();
   float m = kNegInf;
   for (float x : w) m = std::max(m, x);
   if (m == kNegInf) throw std::runtime_error("logits are all NaN/-inf");
   // +inf logits: the limit of softmax is uniform over them, as make_distribution has it.
-  const bool inf = m == std::numeric_limits<float>::infinity();
-  double sum = 0.0;
-  size_t n_inf = 0;
-  for (float x : w) {
-    if (inf) n_inf += x == m;
-    else sum += std::exp(static_cast<double>(x) - m);
-  }
-  const double lse = inf ? std::log(static_cast<double>(n_inf)) : m + std::log(sum);
+  const bool inf = m == kPosInf;
+  const double lse = inf ? std::log(static_cast<double>(std::count(w.begin(), w.end(), kPosInf))) : log_sum_exp(w);
   auto lp = [&](float x) -> float {
     if (inf) return x == m ? static_cast<float>(-lse) : kNegInf;
     return x == kNegInf ? kNegInf : static_cast<float>(static_cast<double>(x) - lse);

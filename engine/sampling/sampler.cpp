@@ -487,6 +487,15 @@ void penalised_logits(std::span<const float> logits, const SamplingParams& p, st
   apply_penalties(out, p, history, scratch().counts);
 }
 
+double log_sum_exp(std::span<const float> w) {
+  const float m = max_value(w);
+  if (!std::isfinite(m)) throw std::invalid_argument("log_sum_exp: the largest value is not finite");
+  std::vector<float>& e = scratch().w;
+  e.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) e[i] = exp_nonpos(w[i] - m);
+  return static_cast<double>(m) + std::log(sum_double(e));
+}
+
 int32_t sample(const Distribution& d, Rng& rng) {
   if (d.ids.empty() || d.ids.size() != d.probs.size())
     throw std::invalid_argument("sample: empty or malformed distribution");

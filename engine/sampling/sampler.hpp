@@ -48,6 +48,11 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
 void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
                       std::vector<float>& out);
 
+// log Σ exp(w_i) over NaN-free values with a finite maximum m, as m + log Σ exp(w_i − m):
+// the sampler's own vectorised exp and fixed-order double sum (so deterministic), for the
+// log-softmax of logprobs. Throws std::invalid_argument when max(w) is not finite.
+double log_sum_exp(std::span<const float> w);
+
 // Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
 // Throws std::invalid_argument on an empty distribution.
 int32_t sample(const Distribution& d, Rng& rng);

@@ -114,7 +114,8 @@ struct ModelInfo {
 using StreamCallback = std::function<bool(std::string_view text, int32_t token)>;
 
 // The same calls with the token's log-probabilities as well (null when the request did not
-// ask for them, and in the last call that only flushes held-back text).
+// ask for them, and in the last call that only flushes held-back text). An end-of-generation
+// token gets no call, as with StreamCallback; its logprobs are in GenerateResult::logprobs.
 struct StreamEvent {
   std::string_view text;
   int32_t token = -1;
