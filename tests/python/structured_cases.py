@@ -98,7 +98,7 @@ class StructuredOutputCases:
             print(f"  {name}: {len(docs)} valid ({cut} cut by max_tokens)", end="", flush=True)
 
     def test_json_object_outputs_parse(self):
-        docs, _ = self._complete_samples("Describe a city as a JSON object.", {"type": "json_object"}, 100, 300)
+        docs, _ = self._complete_samples("A JSON object with a city's name and country.", {"type": "json_object"}, 100, 300)
         for text in docs:
             self.assertIsInstance(json.loads(text), dict)
 

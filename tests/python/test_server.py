@@ -383,10 +383,15 @@ class MainServer(StructuredOutputCases, Timed):
              "invalid_value"),
             ("best_of streamed", "/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, 400,
              "invalid_value"),
-            ("response_format json", chat, {"messages": msgs, "response_format": {"type": "json_object"}}, 400,
+            ("response_format unknown", chat, {"messages": msgs, "response_format": {"type": "xml"}}, 400,
              "unsupported_value"),
-            ("tools", chat, {"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
+            ("schema keyword no grammar expresses", chat, {"messages": msgs, "response_format": {
+                "type": "json_schema", "json_schema": {"schema": {"type": "string", "not": {"const": "a"}}}}}, 400,
              "unsupported_value"),
+            ("tools on completions", "/v1/completions", {"prompt": "x", "tools": [
+                {"type": "function", "function": {"name": "f"}}]}, 400, "unsupported_value"),
+            ("legacy functions", chat, {"messages": msgs, "functions": [{"name": "f"}]}, 400, "unsupported_value"),
+            ("tool_choice without tools", chat, {"messages": msgs, "tool_choice": "required"}, 400, None),
             ("bad speculative mode", chat, {"messages": msgs, "speculative": {"mode": "x"}}, 400, "invalid_value"),
             ("missing prompt", "/v1/completions", {"max_tokens": 3}, 400, "missing_required_parameter"),
             ("prompt too long", "/v1/completions", {"prompt": "hello " * 2100}, 400, "context_length_exceeded"),
