@@ -172,12 +172,18 @@ TEST(Constrained, BatchingAndPreemptionChangeNothing) {
   std::mutex mu;
   std::condition_variable cv;
   size_t done = 0;
+  bool all_in = false;  // no token before every request is in (see test_scheduler.cpp's run_all)
   std::vector<GenerateResult> got(reqs.size());
   std::vector<std::string> errors(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     ServeRequest r;
     r.prompt = reqs[i].first;
     r.opts = reqs[i].second;
+    r.on_text = [&](const StreamEvent&) {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait_for(lk, std::chrono::seconds(60), [&] { return all_in; });
+      return true;
+    };
     r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
       std::lock_guard<std::mutex> lk(mu);
       got[i] = res;
@@ -189,6 +195,8 @@ TEST(Constrained, BatchingAndPreemptionChangeNothing) {
   }
   {
     std::unique_lock<std::mutex> lk(mu);
+    all_in = true;
+    cv.notify_all();
     ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == reqs.size(); }));
   }
   s.shutdown(true);

@@ -80,11 +80,19 @@ std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vect
   std::mutex mu;
   std::condition_variable cv;
   size_t done = 0;
+  // "At once": no token goes out before every request is in, so a descheduled test thread
+  // cannot let the first requests finish before the last arrive (the batching, memory
+  // pressure and preemption the tests mean to cause would then not happen).
+  bool all_in = false;
   for (size_t i = 0; i < reqs.size(); ++i) {
     ServeRequest r;
     r.prompt = reqs[i].first;
     r.opts = reqs[i].second;
-    r.on_text = [&out, i, &each_token](const StreamEvent& ev) {
+    r.on_text = [&out, i, &each_token, &mu, &cv, &all_in](const StreamEvent& ev) {
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait_for(lk, std::chrono::seconds(60), [&] { return all_in; });
+      }
       out[i].streamed += ev.text;
       if (each_token) each_token();
       return true;
@@ -100,6 +108,8 @@ std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vect
     EXPECT_EQ(sr.status, SubmitStatus::Ok) << sr.message;
   }
   std::unique_lock<std::mutex> lk(mu);
+  all_in = true;
+  cv.notify_all();
   EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == reqs.size(); }));
   return out;
 }
