@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 HARNESSES=("$@")
-[ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=(gguf tokenizer chat_template openai_request http json_schema)
+[ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=(gguf tokenizer chat_template openai_request http grammar json_schema)
 BUILD=build/fuzz
 
 if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
