@@ -261,16 +261,7 @@ TEST(Speculative, IncompatiblePairIsRefusedNamingTheDifference) {
 
 // Same sizes and specials, one token text changed: the message names that id and both texts.
 TEST(Speculative, VocabularyCheckNamesTheFirstDifferentToken) {
-  auto make = [](const test::TinyVocab& v) {
-    TokenizerData d;
-    d.model = "gpt2";
-    d.tokens = v.tokens;
-    d.token_types = v.token_types;
-    d.merges = v.merges;
-    d.bos_id = v.bos_id;
-    d.eos_id = v.eos_id;
-    return Tokenizer::from_data(std::move(d));
-  };
+  auto make = [](const test::TinyVocab& v) { return Tokenizer::from_data(test::tokenizer_data(v, "gpt2")); };
   const test::TinyVocab a = test::build_gpt2_vocab(320);
   test::TinyVocab b = a;
   std::swap(b.tokens[300], b.tokens[301]);  // same token set, two ids exchanged

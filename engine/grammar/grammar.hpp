@@ -73,8 +73,6 @@ class Grammar {
   // Whether the whole text is a sentence of the grammar.
   bool accepts(std::string_view text) const;
 
-  size_t rule_count() const { return rule_alts_.size(); }
-
   // For the parser (gbnf_parser.cpp): the grammar under construction.
   struct Builder;
 

@@ -140,18 +140,19 @@ void SequenceRun::fit_proposal_to_grammar() {
   // forbidden token (the cut is a function of the context, so output is unaffected). Drafts
   // sampled from a masked q never hold one. Any draft is cut after a token that completes the
   // sentence: the output ends there, so what follows could never be committed.
-  GrammarState s = grammar_state_;
+  // The states along the kept drafts are what verification masks p_i with.
+  step_states_.assign(1, grammar_state_);
   size_t keep = 0;
   while (keep < prop_.tokens.size()) {
     const int32_t t = prop_.tokens[keep];
-    if (!grammar_->allows(s, t)) {
+    if (!grammar_->allows(step_states_.back(), t)) {
       if (!prop_.deterministic())
         throw std::logic_error("SequenceRun: a sampled draft proposed a token its grammar forbids");
       break;
     }
-    s = grammar_->after(s, t);
+    step_states_.push_back(grammar_->after(step_states_.back(), t));
     ++keep;
-    if (TokenGrammar::complete(s) || grammar_->vocab().is_eog(t)) break;
+    if (TokenGrammar::complete(step_states_.back()) || grammar_->vocab().is_eog(t)) break;
   }
   prop_.tokens.resize(keep);
   if (!prop_.deterministic()) prop_.dists.resize(keep);
@@ -194,10 +195,8 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
 VerifyResult SequenceRun::verify(std::span<const float> logits) {
   std::vector<int32_t> hist = committed_;
   const size_t base = committed_.size();
-  // Constrained: p_i is over the tokens the grammar allows after the drafts before i (the
-  // verifiers reach i only once drafts 0..i-1 are accepted, hence allowed).
-  std::vector<GrammarState> states;
-  if (grammar_) states.push_back(grammar_state_);
+  // Constrained: p_i is over the tokens the grammar allows after the drafts before i
+  // (step_states_[i], from fit_proposal_to_grammar).
   const bool keep = opts_.logprobs >= 0 && !opts_.sampling.greedy();
   step_dists_.assign(keep ? step_tokens_.size() : 0, std::nullopt);
   auto target_dist = [&](int32_t i) {
@@ -208,9 +207,7 @@ VerifyResult SequenceRun::verify(std::span<const float> logits) {
     if (!grammar_) {
       d = make_distribution(row, opts_.sampling, hist);
     } else {
-      while (states.size() <= static_cast<size_t>(i))
-        states.push_back(grammar_->after(states.back(), prop_.tokens[states.size() - 1]));
-      d = make_distribution(row, opts_.sampling, hist, *grammar_->mask(states[static_cast<size_t>(i)]));
+      d = make_distribution(row, opts_.sampling, hist, *grammar_->mask(step_states_[static_cast<size_t>(i)]));
     }
     if (keep) step_dists_[static_cast<size_t>(i)] = d;
     return d;

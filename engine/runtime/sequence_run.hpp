@@ -113,6 +113,8 @@ class SequenceRun {
   PositionNoise noise_;
   std::shared_ptr<const TokenGrammar> grammar_;
   GrammarState grammar_state_;  // after the committed output
+  // The step in flight: the states after 0..n of its drafts (step_states_[0] = grammar_state_).
+  std::vector<GrammarState> step_states_;
   StreamDecoder decoder_;
   StopMatcher stops_;
   std::vector<int32_t> committed_;

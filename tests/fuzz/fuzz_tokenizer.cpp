@@ -49,29 +49,11 @@ Entry make_entry(std::unique_ptr<Tokenizer> tok, bool byte_level) {
 std::vector<Entry> g_toks;
 
 std::unique_ptr<Tokenizer> gpt2(const std::string& pre) {
-  const test::TinyVocab v = test::build_gpt2_vocab(600);
-  TokenizerData d;
-  d.model = "gpt2";
-  d.pre = pre;
-  d.tokens = v.tokens;
-  d.token_types = v.token_types;
-  d.merges = v.merges;
-  d.bos_id = v.bos_id;
-  d.eos_id = v.eos_id;
-  return Tokenizer::from_data(std::move(d));
+  return Tokenizer::from_data(test::tokenizer_data(test::build_gpt2_vocab(600), "gpt2", pre));
 }
 
 std::unique_ptr<Tokenizer> llama() {
-  const test::TinyVocab v = test::build_llama_vocab(700);
-  TokenizerData d;
-  d.model = "llama";
-  d.tokens = v.tokens;
-  d.token_types = v.token_types;
-  d.scores = v.scores;
-  d.bos_id = v.bos_id;
-  d.eos_id = v.eos_id;
-  d.unk_id = v.unk_id;
-  return Tokenizer::from_data(std::move(d));
+  return Tokenizer::from_data(test::tokenizer_data(test::build_llama_vocab(700), "llama"));
 }
 
 std::string escaped(const std::string& s) {

@@ -332,4 +332,18 @@ TinyVocab build_llama_vocab(int n_vocab) {
   return v;
 }
 
+TokenizerData tokenizer_data(const TinyVocab& v, const std::string& model, const std::string& pre) {
+  TokenizerData d;
+  d.model = model;
+  d.pre = pre;
+  d.tokens = v.tokens;
+  d.token_types = v.token_types;
+  d.scores = v.scores;
+  d.merges = v.merges;
+  d.bos_id = v.bos_id;
+  d.eos_id = v.eos_id;
+  d.unk_id = v.unk_id;
+  return d;
+}
+
 }  // namespace tandem::test

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/text/tokenizer.hpp"
+
 namespace tandem::test {
 
 struct TinyVocab {
@@ -26,6 +28,10 @@ struct TinyVocab {
 // llama).
 TinyVocab build_gpt2_vocab(int n_vocab);
 TinyVocab build_llama_vocab(int n_vocab);
+
+// The vocabulary as Tokenizer::from_data takes it, for tests that build a tokenizer without
+// a model file. model: "gpt2" or "llama" (the layout `v` was built in).
+TokenizerData tokenizer_data(const TinyVocab& v, const std::string& model, const std::string& pre = "default");
 
 // The text the merges are learned from (also handy as tokenizer test input).
 const std::string& tiny_training_text();
