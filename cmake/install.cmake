@@ -109,8 +109,10 @@ target_include_directories(tandem_shared INTERFACE ${_tandem_public_includes})
 target_compile_features(tandem_shared INTERFACE cxx_std_20)  # for the C++ API only
 target_link_libraries(tandem_shared PRIVATE ${TANDEM_LIB_DEPENDENCIES})
 target_link_options(tandem_shared PRIVATE "LINKER:--version-script=${CMAKE_CURRENT_LIST_DIR}/tandem.map")
-if(NOT TANDEM_SANITIZE)
+if(NOT TANDEM_SANITIZE AND NOT TANDEM_FUZZ AND NOT TANDEM_TSAN)
   # Every symbol resolved at link time: a missing dependency fails here, not in a user's program.
+  # (Not in the sanitizer builds: with clang the sanitizer runtimes come with the executable,
+  # so a shared library leaves their symbols to it.)
   target_link_options(tandem_shared PRIVATE "LINKER:--no-undefined")
 endif()
 

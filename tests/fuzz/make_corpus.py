@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of tests/fuzz/corpus/ (run once; the output is committed).
+"""Writes the seed corpora of the fuzz harnesses.
 
-    python3 tests/fuzz/make_corpus.py [--models DIR]
+    python3 tests/fuzz/make_corpus.py [--models DIR]          the committed text seeds
+    python3 tests/fuzz/make_corpus.py --gguf-only --out DIR   the GGUF seeds, into DIR/gguf
 
-- gguf/: the real models' headers and metadata (every key; arrays such as the vocabulary
-  cut to their first 24 items) with their first tensor infos, as two small files per model:
-  `<model>.meta.gguf` keeps the real tensor shapes and offsets but no data (the reader
-  must refuse it: the tensors lie outside the file), and `<model>.small.gguf` has the
-  tensors shrunk to a few elements with their data (valid).
+- gguf/: binary, so never committed (*.gguf is ignored): ctest (fixture fuzz.seeds.gguf) and
+  bench/fuzz.sh write them at test time into the build folder. They are the real models'
+  headers and metadata when the models are present (every key; arrays such as the
+  vocabulary cut to their first 24 items) with their first tensor infos, as two small files
+  per model: `<model>.meta.gguf` keeps the real tensor shapes and offsets but no data (the
+  reader must refuse it: the tensors lie outside the file), and `<model>.small.gguf` has
+  the tensors shrunk to a few elements with their data (valid); and, always, model-shaped
+  files written here (a llama / qwen2 / gemma3 header with a byte-level BPE or SentencePiece
+  vocabulary, a chat template and one small tensor of every weight type), so the seeds do
+  not depend on which models a machine has. tests/fuzz/corpus/gguf/ holds only the inputs
+  that found bugs (regress_*).
 - chat_template/: the test templates (tests/data/chat_template/templates) and the real
   models' own, each also with variables; runaway templates.
 - tokenizer/, openai_request/, http/: hand-written inputs in each harness's format.
@@ -22,6 +29,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fuzz", "corpus")
+OUT_DIR = [OUT]  # where write() puts files: the committed corpus, or --out
+WRITE_GGUF = [False]  # binary seeds only where asked (--gguf-only): never into the committed corpus
 
 # GGUF value types
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -102,7 +111,9 @@ def build(version, kvs, tensors, data=b""):
 
 
 def write(sub, name, data):
-    d = os.path.join(OUT, sub)
+    if sub == "gguf" and not WRITE_GGUF[0]:
+        return
+    d = os.path.join(OUT_DIR[0], sub)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
@@ -129,11 +140,53 @@ def gguf_seeds(models_dir):
         small = [(name, [8, 2], F32, i * 64) for i, (name, _, _, _) in enumerate(tensors)]
         write("gguf", f"{key}.small.gguf", build(version, kvs, small, bytes(64 * len(small))))
         print(f"  {key}: {len(kvs)} keys, {len(tensors)} tensors", file=sys.stderr)
+    synthetic_model_seeds()
     # A few hand-made shapes of the header.
     write("gguf", "empty_v3.gguf", build(3, [], []))
     write("gguf", "v2_one_string.gguf", build(2, [(b"general.architecture", STR, b"llama")], []))
     write("gguf", "nested_array.gguf", build(3, [(b"a", ARR, (ARR, [(I32, [1, 2]), (I32, [])]))], []))
     return templates
+
+
+# (GGML type id, elements per block, bytes per block) of every weight type the engine reads.
+WEIGHT_TYPES = [(0, 1, 4), (1, 1, 2), (30, 1, 2), (2, 32, 18), (3, 32, 20), (6, 32, 22), (7, 32, 24),
+                (8, 32, 34), (10, 256, 84), (11, 256, 110), (12, 256, 144), (13, 256, 176), (14, 256, 210)]
+
+
+def synthetic_model_seeds():
+    """Model-shaped GGUFs that need no real model: what a loader reads first (architecture,
+    hyperparameters, a tokenizer, a chat template) and one 256 x 2 tensor of every weight type
+    with its bytes (deterministic filler), tensors aligned to 32 bytes as GGUF requires."""
+    byte_level = [bytes([0xC4, 0xA0 + i]) if i < 32 else bytes([0x21 + i % 90]) for i in range(48)]
+    tokens = [b"<|endoftext|>", b"<|im_start|>", b"<|im_end|>"] + sorted(set(byte_level)) + [b"he", b"ll", b"hell", b"\xc4\xa0w"]
+    merges = [b"h e", b"l l", b"he ll", b"\xc4\xa0 w"]
+    template = (b"{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                b"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    for arch, tok_model in [(b"llama", b"gpt2"), (b"qwen2", b"gpt2"), (b"gemma3", b"llama")]:
+        a = arch
+        kvs = [(b"general.architecture", STR, arch), (b"general.alignment", U32, 32),
+               (a + b".block_count", U32, 1), (a + b".context_length", U32, 64), (a + b".embedding_length", U32, 256),
+               (a + b".feed_forward_length", U32, 512), (a + b".attention.head_count", U32, 4),
+               (a + b".attention.head_count_kv", U32, 2), (a + b".attention.layer_norm_rms_epsilon", F32, 1e-5),
+               (a + b".rope.freq_base", F32, 10000.0),
+               (b"tokenizer.ggml.model", STR, tok_model), (b"tokenizer.ggml.tokens", ARR, (STR, tokens)),
+               (b"tokenizer.ggml.token_type", ARR, (I32, [3, 3, 3] + [1] * (len(tokens) - 3))),
+               (b"tokenizer.ggml.bos_token_id", U32, 1), (b"tokenizer.ggml.eos_token_id", U32, 2),
+               (b"tokenizer.chat_template", STR, template)]
+        if tok_model == b"gpt2":
+            kvs.append((b"tokenizer.ggml.merges", ARR, (STR, merges)))
+            kvs.append((b"tokenizer.ggml.pre", STR, b"qwen2" if arch == b"qwen2" else b"llama-bpe"))
+        else:
+            kvs.append((b"tokenizer.ggml.scores", ARR, (F32, [float(-i) for i in range(len(tokens))])))
+        if arch == b"gemma3":
+            kvs += [(a + b".attention.sliding_window", U32, 16), (a + b".final_logit_softcapping", F32, 30.0)]
+        tensors, data = [], bytearray()
+        for ttype, block, size in WEIGHT_TYPES:
+            nbytes = 256 // block * size * 2
+            tensors.append((f"w.{ttype}.weight".encode(), [256, 2], ttype, len(data)))
+            data += bytes((i * 37 + ttype) % 251 for i in range(nbytes))
+            data += b"\0" * ((-len(data)) % 32)
+        write("gguf", f"synthetic_{arch.decode()}.gguf", build(3, kvs, tensors, bytes(data)))
 
 
 def template_seeds(model_templates):
@@ -295,8 +348,15 @@ def json_schema_seeds():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models")))
+    ap.add_argument("--gguf-only", action="store_true", help="write only the GGUF seeds (binary: not committed)")
+    ap.add_argument("--out", help="write into this folder instead of tests/fuzz/corpus")
     a = ap.parse_args()
+    if a.out:
+        OUT_DIR[0] = a.out
+    WRITE_GGUF[0] = a.gguf_only
     templates = gguf_seeds(a.models)
+    if a.gguf_only:
+        return
     print(f"chat templates: {template_seeds(templates)} test templates + {len(templates)} models'", file=sys.stderr)
     print(f"tokenizer: {tokenizer_seeds()}, openai_request: {openai_seeds()}, http: {http_seeds()}", file=sys.stderr)
     print(f"json_schema: {json_schema_seeds()}", file=sys.stderr)
