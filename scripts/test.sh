@@ -7,17 +7,32 @@
 #   TANDEM_TEST_MODELS=smollm2,qwen0.5b  the model set: which models to fetch and test
 #                                       (default: all; "none": no model tests)
 #   TANDEM_ALLOW_SKIP=1                 tests of missing models skip instead of failing
-#   TANDEM_SKIP_ASAN=1                  only the release preset
-#   TANDEM_CI_SOAK=1 TANDEM_CI_FUZZ=1   also the 2-minute soak, the libFuzzer build and smoke
-#                                       (not yet on by default)
-#   TANDEM_SKIP_SOAK=1 TANDEM_SKIP_FUZZ=1   skip those stages (below)
-#   TANDEM_TSAN=1                       also the ThreadSanitizer stage (not yet on by default)
+# Stages, each timed (a summary at the end): release build and tests; the 2-minute soak with
+# faults; ASan+UBSan build and tests; ThreadSanitizer over the threaded parts; the libFuzzer
+# build, corpus replay and a short smoke of every harness.
+#   TANDEM_SKIP_ASAN=1 TANDEM_SKIP_SOAK=1 TANDEM_SKIP_TSAN=1 TANDEM_SKIP_FUZZ=1   skip a stage
 #   TANDEM_FUZZ_SMOKE_S=20              seconds of fuzzing per harness in the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
 export TANDEM_TEST_MODELS=${TANDEM_TEST_MODELS:-all}
 
+RUN_T0=$(date +%s)
+SUMMARY=""
+stage_start() { STAGE_T0=$(date +%s); STAGE=$1; echo "[test] ---- $1"; }
+stage_end() {
+  local took=$(( $(date +%s) - STAGE_T0 ))
+  echo "[test] ---- $STAGE took $took s"
+  SUMMARY+=$(printf '%-34s %6d s' "$STAGE" "$took")$'\n'
+}
+summary() {
+  echo "[test] stage times:"
+  printf '%s' "$SUMMARY"
+  echo "[test] total $(( $(date +%s) - RUN_T0 )) s"
+}
+trap summary EXIT
+
+stage_start "setup and models"
 bash scripts/setup.sh
 if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --models "$TANDEM_TEST_MODELS"; then
   if [ "${TANDEM_ALLOW_SKIP:-0}" = "1" ]; then
@@ -27,65 +42,77 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
     echo "[test] Fix the fetch, or limit the run (TANDEM_TEST_MODELS=...) or accept skips (TANDEM_ALLOW_SKIP=1)." >&2
   fi
 fi
+stage_end
 
-stage_start() { STAGE_T0=$(date +%s); echo "[test] ---- $1"; }
-stage_end() { echo "[test] ---- $1 took $(( $(date +%s) - STAGE_T0 )) s"; }
 
 # Where nvcc is installed, the release build also compiles the CUDA backend for the device
 # (sm_80, sm_90), with warnings as errors; its kernels are tested under the SIMT emulator in
 # both presets (docs/cuda.md). The ASan preset builds without the toolkit (TANDEM_CUDA=OFF),
 # as a machine without one does.
+stage_start "release build"
 cmake --preset release -DTANDEM_CUDA_WERROR=ON >/dev/null
 cmake --build --preset release -j "$JOBS"
+stage_end
+stage_start "release tests"
 # Includes fuzz.replay.*: every harness over its corpus (tests/fuzz/corpus), without clang.
 ctest --preset release -j "$JOBS"
+stage_end
 
-# The soak with faults, 2 minutes (bench/soak.py; the 10-minute one is run by hand), and
-# the fuzz stage below: opt-in (TANDEM_CI_SOAK=1, TANDEM_CI_FUZZ=1) until a clean run of
-# each on the merged tree is on record; the corpora are replayed in every run regardless
-# (ctest fuzz.replay.*, release and ASan).
+# The soak with faults, 2 minutes (bench/soak.py; the 10-minute one is run by hand).
 case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) soak_model=1 ;; *) soak_model=0 ;; esac
-if [ "${TANDEM_CI_SOAK:-0}" = "1" ] && [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ]; then
+if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ]; then
   stage_start "soak (2 min, SmolLM2, 64 streams)"
   python3 bench/soak.py --tandem build/release/apps/tandem --streams 64 --minutes 2 --pair smollm2
-  stage_end soak
+  stage_end
 fi
 
 # ThreadSanitizer over what runs threads: the thread pool, the scheduler and the server.
-# Only the targets those tests need are built. Opt-in (TANDEM_TSAN=1) until a clean run of
-# this stage has been shown; then it becomes the default.
-if [ "${TANDEM_TSAN:-0}" = "1" ] && [ "${TANDEM_SKIP_TSAN:-0}" != "1" ]; then
+# Only the targets those tests need are built.
+if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ]; then
   stage_start "tsan"
   cmake --preset tsan >/dev/null
   cmake --build build/tsan -j "$JOBS" --target test_scheduler test_cpu_ops tandem
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
   build/tsan/tests/test_cpu_ops --gtest_filter='ThreadPool*:CpuOps.PagedAttention*'
-  build/tsan/tests/test_scheduler
+  # Not the scheduler on the emulated CUDA backend: the emulator's fiber switches under TSan
+  # take minutes for one test, and its fibers share one OS thread (nothing for TSan to find).
+  build/tsan/tests/test_scheduler --gtest_filter='-*Cuda*'
   if [ "$soak_model" = 1 ]; then
     # The server under TSan: concurrent clients, disconnects, pipelining, limits (timeouts,
     # connection limit, queue), preemption and SIGTERM with streams in flight. A report
-    # makes the server exit 66, which the tests see.
-    TANDEM_TEST_MODELS=smollm2 TANDEM_TEST_TIME_SCALE=4 python3 tests/python/test_server.py --tandem build/tsan/apps/tandem \
+    # makes the server exit 66, which the tests see. The release build calibrates the cost
+    # model the draft-loading server needs (its cache key is the models, not the build):
+    # calibrating under TSan alone takes over 8 minutes.
+    tsan_cache=$(mktemp -d)
+    smol="${TANDEM_MODELS:-$HOME/.cache/tandem/models}/smollm2-135m-instruct-q4_1.gguf"
+    TANDEM_CACHE=$tsan_cache build/release/apps/tandem generate -m "$smol" --model-draft "$smol" --draft model \
+      --draft-max 4 --policy adaptive -n 1 -p "Hello" >/dev/null
+    TANDEM_TEST_CACHE_SEED=$tsan_cache TANDEM_TEST_MODELS=smollm2 TANDEM_TEST_TIME_SCALE=4 \
+      python3 tests/python/test_server.py --tandem build/tsan/apps/tandem \
       -k test_concurrent_clients -k test_client_disconnect -k test_keep_alive -k LimitsServer -k TightKvServer
+    rm -rf "$tsan_cache"
   fi
   unset TSAN_OPTIONS
-  stage_end tsan
+  stage_end
 fi
 
 # The fuzz harnesses as libFuzzer binaries (clang): their corpora replayed, then a short
 # smoke of each (bench/fuzz.sh; long campaigns are run by hand).
-if [ "${TANDEM_CI_FUZZ:-0}" = "1" ] && [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ]; then
+if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ]; then
   stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-20} s per harness)"
   cmake --preset fuzz >/dev/null
   cmake --build build/fuzz -j "$JOBS"
   ctest --preset fuzz -j "$JOBS"
   FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-20}"
-  stage_end fuzz
+  stage_end
 fi
 
 if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
+  stage_start "asan build"
   cmake --preset asan >/dev/null
   cmake --build --preset asan -j "$JOBS"
+  stage_end
+  stage_start "asan tests"
   # Under ASan the model set is SmolLM2 alone (when the run has it): the larger models take
   # many minutes there, and the release run covers them; the tests of the others say so.
   # The server test's waits are scaled: its first server start calibrates the cost model,
@@ -99,4 +126,5 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   # generations to test anything; the CUDA op, forward and scheduler tests cover those paths.
   TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=1500 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_'
+  stage_end
 fi

@@ -111,6 +111,10 @@ std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vect
   all_in = true;
   cv.notify_all();
   EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == reqs.size(); }));
+  // Never return while a callback can still run on this frame's mutex and outputs (a slow
+  // run, e.g. under a sanitizer, past the limit above): wait them out; ctest's timeout ends
+  // a real hang.
+  cv.wait(lk, [&] { return done == reqs.size(); });
   return out;
 }
 
@@ -151,12 +155,14 @@ TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
     SchedulerOptions so;
     so.max_step_ms = limit;
     so.min_prefill_tokens = 4;
-    Scheduler s(*e, so);
+    // The callbacks' state is declared before the scheduler, so it outlives the scheduler's
+    // thread even when an assertion below leaves early.
     std::mutex mu;
     std::condition_variable cv;
     bool short_started = false, long_submitted = false;
     int done = 0;
     GenerateResult got_short, got_long;
+    Scheduler s(*e, so);
     ServeRequest a;
     a.prompt = short_prompt;
     a.opts = greedy(60, DraftMode::None);
@@ -531,12 +537,12 @@ TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
     SchedulerOptions so;
     so.max_step_ms = limit;
     so.min_prefill_tokens = 4;
-    Scheduler s(*e, so);
-    std::mutex mu;
+    std::mutex mu;  // (declared before the scheduler: see the test above)
     std::condition_variable cv;
     int short_pieces = 0, done = 0;
     bool long_submitted = false;
     GenerateResult got_short, got_long;
+    Scheduler s(*e, so);
     auto submit = [&](const std::vector<int32_t>& prompt, GenerateResult& into, bool count) {
       ServeRequest r;
       r.prompt = prompt;

@@ -46,7 +46,7 @@ Server* g = nullptr;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (!std::getenv("FUZZ_VERBOSE")) spdlog::set_level(spdlog::level::warn);  // a log line per request otherwise
+  fuzz_quiet_logs();  // a log line per request otherwise
   const std::string dir = (std::filesystem::temp_directory_path() / ("tandem-fuzz-http-" + std::to_string(getpid()))).string();
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/tiny.gguf";

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <spdlog/spdlog.h>
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 
@@ -23,3 +25,9 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
       std::abort();                                                                            \
     }                                                                                          \
   } while (0)
+
+// The code's warnings (a GGUF's odd tokenizer keys, say) would print for most inputs and
+// cost more than the input itself: only errors are printed, unless FUZZ_VERBOSE is set.
+inline void fuzz_quiet_logs() {
+  if (!std::getenv("FUZZ_VERBOSE")) spdlog::set_level(spdlog::level::err);
+}

@@ -73,6 +73,7 @@ std::string escaped(const std::string& s) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  fuzz_quiet_logs();
   for (const char* pre : {"default", "smollm", "qwen2", "llama-bpe"}) g_toks.push_back(make_entry(gpt2(pre), true));
   g_toks.push_back(make_entry(llama(), false));
   if (const char* env = std::getenv("TANDEM_FUZZ_TOKENIZER_MODELS")) {

@@ -238,6 +238,11 @@ PROMPTS = [
 
 CACHE_DIR = tempfile.mkdtemp(prefix="tandem-server-test-cache-")
 atexit.register(shutil.rmtree, CACHE_DIR, True)
+# TANDEM_TEST_CACHE_SEED: a cache folder to start from, e.g. one where a release build has
+# calibrated the cost model for these models, so a sanitized server need not (the key is the
+# model files and the backend, not the build; calibrating under TSan takes over 8 minutes).
+if os.environ.get("TANDEM_TEST_CACHE_SEED"):
+    shutil.copytree(os.environ["TANDEM_TEST_CACHE_SEED"], CACHE_DIR, dirs_exist_ok=True)
 
 
 def complete(client, prompt, max_tokens, mode=None, **kw):
@@ -719,6 +724,24 @@ class LimitsServer(Timed):
         return socket.create_connection(("127.0.0.1", self.server.port), timeout=30 * TIME_SCALE)
 
     @staticmethod
+    def read_response(sock):
+        """One response (headers and a Content-Length body) from a kept-alive connection."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)content-length: *(\d+)", head)
+        while m and len(body) < int(m.group(1)):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return head + b"\r\n\r\n" + body
+
+    @staticmethod
     def read_all(sock):
         data = b""
         while True:
@@ -797,7 +820,12 @@ class LimitsServer(Timed):
         self.server.wait_metric("tandem_http_open_connections", lambda v: v <= 1)
         held = [self.raw_socket() for _ in range(6)]
         try:
-            time.sleep(0.3)
+            # Each held connection answers a request first (and stays open: keep-alive), so the
+            # server has certainly counted all six before the next ones arrive (a fixed pause
+            # was not enough on a slow, e.g. thread-sanitized, server).
+            for sock in held:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertTrue(self.read_response(sock).startswith(b"HTTP/1.1 200"))
             refused = []
             for _ in range(3):
                 with self.raw_socket() as sock:

@@ -52,6 +52,7 @@ tandem_simt_switch:
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 // AddressSanitizer must be told about stack switches, or it reports the fibers' frames as
@@ -71,9 +72,44 @@ void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
 }
 #endif
 
+// ThreadSanitizer likewise: each fiber is a TSan fiber, and every switch says where it goes
+// (flags 0: a switch orders what came before it, as the cooperative schedule does), or TSan
+// sees one thread's stack jump about and reports races between a block's own threads.
+#if defined(__SANITIZE_THREAD__)
+#define TANDEM_SIMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TANDEM_SIMT_TSAN 1
+#endif
+#endif
+#ifdef TANDEM_SIMT_TSAN
+extern "C" {
+void* __tsan_get_current_fiber(void);
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+}
+#endif
+
 namespace tandem::simt::detail {
 
 namespace {
+
+#ifdef TANDEM_SIMT_TSAN
+// One TSan fiber for the life of a fiber's stack.
+struct TsanFiber {
+  void* handle = nullptr;
+  TsanFiber() = default;
+  TsanFiber(TsanFiber&& o) noexcept : handle(std::exchange(o.handle, nullptr)) {}
+  TsanFiber& operator=(TsanFiber&& o) noexcept {
+    std::swap(handle, o.handle);
+    return *this;
+  }
+  ~TsanFiber() {
+    if (handle) __tsan_destroy_fiber(handle);
+  }
+};
+#endif
 
 thread_local ThreadCtx* t_thread = nullptr;
 thread_local uint3 t_block_idx;
@@ -96,6 +132,9 @@ struct Fiber {
   State state = State::Runnable;
   std::unique_ptr<char[]> stack;
   void* asan_fake = nullptr;  // the fiber's fake stack while it is switched out (ASan)
+#ifdef TANDEM_SIMT_TSAN
+  TsanFiber tsan;
+#endif
 };
 
 struct Warp {
@@ -117,6 +156,9 @@ struct Runner {
   ucontext_t sched;
 #endif
   const void* sched_stack = nullptr;  // the scheduler's stack (ASan annotations)
+#ifdef TANDEM_SIMT_TSAN
+  void* sched_tsan = nullptr;  // the scheduler's TSan fiber (the launching thread's)
+#endif
   size_t sched_stack_size = 0;
   unsigned n_threads = 0, live = 0, at_barrier = 0;
   Fiber* current = nullptr;
@@ -135,6 +177,9 @@ void park(Runner& r, Fiber& f, State s) {
   f.state = s;
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
+#endif
+#ifdef TANDEM_SIMT_TSAN
+  __tsan_switch_to_fiber(r.sched_tsan, 0);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
   tandem_simt_switch(&f.sp, r.sched_sp);
@@ -182,6 +227,12 @@ void warp_barrier(unsigned mask) {
   park(r, f, State::AtWarpBarrier);
 }
 
+// Not instrumented under TSan: a fiber never returns from this frame (its last switch leaves
+// it), so each run would leave one frame on the TSan fiber's shadow stack, which overflows
+// after some 65,000 blocks. What it touches is the scheduler's own state, on this one thread.
+#ifdef TANDEM_SIMT_TSAN
+__attribute__((no_sanitize("thread")))
+#endif
 void fiber_entry() {
   Runner& r = *t_runner;
   Fiber& f = *r.current;
@@ -203,6 +254,9 @@ void fiber_entry() {
   try_release_warp(r, f.ctx.linear / 32);
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_start_switch_fiber(nullptr, r.sched_stack, r.sched_stack_size);  // this fiber ends
+#endif
+#ifdef TANDEM_SIMT_TSAN
+  __tsan_switch_to_fiber(r.sched_tsan, 0);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
   tandem_simt_switch(&f.sp, r.sched_sp);  // never resumed
@@ -256,6 +310,9 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
     f.ctx.thread_idx = {i % cfg.block.x, (i / cfg.block.x) % cfg.block.y, i / (cfg.block.x * cfg.block.y)};
     f.state = State::Runnable;
     if (!f.stack) f.stack.reset(new char[kStackBytes]);
+#ifdef TANDEM_SIMT_TSAN
+    if (!f.tsan.handle) f.tsan.handle = __tsan_create_fiber(0);
+#endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
     prepare_stack(f);
 #else
@@ -289,6 +346,10 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
 #ifdef TANDEM_SIMT_ASAN
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
+#endif
+#ifdef TANDEM_SIMT_TSAN
+      r.sched_tsan = __tsan_get_current_fiber();
+      __tsan_switch_to_fiber(f.tsan.handle, 0);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
       tandem_simt_switch(&r.sched_sp, f.sp);
