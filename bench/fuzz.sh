@@ -14,7 +14,8 @@
 # to tests/fuzz/corpus/<name>/ with a unit test naming the bug once it is fixed.
 # Limits: -timeout (default 10 s per input: "bounded time"), -rss_limit_mb (2048: "bounded
 # memory"), -max_len 65536. FUZZ_JOBS=N runs N harnesses at once (default 1). Exit status:
-# 1 when any harness found a crash.
+# 1 when any harness found a crash. FUZZ_REPORT_ONLY=1 prints the table of the last run's logs
+# and runs nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}
@@ -23,7 +24,7 @@ HARNESSES=("$@")
 [ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=(gguf tokenizer chat_template openai_request http grammar json_schema)
 BUILD=${FUZZ_BUILD:-build/fuzz}  # FUZZ_BUILD: another folder with tests/fuzz/fuzz_* (a long campaign on a copy)
 
-if [ "${FUZZ_NO_BUILD:-0}" != "1" ]; then
+if [ "${FUZZ_NO_BUILD:-0}" != "1" ] && [ "${FUZZ_REPORT_ONLY:-0}" != "1" ]; then
   cmake --preset fuzz >/dev/null || exit 2
   targets=()
   for h in "${HARNESSES[@]}"; do targets+=("fuzz_$h"); done
@@ -58,7 +59,8 @@ run_one() {
 }
 
 pids=()
-for h in "${HARNESSES[@]}"; do
+[ "${FUZZ_REPORT_ONLY:-0}" = "1" ] && HARNESS_RUN=() || HARNESS_RUN=("${HARNESSES[@]}")
+for h in "${HARNESS_RUN[@]}"; do
   run_one "$h" &
   pids+=($!)
   while [ "$(jobs -rp | wc -l)" -ge "${FUZZ_JOBS:-1}" ]; do wait -n; done

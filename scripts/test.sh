@@ -26,6 +26,7 @@ stage_end() {
   SUMMARY+=$(printf '%-34s %6d s' "$STAGE" "$took")$'\n'
 }
 summary() {
+  [ -n "${CAL_CACHE:-}" ] && rm -rf "$CAL_CACHE"
   echo "[test] stage times:"
   printf '%s' "$SUMMARY"
   echo "[test] total $(( $(date +%s) - RUN_T0 )) s"
@@ -58,6 +59,20 @@ stage_start "release tests"
 ctest --preset release -j "$JOBS"
 stage_end
 
+# The cost model the draft-loading test servers need, calibrated once by the release build
+# for the sanitized ones (the cache key is the model files and the backend, not the build):
+# calibrating takes over 8 minutes under TSan and about 2 under ASan. The release run's own
+# servers calibrate afresh, so that path is tested there.
+SMOL="${TANDEM_MODELS:-$HOME/.cache/tandem/models}/smollm2-135m-instruct-q4_1.gguf"
+CAL_CACHE=""
+calibration_seed() {
+  if [ -z "$CAL_CACHE" ] && [ -f "$SMOL" ]; then
+    CAL_CACHE=$(mktemp -d)
+    TANDEM_CACHE=$CAL_CACHE build/release/apps/tandem generate -m "$SMOL" --model-draft "$SMOL" --draft model \
+      --draft-max 4 --policy adaptive -n 1 -p "Hello" >/dev/null
+  fi
+}
+
 # The soak with faults, 2 minutes (bench/soak.py; the 10-minute one is run by hand).
 case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) soak_model=1 ;; *) soak_model=0 ;; esac
 if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ]; then
@@ -80,17 +95,11 @@ if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ]; then
   if [ "$soak_model" = 1 ]; then
     # The server under TSan: concurrent clients, disconnects, pipelining, limits (timeouts,
     # connection limit, queue), preemption and SIGTERM with streams in flight. A report
-    # makes the server exit 66, which the tests see. The release build calibrates the cost
-    # model the draft-loading server needs (its cache key is the models, not the build):
-    # calibrating under TSan alone takes over 8 minutes.
-    tsan_cache=$(mktemp -d)
-    smol="${TANDEM_MODELS:-$HOME/.cache/tandem/models}/smollm2-135m-instruct-q4_1.gguf"
-    TANDEM_CACHE=$tsan_cache build/release/apps/tandem generate -m "$smol" --model-draft "$smol" --draft model \
-      --draft-max 4 --policy adaptive -n 1 -p "Hello" >/dev/null
-    TANDEM_TEST_CACHE_SEED=$tsan_cache TANDEM_TEST_MODELS=smollm2 TANDEM_TEST_TIME_SCALE=4 \
+    # makes the server exit 66, which the tests see.
+    calibration_seed
+    TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=smollm2 TANDEM_TEST_TIME_SCALE=4 \
       python3 tests/python/test_server.py --tandem build/tsan/apps/tandem \
       -k test_concurrent_clients -k test_client_disconnect -k test_keep_alive -k LimitsServer -k TightKvServer
-    rm -rf "$tsan_cache"
   fi
   unset TSAN_OPTIONS
   stage_end
@@ -115,8 +124,8 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   stage_start "asan tests"
   # Under ASan the model set is SmolLM2 alone (when the run has it): the larger models take
   # many minutes there, and the release run covers them; the tests of the others say so.
-  # The server test's waits are scaled: its first server start calibrates the cost model,
-  # about two minutes under ASan.
+  # The server test's waits are scaled, and it starts from the release build's calibration.
+  calibration_seed
   asan_models=none
   case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) asan_models=smollm2 ;; esac
   # The losslessness suite runs its configurations with fewer generations here: under the
@@ -124,7 +133,7 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   # statistics, and its power check (the injected-bias run) is not repeated. Its configurations
   # on the CUDA backend are left out too: the emulator under ASan takes minutes for too few
   # generations to test anything; the CUDA op, forward and scheduler tests cover those paths.
-  TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=1500 \
+  TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=500 \
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_'
   stage_end
 fi
