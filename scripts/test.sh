@@ -11,7 +11,7 @@
 # faults; ASan+UBSan build and tests; ThreadSanitizer over the threaded parts; the libFuzzer
 # build, corpus replay and a short smoke of every harness.
 #   TANDEM_SKIP_ASAN=1 TANDEM_SKIP_SOAK=1 TANDEM_SKIP_TSAN=1 TANDEM_SKIP_FUZZ=1   skip a stage
-#   TANDEM_FUZZ_SMOKE_S=20              seconds of fuzzing per harness in the fuzz smoke
+#   TANDEM_FUZZ_SMOKE_S=10              seconds of fuzzing per harness in the fuzz smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -108,11 +108,11 @@ fi
 # The fuzz harnesses as libFuzzer binaries (clang): their corpora replayed, then a short
 # smoke of each (bench/fuzz.sh; long campaigns are run by hand).
 if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ]; then
-  stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-20} s per harness)"
+  stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
   cmake --preset fuzz >/dev/null
   cmake --build build/fuzz -j "$JOBS"
   ctest --preset fuzz -j "$JOBS"
-  FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-20}"
+  FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
   stage_end
 fi
 
