@@ -45,7 +45,7 @@ PAIRS = {
     "smollm2": dict(model="smollm2-135m-instruct-q4_1.gguf", draft=None, extra=["--draft", "ngram", "--draft-max", "3"],
                     kv_mem="6MiB", ctx="256", max_seqs="8"),
     "qwen": dict(model="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", draft="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                 extra=["--draft", "model", "--draft-max", "3"], kv_mem="11MiB", ctx="256", max_seqs="4"),
+                 extra=["--draft", "model", "--draft-max", "3"], kv_mem="11MiB", ctx="256", max_seqs="8"),
 }
 PROMPTS = [
     "Write a short poem about the sea.", "What is the capital of France?", "Explain recursion to a child.",
