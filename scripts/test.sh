@@ -20,6 +20,18 @@ export TANDEM_TEST_MODELS=${TANDEM_TEST_MODELS:-all}
 RUN_T0=$(date +%s)
 SUMMARY=""
 stage_start() { STAGE_T0=$(date +%s); STAGE=$1; echo "[test] ---- $1"; }
+# The soak, TSan and fuzz stages come after the release and ASan ones, and each starts only
+# if it can end within the run's budget (TANDEM_CI_BUDGET_MIN, 80 minutes: CI stops at 90),
+# else it is reported as skipped, loudly, in the summary. They take about 4, 8 and 7 minutes.
+BUDGET_S=$(( ${TANDEM_CI_BUDGET_MIN:-80} * 60 ))
+within_budget() {
+  local elapsed=$(( $(date +%s) - RUN_T0 )) need=$(( $2 * 60 ))
+  if [ $(( elapsed + need )) -gt "$BUDGET_S" ]; then
+    echo "[test] ---- $1 SKIPPED: ${elapsed} s elapsed, about ${need} s more would pass the budget of ${BUDGET_S} s" >&2
+    SUMMARY+=$(printf '%-34s %s' "$1" "SKIPPED (time budget)")$'\n'
+    return 1
+  fi
+}
 stage_end() {
   local took=$(( $(date +%s) - STAGE_T0 ))
   echo "[test] ---- $STAGE took $took s"
@@ -73,9 +85,31 @@ calibration_seed() {
   fi
 }
 
+if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
+  stage_start "asan build"
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$JOBS"
+  stage_end
+  stage_start "asan tests"
+  # Under ASan the model set is SmolLM2 alone (when the run has it): the larger models take
+  # many minutes there, and the release run covers them; the tests of the others say so.
+  # The server test's waits are scaled, and it starts from the release build's calibration.
+  calibration_seed
+  asan_models=none
+  case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) asan_models=smollm2 ;; esac
+  # The losslessness suite runs its configurations with fewer generations here: under the
+  # sanitizers it checks the memory safety of those paths; the release run has the
+  # statistics, and its power check (the injected-bias run) is not repeated. Its configurations
+  # on the CUDA backend are left out too: the emulator under ASan takes minutes for too few
+  # generations to test anything; the CUDA op, forward and scheduler tests cover those paths.
+  TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=500 \
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_'
+  stage_end
+fi
+
 # The soak with faults, 2 minutes (bench/soak.py; the 10-minute one is run by hand).
 case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) soak_model=1 ;; *) soak_model=0 ;; esac
-if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ]; then
+if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ] && within_budget soak 4; then
   stage_start "soak (2 min, SmolLM2, 64 streams)"
   python3 bench/soak.py --tandem build/release/apps/tandem --streams 64 --minutes 2 --pair smollm2
   stage_end
@@ -83,7 +117,7 @@ fi
 
 # ThreadSanitizer over what runs threads: the thread pool, the scheduler and the server.
 # Only the targets those tests need are built.
-if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ]; then
+if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ] && within_budget tsan 8; then
   stage_start "tsan"
   cmake --preset tsan >/dev/null
   cmake --build build/tsan -j "$JOBS" --target test_scheduler test_cpu_ops tandem
@@ -107,33 +141,11 @@ fi
 
 # The fuzz harnesses as libFuzzer binaries (clang): their corpora replayed, then a short
 # smoke of each (bench/fuzz.sh; long campaigns are run by hand).
-if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ]; then
+if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ] && within_budget fuzz 7; then
   stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
   cmake --preset fuzz >/dev/null
   cmake --build build/fuzz -j "$JOBS"
   ctest --preset fuzz -j "$JOBS"
   FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
-  stage_end
-fi
-
-if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
-  stage_start "asan build"
-  cmake --preset asan >/dev/null
-  cmake --build --preset asan -j "$JOBS"
-  stage_end
-  stage_start "asan tests"
-  # Under ASan the model set is SmolLM2 alone (when the run has it): the larger models take
-  # many minutes there, and the release run covers them; the tests of the others say so.
-  # The server test's waits are scaled, and it starts from the release build's calibration.
-  calibration_seed
-  asan_models=none
-  case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,smollm2,*) asan_models=smollm2 ;; esac
-  # The losslessness suite runs its configurations with fewer generations here: under the
-  # sanitizers it checks the memory safety of those paths; the release run has the
-  # statistics, and its power check (the injected-bias run) is not repeated. Its configurations
-  # on the CUDA backend are left out too: the emulator under ASan takes minutes for too few
-  # generations to test anything; the CUDA op, forward and scheduler tests cover those paths.
-  TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=500 \
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_'
   stage_end
 fi
