@@ -82,7 +82,7 @@ for h in "${HARNESSES[@]}"; do
   took=$(sed -nE 's/.*Done [0-9]+ runs in ([0-9]+) second.*/\1/p' "$log" | tail -1)
   crashes=$(find "$BUILD/findings/$h" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   printf "%-16s %12s %8s %8s %8s %8s %8s  %s\n" "$h" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$crashes" \
-    "${took:-$SECS} s; $(cd "$BUILD/findings/$h" && ls crash-* leak-* timeout-* oom-* 2>/dev/null | head -3 | tr '\n' ' ')"
+    "${took:-(ended early)} s; $(cd "$BUILD/findings/$h" && ls crash-* leak-* timeout-* oom-* 2>/dev/null | head -3 | tr '\n' ' ')"
   [ "$crashes" -gt 0 ] && status=1
 done
 exit $status
