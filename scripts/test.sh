@@ -7,9 +7,10 @@
 #   TANDEM_TEST_MODELS=smollm2,qwen0.5b  the model set: which models to fetch and test
 #                                       (default: all; "none": no model tests)
 #   TANDEM_ALLOW_SKIP=1                 tests of missing models skip instead of failing
-# Stages, each timed (a summary at the end): release build and tests; the 2-minute soak with
-# faults; ASan+UBSan build and tests; ThreadSanitizer over the threaded parts; the libFuzzer
-# build, corpus replay and a short smoke of every harness.
+# Stages, each timed (a summary at the end): release build and tests; ASan+UBSan build and
+# tests; then, each within the time budget below, the 2-minute soak with faults,
+# ThreadSanitizer over the threaded parts, and the libFuzzer build, corpus replay and a short
+# smoke of every harness.
 #   TANDEM_SKIP_ASAN=1 TANDEM_SKIP_SOAK=1 TANDEM_SKIP_TSAN=1 TANDEM_SKIP_FUZZ=1   skip a stage
 #   TANDEM_FUZZ_SMOKE_S=10              seconds of fuzzing per harness in the fuzz smoke
 set -euo pipefail
@@ -56,7 +57,6 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
   fi
 fi
 stage_end
-
 
 # Where nvcc is installed, the release build also compiles the CUDA backend for the device
 # (sm_80, sm_90), with warnings as errors; its kernels are tested under the SIMT emulator in

@@ -36,21 +36,21 @@ import threading
 import time
 import unittest
 
-from structured_cases import StructuredOutputCases
+from structured_cases import SANITIZED, StructuredOutputCases
 
 SKIP = 77
-# Waits scale by this (scripts/test.sh sets it under ASan, where a server start that
-# calibrates the cost model alone takes about two minutes).
+# Waits scale by this (scripts/test.sh sets it under the sanitizers, where everything runs
+# several times slower). SANITIZED (TIME_SCALE > 1, structured_cases.py): the suite checks the
+# memory safety of the server's own paths; the tests whose cost is the engine generating the
+# same outputs many ways (identity across batching, speculation and seeds) run in the release
+# run only, and their engine paths run under ASan in the C++ tests each names.
 TIME_SCALE = float(os.environ.get("TANDEM_TEST_TIME_SCALE") or 1)
-# TIME_SCALE > 1 marks a sanitized server (scripts/test.sh). There the suite checks the memory
-# safety of the server's own paths; the tests whose cost is the engine generating the same
-# outputs many ways (identity across batching, speculation and seeds) run in the release run
-# only, and their engine paths run under ASan in the C++ tests each names.
-SANITIZED = TIME_SCALE > 1
 
 
 def release_only(covered_by):
     return unittest.skipIf(SANITIZED, f"release run only; under the sanitizers: {covered_by}")
+
+
 MODEL_KEY = "smollm2"  # in scripts/models.json
 MANIFEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "models.json")
 with open(MANIFEST) as f:

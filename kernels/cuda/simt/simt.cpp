@@ -323,6 +323,9 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
     makecontext(&f.uc, fiber_entry, 0);
 #endif
   }
+#ifdef TANDEM_SIMT_TSAN
+  r.sched_tsan = __tsan_get_current_fiber();  // where the fibers switch back to
+#endif
   // Round robin over runnable fibers until all are done, in the schedule's order.
   const Schedule sched = schedule();
   r.order.resize(n);
@@ -348,7 +351,6 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
       __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
 #endif
 #ifdef TANDEM_SIMT_TSAN
-      r.sched_tsan = __tsan_get_current_fiber();
       __tsan_switch_to_fiber(f.tsan.handle, 0);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
