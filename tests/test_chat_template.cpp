@@ -479,6 +479,37 @@ TEST(ChatTemplateLimits, OutputLimitIsConfigurable) {
   EXPECT_EQ(t.max_output_bytes(), ChatTemplate::default_max_output_bytes());
 }
 
+TEST(ChatTemplateLimits, IterationAndWorkLimitsAreConfigurable) {
+  ChatTemplate t = ChatTemplate::parse("{% for i in range(300) %}{% endfor %}ok");
+  const ChatTemplate::Limits d = ChatTemplate::default_limits();
+  EXPECT_EQ(t.limits().max_loop_iterations, 10'000'000u);
+  EXPECT_EQ(t.limits().max_work_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(t.render({}, false, "", ""), "ok");
+  t.set_limits({d.max_output_bytes, 299, d.max_work_bytes});
+  try {
+    t.render({}, false, "", "");
+    ADD_FAILURE() << "ran past the iteration limit";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_NE(e.message().find("limit of 299 loop iterations"), std::string::npos) << e.what();
+  }
+  t.set_limits({d.max_output_bytes, 1000, d.max_work_bytes});  // the loop and range()'s items
+  EXPECT_EQ(t.render({}, false, "", ""), "ok");
+
+  // Building strings: 20 copies of a 10 kB string is about 200 kB of work.
+  ChatTemplate w = ChatTemplate::parse("{% set s = 'x' * 10000 %}{% for i in range(20) %}{% set t = s ~ i %}{% endfor %}ok");
+  EXPECT_EQ(w.render({}, false, "", ""), "ok");
+  w.set_limits({d.max_output_bytes, d.max_loop_iterations, 100'000});
+  try {
+    w.render({}, false, "", "");
+    ADD_FAILURE() << "ran past the work limit";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_NE(e.message().find("limit of 100000"), std::string::npos) << e.what();
+  }
+  // The output limit is still capped.
+  w.set_limits({size_t{1} << 40, 1, 1});
+  EXPECT_EQ(w.limits().max_output_bytes, ChatTemplate::default_max_output_bytes());
+}
+
 TEST(ChatTemplateLimits, DeepJsonVariablesAreRefused) {
   const ChatTemplate t = tandem::chatml_template();
   EXPECT_THROW(t.render_json("{\"messages\": " + repeat("[", 100000) + repeat("]", 100000) + "}"),

@@ -106,6 +106,61 @@ TEST(Grammar, BoundedRepetitionCounts) {
   EXPECT_FALSE(g->accepts("aaac"));
 }
 
+// The counts of "a" a grammar over "a" alone accepts, among 0..n.
+std::vector<int> counts_accepted(const std::string& gbnf, int n = 12) {
+  auto g = G(gbnf);
+  std::vector<int> out;
+  for (int k = 0; k <= n; ++k)
+    if (g->accepts(std::string(static_cast<size_t>(k), 'a'))) out.push_back(k);
+  return out;
+}
+
+std::vector<int> range(int lo, int hi) {
+  std::vector<int> v;
+  for (int k = lo; k <= hi; ++k) v.push_back(k);
+  return v;
+}
+
+TEST(Grammar, StackedRepetitionsKeepTheirLanguage) {
+  // Stacked operators are merged into one repetition where that is exact; where it is not
+  // (an inner minimum above 1, an outer count of 0), they are kept as written.
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"++)"), range(1, 12));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"+*)"), range(0, 12));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"?+)"), range(0, 12));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"??)"), range(0, 1));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"{1,3}{1,2})"), range(1, 6));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"?{2,3})"), range(0, 3));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"{2}{0,2})"), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"{2}+)"), (std::vector<int>{2, 4, 6, 8, 10, 12}));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"+{0} "a")"), (std::vector<int>{1}));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"{3}{2} "a"{0}?)"), (std::vector<int>{6}));
+  EXPECT_EQ(counts_accepted(R"(root ::= "aa"+?)"), (std::vector<int>{0, 2, 4, 6, 8, 10, 12}));
+}
+
+TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
+  // Found by fuzz_grammar (tests/fuzz/corpus/grammar/stacked_plus_timeout.bin): `x+++…` took
+  // seconds a byte, reaching each place along exponentially many paths. Stacked operators
+  // are now one repetition, and a step expands each place once.
+  const auto nested = [](int levels) {  // ((("a")+)+)+…: a group at every level, never merged
+    std::string g = "root ::= " + std::string(static_cast<size_t>(levels), '(') + R"("a")";
+    for (int i = 0; i < levels; ++i) g += ")+";
+    return g;
+  };
+  for (const std::string& gbnf : {R"(root ::= "a")" + std::string(60, '+'), nested(8)}) {
+    auto g = G(gbnf);
+    EXPECT_TRUE(g->accepts(std::string(200, 'a'))) << gbnf;
+    EXPECT_FALSE(g->accepts(std::string(200, 'a') + "b")) << gbnf;
+    EXPECT_FALSE(g->accepts("")) << gbnf;
+  }
+  // 40 nested groups keep 2^40 parses apart: refused with the documented error, at once.
+  try {
+    G(nested(40))->accepts(std::string(200, 'a'));
+    ADD_FAILURE() << "40 nested repetitions were not refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Grammar, CompleteWhenNothingMayFollow) {
   auto g = G(R"(root ::= "{" "}" " "?)");
   GrammarState s = g->initial();

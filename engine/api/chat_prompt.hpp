@@ -46,6 +46,7 @@ class ChatPrompt {
   // The largest prompt text the template may render (`serve --max-template-output`);
   // beyond it render() throws ChatTemplateError naming the limit.
   void set_max_output_bytes(size_t bytes) { tmpl_.set_max_output_bytes(bytes); }
+  void set_template_limits(const ChatTemplate::Limits& l) { tmpl_.set_limits(l); }
 
  private:
   ChatPrompt(ChatTemplate t, std::string bos, std::string eos, int32_t add_bos_id, bool from_gguf)

@@ -25,9 +25,9 @@ ChatTemplateError to_error(const jinja::Error& e, std::string_view normalized_so
 
 // Runs the interpreter; every failure but running out of memory becomes a
 // ChatTemplateError, so callers have one exception type to handle.
-std::string run(const jinja::ast::Template& tpl, const jinja::Dict& vars, size_t max_output) {
+std::string run(const jinja::ast::Template& tpl, const jinja::Dict& vars, const ChatTemplate::Limits& l) {
   try {
-    return jinja::Interpreter(tpl, max_output).render(vars);
+    return jinja::Interpreter(tpl, {l.max_output_bytes, l.max_loop_iterations, l.max_work_bytes}).render(vars);
   } catch (const jinja::Error& e) {
     throw to_error(e, tpl.source);
   } catch (const std::bad_alloc&) {
@@ -66,11 +66,23 @@ ChatTemplate ChatTemplate::parse(std::string_view source) {
   return t;
 }
 
-void ChatTemplate::set_max_output_bytes(size_t bytes) {
-  max_output_ = std::min(bytes, jinja::kMaxStringBytes);
+void ChatTemplate::set_limits(const Limits& l) {
+  limits_ = l;
+  limits_.max_output_bytes = std::min(l.max_output_bytes, jinja::kMaxStringBytes);
 }
 
-size_t ChatTemplate::default_max_output_bytes() { return jinja::kMaxStringBytes; }
+ChatTemplate::Limits ChatTemplate::default_limits() {
+  const jinja::Limits d;
+  return {d.max_output, d.max_iterations, d.max_work_bytes};
+}
+
+void ChatTemplate::set_max_output_bytes(size_t bytes) {
+  Limits l = limits_;
+  l.max_output_bytes = bytes;
+  set_limits(l);
+}
+
+size_t ChatTemplate::default_max_output_bytes() { return default_limits().max_output_bytes; }
 
 std::optional<ChatTemplate> ChatTemplate::from_gguf(const gguf::File& file) {
   const std::optional<std::string> s = file.get_string("tokenizer.chat_template");
@@ -96,7 +108,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   vars.set(Value::string("add_generation_prompt"), Value::boolean(add_generation_prompt));
   vars.set(Value::string("bos_token"), Value::string(bos_token));
   vars.set(Value::string("eos_token"), Value::string(eos_token));
-  return run(*tpl_, vars, max_output_);
+  return run(*tpl_, vars, limits_);
 }
 
 std::string ChatTemplate::render_json(std::string_view variables_json) const {
@@ -113,7 +125,7 @@ std::string ChatTemplate::render_json(std::string_view variables_json) const {
   vars.set(Value::string("documents"), Value::none());
   vars.set(Value::string("add_generation_prompt"), Value::boolean(false));
   for (const auto& [k, v] : parsed.dict().entries) vars.set(k, v);
-  return run(*tpl_, vars, max_output_);
+  return run(*tpl_, vars, limits_);
 }
 
 ChatTemplate chatml_template() { return ChatTemplate::parse(kChatML); }

@@ -98,19 +98,30 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
 
-  // The largest rendered output in bytes; a render that would write more fails with a
-  // ChatTemplateError naming the limit. Capped at (and by default) 64 MiB. Whatever the
-  // limit, a render also fails after 10 million loop iterations, 1 GiB of strings and
-  // lists built, or 1000 nested calls: templates cannot hang or exhaust memory.
+  // What one render may spend; a render that would spend more fails with a
+  // ChatTemplateError naming the limit, so templates cannot hang or exhaust memory. The
+  // defaults (64 MiB of output, its cap; 10 million loop iterations; 1 GiB of strings and
+  // list slots built) end a runaway template in about a second in a release build; lower
+  // them where a second is too long (an instrumented fuzz build is 50 times slower).
+  // Nested calls are limited to 1000 whatever the limits.
+  struct Limits {
+    size_t max_output_bytes;
+    uint64_t max_loop_iterations;  // loop iterations and built-in item work
+    uint64_t max_work_bytes;
+  };
+  void set_limits(const Limits& limits);
+  const Limits& limits() const { return limits_; }
+  static Limits default_limits();
+  // The output limit alone (the server's --max-template-output).
   void set_max_output_bytes(size_t bytes);
-  size_t max_output_bytes() const { return max_output_; }
+  size_t max_output_bytes() const { return limits_.max_output_bytes; }
   static size_t default_max_output_bytes();
 
  private:
   ChatTemplate() = default;  // only parse() makes one
   std::shared_ptr<const jinja::ast::Template> tpl_;
   std::string source_;
-  size_t max_output_ = default_max_output_bytes();
+  Limits limits_ = default_limits();
 };
 
 // The fallback for models without a template: ChatML,

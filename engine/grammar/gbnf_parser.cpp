@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "engine/grammar/grammar.hpp"
 
@@ -251,10 +252,20 @@ struct Grammar::Builder {
     return static_cast<uint32_t>(v);
   }
 
-  // `item` repeated min..max times (max < 0: unbounded), as elements.
-  std::vector<Elem> repeat(uint32_t rule, std::vector<Elem> item, uint32_t min, int64_t max, size_t at) {
+  // A repetition just written: `x` repeated min..max times (max < 0: unbounded).
+  struct Repetition {
+    Elem x;
+    uint32_t min;
+    int64_t max;
+  };
+
+  // `item` repeated min..max times (max < 0: unbounded), as elements. `last` is set to the
+  // repetition written.
+  std::vector<Elem> repeat(uint32_t rule, std::vector<Elem> item, uint32_t min, int64_t max, size_t at,
+                           std::optional<Repetition>& last) {
     // One element to repeat: a literal of several characters becomes a rule first.
     Elem x = item.size() == 1 ? item[0] : Elem{ElemKind::Rule, generated_rule(rule, {item}, at)};
+    last = Repetition{x, min, max};
     std::vector<Elem> out(min, x);
     if (max < 0) {
       // R ::= x R | ε
@@ -280,17 +291,31 @@ struct Grammar::Builder {
       if (at_end() || c == '|' || c == ')' || (nesting == 0 && rule_starts_here())) break;
       const size_t start = pos;
       std::vector<Elem> item = read_primary(rule, nesting);
+      std::optional<Repetition> last;  // item is this repetition
+      // item{min,max}. A repetition of a repetition, like `x++` or `(x*)?`, is one repetition
+      // of x where that is exact (x{m,n}{a,b} is x{m·a, n·b} when m, a ≤ 1 and n, b ≥ 1): the
+      // stacked form is ambiguous, and its parses multiply with each level.
+      auto apply = [&](uint32_t min, int64_t max) {
+        if (last && last->min <= 1 && min <= 1 && last->max != 0 && max != 0) {
+          const int64_t m = last->max < 0 || max < 0 ? -1 : last->max * max;
+          if (m <= static_cast<int64_t>(kMaxRepeat)) {
+            item = repeat(rule, {last->x}, last->min * min, m, start, last);
+            return;
+          }
+        }
+        item = repeat(rule, std::move(item), min, max, start, last);
+      };
       while (true) {
         const char p = peek();
         if (p == '*') {
           ++pos;
-          item = repeat(rule, std::move(item), 0, -1, start);
+          apply(0, -1);
         } else if (p == '+') {
           ++pos;
-          item = repeat(rule, std::move(item), 1, -1, start);
+          apply(1, -1);
         } else if (p == '?') {
           ++pos;
-          item = repeat(rule, std::move(item), 0, 1, start);
+          apply(0, 1);
         } else if (p == '{') {
           ++pos;
           skip_space();
@@ -306,7 +331,7 @@ struct Grammar::Builder {
           if (peek() != '}') fail("expected '}'", pos);
           ++pos;
           if (max >= 0 && max < static_cast<int64_t>(min)) fail("repetition {m,n} with n < m", start);
-          item = repeat(rule, std::move(item), min, max, start);
+          apply(min, max);
         } else {
           break;
         }

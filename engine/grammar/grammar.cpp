@@ -12,6 +12,9 @@ namespace {
 constexpr size_t kMaxStacks = 4096;
 // Calls nested this deep before a character (a long chain of rules that start with rules).
 constexpr int kMaxExpandDepth = 2000;
+// Distinct places expanded in one step. Each is visited once, so this bounds a step's work;
+// real grammars (JSON schemas included) stay in the hundreds.
+constexpr size_t kMaxExpansions = 1 << 16;
 
 void sort_unique(std::vector<uint32_t>& v) {
   std::sort(v.begin(), v.end());
@@ -56,12 +59,50 @@ uint32_t Grammar::intern(uint32_t pos, uint32_t parent) const {
   return it->second;
 }
 
+void Grammar::ExpansionSet::clear() {
+  count = 0;
+  if (++stamp == 0) {  // the stamps wrapped: forget every slot for real
+    for (Slot& sl : slots) sl.stamp = 0;
+    stamp = 1;
+  }
+}
+
+bool Grammar::ExpansionSet::insert(uint64_t key) {
+  if (2 * (count + 1) > slots.size()) {
+    // Grow, keeping this step's keys.
+    std::vector<Slot> old(std::max<size_t>(64, 2 * slots.size()), Slot{0, 0});
+    old.swap(slots);
+    count = 0;
+    for (const Slot& sl : old)
+      if (sl.stamp == stamp) insert(sl.key);
+  }
+  const size_t mask = slots.size() - 1;
+  for (size_t i = ((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;; i = (i + 1) & mask) {
+    Slot& sl = slots[i];
+    if (sl.stamp != stamp) {
+      sl = {key, stamp};
+      ++count;
+      return true;
+    }
+    if (sl.key == key) return false;
+  }
+}
+
+void Grammar::begin_expansion() const { expanded_.clear(); }
+
 void Grammar::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out, int depth) const {
   if (depth > kMaxExpandDepth) throw std::runtime_error("grammar: rules nested too deeply to expand");
   const Elem& e = elems_[pos];
+  if (e.kind == ElemKind::Chars) {
+    out.push_back(intern(pos, parent));
+    return;
+  }
+  if (!expanded_.insert((static_cast<uint64_t>(pos) << 32) | parent)) return;
+  if (expanded_.count > kMaxExpansions)
+    throw std::runtime_error("grammar: more than " + std::to_string(kMaxExpansions) +
+                             " places to expand in one step (the grammar is too ambiguous)");
   switch (e.kind) {
     case ElemKind::Chars:
-      out.push_back(intern(pos, parent));
       return;
     case ElemKind::End:
       // This alternative is over: go on where the rule was called (or the grammar ends).
@@ -85,6 +126,7 @@ void Grammar::expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out, 
 GrammarState Grammar::initial() const {
   std::lock_guard<std::mutex> lk(mu_);
   GrammarState s;
+  begin_expansion();
   for (uint32_t start : rule_alts_[root_]) expand(start, 0, s.stacks, 0);
   sort_unique(s.stacks);
   return s;
@@ -92,6 +134,7 @@ GrammarState Grammar::initial() const {
 
 void Grammar::step_code_point(const std::vector<uint32_t>& in, uint32_t cp, std::vector<uint32_t>& out) const {
   out.clear();
+  begin_expansion();
   for (uint32_t id : in) {
     if (id == 0) continue;  // the grammar has ended on this stack: nothing more may come
     const Frame f = frame(id);

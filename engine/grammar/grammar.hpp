@@ -83,7 +83,11 @@ class Grammar {
   };
   // Pushes onto `out` every stack that continues at element `pos` above stack `parent`,
   // with a character class on top (or the empty stack, where the grammar ends).
+  // Each (pos, parent) is expanded once per step (`expanded_`): its stacks are the same every
+  // time, and a grammar like `(("a"+)+)+` reaches the same place along exponentially many
+  // paths.
   void expand(uint32_t pos, uint32_t parent, std::vector<uint32_t>& out, int depth) const;
+  void begin_expansion() const;
   uint32_t intern(uint32_t pos, uint32_t parent) const;
   Frame frame(uint32_t id) const;
   void step_code_point(const std::vector<uint32_t>& in, uint32_t cp, std::vector<uint32_t>& out) const;
@@ -100,6 +104,20 @@ class Grammar {
   mutable std::mutex mu_;
   mutable std::vector<Frame> frames_;
   mutable std::unordered_map<uint64_t, uint32_t> frame_index_;
+  // The (pos, parent) pairs expanded in the current step (bounded: kMaxExpansions). Open
+  // addressing with a step stamp per slot, so starting a step costs nothing.
+  struct ExpansionSet {
+    struct Slot {
+      uint64_t key;
+      uint32_t stamp;
+    };
+    std::vector<Slot> slots;
+    uint32_t stamp = 1;  // slots start at 0: empty
+    size_t count = 0;
+    void clear();
+    bool insert(uint64_t key);  // false if already there this step
+  };
+  mutable ExpansionSet expanded_;
 };
 
 }  // namespace tandem

@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   constexpr size_t kMaxOut = 1 << 20;
-  t->set_max_output_bytes(kMaxOut);
+  t->set_limits({kMaxOut, kFuzzTemplateIterations, kFuzzTemplateWorkBytes});
   try {
     std::string out;
     if (sep != std::string_view::npos) {

@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     if (auto t = ChatTemplate::from_gguf(*f)) {
-      t->set_max_output_bytes(1 << 20);
+      t->set_limits({1 << 20, kFuzzTemplateIterations, kFuzzTemplateWorkBytes});
       (void)t->render({{"user", "hi"}}, true, "<s>", "</s>");
     }
   } catch (const std::runtime_error&) {  // ChatTemplateError, gguf::Error

@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   pc.n_vocab = g->engine->info().n_vocab;
   pc.max_tokens = 8;
   server::ChatPrompt chat = server::ChatPrompt::from_model(path, *g->engine);
-  chat.set_max_output_bytes(64 << 10);
+  chat.set_template_limits({64 << 10, kFuzzTemplateIterations, kFuzzTemplateWorkBytes});
   server::ServerOptions opts;
   opts.max_body = 64 << 10;
   opts.request_timeout_s = 5;

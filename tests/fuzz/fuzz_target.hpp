@@ -26,6 +26,13 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
     }                                                                                          \
   } while (0)
 
+// Chat templates' budgets under the fuzzer (ChatTemplate::Limits): the defaults end a
+// runaway template in about a second of a release build but a minute instrumented, where a
+// campaign would stop at its first such input. These end it in milliseconds; every way a
+// template can reach a limit is still reached.
+inline constexpr uint64_t kFuzzTemplateIterations = 100'000;
+inline constexpr uint64_t kFuzzTemplateWorkBytes = uint64_t{16} << 20;
+
 // The code's warnings (a GGUF's odd tokenizer keys, say) would print for most inputs and
 // cost more than the input itself: only errors are printed, unless FUZZ_VERBOSE is set.
 inline void fuzz_quiet_logs() {

@@ -16,8 +16,8 @@ Interpreter::RecursionGuard::RecursionGuard(Interpreter& interp) : in(interp) {
 
 void Interpreter::tick(uint64_t n) {
   iterations_ += n;
-  if (iterations_ > kMaxIterations) {
-    throw Error("template exceeded the limit of " + std::to_string(kMaxIterations) + " loop iterations");
+  if (iterations_ > limits_.max_iterations) {
+    throw Error("template exceeded the limit of " + std::to_string(limits_.max_iterations) + " loop iterations");
   }
 }
 

@@ -63,7 +63,7 @@ std::string Interpreter::render(const Dict& variables) {
   }
   iterations_ = 0;
   depth_ = 0;
-  WorkBudget budget(kMaxWorkBytes);
+  WorkBudget budget(limits_.max_work_bytes);
   std::string out;
   exec_body(tpl_.body, child_of(globals), out);
   pinned_.clear();
@@ -71,8 +71,8 @@ std::string Interpreter::render(const Dict& variables) {
 }
 
 void Interpreter::append_output(std::string& out, std::string_view text) {
-  if (out.size() + text.size() > max_output_) {
-    throw Error("template output exceeds the limit of " + std::to_string(max_output_) + " bytes");
+  if (out.size() + text.size() > limits_.max_output) {
+    throw Error("template output exceeds the limit of " + std::to_string(limits_.max_output) + " bytes");
   }
   charge_work(text.size());
   out.append(text);

@@ -28,15 +28,22 @@ struct Frame {
 };
 using FramePtr = std::shared_ptr<Frame>;
 
+// The budgets of one render (ChatTemplate::Limits sets them; the defaults suit any real
+// template, which renders in well under a thousandth of each).
+struct Limits {
+  size_t max_output = kMaxStringBytes;          // output bytes; at most kMaxStringBytes
+  uint64_t max_iterations = 10'000'000;         // loop iterations and built-in item work
+  uint64_t max_work_bytes = kMaxWorkBytes;      // strings and list slots built, all together
+};
+
 class Interpreter {
  public:
-  static constexpr uint64_t kMaxIterations = 10'000'000;  // loop iterations and built-in item work
-  static constexpr int kMaxRecursion = 1000;              // nested evaluation / statement / macro frames
-  static constexpr size_t kMaxMacroScopes = 10'000;       // distinct scopes that defined macros
+  static constexpr int kMaxRecursion = 1000;         // nested evaluation / statement / macro frames
+  static constexpr size_t kMaxMacroScopes = 10'000;  // distinct scopes that defined macros
 
-  // max_output: the largest output (bytes) before rendering fails; at most kMaxStringBytes.
-  explicit Interpreter(const ast::Template& t, size_t max_output = kMaxStringBytes)
-      : tpl_(t), max_output_(std::min(max_output, kMaxStringBytes)) {}
+  explicit Interpreter(const ast::Template& t, Limits limits = {}) : tpl_(t), limits_(limits) {
+    limits_.max_output = std::min(limits_.max_output, kMaxStringBytes);
+  }
   // Renders with the given top-level variables (over the built-in globals).
   std::string render(const Dict& variables);
 
@@ -81,7 +88,7 @@ class Interpreter {
 
  private:
   const ast::Template& tpl_;
-  size_t max_output_;
+  Limits limits_;
   std::vector<FramePtr> pinned_;  // frames that defined macros: macros point into them
   uint64_t iterations_ = 0;
   int depth_ = 0;

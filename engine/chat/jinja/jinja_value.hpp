@@ -155,7 +155,7 @@ Value checked_string(std::string s);
 // Throws the size-limit error when a string of `bytes` would exceed kMaxStringBytes;
 // called before building one.
 void check_string_size(size_t bytes);
-// Adds `bytes` to the running render's work budget (kMaxWorkBytes; see WorkBudget), throwing
+// Adds `bytes` to the running render's work budget (Limits::max_work_bytes; see WorkBudget), throwing
 // Error when it is exhausted. Outside a render (no WorkBudget on this thread) it does nothing.
 void charge_work(uint64_t bytes);
 
