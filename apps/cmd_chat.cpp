@@ -171,6 +171,7 @@ Command add_chat(CLI::App& app) {
   sub->add_option("-m,--model", a->load.model_path, "Model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
       ->check(CLI::ExistingFile);
+  cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
   sub->add_option("-s,--system", a->system, "System message");

@@ -135,6 +135,7 @@ Command add_generate(CLI::App& app) {
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
       ->check(CLI::ExistingFile);
+  cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   auto* o_draft = sub->get_option("--draft");
   auto* o_draft_max =

@@ -154,6 +154,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
       ->check(CLI::ExistingFile);
+  cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--model-id", a->model_id, "Model id clients send and responses carry (default: file name stem)");
   sub->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", a->http.port, "Port (0 = any free port; the log says which)")->capture_default_str();

@@ -142,6 +142,7 @@ Command add_tune(CLI::App& app) {
   sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) (alias: -md)")
       ->check(CLI::ExistingFile);
+  cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
   sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
       ->check(CLI::ExistingFile);

@@ -20,5 +20,6 @@ Command add_info(CLI::App& app);
 Command add_serve(CLI::App& app);
 Command add_chat(CLI::App& app);
 Command add_tune(CLI::App& app);
+Command add_draft_vocab(CLI::App& app);
 
 }  // namespace tandem::cli

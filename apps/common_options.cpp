@@ -79,6 +79,18 @@ void add_runtime_options(CLI::App& sub, LoadOptions& load) {
       "CUDA: device memory for both models' weights, KV caches and scratch (e.g. 20GiB; default 90% of free)");
 }
 
+void add_draft_vocab_options(CLI::App& sub, LoadOptions& load) {
+  sub.add_option("--draft-vocab", load.draft_vocab,
+                 "Draft logits over its N most frequent tokens only (FR-Spec; 0 = the whole vocabulary). "
+                 "Outputs are unchanged: the target verifies")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub.add_option("--draft-vocab-counts", load.draft_vocab_counts,
+                 "Token counts that rank the draft vocabulary (written by `tandem draft-vocab`; "
+                 "default: the order of token ids)")
+      ->check(CLI::ExistingFile);
+}
+
 size_t parse_size(const std::string& flag, const std::string& s) {
   size_t bytes = 0;
   try {

@@ -32,6 +32,8 @@ void add_constraint_options(CLI::App& sub, ConstraintArgs& c);
 std::string constraint_grammar(const ConstraintArgs& c);
 // -t/--threads, --pin-threads, -c/--ctx, --kv-type, --device, --gpu-mem.
 void add_runtime_options(CLI::App& sub, LoadOptions& load);
+// --draft-vocab N, --draft-vocab-counts FILE: the draft's reduced vocabulary (FR-Spec).
+void add_draft_vocab_options(CLI::App& sub, LoadOptions& load);
 // "1048576", "512M", "512MiB", "1.5GiB", "64k" → bytes (> 0; units are powers of 1024, as
 // kernels::parse_memory_size reads them); `flag` names the option in errors.
 size_t parse_size(const std::string& flag, const std::string& s);

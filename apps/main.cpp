@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       tandem::cli::add_serve(app),
       tandem::cli::add_chat(app),
       tandem::cli::add_tune(app),
+      tandem::cli::add_draft_vocab(app),
   };
   try {
     app.parse(normalise_args(argc, argv));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "engine/model/prefill.hpp"
@@ -135,12 +136,24 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
   std::vector<float> logits;
   Batch b;
   // Runs the batch and points each listed lane at its row of logits.
+  // With a reduced draft vocabulary (Transformer::output_subset) the other tokens get -inf:
+  // q is then a proper distribution over the subset and 0 elsewhere, which rejection sampling
+  // and the coupled verifier take exactly as they take any q (the target's p is untouched).
+  const OutputSubset* subset = draft.output_subset();
   auto run = [&](const std::vector<Lane*>& with_logits) {
     draft.forward(b, logits);
     const size_t vocab = static_cast<size_t>(draft.model().config().n_vocab);
-    for (size_t i = 0; i < with_logits.size(); ++i)
-      with_logits[i]->logits.assign(logits.begin() + static_cast<ptrdiff_t>(i * vocab),
-                                    logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+    const size_t width = static_cast<size_t>(draft.n_logits());
+    for (size_t i = 0; i < with_logits.size(); ++i) {
+      std::vector<float>& dst = with_logits[i]->logits;
+      const float* row = logits.data() + i * width;
+      if (!subset) {
+        dst.assign(row, row + width);
+        continue;
+      }
+      dst.assign(vocab, -std::numeric_limits<float>::infinity());
+      for (size_t j = 0; j < width; ++j) dst[static_cast<size_t>(subset->ids[j])] = row[j];
+    }
     b.clear();
   };
   // Room in the draft cache for n more positions of a lane, reserved before the lane joins a

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/grammar_cache.hpp"
@@ -77,13 +78,15 @@ const Models& fixture() {
 
 // device: "cpu", or "cuda-emulated" (the CUDA backend's kernels under the SIMT emulator,
 // target and draft in its one arena): the same statistics through the other backend.
-Engine& engine_with(const std::string& draft, const std::string& device = "cpu") {
-  static std::map<std::pair<std::string, std::string>, std::unique_ptr<Engine>> engines;
-  auto& e = engines[{draft, device}];
+// draft_vocab: the draft's reduced vocabulary (FR-Spec), its first n token ids.
+Engine& engine_with(const std::string& draft, const std::string& device = "cpu", int32_t draft_vocab = 0) {
+  static std::map<std::tuple<std::string, std::string, int32_t>, std::unique_ptr<Engine>> engines;
+  auto& e = engines[{draft, device, draft_vocab}];
   if (!e) {
     LoadOptions o;
     o.model_path = fixture().target;
     o.draft_model_path = draft;
+    o.draft_vocab = draft_vocab;
     o.threads = 1;
     o.context = 128;
     o.device = device;
@@ -238,6 +241,7 @@ struct Config {
   bool far_draft;
   std::string device = "cpu";
   std::string grammar = "";  // GBNF: a constrained configuration
+  int32_t draft_vocab = 0;   // a reduced draft vocabulary: q is 0 outside it
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -283,7 +287,7 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   const int runs = cpu ? kRuns : kCudaRuns;
   Engine& e = engine_with(c.mode == DraftMode::Model ? (c.far_draft ? fixture().far_draft : fixture().close_draft)
                                                      : std::string(),
-                          c.device);
+                          c.device, c.draft_vocab);
   const std::vector<int32_t> prompt = prompt_for(e);
   const Sampler s = sampler(c.sampler);
   const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune, c.grammar);
@@ -483,7 +487,16 @@ const std::vector<Config> kConfigs = {
         Config{"grammar_ngram_fixed_k3", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
                V::Rejection, false, "cpu", kGrammar},
         Config{"grammar_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6", V::Coupled,
-               false, "cpu", kGrammar}};
+               false, "cpu", kGrammar},
+        // A reduced draft vocabulary (FR-Spec): the draft's q covers half the tokens (ids
+        // below 160 of 320) and is 0 on the rest, which the target often wants: its tokens
+        // there come only from resampling the residual.
+        Config{"draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
+               false, "cpu", "", 160},
+        Config{"draft_vocab_coupled_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0,
+               "temp1.0_topk6_penalties", V::Coupled, false, "cpu", "", 160},
+        Config{"draft_vocab_grammar_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
+               V::Rejection, false, "cpu", kGrammar, 160}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -169,13 +169,15 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool d
   Tensor out_idx = s.out_idx;
   out_idx.ne[0] = n_out;
   be_.upload(out_idx, batch.output_rows_.data(), sizeof(int32_t) * n_out);
-  const Tensor out_rows = rows(s.out_rows, n_out), out_logits = rows(s.logits, n_out);
+  const int32_t width = n_logits();
+  const Tensor out_rows = rows(s.out_rows, n_out);
+  const Tensor out_logits = kernels::make_tensor(s.logits.buf, DType::F32, width, n_out, s.logits.offset);
   be_.get_rows(out_rows, x, out_idx);
   be_.rms_norm(out_rows, out_rows, model_.output_norm, c.rms_eps);
-  be_.matmul(out_logits, model_.output, out_rows);
+  be_.matmul(out_logits, subset_ ? subset_->head : model_.output, out_rows);
   last_logits_ = out_logits;
   if (!download) return;
-  logits.resize(static_cast<size_t>(n_out) * c.n_vocab);
+  logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(width));
   be_.download(logits.data(), out_logits, logits.size() * sizeof(float));
   be_.synchronize();
 }

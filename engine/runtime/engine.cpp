@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "draft/ngram_proposer.hpp"
+#include "draft/vocab_ranking.hpp"
 #include "engine/model/prefill.hpp"
 #include "engine/runtime/run_alone.hpp"
 #include "engine/text/vocab_compat.hpp"
@@ -53,7 +54,11 @@ void Engine::Impl::load_models() {
     throw std::runtime_error(opts.model_path + ": tokenizer has " + std::to_string(tokenizer->n_vocab()) +
                              " tokens but the embedding matrix only " + std::to_string(c.n_vocab) + " rows");
   context = opts.context > 0 ? opts.context : std::min<int32_t>(c.n_ctx_train, 4096);
-  if (opts.draft_model_path.empty()) return;
+  if (opts.draft_model_path.empty()) {
+    if (opts.draft_vocab != 0 || !opts.draft_vocab_counts.empty())
+      throw std::invalid_argument("a reduced draft vocabulary (draft_vocab) needs a draft model");
+    return;
+  }
   draft = Model::load(opts.draft_model_path, *backend);
   draft_tokenizer = Tokenizer::from_gguf(draft->file());
   const std::string why = vocab_incompatibility(*tokenizer, *draft_tokenizer);
@@ -84,6 +89,30 @@ void Engine::Impl::make_caches() {
   draft_cache = std::make_unique<KVCache>(*backend, draft->config(), kv);
   draft_transformer = std::make_unique<Transformer>(*draft, *draft_cache);
   model_proposer = std::make_unique<ModelProposer>(*draft_transformer);
+  const int32_t n_vocab = draft->config().n_vocab;
+  draft_ranking = opts.draft_vocab_counts.empty() ? rank_by_id(n_vocab)
+                                                   : rank_tokens(load_token_counts(opts.draft_vocab_counts, n_vocab));
+  for (int32_t id = 0; id < std::min(n_vocab, tokenizer->n_vocab()); ++id)
+    if (tokenizer->is_eog(id)) eog_ids.push_back(id);
+  apply_draft_vocab(opts.draft_vocab);
+}
+
+void Engine::Impl::apply_draft_vocab(int32_t n) {
+  if (n < 0) throw std::invalid_argument("draft vocabulary size " + std::to_string(n) + " is negative");
+  const int32_t n_vocab = draft->config().n_vocab;
+  if (n == 0 || n >= n_vocab) {
+    draft_transformer->set_output_subset(nullptr);
+    draft_vocab = 0;
+    return;
+  }
+  draft_transformer->set_output_subset(make_output_subset(*draft, draft_vocab_ids(draft_ranking, n, eog_ids)));
+  draft_vocab = n;
+}
+
+void Engine::set_draft_vocab(int32_t n) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (!impl_->draft) throw std::invalid_argument("a reduced draft vocabulary needs a draft model");
+  impl_->apply_draft_vocab(n);
 }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
@@ -111,6 +140,8 @@ ModelInfo Engine::info() const {
   if (impl_->draft) {
     i.draft_path = impl_->opts.draft_model_path;
     i.draft_name = impl_->draft->config().name;
+    i.draft_vocab = impl_->draft_vocab;
+    i.draft_vocab_ranking = impl_->opts.draft_vocab_counts.empty() ? "token ids" : impl_->opts.draft_vocab_counts;
   }
   return i;
 }

@@ -14,7 +14,12 @@ std::string cost_model_key(const Engine& engine) {
     const fs::path abs = fs::absolute(path, ec);
     return abs.string() + ":" + std::to_string(ec ? 0 : size);
   };
-  return "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend;
+  std::string key = "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend;
+  // A reduced draft vocabulary changes the draft's cost.
+  if (i.draft_vocab > 0)
+    key += ";draft_vocab=" + std::to_string(i.draft_vocab) + ":" +
+           (i.draft_vocab_ranking == "token ids" ? std::string("ids") : part(i.draft_vocab_ranking));
+  return key;
 }
 
 std::string EnginePassTimer::key() const { return cost_model_key(engine_); }

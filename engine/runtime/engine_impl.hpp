@@ -39,6 +39,9 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<KVCache> draft_cache;
   std::unique_ptr<Transformer> draft_transformer;
   std::unique_ptr<ModelProposer> model_proposer;
+  std::vector<int32_t> draft_ranking;  // every token id, most frequent first (draft/vocab_ranking.hpp)
+  std::vector<int32_t> eog_ids;        // always in a reduced draft vocabulary
+  int32_t draft_vocab = 0;             // the reduced vocabulary's size in force; 0: all of it
   std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
   std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
   mutable std::mutex cost_mu;                   // guards cost_model and overhead (not held while generating)
@@ -56,6 +59,8 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   // Loading, in order: the models and tokenizers, then both caches on one KV budget.
   void load_models();
   void make_caches();
+  // The draft's output head over its n most frequent tokens (0: the whole vocabulary).
+  void apply_draft_vocab(int32_t n);
 };
 
 }  // namespace tandem

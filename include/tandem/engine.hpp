@@ -72,6 +72,11 @@ class TANDEM_API Engine {
   // cannot hold the batch, or for draft = true without a draft model.
   std::vector<std::vector<double>> time_forward_passes(bool draft, int32_t batch, std::span<const int32_t> n_values,
                                                        int32_t context, int32_t reps);
+  // Changes the draft's reduced vocabulary (LoadOptions::draft_vocab; 0: the whole one), as
+  // `tandem tune` does to compare sizes. The cost model stays as it was: recalibrate after
+  // (its cache key includes the size). Throws std::invalid_argument without a draft model
+  // or for n < 0. Waits for a running generation, like generate.
+  void set_draft_vocab(int32_t n);
   // The cost model the adaptive and goodput policies decide with (null → their default).
   void set_cost_model(std::shared_ptr<const CostModel> model);
   std::shared_ptr<const CostModel> cost_model() const;

@@ -32,6 +32,14 @@ struct LoadOptions {
   // CUDA: the one device memory arena holding both models' weights, both KV caches and all
   // scratch; 0 → 90% of the device's free memory.
   size_t gpu_mem_bytes = 0;
+  // A reduced draft vocabulary (FR-Spec): the draft computes logits for its `draft_vocab`
+  // most frequent tokens only (and the end-of-generation ones), so its output head costs
+  // that many rows instead of the whole vocabulary. 0 → the whole vocabulary. The target
+  // verifies as always: outputs are unchanged, only acceptance and draft cost move.
+  // Frequencies come from draft_vocab_counts (a file `tandem draft-vocab` writes), else from
+  // the token ids' order (a BPE vocabulary's merge order). Needs a draft model.
+  int32_t draft_vocab = 0;
+  std::string draft_vocab_counts;
 };
 
 struct GenerateOptions {
@@ -105,6 +113,10 @@ struct ModelInfo {
   std::string backend;  // e.g. "cpu (avx2, 2 threads)"
   std::string backend_note;  // why device "auto" did not choose CUDA (one line), else empty
   std::string draft_path, draft_name;  // empty without a draft model
+  // The draft's reduced vocabulary: its size (0: the whole vocabulary) and where its ranking
+  // came from ("token ids", or the counts file's path).
+  int32_t draft_vocab = 0;
+  std::string draft_vocab_ranking;
 };
 
 // Called for each generated token with the text it completed (UTF-8 complete; empty while
