@@ -36,6 +36,7 @@ int run_generate(const GenerateArgs& args) {
     apply_config(*config, a.gen.sampling.temperature, a.given, a.draft_mode, a.gen.speculative);
     // The draft model tune measured with, unless another was given.
     if (a.draft_mode == "model" && a.load.draft_model_path.empty()) a.load.draft_model_path = config->draft;
+    if (a.draft_mode == "model") apply_config_load(*config, a.given, a.load);
   }
   auto engine = Engine::load(a.load);
   const ModelInfo info = engine->info();
@@ -162,8 +163,9 @@ Command add_generate(CLI::App& app) {
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");
   sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");
   sub->add_flag("-v,--verbose", a->verbose, "Print model and backend details");
-  return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
-            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};
+  return {sub, [a, sub, o_draft, o_draft_max, o_policy, o_p_min] {
+            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0,
+                        sub->get_option("--draft-vocab")->count() > 0};
             return run_generate(*a);
           }};
 }

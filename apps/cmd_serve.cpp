@@ -81,6 +81,7 @@ int run_serve(ServeArgs a) {
       for (const auto& e : config->per_temperature) uses_model = uses_model || e.spec.draft == "model";
       if (uses_model) a.load.draft_model_path = config->draft;
     }
+    apply_config_load(*config, a.given, a.load);
     for (const auto& e : config->per_temperature) {
       SpeculativeOptions so = defaults;
       std::string m = a.draft_mode;
@@ -223,8 +224,9 @@ Command add_serve(CLI::App& app) {
          "vllm:kv_cache_usage_perc, ...) or none")
       ->check(CLI::IsMember({"none", "vllm"}));
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
-  return {sub, [a, o_draft, o_draft_max, o_policy, o_p_min] {
-            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0};
+  return {sub, [a, sub, o_draft, o_draft_max, o_policy, o_p_min] {
+            a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0,
+                        sub->get_option("--draft-vocab")->count() > 0};
             return run_serve(*a);
           }};
 }

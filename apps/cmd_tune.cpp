@@ -27,6 +27,7 @@ struct TuneArgs {
   LoadOptions load;
   std::string draft_mode;  // "", "model", "ngram"
   std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
+  std::string draft_vocabs;  // "" → automatic (see add_tune)
   int32_t n_tokens = 64, reps = 1, ar_every = 3, calib_reps = 5;
   uint64_t seed = 1;
   float alpha_prior = 0.0f;
@@ -97,25 +98,68 @@ int run_tune_command(const TuneArgs& a) {
   print_backend_note(engine->info());
   Progress progress(a.quiet);
 
-  // The cost model: the adaptive policies decide with it, the report predicts with it.
-  if (!a.no_calibrate) {
+  // The draft vocabularies to compare (FR-Spec): as given, else, for a vocabulary large
+  // enough that the draft's head is a big part of its cost, the whole one and two reduced
+  // sizes; else the one loaded.
+  std::vector<int32_t> vocabs;
+  if (o.mode != DraftMode::Model) {
+    vocabs = {0};
+  } else if (!a.draft_vocabs.empty()) {
+    vocabs = parse_draft_vocab_list(a.draft_vocabs);
+  } else if (a.load.draft_vocab > 0) {
+    vocabs = {a.load.draft_vocab};
+  } else {
+    vocabs = engine->info().n_vocab > 65536 ? std::vector<int32_t>{0, 16384, 32768} : std::vector<int32_t>{0};
+  }
+  // The cost model: the adaptive policies decide with it, the report predicts with it. Its
+  // cache key includes the draft vocabulary, so each size is calibrated once.
+  auto calibrate = [&](bool announce) {
+    if (a.no_calibrate) return;
     CalibrationOptions co;
     co.k_max = o.k_values.back();
     co.reps = a.calib_reps;
     co.cache_path = a.cost_cache.empty() ? default_cost_cache_path() : a.cost_cache;
-    co.force = a.recalibrate;
+    co.force = a.recalibrate && announce;
     progress.phase_start();
     co.progress = [&](double f) { progress.update("calibrating", f, "forward passes"); };
     bool cached = false;
     engine->set_cost_model(calibrate_cost_model(*engine, co, &cached));
-    if (cached && !a.quiet) std::fprintf(stderr, "cost model: cached in %s (--recalibrate to measure again)\n",
-                                         co.cache_path.c_str());
-  }
-  progress.phase_start();
-  o.progress = [&](int64_t done, int64_t total, const std::string& what) {
-    progress.update("measuring", static_cast<double>(done) / static_cast<double>(total), what);
+    if (announce && cached && !a.quiet)
+      std::fprintf(stderr, "cost model: cached in %s (--recalibrate to measure again)\n", co.cache_path.c_str());
   };
-  const TuneReport report = run_tune(*engine, o);
+  TuneReport report;
+  for (size_t vi = 0; vi < vocabs.size(); ++vi) {
+    if (o.mode == DraftMode::Model) engine->set_draft_vocab(vocabs[vi]);
+    if (vocabs.size() > 1 && !a.quiet)
+      std::fprintf(stderr, "draft vocabulary %s (%zu of %zu)\n",
+                   vocabs[vi] ? std::to_string(vocabs[vi]).c_str() : "whole", vi + 1, vocabs.size());
+    calibrate(true);
+    progress.phase_start();
+    o.progress = [&](int64_t done, int64_t total, const std::string& what) {
+      progress.update("measuring", static_cast<double>(done) / static_cast<double>(total), what);
+    };
+    TuneReport part = run_tune(*engine, o);
+    if (vi == 0) {
+      report = std::move(part);
+    } else {
+      report.results.insert(report.results.end(), part.results.begin(), part.results.end());
+      report.elapsed_s += part.elapsed_s;
+    }
+  }
+  // One vocabulary for the draft (it is a load setting), then the best configuration with it
+  // per temperature.
+  report.draft_vocab = best_draft_vocab(report.results, report.temps);
+  report.draft_vocab_counts = report.draft_vocab > 0 ? a.load.draft_vocab_counts : "";
+  std::vector<ConfigResult> chosen;
+  for (const ConfigResult& r : report.results)
+    if (r.draft_vocab == report.draft_vocab) chosen.push_back(r);
+  report.recommendations = recommend(chosen, report.temps);
+  if (o.mode == DraftMode::Model && report.draft_vocab != vocabs.back()) {
+    // The report's (and the config file's) cost model is the chosen vocabulary's: cached by now.
+    engine->set_draft_vocab(report.draft_vocab);
+    calibrate(false);
+    report.costs = engine->cost_model();
+  }
 
   const bool as_json = a.json || (!a.table && isatty(STDOUT_FILENO) != 1);
   if (as_json)
@@ -143,6 +187,9 @@ Command add_tune(CLI::App& app) {
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) (alias: -md)")
       ->check(CLI::ExistingFile);
   cli::add_draft_vocab_options(*sub, a->load);
+  sub->add_option("--draft-vocabs", a->draft_vocabs,
+                  "Draft vocabulary sizes to compare, e.g. 0,16384,32768 (0 = whole; default: those three for "
+                  "vocabularies above 64k tokens, else the whole one)");
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
   sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
       ->check(CLI::ExistingFile);

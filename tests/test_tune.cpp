@@ -264,5 +264,58 @@ TEST(Tune, ConfigRejectsWhatItCannotUse) {
   EXPECT_THROW(load_config("/nonexistent/tandem.json"), std::runtime_error);
 }
 
+// The draft vocabulary sizes tune compares (FR-Spec): parsing, choosing one for the load
+// (the best speedups averaged over temperatures), and the config file carrying it.
+TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
+  EXPECT_EQ(parse_draft_vocab_list("32768,0,16384,0"), (std::vector<int32_t>{0, 16384, 32768}));
+  for (const char* bad : {"", "abc", "100", "-1", "16384,", "1e5"})
+    EXPECT_THROW(parse_draft_vocab_list(bad), std::invalid_argument) << bad;
+
+  // Made-up measurements: speedup = tokens/s over the plain runs' tokens/s.
+  auto result = [](int32_t vocab, float temp, double speedup) {
+    ConfigResult r;
+    r.draft_vocab = vocab;
+    r.policy = "fixed";
+    r.k = 3;
+    r.temp = temp;
+    r.tokens = r.ar_tokens = 100;
+    r.decode_ms = 1000.0 / speedup;
+    r.ar_decode_ms = 1000.0;
+    return r;
+  };
+  const std::vector<float> temps = {0.0f, 0.7f};
+  // 16384 is best at T = 0 but loses at T = 0.7; 32768 is best on average.
+  const std::vector<ConfigResult> rs = {result(0, 0.0f, 1.30), result(0, 0.7f, 1.05), result(16384, 0.0f, 1.60),
+                                        result(16384, 0.7f, 0.90), result(32768, 0.0f, 1.50),
+                                        result(32768, 0.7f, 1.10)};
+  EXPECT_EQ(best_draft_vocab(rs, temps), 32768);
+  // A tie goes to the larger vocabulary (the whole one largest of all).
+  EXPECT_EQ(best_draft_vocab({result(0, 0.0f, 1.2), result(8192, 0.0f, 1.2)}, {0.0f}), 0);
+  EXPECT_EQ(best_draft_vocab({result(16384, 0.0f, 1.2), result(8192, 0.0f, 1.2)}, {0.0f}), 16384);
+  const auto recs = recommend(rs, temps);
+  EXPECT_EQ(recs[0].draft_vocab, 16384);
+
+  TuneReport rep;
+  rep.draft_vocab = 32768;
+  rep.draft_vocab_counts = "/data/counts.txt";
+  rep.recommendations = {recs[0]};
+  const TandemConfig c = config_from_json(config_to_json(config_from_report(rep, "model")));
+  EXPECT_EQ(c.draft_vocab, 32768);
+  EXPECT_EQ(c.draft_vocab_counts, "/data/counts.txt");
+  // Into the load options, unless --draft-vocab was given, and only with a draft model.
+  LoadOptions load;
+  apply_config_load(c, {}, load);
+  EXPECT_EQ(load.draft_vocab, 0) << "no draft model";
+  load.draft_model_path = "draft.gguf";
+  ExplicitFlags given;
+  given.draft_vocab = true;
+  apply_config_load(c, given, load);
+  EXPECT_EQ(load.draft_vocab, 0) << "--draft-vocab wins";
+  apply_config_load(c, {}, load);
+  EXPECT_EQ(load.draft_vocab, 32768);
+  EXPECT_EQ(load.draft_vocab_counts, "/data/counts.txt");
+  EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"draft_vocab\": -3}"), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace tandem::cli

@@ -59,6 +59,8 @@ TandemConfig config_from_report(const TuneReport& report, const std::string& dra
   c.target = report.target;
   c.draft = report.draft;
   c.backend = report.backend;
+  c.draft_vocab = report.draft_vocab;
+  c.draft_vocab_counts = report.draft_vocab_counts;
   for (const Recommendation& r : report.recommendations) {
     TandemConfig::PerTemp p;
     p.temp = r.temp;
@@ -88,6 +90,8 @@ std::string config_to_json(const TandemConfig& c) {
   o["target"] = c.target;
   o["draft"] = c.draft;
   o["backend"] = c.backend;
+  o["draft_vocab"] = c.draft_vocab;
+  o["draft_vocab_counts"] = c.draft_vocab_counts;
   o["speculative"] = spec_to_json(c.defaults);
   json::array per;
   for (const auto& p : c.per_temperature) {
@@ -115,6 +119,12 @@ TandemConfig config_from_json(const std::string& text) {
     if (const auto* x = o.if_contains("target")) c.target = json::value_to<std::string>(*x);
     if (const auto* x = o.if_contains("draft")) c.draft = json::value_to<std::string>(*x);
     if (const auto* x = o.if_contains("backend")) c.backend = json::value_to<std::string>(*x);
+    if (const auto* x = o.if_contains("draft_vocab")) {
+      const int64_t n = x->to_number<int64_t>();
+      if (n < 0 || n > (int64_t{1} << 24)) throw std::runtime_error("draft_vocab out of range");
+      c.draft_vocab = static_cast<int32_t>(n);
+    }
+    if (const auto* x = o.if_contains("draft_vocab_counts")) c.draft_vocab_counts = json::value_to<std::string>(*x);
     if (const auto* x = o.if_contains("speculative")) c.defaults = spec_from_json(*x);
     if (const auto* x = o.if_contains("per_temperature")) {
       for (const json::value& e : x->as_array()) {
@@ -162,6 +172,12 @@ void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given,
   if (!given.draft_p_min) so.draft_p_min = s.draft_p_min;
   if (!given.policy) so.policy = s.policy;
   so.alpha_prior = s.alpha_prior;
+}
+
+void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOptions& load) {
+  if (given.draft_vocab || load.draft_model_path.empty() || c.draft_vocab == 0) return;
+  load.draft_vocab = c.draft_vocab;
+  if (load.draft_vocab_counts.empty()) load.draft_vocab_counts = c.draft_vocab_counts;
 }
 
 std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, const TandemConfig* config) {

@@ -26,6 +26,9 @@ struct SpecSettings {
 
 struct TandemConfig {
   std::string target, draft, backend;
+  // The draft's reduced vocabulary (LoadOptions::draft_vocab; 0: all of it) and its counts file.
+  int32_t draft_vocab = 0;
+  std::string draft_vocab_counts;
   SpecSettings defaults;  // used when per_temperature is empty
   struct PerTemp {
     float temp = 0.0f;
@@ -48,8 +51,11 @@ void save_config(const std::string& path, const TandemConfig& c);
 
 // Command-line flags given explicitly: they win over the file.
 struct ExplicitFlags {
-  bool draft = false, draft_max = false, draft_p_min = false, policy = false;
+  bool draft = false, draft_max = false, draft_p_min = false, policy = false, draft_vocab = false;
 };
+// The config's draft vocabulary into `load` unless --draft-vocab was given (and only with a
+// draft model: the vocabulary belongs to the draft the config was measured with).
+void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOptions& load);
 // Applies the file's settings for temperature `temp` to draft_mode ("model", "ngram",
 // "none") and the speculative options, except what `given` marks.
 void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given, std::string& draft_mode,

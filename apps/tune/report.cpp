@@ -65,6 +65,8 @@ std::string report_json(const TuneReport& r) {
   o["backend"] = r.backend;
   o["n_tokens"] = r.n_tokens;
   o["reps"] = r.reps;
+  o["draft_vocab"] = r.draft_vocab;
+  o["draft_vocab_counts"] = r.draft_vocab_counts;
   o["elapsed_s"] = r.elapsed_s;
   json::array prompts;
   for (const auto& p : r.prompts) prompts.push_back(json::object{{"category", p.category}, {"text", p.text}});
@@ -74,6 +76,7 @@ std::string report_json(const TuneReport& r) {
   for (const ConfigResult& c : r.results) {
     json::object e;
     e["temp"] = tidy(c.temp);
+    e["draft_vocab"] = c.draft_vocab;
     e["policy"] = c.policy;
     e["k"] = c.k;
     e["tokens"] = c.tokens;
@@ -120,7 +123,7 @@ std::string report_json(const TuneReport& r) {
   json::array recs;
   for (const Recommendation& rc : r.recommendations)
     recs.push_back(json::object{
-        {"temp", tidy(rc.temp)}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
+        {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
         {"off_fraction", rc.off_fraction}});
   o["recommendations"] = std::move(recs);
   return json::serialize(o);
@@ -222,15 +225,15 @@ std::string report_svg(const TuneReport& r) {
 void print_table(const TuneReport& r, std::FILE* out) {
   std::fprintf(out, "target %s\ndraft  %s\nbackend %s, %d tokens per run, %zu prompts x %d\n\n", r.target.c_str(),
                r.draft.c_str(), r.backend.c_str(), r.n_tokens, r.prompts.size(), r.reps);
-  std::fprintf(out, "%-5s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
-               "policy", "k", "tok/s", "plain", "speedup", "worst", "e2e", "cpu", "acc", "alpha", "E", "c", "r(k)", "r_ms", "S(r=1)", "S_pred",
+  std::fprintf(out, "%-5s %6s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
+               "vocab", "policy", "k", "tok/s", "plain", "speedup", "worst", "e2e", "cpu", "acc", "alpha", "E", "c", "r(k)", "r_ms", "S(r=1)", "S_pred",
                "gap", "off%");
   for (const ConfigResult& c : r.results) {
     const bool cm = r.costs != nullptr;
     const std::string off = policy_uses_cost_model(c.policy) ? fmt(100.0 * c.steps_off_fraction(), 1) : "-";
     std::fprintf(out,
-                 "%-5.2f %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
-                 c.temp, c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
+                 "%-5.2f %6s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
+                 c.temp, c.draft_vocab > 0 ? std::to_string(c.draft_vocab).c_str() : "all", c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
                  c.min_prompt_speedup(), c.e2e_speedup(), c.cpu_speedup(), c.metrics.acceptance_rate(), c.alpha(), c.metrics.mean_accepted_length(),
                  c.c(), cm ? fmt(r_model(c, *r.costs), 2).c_str() : "-", c.r_measured(), c.predicted_r1(),
                  cm ? fmt(c.predicted(*r.costs), 2).c_str() : "-",
@@ -242,7 +245,11 @@ void print_table(const TuneReport& r, std::FILE* out) {
                "load with -t 1);\nacc: accepted/drafted; alpha: per-token acceptance (tried positions); E: mean "
                "accepted length;\nc: draft forward / plain target pass; r(k): cost model, r_ms: measured "
                "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
-               "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0).\n\n");
+               "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0); vocab: the "
+               "draft's reduced vocabulary.\n\n");
+  if (r.draft_vocab > 0)
+    std::fprintf(out, "recommended draft vocabulary: --draft-vocab %d%s%s\n", r.draft_vocab,
+                 r.draft_vocab_counts.empty() ? "" : " --draft-vocab-counts ", r.draft_vocab_counts.c_str());
   for (const Recommendation& rc : r.recommendations) {
     if (rc.policy == "none")
       std::fprintf(out, "recommended at T=%.2f: plain decoding (no configuration beat it)\n", rc.temp);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 
 #include "policies/factory.hpp"
@@ -291,6 +292,7 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
     best.policy = "none";
     for (const ConfigResult& r : results) {
       if (r.temp != t || r.speedup() <= best.speedup) continue;
+      best.draft_vocab = r.draft_vocab;
       best.policy = r.policy;
       best.k = r.k;
       best.speedup = r.speedup();
@@ -299,6 +301,52 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
     }
     out.push_back(best);
   }
+  return out;
+}
+
+int32_t best_draft_vocab(const std::vector<ConfigResult>& results, const std::vector<float>& temps) {
+  std::vector<int32_t> sizes;
+  for (const ConfigResult& r : results) sizes.push_back(r.draft_vocab);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  int32_t best = sizes.empty() ? 0 : sizes.front();
+  double best_score = -1.0;
+  for (int32_t n : sizes) {
+    std::vector<ConfigResult> of_n;
+    for (const ConfigResult& r : results)
+      if (r.draft_vocab == n) of_n.push_back(r);
+    double score = 0.0;
+    for (const Recommendation& rc : recommend(of_n, temps)) score += rc.speedup;
+    score /= static_cast<double>(std::max<size_t>(temps.size(), 1));
+    // 0 (the whole vocabulary) is the largest; otherwise larger sizes win ties.
+    const bool larger = n == 0 || (best != 0 && n > best);
+    if (score > best_score || (score == best_score && larger)) {
+      best = n;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+std::vector<int32_t> parse_draft_vocab_list(const std::string& s) {
+  std::vector<int32_t> out;
+  std::stringstream ss(s + ",");  // so that an empty last item ("16384,") is an item
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0 || v > (1 << 24) || (v > 0 && v < 256))
+      throw std::invalid_argument("--draft-vocabs: '" + item + "' is not 0 or a size of at least 256");
+    out.push_back(static_cast<int32_t>(v));
+  }
+  if (out.empty()) throw std::invalid_argument("--draft-vocabs: empty list");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -353,6 +401,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
     const size_t first = rep.results.size();
     for (const Config& c : configs) {
       ConfigResult r;
+      r.draft_vocab = engine.info().draft_vocab;
       r.policy = c.policy;
       r.k = c.k;
       r.temp = temp;

@@ -49,6 +49,7 @@ struct TuneOptions {
 
 // One configuration's measurements, summed over prompts and repetitions.
 struct ConfigResult {
+  int32_t draft_vocab = 0;  // the draft's reduced vocabulary (0: all of it)
   std::string policy;
   int32_t k = 0;  // draft_max (for adaptive/goodput: the largest k they may choose)
   float temp = 0.0f;
@@ -91,6 +92,7 @@ struct ConfigResult {
 
 struct Recommendation {
   float temp = 0.0f;
+  int32_t draft_vocab = 0;  // the draft's reduced vocabulary it was measured with
   std::string policy;  // "none" when nothing beat plain decoding
   int32_t k = 0;
   double speedup = 1.0;
@@ -100,6 +102,10 @@ struct Recommendation {
 
 struct TuneReport {
   std::string target, draft, backend, created;
+  // The draft's reduced vocabulary recommended (tune --draft-vocabs), and the counts file its
+  // ranking came from ("" for the token ids' order).
+  int32_t draft_vocab = 0;
+  std::string draft_vocab_counts;
   int32_t n_tokens = 0, reps = 0;
   std::vector<TunePrompt> prompts;
   std::vector<float> temps;
@@ -115,5 +121,10 @@ TuneReport run_tune(Engine& engine, const TuneOptions& opts);
 
 // The best measured configuration per temperature; "none" where none beat plain decoding.
 std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, const std::vector<float>& temps);
+// Of the draft vocabularies the results were measured with, the one whose best speedups,
+// averaged over the temperatures (plain decoding counting 1), are highest; ties: the larger.
+int32_t best_draft_vocab(const std::vector<ConfigResult>& results, const std::vector<float>& temps);
+// "0,16384,32768" → sorted, unique sizes, each 0 (the whole vocabulary) or >= 256.
+std::vector<int32_t> parse_draft_vocab_list(const std::string& s);
 
 }  // namespace tandem::cli
