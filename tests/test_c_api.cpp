@@ -657,6 +657,47 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
   }
 }
 
+// A reduced draft vocabulary through the C API (fields appended after 0.1.0): greedy tokens are
+// still the plain ones, the size is reported, and a bad counts file is a clear load error.
+TEST(CApi, ReducedDraftVocabulary) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  tandem_load_params lp;
+  ASSERT_EQ(tandem_load_params_init(&lp, sizeof lp), TANDEM_OK);
+  EXPECT_EQ(lp.draft_vocab, 0);
+  EXPECT_EQ(lp.draft_vocab_counts, nullptr);
+  lp.model_path = path.c_str();
+  lp.draft_model_path = path.c_str();
+  lp.threads = 1;
+  lp.context = 256;
+  lp.draft_vocab = 64;
+  tandem_engine* raw = nullptr;
+  ASSERT_EQ(tandem_engine_load(&lp, &raw), TANDEM_OK) << tandem_last_error();
+  EnginePtr e(raw);
+  tandem_model_info info;
+  info.struct_size = sizeof info;
+  ASSERT_EQ(tandem_engine_info(e.get(), &info), TANDEM_OK);
+  EXPECT_EQ(info.draft_vocab, 64);
+
+  tandem_generate_params gp = greedy(24);
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr plain(r);
+  gp.draft_mode = TANDEM_DRAFT_MODEL;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+      << tandem_last_error();
+  ResultPtr spec(r);
+  EXPECT_EQ(tokens_of(spec.get()), tokens_of(plain.get()));
+  EXPECT_GT(spec->spec_drafted_tokens, 0);
+
+  lp.draft_vocab_counts = "/nonexistent/counts.txt";
+  EXPECT_EQ(tandem_engine_load(&lp, &raw), TANDEM_ERR_LOAD) << tandem_last_error();
+  EXPECT_NE(std::string(tandem_last_error()).find("/nonexistent/counts.txt"), std::string::npos) << tandem_last_error();
+  lp.draft_vocab_counts = nullptr;
+  lp.draft_vocab = -2;
+  EXPECT_NE(tandem_engine_load(&lp, &raw), TANDEM_OK);
+}
+
 // Constrained decoding through the C API: the output follows the grammar (here one
 // sentence), a bad grammar fails with INVALID_ARGUMENT naming where, and the default
 // (NULL) is unconstrained.

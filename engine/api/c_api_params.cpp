@@ -76,6 +76,9 @@ LoadOptions to_load_options(const tandem_load_params& given) {
   if (p.device) o.device = p.device;
   o.pin_threads = p.pin_threads != 0;
   o.gpu_mem_bytes = static_cast<size_t>(p.gpu_mem_bytes);
+  if (p.draft_vocab < 0) throw std::invalid_argument("tandem_load_params.draft_vocab must be >= 0");
+  o.draft_vocab = p.draft_vocab;
+  if (p.draft_vocab_counts) o.draft_vocab_counts = p.draft_vocab_counts;
   return o;
 }
 

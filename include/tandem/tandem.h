@@ -86,6 +86,10 @@ typedef struct tandem_load_params {
   int32_t pin_threads;           /* non-zero: bind each CPU worker thread to one core */
   uint64_t gpu_mem_bytes;        /* CUDA: device memory for both models, caches and scratch;
                                     0 → 90% of the free device memory */
+  /* appended after 0.1.0 (older callers pass a shorter struct_size): */
+  int32_t draft_vocab;            /* the draft computes logits over its N most frequent tokens only
+                                     (FR-Spec; outputs unchanged); 0 → the whole vocabulary */
+  const char* draft_vocab_counts; /* NULL → rank by token id; else a counts file (`tandem draft-vocab`) */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's
@@ -193,6 +197,8 @@ typedef struct tandem_model_info {
   int32_t context;               /* max tokens per sequence */
   uint64_t weight_bytes, kv_bytes;
   const char* backend_note;      /* why device "auto" chose the CPU (one line), else "" */
+  /* appended after 0.1.0 (older callers pass a shorter struct_size): */
+  int32_t draft_vocab;           /* the draft's reduced vocabulary size; 0 → the whole one */
 } tandem_model_info;
 
 /* Called on the generating thread for every generated token, with the text it completed
