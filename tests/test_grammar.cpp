@@ -135,6 +135,15 @@ TEST(Grammar, StackedRepetitionsKeepTheirLanguage) {
   EXPECT_EQ(counts_accepted(R"(root ::= "a"+{0} "a")"), (std::vector<int>{1}));
   EXPECT_EQ(counts_accepted(R"(root ::= "a"{3}{2} "a"{0}?)"), (std::vector<int>{6}));
   EXPECT_EQ(counts_accepted(R"(root ::= "aa"+?)"), (std::vector<int>{0, 2, 4, 6, 8, 10, 12}));
+  // An outer count above 1 merges too when the inner minimum is at most 1.
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"?{5})"), range(0, 5));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"{1,2}{3})"), range(3, 6));
+  EXPECT_EQ(counts_accepted(R"(root ::= "a"+{2,3})"), range(2, 12));
+  // A group holding one repetition is that repetition; a group holding more is not.
+  EXPECT_EQ(counts_accepted(R"(root ::= ("a"?){4})"), range(0, 4));
+  EXPECT_EQ(counts_accepted(R"(root ::= (("a"+)+)?)"), range(0, 12));
+  EXPECT_EQ(counts_accepted(R"(root ::= ("a"? "a"){2})"), range(2, 4));
+  EXPECT_EQ(counts_accepted(R"(root ::= ("a"{2} | "a"{3})+)"), (std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
 }
 
 TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
@@ -152,10 +161,24 @@ TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
     EXPECT_FALSE(g->accepts(std::string(200, 'a') + "b")) << gbnf;
     EXPECT_FALSE(g->accepts("")) << gbnf;
   }
-  // 40 nested groups keep 2^40 parses apart: refused with the documented error, at once.
+  // Groups holding one repetition merge as well: 40 of them are one `"a"+`. Found by
+  // fuzz_grammar too (corpus/grammar/optional_copies_timeout.bin): `x?{335}`, 335 optional
+  // copies whose parses the automaton kept apart, is x{0,335}.
+  for (const std::string& gbnf : {nested(40), std::string(R"(root ::= "a"?{335})"), std::string(R"(root ::= ("a"?){335})")}) {
+    auto g = G(gbnf);
+    EXPECT_TRUE(g->accepts(std::string(200, 'a'))) << gbnf;
+    EXPECT_FALSE(g->accepts(std::string(200, 'a') + "b")) << gbnf;
+    GrammarState s = g->initial();
+    g->advance_in_place(s, std::string(100, 'a'));
+    EXPECT_LE(s.stacks.size(), 2u) << gbnf << ": one parse (and the end), not one per way to get here";
+  }
+  // What cannot be merged (the same 40 levels, each with a second alternative) and keeps
+  // 2^40 parses apart is refused with the documented error, at once.
+  std::string alt = "root ::= " + std::string(40, '(') + R"("a")";
+  for (int i = 0; i < 40; ++i) alt += R"(+ | "b"))";
   try {
-    G(nested(40))->accepts(std::string(200, 'a'));
-    ADD_FAILURE() << "40 nested repetitions were not refused";
+    G(alt)->accepts(std::string(200, 'a'));
+    ADD_FAILURE() << "40 nested ambiguous repetitions were not refused";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
   }

@@ -212,8 +212,18 @@ struct Grammar::Builder {
     return {ElemKind::Chars, add_class(std::move(c))};
   }
 
-  // One primary as elements (a literal is several; the rest are one).
-  std::vector<Elem> read_primary(uint32_t rule, int nesting) {
+  // A repetition just written: `x` repeated min..max times (max < 0: unbounded).
+  struct Repetition {
+    Elem x;
+    uint32_t min;
+    int64_t max;
+  };
+
+  // One primary as elements (a literal is several; the rest are one). A group that holds
+  // a single repetition, like `("a"+)`, is that repetition (`rep` says which), so that an
+  // operator after it merges with it as after `"a"+` itself.
+  std::vector<Elem> read_primary(uint32_t rule, int nesting, std::optional<Repetition>& rep) {
+    rep.reset();
     const size_t start = pos;
     const char c = peek();
     if (c == '"') return read_literal();
@@ -227,10 +237,15 @@ struct Grammar::Builder {
     if (c == '(') {
       if (nesting >= kMaxNesting) fail("groups nested too deeply", start);
       ++pos;
-      auto alts = read_alternatives(rule, nesting + 1);
+      std::optional<Repetition> whole;
+      auto alts = read_alternatives(rule, nesting + 1, &whole);
       skip_space();
       if (peek() != ')') fail("expected ')'", pos);
       ++pos;
+      if (whole) {
+        rep = whole;
+        return std::move(alts[0]);
+      }
       return {{ElemKind::Rule, generated_rule(rule, std::move(alts), start)}};
     }
     if (name_char(c)) {
@@ -251,13 +266,6 @@ struct Grammar::Builder {
     if (pos == start) fail("expected a repetition count", start);
     return static_cast<uint32_t>(v);
   }
-
-  // A repetition just written: `x` repeated min..max times (max < 0: unbounded).
-  struct Repetition {
-    Elem x;
-    uint32_t min;
-    int64_t max;
-  };
 
   // `item` repeated min..max times (max < 0: unbounded), as elements. `last` is set to the
   // repetition written.
@@ -283,20 +291,24 @@ struct Grammar::Builder {
     return out;
   }
 
-  std::vector<Elem> read_sequence(uint32_t rule, int nesting) {
+  // `whole`, when given, is set if the sequence is one repetition and nothing else.
+  std::vector<Elem> read_sequence(uint32_t rule, int nesting, std::optional<Repetition>* whole = nullptr) {
     std::vector<Elem> seq;
+    size_t items = 0;
+    std::optional<Repetition> last;  // the latest item is this repetition
     while (true) {
       skip_space();
       const char c = peek();
       if (at_end() || c == '|' || c == ')' || (nesting == 0 && rule_starts_here())) break;
       const size_t start = pos;
-      std::vector<Elem> item = read_primary(rule, nesting);
-      std::optional<Repetition> last;  // item is this repetition
-      // item{min,max}. A repetition of a repetition, like `x++` or `(x*)?`, is one repetition
-      // of x where that is exact (x{m,n}{a,b} is x{m·a, n·b} when m, a ≤ 1 and n, b ≥ 1): the
-      // stacked form is ambiguous, and its parses multiply with each level.
+      std::vector<Elem> item = read_primary(rule, nesting, last);
+      ++items;
+      // item{min,max}. A repetition of a repetition, like `x++`, `(x*)?` or `x?{300}`, is one
+      // repetition of x where that is exact: x{m,n}{a,b} is x{m·a, n·b} when m ≤ 1 and n, b ≥ 1
+      // (k copies give from k·m to k·n, and for m ≤ 1 the ranges of consecutive k meet). The
+      // stacked form is ambiguous, and its parses multiply with each level or copy.
       auto apply = [&](uint32_t min, int64_t max) {
-        if (last && last->min <= 1 && min <= 1 && last->max != 0 && max != 0) {
+        if (last && last->min <= 1 && last->max != 0 && max != 0) {
           const int64_t m = last->max < 0 || max < 0 ? -1 : last->max * max;
           if (m <= static_cast<int64_t>(kMaxRepeat)) {
             item = repeat(rule, {last->x}, last->min * min, m, start, last);
@@ -339,18 +351,23 @@ struct Grammar::Builder {
       seq.insert(seq.end(), item.begin(), item.end());
       if (seq.size() > 100000) fail("rule too long", start);
     }
+    if (whole && items == 1 && last) *whole = last;
     return seq;
   }
 
-  std::vector<std::vector<Elem>> read_alternatives(uint32_t rule, int nesting) {
+  // `whole`, when given, is set if there is one alternative and it is one repetition.
+  std::vector<std::vector<Elem>> read_alternatives(uint32_t rule, int nesting,
+                                                   std::optional<Repetition>* whole = nullptr) {
     std::vector<std::vector<Elem>> alts;
-    alts.push_back(read_sequence(rule, nesting));
+    std::optional<Repetition> first;
+    alts.push_back(read_sequence(rule, nesting, &first));
     while (true) {
       skip_space();
       if (peek() != '|') break;
       ++pos;
       alts.push_back(read_sequence(rule, nesting));
     }
+    if (whole && alts.size() == 1 && first) *whole = first;
     return alts;
   }
 
