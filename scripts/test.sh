@@ -144,8 +144,10 @@ fi
 if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ] && within_budget fuzz 7; then
   stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
   cmake --preset fuzz >/dev/null
-  cmake --build build/fuzz -j "$JOBS"
+  # The harnesses only (not the CLI or the shared library, which the other stages test).
+  cmake --build build/fuzz -j "$JOBS" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request \
+    fuzz_http fuzz_grammar fuzz_json_schema
   ctest --preset fuzz -j "$JOBS"
-  FUZZ_NO_BUILD=1 bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
+  FUZZ_NO_BUILD=1 FUZZ_JOBS="$JOBS" bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
   stage_end
 fi
