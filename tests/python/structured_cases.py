@@ -28,9 +28,11 @@ MODES = [None, "ngram", "model"]
 # three (one per speculation mode).
 SANITIZED = float(os.environ.get("TANDEM_TEST_TIME_SCALE") or 1) > 1
 SAMPLES = 1 if SANITIZED else 20
-# Under the sanitizers, three of the schemas (nested objects, recursion, oneOf): the grammar
-# engine under ASan is the C++ tests' and the fuzzers' (test_grammar, test_json_schema).
-SANITIZED_SCHEMAS = ("person_address", "tree", "shape_oneof")
+# Under the sanitizers, two of the schemas (nested objects, oneOf): the grammar engine under
+# ASan is the C++ tests' and the fuzzers' (test_grammar, test_json_schema). The recursive one
+# (tree) is left to the release run: at T = 1 most of its answers run to max_tokens and are
+# drawn again, minutes under ASan for the same code paths.
+SANITIZED_SCHEMAS = ("person_address", "shape_oneof")
 
 
 def load_schemas():
@@ -117,7 +119,9 @@ class StructuredOutputCases:
     def test_greedy_schema_output_is_the_same_with_speculation(self):
         schema = load_schemas()["person_address"]
         rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}
-        for stream in (False, True):
+        # Streamed and not under the release build; under the sanitizers streamed only (the
+        # streaming path holds more of the server's code; the plain one is the other tests').
+        for stream in ((True,) if SANITIZED else (False, True)):
             texts = []
             for mode in MODES:
                 kw = dict(temperature=0, max_tokens=200, response_format=rf)

@@ -830,14 +830,25 @@ class LimitsServer(Timed):
         # Wait for earlier tests' connections to be gone (the open-connections gauge counts
         # the /metrics request itself).
         self.server.wait_metric("tandem_http_open_connections", lambda v: v <= 1)
-        held = [self.raw_socket() for _ in range(6)]
+        held = []
         try:
             # Each held connection answers a request first (and stays open: keep-alive), so the
             # server has certainly counted all six before the next ones arrive (a fixed pause
-            # was not enough on a slow, e.g. thread-sanitized, server).
-            for sock in held:
+            # was not enough on a slow, e.g. thread-sanitized, server). One may still meet a 503
+            # while the server has yet to see an earlier connection (the metrics request's)
+            # close: it is opened again.
+            deadline = time.time() + 20 * TIME_SCALE
+            while len(held) < 6:
+                sock = self.raw_socket()
                 sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                self.assertTrue(self.read_response(sock).startswith(b"HTTP/1.1 200"))
+                got = self.read_response(sock)
+                if got.startswith(b"HTTP/1.1 200"):
+                    held.append(sock)
+                    continue
+                sock.close()
+                self.assertTrue(got.startswith(b"HTTP/1.1 503") and time.time() < deadline,
+                                f"held connection {len(held)}: {got[:200]!r}")
+                time.sleep(0.1)
             refused = []
             for _ in range(3):
                 with self.raw_socket() as sock:
