@@ -68,6 +68,13 @@ EnginePtr load(const std::string& path, const char* draft = nullptr) {
   return EnginePtr(e);
 }
 
+tandem_model_info info_of(const tandem_engine* e) {
+  tandem_model_info info;
+  info.struct_size = sizeof info;
+  EXPECT_EQ(tandem_engine_info(e, &info), TANDEM_OK) << tandem_last_error();
+  return info;
+}
+
 tandem_generate_params greedy(int32_t n) {
   tandem_generate_params gp;
   EXPECT_EQ(tandem_generate_params_init(&gp, sizeof gp), TANDEM_OK);
@@ -339,9 +346,7 @@ TEST(CApi, PinnedThreadsAreReported) {
   tandem_engine* raw = nullptr;
   ASSERT_EQ(tandem_engine_load(&lp, &raw), TANDEM_OK) << tandem_last_error();
   EnginePtr e(raw);
-  tandem_model_info info;
-  info.struct_size = sizeof info;
-  ASSERT_EQ(tandem_engine_info(e.get(), &info), TANDEM_OK);
+  const tandem_model_info info = info_of(e.get());
   EXPECT_NE(std::string(info.backend).find("pinned"), std::string::npos) << info.backend;
 }
 
@@ -674,10 +679,7 @@ TEST(CApi, ReducedDraftVocabulary) {
   tandem_engine* raw = nullptr;
   ASSERT_EQ(tandem_engine_load(&lp, &raw), TANDEM_OK) << tandem_last_error();
   EnginePtr e(raw);
-  tandem_model_info info;
-  info.struct_size = sizeof info;
-  ASSERT_EQ(tandem_engine_info(e.get(), &info), TANDEM_OK);
-  EXPECT_EQ(info.draft_vocab, 64);
+  EXPECT_EQ(info_of(e.get()).draft_vocab, 64);
 
   tandem_generate_params gp = greedy(24);
   tandem_result* r = nullptr;
