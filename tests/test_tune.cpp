@@ -189,7 +189,7 @@ TEST(Tune, EndToEndOnTinyModels) {
   std::getline(csv, line);
   const auto header = split_line(line);
   for (const char* col : {"temp", "policy", "k", "speedup", "e2e_speedup", "cpu_speedup", "alpha", "c", "r_model",
-                          "predicted_speedup", "gap", "acceptance_per_position"})
+                          "predicted_speedup", "gap", "acceptance_per_position", "draft_vocab"})
     EXPECT_NE(std::find(header.begin(), header.end(), col), header.end()) << col;
   int rows = 0;
   while (std::getline(csv, line)) {

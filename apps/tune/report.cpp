@@ -134,7 +134,7 @@ std::string report_csv(const TuneReport& r) {
       "temp,policy,k,tokens,tokens_per_s,ar_tokens_per_s,speedup,e2e_speedup,cpu_speedup,min_prompt_speedup,"
       "acceptance_rate,"
       "alpha,mean_accepted_length,c,r_model,r_measured,predicted_speedup_r1,predicted_speedup,gap,"
-      "steps_off_fraction,acceptance_per_position\n";
+      "steps_off_fraction,acceptance_per_position,draft_vocab\n";
   for (const ConfigResult& c : r.results) {
     std::string acc;
     for (double a : c.acceptance_per_position()) {
@@ -149,7 +149,7 @@ std::string report_csv(const TuneReport& r) {
          (cm ? fmt(r_model(c, *r.costs), 4) : "") + "," + fmt(c.r_measured(), 4) + "," + fmt(c.predicted_r1(), 4) +
          "," + (cm ? fmt(c.predicted(*r.costs), 4) : "") + "," +
          (cm ? fmt(c.speedup() - c.predicted(*r.costs), 4) : "") + "," + fmt(c.steps_off_fraction(), 4) + "," + acc +
-         "\n";
+         "," + std::to_string(c.draft_vocab) + "\n";
   }
   return s;
 }
