@@ -172,6 +172,17 @@ TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
     g->advance_in_place(s, std::string(100, 'a'));
     EXPECT_LE(s.stacks.size(), 2u) << gbnf << ": one parse (and the end), not one per way to get here";
   }
+  // Repeated alternatives are one (`"" | "" | "a"` is `"" | "a"`), and a repetition that keeps
+  // more than 512 parses alive is refused at once: `("aa" | "a" | ""){4,580}` (found by
+  // fuzz_grammar, corpus/grammar/nullable_copies_timeout.bin) could be in any of its 580
+  // copies after a few characters.
+  EXPECT_EQ(counts_accepted(R"(root ::= ("" | "" | "a" | "a") "b"? ("a" | "a"))", 3), (std::vector<int>{1, 2}));
+  try {
+    G(R"(root ::= ("" | | | "aa" | "a"){4,580} "b")")->accepts("aaaaab");
+    ADD_FAILURE() << "580 live parses were not refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
   // What cannot be merged (the same 40 levels, each with a second alternative) and keeps
   // 2^40 parses apart is refused with the documented error, at once.
   std::string alt = "root ::= " + std::string(40, '(') + R"("a")";

@@ -107,10 +107,24 @@ struct Grammar::Builder {
     return id;
   }
 
+  // The alternatives without repeats (`"" | "" | "a"`): a repeated alternative adds no
+  // sentence, only parses the automaton would keep apart.
+  static std::vector<std::vector<Elem>> unique_alternatives(std::vector<std::vector<Elem>> alts) {
+    std::vector<std::vector<Elem>> out;
+    auto same = [](const std::vector<Elem>& a, const std::vector<Elem>& b) {
+      return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                        [](const Elem& x, const Elem& y) { return x.kind == y.kind && x.arg == y.arg; });
+    };
+    for (auto& a : alts)
+      if (std::none_of(out.begin(), out.end(), [&](const std::vector<Elem>& b) { return same(a, b); }))
+        out.push_back(std::move(a));
+    return out;
+  }
+
   uint32_t generated_rule(uint32_t parent, std::vector<std::vector<Elem>> alts, size_t at) {
     const std::string name = g.rule_names_[parent] + "-" + std::to_string(bodies.size());
     const uint32_t id = new_rule(name, at, /*named=*/false);
-    bodies[id] = std::move(alts);
+    bodies[id] = unique_alternatives(std::move(alts));
     defined[id] = true;
     return id;
   }
@@ -385,7 +399,7 @@ struct Grammar::Builder {
       const uint32_t id = rule_id(name, start);
       if (defined[id]) fail("rule '" + std::string(name) + "' defined twice", start);
       defined[id] = true;
-      bodies[id] = read_alternatives(id, 0);
+      bodies[id] = unique_alternatives(read_alternatives(id, 0));
       skip_space();
       if (!at_end() && !rule_starts_here()) fail(std::string("unexpected '") + peek() + "'", pos);
     }
