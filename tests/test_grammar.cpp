@@ -147,7 +147,7 @@ TEST(Grammar, StackedRepetitionsKeepTheirLanguage) {
 }
 
 TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
-  // Found by fuzz_grammar (tests/fuzz/corpus/grammar/stacked_plus_timeout.bin): `x+++…` took
+  // Found by fuzz_grammar (tests/fuzz/corpus/grammar/stacked_plus_timeout.gbnf): `x+++…` took
   // seconds a byte, reaching each place along exponentially many paths. Stacked operators
   // are now one repetition, and a step expands each place once.
   const auto nested = [](int levels) {  // ((("a")+)+)+…: a group at every level, never merged
@@ -162,7 +162,7 @@ TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
     EXPECT_FALSE(g->accepts("")) << gbnf;
   }
   // Groups holding one repetition merge as well: 40 of them are one `"a"+`. Found by
-  // fuzz_grammar too (corpus/grammar/optional_copies_timeout.bin): `x?{335}`, 335 optional
+  // fuzz_grammar too (corpus/grammar/optional_copies_timeout.gbnf): `x?{335}`, 335 optional
   // copies whose parses the automaton kept apart, is x{0,335}.
   for (const std::string& gbnf : {nested(40), std::string(R"(root ::= "a"?{335})"), std::string(R"(root ::= ("a"?){335})")}) {
     auto g = G(gbnf);
@@ -174,7 +174,7 @@ TEST(Grammar, DeeplyStackedRepetitionIsMergedOrRefused) {
   }
   // Repeated alternatives are one (`"" | "" | "a"` is `"" | "a"`), and a repetition that keeps
   // more than 512 parses alive is refused at once: `("aa" | "a" | ""){4,580}` (found by
-  // fuzz_grammar, corpus/grammar/nullable_copies_timeout.bin) could be in any of its 580
+  // fuzz_grammar, corpus/grammar/nullable_copies_timeout.gbnf) could be in any of its 580
   // copies after a few characters.
   EXPECT_EQ(counts_accepted(R"(root ::= ("" | "" | "a" | "a") "b"? ("a" | "a"))", 3), (std::vector<int>{1, 2}));
   try {
