@@ -103,6 +103,8 @@ int run_generate(const GenerateArgs& args) {
       sp["drafted_per_position"] = boost::json::value_from(m.drafted_per_position);
       sp["accepted_per_position"] = boost::json::value_from(m.accepted_per_position);
       sp["target_passes"] = m.target_passes;
+      sp["device_verified_steps"] = m.device_verified_steps;
+      sp["device_drafted_tokens"] = m.device_drafted_tokens;
       sp["draft_forwards"] = m.draft_forwards;
       sp["draft_ms"] = m.draft_ms;
       sp["target_ms"] = m.target_ms;

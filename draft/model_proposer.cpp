@@ -40,10 +40,13 @@ struct Lane {
                                   // batch's buffer is reused by the next pass)
   bool active = true;
   GrammarState grammar;            // constrained requests: the state after history
+  bool device = false;             // samples on the device (DraftProbs): logits stay there
+  DraftProbs::Drawn drawn{-1, 0.0f, -1};  // a device lane's draw from its latest logits
 };
 }  // namespace
 
-ModelProposer::ModelProposer(Transformer& draft) : tf_(draft), seq_(draft.cache()) {}
+ModelProposer::ModelProposer(Transformer& draft, DraftProbs* device_probs)
+    : tf_(draft), device_probs_(device_probs), seq_(draft.cache()) {}
 
 void ModelProposer::reset() {
   seq_.clear();
@@ -122,6 +125,15 @@ Proposal ModelProposer::propose(std::span<const int32_t> ctx, const ProposeOptio
 }
 
 void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
+  // Requests verified on the device sample their drafts there too (DraftProbs), so their
+  // logits never leave it; not with a reduced draft vocabulary (its logits would first need
+  // scattering into the whole vocabulary on the device).
+  const OutputSubset* subset = draft.output_subset();
+  DraftProbs* dev = nullptr;
+  for (Job& j : jobs)
+    if (j.proposer->device_probs_) dev = j.proposer->device_probs_;
+  const int64_t width_all = draft.n_logits();
+  int64_t dev_cols = 0, dev_rows = 0;
   std::vector<Lane> lanes;
   for (Job& j : jobs) {
     j.out = Proposal{};
@@ -130,21 +142,44 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
     const size_t common = j.proposer->keep_common_prefix(j.context);
     lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}, true, {}});
     if (j.opts.grammar && j.opts.grammar_state) lanes.back().grammar = *j.opts.grammar_state;
+    const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
+    if (dev && !subset && j.opts.on_device && !j.opts.grammar && (dev_cols == 0 || cols == dev_cols)) {
+      lanes.back().device = true;
+      dev_cols = cols;
+      dev_rows += j.opts.max_tokens + 1;  // logits rows it may take: catch-up + one per draft
+    }
   }
   if (lanes.empty()) return;
+  if (dev_rows > 0) dev->begin_step(dev_rows, dev_cols);
 
   std::vector<float> logits;
   Batch b;
-  // Runs the batch and points each listed lane at its row of logits.
+  // Runs the batch and points each listed lane at its row of logits (device lanes: at its
+  // draw from them).
   // With a reduced draft vocabulary (Transformer::output_subset) the other tokens get -inf:
   // q is then a proper distribution over the subset and 0 elsewhere, which rejection sampling
   // and the coupled verifier take exactly as they take any q (the target's p is untouched).
-  const OutputSubset* subset = draft.output_subset();
   auto run = [&](const std::vector<Lane*>& with_logits) {
-    draft.forward(b, logits);
+    const bool to_host = std::any_of(with_logits.begin(), with_logits.end(), [](const Lane* l) { return !l->device; });
+    draft.forward(b, logits, to_host);
     const size_t vocab = static_cast<size_t>(draft.model().config().n_vocab);
     const size_t width = static_cast<size_t>(draft.n_logits());
+    std::vector<DraftProbs::Lane> dl;
+    std::vector<Lane*> dl_of;
     for (size_t i = 0; i < with_logits.size(); ++i) {
+      Lane& l = *with_logits[i];
+      if (!l.device) continue;
+      const Job& j = *l.job;
+      dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr, j.opts.sampling->seed,
+                    static_cast<int64_t>(j.context.size() + j.out.tokens.size())});
+      dl_of.push_back(&l);
+    }
+    if (!dl.empty()) {
+      const std::vector<DraftProbs::Drawn> drawn = dev->sample(draft.device_logits(), dl);
+      for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
+    }
+    for (size_t i = 0; i < with_logits.size(); ++i) {
+      if (with_logits[i]->device) continue;
       std::vector<float>& dst = with_logits[i]->logits;
       const float* row = logits.data() + i * width;
       if (!subset) {
@@ -195,6 +230,32 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         if (!l.active) continue;
         const Job& j = *l.job;
         const SamplingParams& sp = *j.opts.sampling;
+        const int64_t position = static_cast<int64_t>(j.context.size()) + i;
+        if (l.device) {
+          // Drawn on the device from this lane's last pass (DraftProbs::sample); the same
+          // decisions as below, from the same q.
+          const int32_t tok = l.drawn.token;
+          const float conf = j.opts.p_min <= 0.0f ? 1.0f : l.drawn.conf;
+          if (tok < 0 || conf < j.opts.p_min) {
+            l.active = false;
+            continue;
+          }
+          l.job->out.tokens.push_back(tok);
+          l.job->out.on_device = true;
+          if (!sp.greedy() && !j.opts.coupled) l.job->out.q_rows.push_back(l.drawn.q_row);
+          l.history.push_back(tok);
+          if (i + 1 >= j.opts.max_tokens) {
+            l.active = false;
+            continue;
+          }
+          const int32_t one[1] = {tok};
+          if (!room(l, 1)) continue;
+          b.add(l.job->proposer->seq_, one);
+          l.job->proposer->cached_.push_back(tok);
+          ++l.job->proposer->forwards_;
+          out.push_back(&l);
+          continue;
+        }
         // Only ids both models share: the draft's padding rows are no tokens of the target.
         const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
                                                : l.logits.size();
@@ -217,7 +278,6 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
           l.active = false;
           continue;
         }
-        const int64_t position = static_cast<int64_t>(j.context.size()) + i;
         const int32_t tok = sp.greedy()       ? d.ids[0]
                             : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
                                              : sample(d, *j.rng);

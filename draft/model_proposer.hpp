@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "draft/draft_probs.hpp"
 #include "draft/proposer.hpp"
 #include "engine/model/transformer.hpp"
 
@@ -25,7 +26,9 @@ class ModelProposer final : public Proposer {
  public:
   // The draft Transformer (weights, cache, scratch) is shared: each sequence being drafted
   // for has its own ModelProposer, i.e. its own block table in the draft's cache.
-  explicit ModelProposer(Transformer& draft);
+  // device_probs: where drafts sample on the device (null: on the host); shared by every
+  // ModelProposer of `draft`.
+  explicit ModelProposer(Transformer& draft, DraftProbs* device_probs = nullptr);
   std::string name() const override { return "draft-model"; }
   Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
   void reset() override;
@@ -62,6 +65,7 @@ class ModelProposer final : public Proposer {
   size_t keep_common_prefix(std::span<const int32_t> context);
 
   Transformer& tf_;
+  DraftProbs* device_probs_;
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order
   int64_t forwards_ = 0;

@@ -22,7 +22,11 @@ struct Proposal {
   // q_i for each token when the draft sampled from a distribution; empty when the tokens
   // are deterministic (point masses: n-gram lookup, greedy draft).
   std::vector<Distribution> dists;
-  bool deterministic() const { return dists.empty(); }
+  // Or, when the draft sampled on the device (ProposeOptions::on_device), q_i is row
+  // q_rows[i] of the step's DraftProbs store (draft/draft_probs.hpp) and dists is empty.
+  std::vector<int32_t> q_rows;
+  bool on_device = false;  // the tokens were drawn on the device
+  bool deterministic() const { return dists.empty() && q_rows.empty(); }
 };
 
 struct ProposeOptions {
@@ -42,6 +46,9 @@ struct ProposeOptions {
   // context; it stops once the grammar is complete. Null: unconstrained.
   const TokenGrammar* grammar = nullptr;
   const GrammarState* grammar_state = nullptr;
+  // The request is verified on the device: a draft model with a DraftProbs store samples
+  // there too and leaves q on the device (Proposal::q_rows). Never with a grammar.
+  bool on_device = false;
 };
 
 class Proposer {

@@ -35,7 +35,97 @@ class DeviceDecode {
   // sequence whose rows lie outside `argmax` is reported at the next synchronize/download.
   virtual void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
                              const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
+
+  // ---- sampled decoding on the device (kernels/cuda/ops/sampling.cu) ---------------------
+  // The engine's make_distribution (engine/sampling/sampler.hpp) row by row: NaN → -inf,
+  // penalties, temperature, top-k, softmax, top-p, min-p, renormalise; the same float
+  // operations in the same order (the engine's exp polynomial), so the kept tokens are the
+  // CPU's and their probabilities equal it up to the last bit of the normaliser (summed in
+  // another order). probs F32 [rows, V] (V = the vocabulary sampled over; logits F32
+  // [rows, >= V], its first V columns read): the final distribution, 0 outside the kept
+  // tokens; greedy rows (temperature <= 0) a point mass on the penalised argmax. top I32
+  // [rows]: the most likely kept token (the argmax; -1 when no token is possible), conf
+  // F32 [rows]: its probability (greedy rows: the largest softmax probability of the raw
+  // logits at temperature 1, the draft's confidence for draft_p_min). params: I32
+  // [kRowSamplingWords, rows] of RowSampling; penalties: I32 [2, n] (token, count |
+  // in-window bit 31) entries, or a tensor with no buffer when no row has any.
+  virtual void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
+                          const Tensor& params, const Tensor& penalties) = 0;
+  // One token per row from probs rows: inverse CDF in id order with the uniform
+  // u = PositionNoise(seed).uniform(position, tag) (rejection mode's stream, keyed like the
+  // coupled noise so that no draw depends on what earlier steps drew), or, with coupled,
+  // the engine's gumbel_argmax (argmin -log u(position, v) / p_v): the token the CPU's
+  // coupled sampler picks from the same probabilities. keys: I32 [kNoiseKeyWords, rows]
+  // (NoiseKey). ids I32 [rows] (-1 for a row with no mass).
+  virtual void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag,
+                            bool coupled) = 0;
+  // Speculative verification of a batch against target probs rows (make_probs), one
+  // SeqVerify per sequence (I32 [kSeqVerifyWords, n]): rejection sampling (accept x_i when
+  // u·q_i(x) < p_i(x), else a draw from norm(max(0, p_i − q_i)), all accepted: a draw from
+  // p_k), with q_i the draft's probs rows (q: F32 [rows_q, V_q]; or point masses on the
+  // drafts) and counter-based uniforms (tags kTagAccept, kTagSample at the position of each
+  // verified token); or coupled (accept while the draft equals the target's gumbel_argmax).
+  // drafts I32 [max_drafts, n], q_rows I32 [max_drafts, n] (each draft's row of q, for
+  // sequences with_q); writes n_accepted I32 [n] and out_tokens I32 [max_drafts + 1, n]
+  // (the accepted drafts, then the next token, then -1). A sequence whose rows or counts
+  // are out of range gets n_accepted -1 and is reported at the next synchronize/download.
+  virtual void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
+                              const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
 };
+
+// One row's transform for make_probs: the request's SamplingParams (include/tandem/sampling.hpp)
+// and where its penalty entries are. 16 words; uploaded as I32.
+struct RowSampling {
+  float temperature = 0.0f;  // <= 0: greedy; NaN: skip the row (probs untouched)
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t pen_begin = 0, pen_end = 0;  // its entries of the penalty list: [pen_begin, pen_end)
+  // Tests only (verify/verifier.hpp inject_verifier_bias): this much probability moves from
+  // the most likely token to the second after normalising. 0: none.
+  float bias_mass = 0.0f;
+  int32_t reserved[6] = {};
+};
+constexpr int kRowSamplingWords = 16;
+static_assert(sizeof(RowSampling) == kRowSamplingWords * 4);
+// A penalty entry's second word: the token's occurrences in the history (for presence and
+// frequency), bit 31 set when it is also in the repetition window.
+constexpr uint32_t kPenaltyInWindow = 1u << 31;
+
+// The counter-based noise of a row or sequence: PositionNoise(seed) at `position`.
+struct NoiseKey {
+  uint32_t seed_lo = 0, seed_hi = 0;
+  uint32_t pos_lo = 0, pos_hi = 0;
+  static NoiseKey of(uint64_t seed, int64_t position) {
+    const auto p = static_cast<uint64_t>(position);
+    return {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(p),
+            static_cast<uint32_t>(p >> 32)};
+  }
+};
+constexpr int kNoiseKeyWords = 4;
+static_assert(sizeof(NoiseKey) == kNoiseKeyWords * 4);
+// The token slot of PositionNoise::uniform that each draw of rejection mode uses (tokens
+// are >= 0, so these never meet the coupled noise): the acceptance test of the token at a
+// position, the draw of that token from p or the residual, and the draft's draw from q.
+constexpr int32_t kTagAccept = -1;
+constexpr int32_t kTagSample = -2;
+constexpr int32_t kTagDraft = -3;
+
+// A sequence of verify_sampled: its rows first_row .. first_row + n_drafts of p, whether its
+// drafts have q rows (else they are point masses), the mode, and the noise key of its first
+// verified token (draft 0's position).
+struct SeqVerify {
+  int32_t first_row = 0;
+  int32_t n_drafts = 0;
+  int32_t with_q = 0;   // 1: draft i's q is row q_rows[i] of q
+  int32_t coupled = 0;  // 1: coupled (Gumbel-max) verification
+  NoiseKey key;
+};
+constexpr int kSeqVerifyWords = 8;
+static_assert(sizeof(SeqVerify) == kSeqVerifyWords * 4);
 
 inline DeviceDecode* device_decode(Backend& be) { return dynamic_cast<DeviceDecode*>(&be); }
 

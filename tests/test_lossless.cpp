@@ -219,6 +219,11 @@ Sampler sampler(const std::string& name) {
     s.top_k = 6;
     s.repetition_penalty = 1.1f;
     s.frequency_penalty = 0.1f;
+  } else if (name == "temp1.0_topk6_topp0.9_minp0.05") {  // every cut, flat enough for the emulator's 600 runs
+    s.temperature = 1.0f;
+    s.top_k = 6;
+    s.top_p = 0.9f;
+    s.min_p = 0.05f;
   } else if (name == "temp0.6_topp0.8_minp0.2") {
     s.temperature = 0.6f;
     s.top_p = 0.8f;
@@ -330,6 +335,14 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? runs / 20 : runs / 2) << "too few drafts to mean much";
   EXPECT_GT(m.accepted_tokens, std::max<int64_t>(runs / 240, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
   EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
+  if (!cpu) {
+    // The CUDA configurations check the device's sampling and verification
+    // (engine/runtime/device_verify.hpp, draft/draft_probs.hpp), not a host fallback.
+    EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
+    if (c.mode == DraftMode::Model) {
+      EXPECT_EQ(m.device_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
+    }
+  }
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;
     for (size_t k = 0; k < m.steps_per_k.size(); ++k) distinct += m.steps_per_k[k] > 0;
@@ -496,7 +509,16 @@ const std::vector<Config> kConfigs = {
         Config{"draft_vocab_coupled_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0,
                "temp1.0_topk6_penalties", V::Coupled, false, "cpu", "", 160},
         Config{"draft_vocab_grammar_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
-               V::Rejection, false, "cpu", kGrammar, 160}};
+               V::Rejection, false, "cpu", kGrammar, 160},
+        // More of the CUDA backend's device sampling and verification (appended, so the CPU
+        // configurations keep their injected positions): top-p and min-p for both models,
+        // coupled with penalties. (n-gram drafts find too few continuations in the emulator's
+        // 600 generations; their device path is tested in test_cuda_sampling and
+        // test_scheduler.)
+        Config{"cuda_model_topp_minp", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05",
+               V::Rejection, false, "cuda-emulated"},
+        Config{"cuda_coupled_model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Coupled, false, "cuda-emulated"}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -256,14 +256,26 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
     p.insert(p.end(), tail.begin(), tail.end());
     (i == 0 ? first : second).emplace_back(p, greedy(24, modes[i % 3]));
   }
-  // A sampled request among them (coupled: the same text for a seed however it is drafted
-  // and batched): its logits come to the host while the greedy ones are verified on the device.
+  // Sampled requests among them (coupled: the same text for a seed however it is drafted
+  // and batched), verified on the device too (device_verify.hpp), the draft model's drafts
+  // drawn there (draft_probs.hpp): with top-k, with penalties and top-p, with n-gram drafts.
   GenerateOptions sampled = greedy(24, DraftMode::Model);
   sampled.sampling.temperature = 0.9f;
   sampled.sampling.top_k = 6;
   sampled.sampling.seed = 5;
   sampled.speculative.verify = VerifyMode::Coupled;
   second.emplace_back(second.back().first, sampled);
+  GenerateOptions penalised = sampled;
+  penalised.sampling.top_k = 0;
+  penalised.sampling.top_p = 0.9f;
+  penalised.sampling.repetition_penalty = 1.2f;
+  penalised.sampling.frequency_penalty = 0.3f;
+  penalised.sampling.seed = 6;
+  second.emplace_back(second[1].first, penalised);
+  GenerateOptions ngram = sampled;
+  ngram.speculative.mode = DraftMode::Ngram;
+  ngram.sampling.seed = 7;
+  second.emplace_back(second[2].first, ngram);
   std::vector<GenerateResult> alone;
   for (auto* set : {&first, &second})
     for (auto& [p, g] : *set) {
@@ -272,10 +284,10 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
       alone.push_back(e->generate_tokens(p, plain));
     }
   SchedulerOptions so;
-  so.max_seqs = 7;
+  so.max_seqs = 9;
   Scheduler s(*e, so);
   const auto a = run_all(s, first);   // publishes the shared prefix's blocks
-  const auto b = run_all(s, second);  // five at once where about three fit: preemption
+  const auto b = run_all(s, second);  // eight at once where about three fit: preemption
   EXPECT_EQ(a[0].error, "");
   EXPECT_EQ(a[0].result.tokens, alone[0].tokens);
   for (size_t i = 0; i < b.size(); ++i) {
@@ -286,7 +298,13 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   const auto st = s.stats();
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
-  EXPECT_GT(st.device_verified, 0) << "greedy requests should have been verified on the device";
+  EXPECT_GT(st.device_verified, 0) << "requests should have been verified on the device";
+  for (size_t i = 5; i < b.size(); ++i) {
+    EXPECT_EQ(b[i].result.speculative.device_verified_steps, b[i].result.speculative.target_passes) << i;
+    if (second[i].second.speculative.mode == DraftMode::Model) {
+      EXPECT_GT(b[i].result.speculative.device_drafted_tokens, 0) << i;
+    }
+  }
   s.shutdown(true);
   // One request alone with its drafts (Engine::generate also verifies greedy requests on
   // the device): the plain tokens too.

@@ -45,6 +45,10 @@ Distribution target_at(const DistFn& target_dist, int32_t i, int64_t position) {
 
 }  // namespace
 
+InjectedBias injected_verifier_bias() {
+  return {g_bias_position.load(std::memory_order_relaxed), g_bias_mass.load(std::memory_order_relaxed)};
+}
+
 void inject_verifier_bias(InjectedBias bias) {
   g_bias_mass.store(bias.mass);
   g_bias_position.store(bias.position);

@@ -69,5 +69,7 @@ struct InjectedBias {
   float mass = 0.0f;
 };
 void inject_verifier_bias(InjectedBias bias);
+// The bias in force (position < 0: none), for verifiers that build p elsewhere (on the device).
+InjectedBias injected_verifier_bias();
 
 }  // namespace tandem

@@ -24,6 +24,8 @@ void SpeculativeMetrics::merge(const SpeculativeMetrics& o) {
   add(accepted_per_position, o.accepted_per_position);
   add(steps_per_k, o.steps_per_k);
   target_passes += o.target_passes;
+  device_verified_steps += o.device_verified_steps;
+  device_drafted_tokens += o.device_drafted_tokens;
   draft_forwards += o.draft_forwards;
   draft_ms += o.draft_ms;
   target_ms += o.target_ms;

@@ -1,7 +1,17 @@
-// Greedy verification of a scheduler step's sequences on the backend
-// (kernels/device_decode.hpp): the target's argmax of every logits row and the accepted
-// drafts are found where the logits are, and only ids and counts come back to the host,
-// instead of n_vocab floats per verified position.
+// Verification of a scheduler step's sequences on the backend (kernels/device_decode.hpp):
+// the target's verdict on every sequence's drafts is reached where the logits are, and only
+// ids and counts come back to the host, instead of n_vocab floats per verified position.
+//   * greedy requests without penalties: the argmax of each row, accepted drafts = the
+//     leading ones equal to it (two launches);
+//   * every other request without a grammar or logprobs: each row's final distribution
+//     (make_probs: penalties, temperature, top-k, top-p, min-p), then rejection sampling
+//     against the draft's q (its rows in DraftProbs when it sampled on the device, point
+//     masses for n-gram and greedy drafts) with counter-based noise keyed by (seed,
+//     position), or coupled verification (Gumbel-max with the request's noise).
+// Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
+// position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
+// stream: the output follows the target's distribution exactly as on the host, but a seed
+// gives another text than the CPU backend's rejection mode (coupled mode gives the same).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,29 +20,41 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
+#include "tandem/sampling.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
 
-class DeviceGreedyVerifier {
+class DeviceVerifier {
  public:
   // Null when the backend cannot decode on the device (the CPU backend).
-  static std::unique_ptr<DeviceGreedyVerifier> for_backend(kernels::Backend& be);
+  static std::unique_ptr<DeviceVerifier> for_backend(kernels::Backend& be);
 
   struct Sequence {
-    int32_t first_row;                 // its first row in the logits (the pending token's)
+    int32_t first_row = 0;             // its first row in the logits (the pending token's)
     std::span<const int32_t> drafts;   // its drafts; rows first_row .. first_row + drafts.size()
+    // Null: the verdict is the argmax (greedy without penalties). Else the request's
+    // transforms and what they need:
+    const SamplingParams* sampling = nullptr;
+    std::span<const int32_t> history;  // committed tokens before the first verified one
+    bool coupled = false;
+    int64_t position = 0;              // absolute position of the first verified token
+    std::span<const int32_t> q_rows;   // the drafts' q in `q` (empty: point masses)
   };
-  // The verdict of each sequence against the logits [rows, n_vocab] on the backend: the
-  // leading drafts equal to the argmax, and the argmax after them (what verify_greedy gives
-  // on the host from the same logits).
-  std::vector<VerifyResult> verify(const kernels::Tensor& logits, std::span<const Sequence> seqs);
+  // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the
+  // step's DraftProbs rows (null when no sequence has q rows).
+  std::vector<VerifyResult> verify(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                   const kernels::Tensor* q = nullptr);
 
  private:
-  DeviceGreedyVerifier(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}
+  DeviceVerifier(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}
+  void verify_argmax(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  void verify_sampled(const kernels::Tensor& logits, std::span<const Sequence> seqs, const kernels::Tensor* q,
+                      std::span<VerifyResult> out);
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
-  std::unique_ptr<kernels::Buffer> buf_;  // grows to the largest step seen, then stays
+  // Each grows to the largest step seen, then stays.
+  std::unique_ptr<kernels::Buffer> buf_, probs_, side_;
 };
 
 }  // namespace tandem

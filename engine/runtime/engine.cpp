@@ -88,7 +88,8 @@ void Engine::Impl::make_caches() {
   if (!draft) return;
   draft_cache = std::make_unique<KVCache>(*backend, draft->config(), kv);
   draft_transformer = std::make_unique<Transformer>(*draft, *draft_cache);
-  model_proposer = std::make_unique<ModelProposer>(*draft_transformer);
+  draft_probs = DraftProbs::for_backend(*backend);
+  model_proposer = std::make_unique<ModelProposer>(*draft_transformer, draft_probs.get());
   const int32_t n_vocab = draft->config().n_vocab;
   draft_ranking = opts.draft_vocab_counts.empty() ? rank_by_id(n_vocab)
                                                    : rank_tokens(load_token_counts(opts.draft_vocab_counts, n_vocab));
@@ -225,7 +226,9 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
   const PolicyCosts costs = policy_costs();
   const std::unique_ptr<SpeculationPolicy> policy =
       make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
-  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context, grammars->get(opts.grammar)}, prompt,
+  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context, grammars->get(opts.grammar),
+                    proposer == model_proposer.get() ? draft_probs.get() : nullptr},
+                   prompt,
                    run_opts, checked);
 }
 

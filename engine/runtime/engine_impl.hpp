@@ -38,6 +38,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<Tokenizer> draft_tokenizer;
   std::unique_ptr<KVCache> draft_cache;
   std::unique_ptr<Transformer> draft_transformer;
+  std::unique_ptr<DraftProbs> draft_probs;  // the draft samples on the device (null: on the host)
   std::unique_ptr<ModelProposer> model_proposer;
   std::vector<int32_t> draft_ranking;  // every token id, most frequent first (draft/vocab_ranking.hpp)
   std::vector<int32_t> eog_ids;        // always in a reduced draft vocabulary

@@ -14,18 +14,17 @@ GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, 
   FixedPolicy fixed;
   SequenceRun run(m.target.cache(), m.tokenizer, prompt, opts, cb, m.context, m.target.model().config().n_vocab,
                   m.proposer, m.policy ? m.policy : &fixed, SequenceRun::Clock::now(), m.grammar);
-  run_to_end(run, m.target);
+  run_to_end(run, m.target, m.draft_probs);
   return std::move(run.result());
 }
 
-void run_to_end(SequenceRun& run, Transformer& target) {
+void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) {
   std::vector<float> logits;
   // Everything but the last prompt token; it is the first step's pending token.
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
-  // A greedy request on a backend that decodes on the device is verified there: the logits
-  // stay on the device (device_verify.hpp).
-  const std::unique_ptr<DeviceGreedyVerifier> on_device =
-      run.verdict_is_argmax() ? DeviceGreedyVerifier::for_backend(target.model().backend()) : nullptr;
+  // On a backend that decodes on the device, a request without a grammar or logprobs is
+  // verified there: the logits stay on the device (device_verify.hpp).
+  const std::unique_ptr<DeviceVerifier> device = DeviceVerifier::for_backend(target.model().backend());
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first
     // token (and again should its cache have run short).
@@ -34,11 +33,14 @@ void run_to_end(SequenceRun& run, Transformer& target) {
     const std::span<const int32_t> step = run.plan_step(1);
     b.add_all_logits(run.kv(), step);
     const auto t0 = Clock::now();
+    const bool on_device = device && run.verdict_on_device();
     target.forward(b, logits, !on_device);
     const double target_ms = ms_since(t0);
     if (on_device) {
-      const DeviceGreedyVerifier::Sequence seq{0, step.subspan(1)};  // [pending, drafts...]
-      run.finish_step(on_device->verify(target.device_logits(), std::span(&seq, 1)).front(), target_ms);
+      const DeviceVerifier::Sequence seq = run.device_sequence(0);
+      const kernels::Tensor q = draft_probs ? draft_probs->q() : kernels::Tensor{};
+      run.finish_step(device->verify(target.device_logits(), std::span(&seq, 1), draft_probs ? &q : nullptr).front(),
+                      target_ms);
     } else {
       run.finish_step(logits, target_ms);
     }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 
+#include "draft/draft_probs.hpp"
 #include "draft/proposer.hpp"
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/model/transformer.hpp"
@@ -24,6 +25,7 @@ struct AloneModels {
   SpeculationPolicy* policy;   // null: a FixedPolicy
   int32_t context;
   std::shared_ptr<const TokenGrammar> grammar = nullptr;  // the compiled opts.grammar, if any
+  DraftProbs* draft_probs = nullptr;  // where the proposer's device drafts leave q (if it does)
 };
 
 // Prefill, then draft → verify → commit steps until the output ends.
@@ -33,6 +35,7 @@ GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, 
 // The loop of run_alone for a run built elsewhere (its proposer, if any, is run.proposer()):
 // the prompt in chunks, then one target pass per step, the draft reading its context in one
 // go when it has to.
-void run_to_end(SequenceRun& run, Transformer& target);
+// draft_probs: the proposer's DraftProbs store, if it samples on the device.
+void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs = nullptr);
 
 }  // namespace tandem

@@ -14,7 +14,10 @@ Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
     : engine(e), parts(EngineAccess::parts(e)), opts(o), step_time(o.max_step_ms, o.min_prefill_tokens) {
   if (o.prefix_cache)
     prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
-  device_verify = DeviceGreedyVerifier::for_backend(parts.target.model().backend());
+  device_verify = DeviceVerifier::for_backend(parts.target.model().backend());
+  // The draft samples on the device when it shares the target's backend (q is read there).
+  if (device_verify && parts.draft && &parts.draft->model().backend() == &parts.target.model().backend())
+    draft_probs = DraftProbs::for_backend(parts.draft->model().backend());
 }
 
 // ---- public surface ----------------------------------------------------------------------
@@ -199,7 +202,7 @@ bool Scheduler::Impl::start(Entry& e) {
     case DraftMode::None:
       break;
     case DraftMode::Model:
-      e.proposer = std::make_unique<ModelProposer>(*parts.draft);
+      e.proposer = std::make_unique<ModelProposer>(*parts.draft, draft_probs.get());
       break;
     case DraftMode::Ngram:
       e.proposer = std::make_unique<NgramProposer>(so.ngram_min, so.ngram_max);

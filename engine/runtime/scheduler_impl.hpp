@@ -76,7 +76,9 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
   StepTimeModel step_time;                       // scheduler thread only
-  std::unique_ptr<DeviceGreedyVerifier> device_verify;  // null unless the backend decodes on the device
+  std::unique_ptr<DeviceVerifier> device_verify;  // null unless the backend decodes on the device
+  // Where draft-model drafts sample on the device (null: on the host); q for device_verify.
+  std::unique_ptr<DraftProbs> draft_probs;
 
   Impl(Engine& e, const SchedulerOptions& o);
 

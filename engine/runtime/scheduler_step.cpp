@@ -199,7 +199,7 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
     }
   };
   const bool on_device = device_verify && std::any_of(ps.begin(), ps.end(), [](const Part& p) {
-                           return p.all_logits && p.e->run->verdict_is_argmax();
+                           return p.all_logits && p.e->run->verdict_on_device();
                          });
   bool ran = false;
   try {
@@ -238,21 +238,22 @@ void Scheduler::Impl::download_rows(Part& p) {
 
 void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
   const kernels::Tensor& all = parts.target.device_logits();
-  std::vector<DeviceGreedyVerifier::Sequence> seqs;
-  std::vector<Part*> greedy;
+  std::vector<DeviceVerifier::Sequence> seqs;
+  std::vector<Part*> here;
   for (Part& p : ps) {
     if (!p.all_logits) continue;
-    if (p.e->run->verdict_is_argmax()) {
-      seqs.push_back({p.first_row, p.tokens.subspan(1)});  // step tokens: [pending, drafts...]
-      greedy.push_back(&p);
+    if (p.e->run->verdict_on_device()) {
+      seqs.push_back(p.e->run->device_sequence(p.first_row));
+      here.push_back(&p);
     } else {
-      download_rows(p);  // a sampled request: its rows come to the host
+      download_rows(p);  // logprobs or a grammar: its rows come to the host
     }
   }
-  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs);
-  for (size_t i = 0; i < greedy.size(); ++i) greedy[i]->verdict = verdicts[i];
+  const kernels::Tensor q = draft_probs ? draft_probs->q() : kernels::Tensor{};
+  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs, draft_probs ? &q : nullptr);
+  for (size_t i = 0; i < here.size(); ++i) here[i]->verdict = verdicts[i];
   std::lock_guard<std::mutex> lk(mu);
-  stats.device_verified += static_cast<int64_t>(greedy.size());
+  stats.device_verified += static_cast<int64_t>(here.size());
 }
 
 // Each decoding sequence verifies and commits with its own rows.

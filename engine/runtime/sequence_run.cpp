@@ -111,6 +111,7 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.coupled = coupled_ ? &noise_ : nullptr;
   po.grammar = grammar_.get();
   po.grammar_state = grammar_ ? &grammar_state_ : nullptr;
+  po.on_device = device_eligible();
   return po;
 }
 
@@ -126,6 +127,7 @@ std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, 
       (droppable && static_cast<int32_t>(prop_.tokens.size()) < opts_.speculative.draft_min))
     prop_ = Proposal{};
   step_draft_ms_ = draft_ms;
+  if (prop_.on_device) res_.speculative.device_drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
   res_.speculative.draft_ms += draft_ms;
   res_.speculative.draft_forwards += draft_forwards;
   step_base_len_ = kv_.length();
@@ -178,14 +180,29 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   commit_step(v, logits);
 }
 
+DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) const {
+  DeviceVerifier::Sequence s;
+  s.first_row = first_row;
+  s.drafts = prop_.tokens;
+  if (verdict_is_argmax() && prop_.q_rows.empty()) return s;
+  s.sampling = &opts_.sampling;
+  s.history = committed_;
+  s.coupled = coupled_;
+  s.position = static_cast<int64_t>(committed_.size());
+  if (!coupled_) s.q_rows = prop_.q_rows;
+  return s;
+}
+
 void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
-  if (!verdict_is_argmax()) throw std::logic_error("SequenceRun::finish_step: an outside verdict needs a greedy request");
+  if (!verdict_on_device())
+    throw std::logic_error("SequenceRun::finish_step: an outside verdict needs a request verified on the device");
   if (verdict.n_accepted < 0 || verdict.n_accepted > static_cast<int32_t>(prop_.tokens.size()) ||
       verdict.next_token < 0 || verdict.next_token >= n_vocab_)
     throw std::runtime_error("device verification returned an impossible verdict (" +
                              std::to_string(verdict.n_accepted) + " accepted, next token " +
                              std::to_string(verdict.next_token) + ")");
   record_step(verdict, target_ms, 0.0);
+  if (!res_.tokens.empty()) ++res_.speculative.device_verified_steps;
   kv_.truncate(step_base_len_ + 1 + verdict.n_accepted);
   commit_step(verdict, {});
 }
@@ -193,6 +210,10 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
 // The target's verdict on the drafts. p_i's penalties see the tokens accepted before
 // position i.
 VerifyResult SequenceRun::verify(std::span<const float> logits) {
+  // Drafts whose q stayed on the device (a device verification that failed, falling back
+  // here) cannot be verified on the host: they are dropped, and the next token is drawn
+  // from p alone — exact whatever was drafted. The pass's KV of the drafts is rolled back.
+  if (!prop_.q_rows.empty()) prop_ = Proposal{};
   std::vector<int32_t> hist = committed_;
   const size_t base = committed_.size();
   // Constrained: p_i is over the tokens the grammar allows after the drafts before i

@@ -21,6 +21,7 @@
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/sequence_kv.hpp"
+#include "engine/runtime/device_verify.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/text/stop_strings.hpp"
 #include "engine/text/tokenizer.hpp"
@@ -72,8 +73,14 @@ class SequenceRun {
   bool verdict_is_argmax() const {
     return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_;
   }
+  // Whether a backend may reach this step's verdict on the device whatever the sampling
+  // (engine/runtime/device_verify.hpp): no grammar (its masks apply on the host), no
+  // logprobs (they need the rows), and no draft distributions held on the host.
+  bool verdict_on_device() const { return device_eligible() && prop_.dists.empty(); }
+  // This step as the device verifier takes it (first_row: the pending token's row).
+  DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
-  // token. Only for verdict_is_argmax() requests.
+  // token. Only for verdict_on_device() requests.
   void finish_step(const VerifyResult& verdict, double target_ms);
 
   // Frees the target cache (and the draft's state); later steps re-prefill from committed.
@@ -89,6 +96,7 @@ class SequenceRun {
 
  private:
   VerifyResult verify(std::span<const float> logits);
+  bool device_eligible() const { return opts_.logprobs < 0 && !grammar_; }
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
   // logits: the step's rows, for logprobs (empty for an outside verdict).
   void commit_step(const VerifyResult& v, std::span<const float> logits);

@@ -71,6 +71,10 @@ struct SpeculativeMetrics {
   double target_ms = 0.0;       // time in target forward passes during decoding
   double verify_ms = 0.0;       // time spent in the verifier (sampling, acceptance)
   std::vector<int64_t> steps_per_k;  // index k: decoding steps the policy drafted k for (k = 0: speculation off)
+  // On a backend that decodes on the device (CUDA): decoding steps whose verdict was reached
+  // there, and draft tokens the draft model drew there (its logits never left the device).
+  int64_t device_verified_steps = 0;
+  int64_t device_drafted_tokens = 0;
 
   double acceptance_rate() const { return drafted_tokens ? double(accepted_tokens) / drafted_tokens : 0.0; }
   // Tokens produced per draft step, counting the corrected/bonus token.

@@ -206,7 +206,7 @@ void CudaBackend::check_errors() {
   add(4, "paged_attention: sequence index out of range");
   add(8, "paged_attention: position beyond the block table");
   add(16, "paged_attention: cache block out of range");
-  add(32, "verify_greedy: draft count or rows outside the argmax rows");
+  add(32, "verification: draft count or rows out of range, or a draft the draft could not have drawn");
   throw std::out_of_range(std::string(kKind) + " backend: " + what + " (found by a kernel; the op did not write those rows)");
 }
 

@@ -88,6 +88,12 @@ class CudaBackend final : public Backend, public DeviceDecode {
                       uint64_t seed) override;
   void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
                      const Tensor& n_accepted, const Tensor& out_tokens) override;
+  // (cuda_backend_sampling.cpp)
+  void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
+                  const Tensor& params, const Tensor& penalties) override;
+  void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag, bool coupled) override;
+  void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
+                      const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/device_decode.hpp"
 #include "kernels/dtype.hpp"
 
 #ifndef TANDEM_CUDA_NS
@@ -105,5 +106,22 @@ void sample_coupled(Stream s, const float* logits, int64_t ld, int64_t n_rows, i
 void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_t* first_row, const int32_t* drafts,
                    const int32_t* n_drafts, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
                    int* err);
+
+// ---- sampled decoding on the device (ops/sampling.cu; kernels/device_decode.hpp) -----------
+// probs rows [n_rows, vocab] (ld ldp) = the final distribution of logits rows under
+// params[r] (rows with a NaN temperature are left alone); top[r], conf[r]: the most likely
+// kept token and its probability. penalties: (token, count | kPenaltyInWindow) pairs.
+void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows, int64_t vocab,
+                const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf);
+// out[r] = one draw from probs row r keyed by keys[r] (inverse CDF with u(tag), or coupled).
+void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const NoiseKey* keys,
+                  int32_t tag, bool coupled, int32_t* out);
+// Rejection / coupled verification of n_seqs sequences (SeqVerify) against p rows, with q
+// rows [q_rows, q_cols] (may be null when no sequence has them); q_rows_of [n_seqs,
+// max_drafts]: each draft's q row.
+void verify_sampled(Stream s, const float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q, int64_t ldq,
+                    int64_t q_rows, int64_t q_cols, const SeqVerify* seqs, const int32_t* drafts,
+                    const int32_t* q_rows_of, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
+                    int* err);
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::ops

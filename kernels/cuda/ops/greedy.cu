@@ -8,6 +8,7 @@
 // comparison is on an order-preserving integer key, so the block reduction is exact and
 // its order does not matter.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/noise.cuh"
 #include "kernels/cuda/ops.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
@@ -71,36 +72,6 @@ __global__ void verify_greedy_kernel(const int32_t* argmax, int64_t n_rows, cons
   n_accepted[s] = a;
 }
 
-// engine/gumbel.cpp's noise and logarithm, operation for operation (IEEE double, no
-// contraction: the kernels are built with --fmad=false): the same u and log bits.
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-__device__ __forceinline__ double noise_uniform(uint64_t seed, int64_t position, int32_t token) {
-  const uint64_t row = mix64(mix64(seed + kGamma) + static_cast<uint64_t>(position) * kGamma);
-  const uint64_t h = mix64(row + (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1) * kGamma);
-  return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;
-}
-// ln x for finite x > 0 (u and -ln u here are never 0, 1, inf or NaN).
-__device__ __forceinline__ double portable_log(double x) {
-  int e = 0;
-  double m = frexp(x, &e);
-  if (m < 0.70710678118654752440) {
-    m *= 2.0;
-    --e;
-  }
-  const double s = (m - 1.0) / (m + 1.0);
-  const double s2 = s * s;
-  double t = 1.0 / 23.0;
-  for (int k = 21; k >= 1; k -= 2) t = t * s2 + 1.0 / k;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01;
-  constexpr double kLn2Lo = 1.90821492927058770002e-10;
-  return (e * kLn2Hi + 2.0 * s * t) + e * kLn2Lo;
-}
-
 // (tier, score, id): a higher tier wins (+inf logits: the softmax limit is uniform over
 // them, so among them only the noise counts), then the higher score, then the lower id.
 struct Cand {
@@ -123,8 +94,8 @@ __global__ void sample_coupled_kernel(const float* logits, int64_t ld, int64_t v
   for (int64_t v = threadIdx.x; v < vocab; v += dev::kWarp) {
     const float x = row[v];
     if (!(x > -INFINITY)) continue;  // -inf and NaN: probability 0
-    const double u = noise_uniform(seed, pos, static_cast<int32_t>(v));
-    const double g = -portable_log(-portable_log(u));
+    const double u = dev::noise_uniform(seed, pos, static_cast<int32_t>(v));
+    const double g = -dev::portable_log(-dev::portable_log(u));
     const Cand c = x == INFINITY ? Cand{1, g, static_cast<int32_t>(v)}
                                  : Cand{0, static_cast<double>(x) * inv_t + g, static_cast<int32_t>(v)};
     if (beats(c, best)) best = c;

@@ -1,0 +1,66 @@
+// The draft's final distributions q of one step's drafts, kept on the device (a backend with
+// kernels::DeviceDecode): the draft model samples its tokens there (make_probs, then
+// sample_probs with the request's counter-based noise), only the token ids and the draft's
+// confidence come back to the host, and the verifier (engine/runtime/device_verify.hpp)
+// reads q from these rows in the same step. Without it every draft pass would download
+// n_lanes x n_vocab floats (152k per lane for Qwen2.5) to sample on the host.
+//
+// Rows are handed out in order during a step (begin_step resets them); the store is sized
+// for the whole step up front, so rows given earlier in the step stay valid.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "kernels/device_decode.hpp"
+#include "tandem/sampling.hpp"
+
+namespace tandem {
+
+class DraftProbs {
+ public:
+  // Null when the backend cannot sample on the device (the CPU backend).
+  static std::unique_ptr<DraftProbs> for_backend(kernels::Backend& be);
+
+  // A new step that will take at most `rows` rows of `cols` probabilities.
+  void begin_step(int64_t rows, int64_t cols);
+
+  struct Lane {
+    int32_t logits_row;               // its row of the pass's logits
+    const SamplingParams* sampling;   // the request's transforms
+    std::span<const int32_t> history; // context + drafted so far (penalties)
+    bool coupled;                     // Gumbel-max with the target's noise, else the draft's own draw
+    uint64_t seed;
+    int64_t position;                 // absolute position of the token being drafted
+  };
+  struct Drawn {
+    int32_t token;   // -1: no token is possible
+    float conf;      // the draft's confidence (draft_p_min): q of its most likely token
+    int32_t q_row;   // q's row in q()
+  };
+  // Samples one token for each lane from the pass's logits (the first `cols` columns of
+  // `logits`' rows): q goes into the next rows of the store.
+  std::vector<Drawn> sample(const kernels::Tensor& logits, std::span<const Lane> lanes);
+
+  // Every row of the store (verify_sampled's q).
+  kernels::Tensor q() const;
+
+ private:
+  DraftProbs(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}
+  kernels::Backend& be_;
+  kernels::DeviceDecode& dd_;
+  std::unique_ptr<kernels::Buffer> store_, side_;
+  int64_t cap_rows_ = 0, cols_ = 0, next_ = 0;
+};
+
+// The penalty entries (token, occurrences | in-window bit) make_distribution derives from a
+// history (engine/sampling/sampler.cpp), appended to `out` as I32 pairs: one per distinct
+// token with vocab > id. Nothing when the params have no penalties.
+void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
+                            std::vector<int32_t>& out);
+// A request's transforms as a row of make_probs.
+kernels::RowSampling row_sampling(const SamplingParams& p);
+
+}  // namespace tandem

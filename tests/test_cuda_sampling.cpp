@@ -1,0 +1,419 @@
+// Sampled decoding on the CUDA backend (kernels/device_decode.hpp: make_probs, sample_probs,
+// verify_sampled) under the SIMT emulator, against the engine's host sampler
+// (engine/sampling/sampler.hpp) and verifier (verify/verifier.hpp):
+//   * make_probs keeps exactly the tokens make_distribution keeps, with its probabilities
+//     (up to the normaliser's summation order), for every transform and their mixes, with
+//     ties at the top-k and top-p thresholds, NaN, +-inf and penalties;
+//   * draws follow the rows (chi-square), coupled draws are the CPU's gumbel_argmax;
+//   * the batch verifier's output follows the target's distribution at each position
+//     (chi-square), for sampled and point-mass drafts; coupled verification accepts exactly
+//     the drafts equal to the target's coupled token.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "engine/sampling/gumbel.hpp"
+#include "engine/sampling/sampler.hpp"
+#include "kernels/backend_factory.hpp"
+#include "kernels/device_decode.hpp"
+#include "support/stats.hpp"
+
+namespace tandem::kernels {
+namespace {
+
+std::unique_ptr<Backend> cuda_under_test() {
+  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
+  if (e && *e == '1') {
+    BackendOptions o;
+    o.device = "cuda";
+    o.gpu_mem_bytes = size_t{256} << 20;
+    return make_backend(o);
+  }
+  return make_emulated_cuda_backend(size_t{64} << 20);
+}
+
+struct Dev {
+  std::unique_ptr<Backend> be = cuda_under_test();
+  DeviceDecode& dd = *device_decode(*be);
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  template <typename T>
+  Tensor put(DType t, const std::vector<T>& v, int64_t cols) {
+    static_assert(sizeof(T) == 4);
+    bufs.push_back(be->alloc(std::max<size_t>(v.size(), 1) * 4));
+    Tensor x = make_tensor(bufs.back().get(), t, cols, static_cast<int64_t>(v.size()) / cols);
+    if (!v.empty()) be->upload(x, v.data(), v.size() * 4);
+    return x;
+  }
+  Tensor zeros(DType t, int64_t cols, int64_t rows) { return put(t, std::vector<int32_t>(size_t(cols * rows), 0), cols); }
+  template <typename T>
+  std::vector<T> get(const Tensor& t) {
+    std::vector<T> v(static_cast<size_t>(t.numel()));
+    be->download(v.data(), t, v.size() * 4);
+    return v;
+  }
+  template <typename S>
+  Tensor put_structs(const std::vector<S>& v) {
+    std::vector<int32_t> words(v.size() * sizeof(S) / 4);
+    std::memcpy(words.data(), v.data(), words.size() * 4);
+    return put(DType::I32, words, static_cast<int64_t>(sizeof(S) / 4));
+  }
+};
+
+RowSampling row_of(const SamplingParams& p) {
+  RowSampling r;
+  r.temperature = p.temperature;
+  r.top_k = p.top_k;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repetition_penalty = p.repetition_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  return r;
+}
+
+// The penalty entries make_distribution derives from a history (engine/sampling/sampler.cpp).
+std::vector<int32_t> penalty_entries(const SamplingParams& p, const std::vector<int32_t>& history, int32_t vocab) {
+  std::map<int32_t, uint32_t> c;
+  const bool pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (pf)
+    for (int32_t t : history) ++c[t];
+  if (p.repetition_penalty != 1.0f) {
+    size_t from = 0;
+    if (p.repetition_window >= 0 && static_cast<size_t>(p.repetition_window) < history.size())
+      from = history.size() - static_cast<size_t>(p.repetition_window);
+    for (size_t i = from; i < history.size(); ++i) c[history[i]] |= kPenaltyInWindow;
+  }
+  std::vector<int32_t> out;
+  for (auto [t, n] : c) {
+    if (t >= vocab) continue;
+    out.push_back(t);
+    out.push_back(static_cast<int32_t>(n));
+  }
+  return out;
+}
+
+SamplingParams params(float t, int32_t k, float top_p, float min_p) {
+  SamplingParams p;
+  p.temperature = t;
+  p.top_k = k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  return p;
+}
+
+TEST(CudaSampling, MakeProbsKeepsTheEnginesTokensWithItsProbabilities) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<SamplingParams> ps = {
+      params(1.0f, 0, 1.0f, 0.0f),      params(0.7f, 40, 1.0f, 0.0f),   params(1.0f, 0, 0.9f, 0.0f),
+      params(1.0f, 0, 1.0f, 0.05f),     params(0.8f, 40, 0.95f, 0.05f), params(1.3f, 7, 0.5f, 0.0f),
+      params(1.0f, 0, 0.0f, 0.0f),      params(1.0f, 0, 1.0f, 1.5f),    params(0.5f, 5000, 0.99f, 0.01f),
+      params(0.0f, 40, 0.9f, 0.05f),    params(2.0f, 1, 1.0f, 0.0f),    params(1e-6f, 0, 0.9f, 0.0f)};
+  SamplingParams pen = params(1.0f, 20, 0.9f, 0.0f);
+  pen.repetition_penalty = 1.3f, pen.presence_penalty = 0.4f, pen.frequency_penalty = 0.2f, pen.repetition_window = 8;
+  ps.push_back(pen);
+  SamplingParams greedy_pen = pen;
+  greedy_pen.temperature = 0.0f;
+  ps.push_back(greedy_pen);
+
+  for (int vocab : {1000, 1537}) {
+    std::mt19937 g(static_cast<unsigned>(vocab));
+    std::vector<std::vector<float>> rows;
+    for (int r = 0; r < 5; ++r) {
+      std::vector<float> v(static_cast<size_t>(vocab));
+      for (auto& x : v) x = std::normal_distribution<float>(0, 2.5f)(g);
+      if (r == 1)
+        for (auto& x : v) x = std::round(x);  // many ties at every threshold
+      if (r == 2) v[3] = nan, v[700] = nan, v[9] = -inf;
+      if (r == 3) v[11] = inf, v[500] = inf;  // the softmax limit: uniform over +inf
+      rows.push_back(v);
+    }
+    std::vector<int32_t> history;
+    for (int i = 0; i < 30; ++i) history.push_back(std::uniform_int_distribution<int32_t>(0, vocab + 5)(g));
+    for (size_t pi = 0; pi < ps.size(); ++pi) {
+      const SamplingParams& p = ps[pi];
+      std::vector<float> flat;
+      std::vector<RowSampling> rs;
+      std::vector<int32_t> pens;
+      for (const auto& r : rows) {
+        flat.insert(flat.end(), r.begin(), r.end());
+        RowSampling row = row_of(p);
+        if (p.has_penalties()) {
+          const auto e = penalty_entries(p, history, vocab);
+          row.pen_begin = static_cast<int32_t>(pens.size() / 2);
+          pens.insert(pens.end(), e.begin(), e.end());
+          row.pen_end = static_cast<int32_t>(pens.size() / 2);
+        }
+        rs.push_back(row);
+      }
+      Dev d;
+      const auto n = static_cast<int64_t>(rows.size());
+      Tensor logits = d.put(DType::F32, flat, vocab);
+      Tensor probs = d.zeros(DType::F32, vocab, n), top = d.zeros(DType::I32, 1, n), conf = d.zeros(DType::F32, 1, n);
+      Tensor prm = d.put_structs(rs);
+      Tensor pent = pens.empty() ? Tensor{} : d.put(DType::I32, pens, 2);
+      d.dd.make_probs(probs, top, conf, logits, prm, pent);
+      const auto got = d.get<float>(probs);
+      const auto tops = d.get<int32_t>(top);
+      const auto confs = d.get<float>(conf);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        SCOPED_TRACE("vocab " + std::to_string(vocab) + " params #" + std::to_string(pi) + " row " + std::to_string(r));
+        const Distribution want = make_distribution(rows[r], p, p.has_penalties() ? history : std::vector<int32_t>{});
+        std::map<int32_t, float> w;
+        for (size_t j = 0; j < want.size(); ++j) w[want.ids[j]] = want.probs[j];
+        int kept = 0;
+        for (int v = 0; v < vocab; ++v) {
+          const float gp = got[r * static_cast<size_t>(vocab) + static_cast<size_t>(v)];
+          auto it = w.find(v);
+          if (it == w.end()) {
+            EXPECT_EQ(gp, 0.0f) << "token " << v << " kept on the device only";
+            continue;
+          }
+          ++kept;
+          EXPECT_NEAR(gp, it->second, 2e-6 * it->second + 1e-30) << "token " << v;
+        }
+        EXPECT_EQ(kept, static_cast<int>(want.size()));
+        EXPECT_EQ(tops[r], want.ids[0]);
+        if (!p.greedy()) {
+          EXPECT_NEAR(confs[r], want.probs[0], 2e-6 * want.probs[0]);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaSampling, RowsWithNothingPossibleHaveNoTopAndRowsWithNaNTemperatureAreLeftAlone) {
+  const int vocab = 300;
+  std::vector<float> flat(static_cast<size_t>(vocab) * 2, -std::numeric_limits<float>::infinity());
+  flat[5] = std::numeric_limits<float>::quiet_NaN();
+  flat[vocab + 2] = 1.0f;
+  Dev d;
+  Tensor logits = d.put(DType::F32, flat, vocab);
+  Tensor probs = d.put(DType::F32, std::vector<float>(flat.size(), 7.0f), vocab);
+  Tensor top = d.zeros(DType::I32, 1, 2), conf = d.zeros(DType::F32, 1, 2);
+  std::vector<RowSampling> rs(2, row_of(params(1.0f, 0, 1.0f, 0.0f)));
+  rs[1].temperature = std::numeric_limits<float>::quiet_NaN();
+  d.dd.make_probs(probs, top, conf, logits, d.put_structs(rs), Tensor{});
+  const auto got = d.get<float>(probs);
+  EXPECT_EQ(d.get<int32_t>(top)[0], -1);
+  for (int v = 0; v < vocab; ++v) EXPECT_EQ(got[static_cast<size_t>(v)], 0.0f);
+  for (int v = 0; v < vocab; ++v) EXPECT_EQ(got[static_cast<size_t>(vocab + v)], 7.0f);  // untouched
+}
+
+// One row's probabilities from the device, and the same as a host Distribution (sorted by
+// probability desc, id asc, as make_distribution lists them).
+struct Row {
+  std::vector<float> dense;
+  Distribution dist;
+};
+Row device_row(Dev& d, const std::vector<float>& logits, const SamplingParams& p) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  Tensor lt = d.put(DType::F32, logits, vocab);
+  Tensor probs = d.zeros(DType::F32, vocab, 1), top = d.zeros(DType::I32, 1, 1), conf = d.zeros(DType::F32, 1, 1);
+  d.dd.make_probs(probs, top, conf, lt, d.put_structs(std::vector<RowSampling>{row_of(p)}), Tensor{});
+  Row r;
+  r.dense = d.get<float>(probs);
+  std::vector<std::pair<float, int32_t>> e;
+  for (int32_t v = 0; v < vocab; ++v)
+    if (r.dense[static_cast<size_t>(v)] > 0.0f) e.push_back({r.dense[static_cast<size_t>(v)], v});
+  std::sort(e.begin(), e.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  for (auto [pv, id] : e) r.dist.ids.push_back(id), r.dist.probs.push_back(pv);
+  return r;
+}
+
+std::vector<float> random_logits(int vocab, unsigned seed, float sd) {
+  std::mt19937 g(seed);
+  std::vector<float> v(static_cast<size_t>(vocab));
+  for (auto& x : v) x = std::normal_distribution<float>(0, sd)(g);
+  return v;
+}
+
+TEST(CudaSampling, DrawsFollowTheRowAndCoupledDrawsAreTheCpusGumbelArgmax) {
+  const int vocab = 200, n = 6000;
+  Dev d;
+  const Row row = device_row(d, random_logits(vocab, 5, 1.5f), params(1.0f, 12, 0.97f, 0.0f));
+  std::vector<float> flat;
+  std::vector<NoiseKey> keys;
+  for (int i = 0; i < n; ++i) {
+    flat.insert(flat.end(), row.dense.begin(), row.dense.end());
+    keys.push_back(NoiseKey::of(0x1234567890abcdefULL, 1000 + i));
+  }
+  Tensor probs = d.put(DType::F32, flat, vocab);
+  Tensor kt = d.put_structs(keys);
+  Tensor ids = d.zeros(DType::I32, 1, n);
+  d.dd.sample_probs(ids, probs, kt, kTagSample, false);
+  const auto drawn = d.get<int32_t>(ids);
+  std::vector<int64_t> obs(row.dist.size(), 0);
+  for (int32_t t : drawn) {
+    auto it = std::find(row.dist.ids.begin(), row.dist.ids.end(), t);
+    ASSERT_NE(it, row.dist.ids.end()) << "drew a token with probability 0: " << t;
+    ++obs[static_cast<size_t>(it - row.dist.ids.begin())];
+  }
+  std::vector<double> pr(row.dist.probs.begin(), row.dist.probs.end());
+  const auto fit = test::chi2_goodness_of_fit(obs, pr, n);
+  EXPECT_GT(fit.p_value, 1e-4) << "chi2 " << fit.statistic << " df " << fit.df;
+  // A draw from another row (the same tokens, the probabilities of the next one) fails it.
+  std::vector<double> shifted(pr.size());
+  for (size_t i = 0; i < pr.size(); ++i) shifted[i] = pr[(i + 1) % pr.size()];
+  EXPECT_LT(test::chi2_goodness_of_fit(obs, shifted, n).p_value, 1e-6);
+
+  d.dd.sample_probs(ids, probs, kt, kTagSample, true);
+  const auto coupled = d.get<int32_t>(ids);
+  const PositionNoise noise(0x1234567890abcdefULL);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(coupled[static_cast<size_t>(i)], gumbel_argmax(row.dist, noise, 1000 + i)) << i;
+}
+
+// A synthetic step: the target's rows p_0..p_k do not depend on the context, so each emitted
+// token must be distributed as its row, whatever was drafted.
+struct StepCase {
+  std::vector<Row> p, q;  // k + 1 target rows, k draft rows
+};
+
+TEST(CudaSampling, RejectionVerificationFollowsTheTargetAtEveryPosition) {
+  const int vocab = 48, k = 2, n = 6000;
+  Dev d;
+  StepCase c;
+  // q near p (the target's logits plus noise), so that drafts are often accepted and every
+  // position is reached; top-k 8 on both, so they keep different tokens now and then.
+  std::mt19937 g(4);
+  for (int i = 0; i <= k; ++i) {
+    const auto lp = random_logits(vocab, 10 + i, 1.2f);
+    c.p.push_back(device_row(d, lp, params(1.0f, 8, 1.0f, 0.0f)));
+    if (i == k) break;
+    auto lq = lp;
+    for (auto& x : lq) x += std::normal_distribution<float>(0, 0.6f)(g);
+    c.q.push_back(device_row(d, lq, params(1.0f, 8, 1.0f, 0.0f)));
+  }
+  for (bool point_mass : {false, true}) {
+    SCOPED_TRACE(point_mass ? "point-mass drafts" : "drafts drawn from q");
+    std::vector<float> pflat, qflat;
+    std::vector<SeqVerify> seqs;
+    std::vector<int32_t> drafts, q_rows;
+    std::vector<NoiseKey> qkeys;
+    for (int s = 0; s < n; ++s) {
+      for (const Row& r : c.p) pflat.insert(pflat.end(), r.dense.begin(), r.dense.end());
+      for (const Row& r : c.q) qflat.insert(qflat.end(), r.dense.begin(), r.dense.end());
+      SeqVerify sv;
+      sv.first_row = s * (k + 1);
+      sv.n_drafts = k;
+      sv.with_q = point_mass ? 0 : 1;
+      sv.key = NoiseKey::of(77, 10 * s);
+      seqs.push_back(sv);
+      for (int i = 0; i < k; ++i) qkeys.push_back(NoiseKey::of(77, 10 * s + i)), q_rows.push_back(s * k + i);
+    }
+    Tensor pt = d.put(DType::F32, pflat, vocab), qt = d.put(DType::F32, qflat, vocab);
+    if (point_mass) {
+      // A fixed guess per position (the target's most likely token): accepted with its
+      // probability, else the token comes from p with the guess removed.
+      for (int s = 0; s < n; ++s)
+        for (int i = 0; i < k; ++i) drafts.push_back(c.p[static_cast<size_t>(i)].dist.ids[0]);
+    } else {
+      Tensor ids = d.zeros(DType::I32, 1, static_cast<int64_t>(n) * k);
+      d.dd.sample_probs(ids, qt, d.put_structs(qkeys), kTagDraft, false);
+      drafts = d.get<int32_t>(ids);
+    }
+    Tensor acc = d.zeros(DType::I32, 1, n), out = d.zeros(DType::I32, k + 1, n);
+    d.dd.verify_sampled(pt, point_mass ? Tensor{} : qt, d.put_structs(seqs), d.put(DType::I32, drafts, k),
+                        d.put(DType::I32, q_rows, k), acc, out);
+    const auto na = d.get<int32_t>(acc);
+    const auto toks = d.get<int32_t>(out);
+    // Position i's token exists when at least i drafts were accepted.
+    for (int i = 0; i <= k; ++i) {
+      const Distribution& want = c.p[static_cast<size_t>(i)].dist;
+      std::vector<int64_t> obs(want.size(), 0);
+      int64_t total = 0;
+      for (int s = 0; s < n; ++s) {
+        const int32_t a = na[static_cast<size_t>(s)];
+        ASSERT_GE(a, 0);
+        ASSERT_LE(a, k);
+        if (a < i) continue;
+        const int32_t t = toks[static_cast<size_t>(s * (k + 1) + i)];
+        auto it = std::find(want.ids.begin(), want.ids.end(), t);
+        ASSERT_NE(it, want.ids.end()) << "position " << i << " emitted " << t << ", which p gives no mass";
+        ++obs[static_cast<size_t>(it - want.ids.begin())];
+        ++total;
+      }
+      ASSERT_GT(total, 200) << "position " << i << " was reached too rarely to test";
+      std::vector<double> pr(want.probs.begin(), want.probs.end());
+      const auto fit = test::chi2_goodness_of_fit(obs, pr, total);
+      EXPECT_GT(fit.p_value, 1e-4) << "position " << i << ": chi2 " << fit.statistic << " df " << fit.df;
+    }
+    int64_t accepted = 0;
+    for (int32_t a : na) accepted += a;
+    EXPECT_GT(accepted, n / 4) << "the drafts were almost never accepted: the test says little";
+  }
+}
+
+TEST(CudaSampling, CoupledVerificationAcceptsExactlyTheDraftsEqualToTheTargetsToken) {
+  const int vocab = 64, k = 3, n = 400;
+  Dev d;
+  std::vector<Row> p;
+  for (int i = 0; i <= k; ++i) p.push_back(device_row(d, random_logits(vocab, 40 + i, 2.0f), params(0.9f, 0, 0.95f, 0.0f)));
+  std::vector<float> pflat;
+  std::vector<SeqVerify> seqs;
+  std::vector<int32_t> drafts;
+  std::mt19937 g(1);
+  for (int s = 0; s < n; ++s) {
+    for (const Row& r : p) pflat.insert(pflat.end(), r.dense.begin(), r.dense.end());
+    SeqVerify sv;
+    sv.first_row = s * (k + 1);
+    sv.n_drafts = k;
+    sv.coupled = 1;
+    sv.key = NoiseKey::of(9, 50 * s);
+    seqs.push_back(sv);
+    const PositionNoise noise(9);
+    for (int i = 0; i < k; ++i) {  // the target's own token half of the time
+      const int32_t y = gumbel_argmax(p[static_cast<size_t>(i)].dist, noise, 50 * s + i);
+      drafts.push_back(g() % 2 ? y : static_cast<int32_t>(g() % vocab));
+    }
+  }
+  Tensor acc = d.zeros(DType::I32, 1, n), out = d.zeros(DType::I32, k + 1, n);
+  d.dd.verify_sampled(d.put(DType::F32, pflat, vocab), Tensor{}, d.put_structs(seqs), d.put(DType::I32, drafts, k),
+                      d.put(DType::I32, std::vector<int32_t>(drafts.size(), -1), k), acc, out);
+  const auto na = d.get<int32_t>(acc);
+  const auto toks = d.get<int32_t>(out);
+  const PositionNoise noise(9);
+  for (int s = 0; s < n; ++s) {
+    int a = 0;
+    while (a < k && drafts[static_cast<size_t>(s * k + a)] == gumbel_argmax(p[static_cast<size_t>(a)].dist, noise, 50 * s + a)) ++a;
+    ASSERT_EQ(na[static_cast<size_t>(s)], a) << "sequence " << s;
+    for (int i = 0; i < a; ++i) EXPECT_EQ(toks[static_cast<size_t>(s * (k + 1) + i)], drafts[static_cast<size_t>(s * k + i)]);
+    EXPECT_EQ(toks[static_cast<size_t>(s * (k + 1) + a)], gumbel_argmax(p[static_cast<size_t>(a)].dist, noise, 50 * s + a));
+    for (int i = a + 1; i <= k; ++i) EXPECT_EQ(toks[static_cast<size_t>(s * (k + 1) + i)], -1);
+  }
+}
+
+TEST(CudaSampling, VerificationRefusesRowsOutOfRange) {
+  Dev d;
+  const int vocab = 16;
+  Tensor pt = d.put(DType::F32, std::vector<float>(static_cast<size_t>(vocab) * 2, 1.0f / vocab), vocab);
+  SeqVerify sv;
+  sv.first_row = 0;
+  sv.n_drafts = 2;  // needs 3 rows, there are 2
+  Tensor acc = d.zeros(DType::I32, 1, 1), out = d.zeros(DType::I32, 3, 1);
+  d.dd.verify_sampled(pt, Tensor{}, d.put_structs(std::vector<SeqVerify>{sv}), d.put(DType::I32, std::vector<int32_t>{1, 2}, 2),
+                      d.put(DType::I32, std::vector<int32_t>{-1, -1}, 2), acc, out);
+  std::vector<int32_t> a(1);
+  EXPECT_THROW(d.be->download(a.data(), acc, 4), std::out_of_range);
+}
+
+TEST(CudaSampling, TheInjectedBiasMovesMassFromTheTopTokenToTheSecond) {
+  Dev d;
+  const auto logits = random_logits(100, 3, 1.0f);
+  const Row plain = device_row(d, logits, params(1.0f, 10, 1.0f, 0.0f));
+  RowSampling r = row_of(params(1.0f, 10, 1.0f, 0.0f));
+  r.bias_mass = 0.02f;
+  Tensor probs = d.zeros(DType::F32, 100, 1), top = d.zeros(DType::I32, 1, 1), conf = d.zeros(DType::F32, 1, 1);
+  d.dd.make_probs(probs, top, conf, d.put(DType::F32, logits, 100), d.put_structs(std::vector<RowSampling>{r}), Tensor{});
+  const auto got = d.get<float>(probs);
+  EXPECT_FLOAT_EQ(got[static_cast<size_t>(plain.dist.ids[0])], plain.dist.probs[0] - 0.02f);
+  EXPECT_FLOAT_EQ(got[static_cast<size_t>(plain.dist.ids[1])], plain.dist.probs[1] + 0.02f);
+}
+
+}  // namespace
+}  // namespace tandem::kernels
