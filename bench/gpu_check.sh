@@ -62,7 +62,7 @@ nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
 # built with (CUDA 13: driver >= 580) and libcudart/libcublas .so.13 on the loader path; a
 # one-line probe (bench_cuda opening the device) decides, else the CUDA targets are built
 # here with this machine's nvcc.
-BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_simt bench/bench_cuda)
+BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_cuda_sampling tests/test_simt bench/bench_cuda)
 have_bins() { for b in "${BINS[@]}"; do [ -x "$1/$b" ] || return 1; done; }
 probe() { "$1/bench/bench_cuda" --device cuda --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
 build_here() {
@@ -70,7 +70,7 @@ build_here() {
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
-  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_simt bench_cuda tandem
+  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt bench_cuda tandem
 }
 if have_bins "$BUILD" && probe "$BUILD"; then
   log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
@@ -84,6 +84,7 @@ export TANDEM_CUDA_TEST_DEVICE=1
 step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/test_cuda_ops.json"
 step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
 step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
+step test_cuda_sampling 30 "$BUILD/tests/test_cuda_sampling" --gtest_output=json:"$OUT/test_cuda_sampling.json"
 # With every launch checked (cudaGetLastError + synchronize): an error names its op.
 TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cuda_ops" \
   --gtest_filter='CudaOps.*:-*LongContexts*'
@@ -96,6 +97,9 @@ if command -v compute-sanitizer >/dev/null; then
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
   step synccheck 45 compute-sanitizer --tool synccheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16'
+  # The sampling kernels' shared histograms and scans (one block per row).
+  step racecheck_sampling 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_sampling" \
+    --gtest_filter='CudaSampling.MakeProbs*:CudaSampling.Coupled*'
 else
   log "compute-sanitizer not found: skipped"
 fi
