@@ -63,14 +63,25 @@ void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> hi
   }
 }
 
-std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits, std::span<const Lane> lanes) {
+std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits, std::span<const Lane> lanes,
+                                                  const kernels::Tensor* subset_ids, int64_t vocab) {
   std::vector<Drawn> out(lanes.size());
   if (lanes.empty()) return out;
   const int64_t rows = logits.rows();
   if (next_ + rows > cap_rows_) throw std::logic_error("DraftProbs: more rows than begin_step reserved");
-  if (logits.cols() < cols_) throw std::logic_error("DraftProbs: logits narrower than q rows");
   kernels::Tensor view = logits;
-  view.nb1 = logits.row_stride();
+  if (subset_ids) {
+    if (vocab < cols_) throw std::logic_error("DraftProbs: the vocabulary is narrower than q rows");
+    const size_t bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
+    if (!full_ || full_->size() < bytes) {
+      full_.reset();
+      full_ = be_.alloc(bytes);
+    }
+    view = kernels::make_tensor(full_.get(), DType::F32, vocab, rows);
+    dd_.scatter_cols(view, logits, *subset_ids, -std::numeric_limits<float>::infinity());
+  }
+  if (view.cols() < cols_) throw std::logic_error("DraftProbs: logits narrower than q rows");
+  view.nb1 = view.row_stride();
   view.ne[0] = cols_;
 
   // Per logits row: its transform (NaN temperature: not a lane's row), its noise key.

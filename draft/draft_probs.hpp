@@ -41,8 +41,11 @@ class DraftProbs {
     int32_t q_row;   // q's row in q()
   };
   // Samples one token for each lane from the pass's logits (the first `cols` columns of
-  // `logits`' rows): q goes into the next rows of the store.
-  std::vector<Drawn> sample(const kernels::Tensor& logits, std::span<const Lane> lanes);
+  // `logits`' rows): q goes into the next rows of the store. With subset_ids (a reduced
+  // draft vocabulary: engine/model/output_subset.hpp), logit column j is token
+  // subset_ids[j]: the rows are spread over `vocab` tokens first, -inf elsewhere (q = 0).
+  std::vector<Drawn> sample(const kernels::Tensor& logits, std::span<const Lane> lanes,
+                            const kernels::Tensor* subset_ids = nullptr, int64_t vocab = 0);
 
   // Every row of the store (verify_sampled's q).
   kernels::Tensor q() const;
@@ -51,7 +54,7 @@ class DraftProbs {
   DraftProbs(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
-  std::unique_ptr<kernels::Buffer> store_, side_;
+  std::unique_ptr<kernels::Buffer> store_, side_, full_;
   int64_t cap_rows_ = 0, cols_ = 0, next_ = 0;
 };
 

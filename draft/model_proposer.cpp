@@ -126,13 +126,12 @@ Proposal ModelProposer::propose(std::span<const int32_t> ctx, const ProposeOptio
 
 void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
   // Requests verified on the device sample their drafts there too (DraftProbs), so their
-  // logits never leave it; not with a reduced draft vocabulary (its logits would first need
-  // scattering into the whole vocabulary on the device).
+  // logits never leave it (a reduced draft vocabulary's are spread over the whole one there).
   const OutputSubset* subset = draft.output_subset();
   DraftProbs* dev = nullptr;
   for (Job& j : jobs)
     if (j.proposer->device_probs_) dev = j.proposer->device_probs_;
-  const int64_t width_all = draft.n_logits();
+  const int64_t width_all = draft.model().config().n_vocab;
   int64_t dev_cols = 0, dev_rows = 0;
   std::vector<Lane> lanes;
   for (Job& j : jobs) {
@@ -143,7 +142,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
     lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}, true, {}});
     if (j.opts.grammar && j.opts.grammar_state) lanes.back().grammar = *j.opts.grammar_state;
     const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
-    if (dev && !subset && j.opts.on_device && !j.opts.grammar && (dev_cols == 0 || cols == dev_cols)) {
+    if (dev && j.opts.on_device && !j.opts.grammar && (dev_cols == 0 || cols == dev_cols)) {
       lanes.back().device = true;
       dev_cols = cols;
       dev_rows += j.opts.max_tokens + 1;  // logits rows it may take: catch-up + one per draft
@@ -175,7 +174,9 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
       dl_of.push_back(&l);
     }
     if (!dl.empty()) {
-      const std::vector<DraftProbs::Drawn> drawn = dev->sample(draft.device_logits(), dl);
+      const std::vector<DraftProbs::Drawn> drawn =
+          subset ? dev->sample(draft.device_logits(), dl, &subset->ids_on_backend, draft.model().config().n_vocab)
+                 : dev->sample(draft.device_logits(), dl);
       for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
     }
     for (size_t i = 0; i < with_logits.size(); ++i) {

@@ -71,6 +71,9 @@ class DeviceDecode {
   // are out of range gets n_accepted -1 and is reported at the next synchronize/download.
   virtual void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                               const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
+  // dst F32 [rows, V] = fill everywhere but dst[r][ids[j]] = src[r][j] (src F32 [rows, n],
+  // ids I32 [n], unique, < V): a reduced draft vocabulary's logits over the whole one.
+  virtual void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) = 0;
 };
 
 // One row's transform for make_probs: the request's SamplingParams (include/tandem/sampling.hpp)

@@ -415,5 +415,30 @@ TEST(CudaSampling, TheInjectedBiasMovesMassFromTheTopTokenToTheSecond) {
   EXPECT_FLOAT_EQ(got[static_cast<size_t>(plain.dist.ids[1])], plain.dist.probs[1] + 0.02f);
 }
 
+TEST(CudaSampling, ScatterColsSpreadsASubsetsColumnsOverTheVocabulary) {
+  Dev d;
+  const int vocab = 300, rows = 3;
+  const std::vector<int32_t> ids = {0, 7, 8, 150, 299};
+  std::vector<float> src;
+  for (int r = 0; r < rows; ++r)
+    for (size_t j = 0; j < ids.size(); ++j) src.push_back(static_cast<float>(r * 10 + static_cast<int>(j)));
+  Tensor dst = d.zeros(DType::F32, vocab, rows);
+  d.dd.scatter_cols(dst, d.put(DType::F32, src, static_cast<int64_t>(ids.size())), d.put(DType::I32, ids, 1),
+                    -std::numeric_limits<float>::infinity());
+  const auto got = d.get<float>(dst);
+  for (int r = 0; r < rows; ++r)
+    for (int v = 0; v < vocab; ++v) {
+      const auto it = std::find(ids.begin(), ids.end(), v);
+      const float want = it == ids.end() ? -std::numeric_limits<float>::infinity()
+                                         : static_cast<float>(r * 10 + static_cast<int>(it - ids.begin()));
+      ASSERT_EQ(got[static_cast<size_t>(r * vocab + v)], want) << r << " " << v;
+    }
+  // An id outside the vocabulary is refused, not written.
+  d.dd.scatter_cols(dst, d.put(DType::F32, src, static_cast<int64_t>(ids.size())),
+                    d.put(DType::I32, std::vector<int32_t>{0, 7, 8, 150, 300}, 1), 0.0f);
+  std::vector<float> one(1);
+  EXPECT_THROW(d.be->download(one.data(), dst, 4), std::out_of_range);
+}
+
 }  // namespace
 }  // namespace tandem::kernels

@@ -518,7 +518,10 @@ const std::vector<Config> kConfigs = {
         Config{"cuda_model_topp_minp", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05",
                V::Rejection, false, "cuda-emulated"},
         Config{"cuda_coupled_model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
-               V::Coupled, false, "cuda-emulated"}};
+               V::Coupled, false, "cuda-emulated"},
+        // A reduced draft vocabulary sampled on the device (q = 0 outside it after scatter_cols).
+        Config{"cuda_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
+               V::Rejection, false, "cuda-emulated", "", 160}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -134,8 +134,9 @@ TEST(ReducedDraftVocab, TheDraftProposesOnlyKeptTokens) {
   EXPECT_GT(proposed, 60);
 }
 
-std::unique_ptr<Engine> load(int32_t draft_vocab, const std::string& counts = "") {
+std::unique_ptr<Engine> load(int32_t draft_vocab, const std::string& counts = "", const std::string& device = "cpu") {
   LoadOptions o;
+  o.device = device;
   o.model_path = pair().target;
   o.draft_model_path = pair().close_draft;
   o.threads = 1;
@@ -174,6 +175,44 @@ TEST(ReducedDraftVocab, GreedyOutputIsTheTargetsAtEverySize) {
     }
   }
   EXPECT_THROW(e->set_draft_vocab(-1), std::invalid_argument);
+}
+
+// On the CUDA backend a reduced vocabulary's logits are spread over the whole one on the
+// device (scatter_cols) and the draft samples there: coupled output, drafted or not, is the
+// same text for a seed (so the device's q over the subset is a proper distribution that the
+// verifier takes), and greedy output is the target's.
+TEST(ReducedDraftVocab, OnEmulatedCudaTheDraftSamplesOnTheDeviceAndOutputIsUnchanged) {
+  auto e = load(0, "", "cuda-emulated");
+  const int32_t n_vocab = e->info().n_vocab;
+  e->set_draft_vocab(n_vocab / 2);
+  GenerateOptions g;
+  g.max_tokens = 24;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0.9f;
+  g.sampling.top_k = 8;
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 3;
+  g.speculative.verify = VerifyMode::Coupled;
+  int64_t drafted = 0, accepted = 0, on_device = 0;
+  for (uint32_t s = 0; s < 3; ++s) {
+    const auto prompt = test::random_prompt(6, 40 + s, 3);
+    for (float t : {0.0f, 0.9f}) {
+      g.sampling.temperature = t;
+      g.sampling.seed = 100 + s;
+      GenerateOptions plain = g;
+      plain.speculative.mode = DraftMode::None;
+      const auto want = e->generate_tokens(prompt, plain);
+      const auto got = e->generate_tokens(prompt, g);
+      EXPECT_EQ(got.tokens, want.tokens) << "prompt " << s << " temperature " << t;
+      EXPECT_EQ(got.speculative.device_verified_steps, got.speculative.target_passes);
+      drafted += got.speculative.drafted_tokens;
+      accepted += got.speculative.accepted_tokens;
+      on_device += got.speculative.device_drafted_tokens;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  EXPECT_EQ(on_device, drafted) << "drafts drawn on the host";
 }
 
 TEST(ReducedDraftVocab, NeedsADraftModel) {

@@ -31,6 +31,9 @@ std::shared_ptr<const OutputSubset> make_output_subset(const Model& model, std::
   s->buf = be.alloc(host.size());
   s->head = kernels::make_tensor(s->buf.get(), ti->type, c.n_embd, static_cast<int64_t>(s->ids.size()));
   be.upload(s->head, host.data(), host.size());
+  s->ids_buf = be.alloc(s->ids.size() * sizeof(int32_t));
+  s->ids_on_backend = kernels::make_tensor(s->ids_buf.get(), DType::I32, static_cast<int64_t>(s->ids.size()));
+  be.upload(s->ids_on_backend, s->ids.data(), s->ids.size() * sizeof(int32_t));
   be.synchronize();
   return s;
 }

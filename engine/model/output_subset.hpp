@@ -17,6 +17,8 @@ struct OutputSubset {
   std::vector<int32_t> ids;  // the token of each logit column: ascending, unique, < n_vocab
   kernels::Tensor head;      // [n_embd, ids.size()]: those rows of the model's output matrix
   std::unique_ptr<kernels::Buffer> buf;
+  kernels::Tensor ids_on_backend;  // I32 [ids.size()]: ids in the backend (device sampling scatters by them)
+  std::unique_ptr<kernels::Buffer> ids_buf;
   size_t bytes() const { return head.bytes(); }
 };
 

@@ -94,6 +94,7 @@ class CudaBackend final : public Backend, public DeviceDecode {
   void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag, bool coupled) override;
   void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                       const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
+  void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over

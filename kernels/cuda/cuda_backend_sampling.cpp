@@ -75,4 +75,15 @@ void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor&
   launched(op);
 }
 
+void CudaBackend::scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) {
+  const char* op = "scatter_cols";
+  check(dst.type == DType::F32 && src.type == DType::F32 && ids.type == DType::I32, op, "dst, src F32, ids I32");
+  check(dst.rows() == src.rows(), op, "one dst row per src row");
+  check(ids.numel() == src.cols(), op, "one id per src column");
+  ops::scatter_cols(rt_->stream(), reinterpret_cast<float*>(ptr(dst, op)), floats_per_row(dst), dst.cols(),
+                    reinterpret_cast<const float*>(ptr(src, op)), floats_per_row(src), src.rows(),
+                    reinterpret_cast<const int32_t*>(ptr(ids, op)), ids.numel(), fill, err_);
+  launched(op);
+}
+
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -113,6 +113,10 @@ void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_
 // kept token and its probability. penalties: (token, count | kPenaltyInWindow) pairs.
 void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows, int64_t vocab,
                 const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf);
+// dst rows [n_rows, vocab] = fill, then dst[r][ids[j]] = src[r][j] for j < n (ids outside
+// the vocabulary set kErrTokenId and are skipped).
+void scatter_cols(Stream s, float* dst, int64_t ldd, int64_t vocab, const float* src, int64_t lds, int64_t n_rows,
+                  const int32_t* ids, int64_t n, float fill, int* err);
 // out[r] = one draw from probs row r keyed by keys[r] (inverse CDF with u(tag), or coupled).
 void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const NoiseKey* keys,
                   int32_t tag, bool coupled, int32_t* out);
