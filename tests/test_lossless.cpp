@@ -487,8 +487,9 @@ const std::vector<Config> kConfigs = {
                false},
         // Through the CUDA backend (under the SIMT emulator): the exact reference is the
         // target's on that backend, so these check the speculative path there.
-        Config{"cuda_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
-               "cuda-emulated"},
+        // (every cut: top-k, top-p and min-p, computed on the device for both models)
+        Config{"cuda_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05",
+               V::Rejection, false, "cuda-emulated"},
         Config{"cuda_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6",
                V::Coupled, false, "cuda-emulated"},
         // Constrained decoding (a grammar): p and q both over what the grammar allows, drafts
@@ -511,12 +512,9 @@ const std::vector<Config> kConfigs = {
         Config{"draft_vocab_grammar_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
                V::Rejection, false, "cpu", kGrammar, 160},
         // More of the CUDA backend's device sampling and verification (appended, so the CPU
-        // configurations keep their injected positions): top-p and min-p for both models,
-        // coupled with penalties. (n-gram drafts find too few continuations in the emulator's
-        // 600 generations; their device path is tested in test_cuda_sampling and
-        // test_scheduler.)
-        Config{"cuda_model_topp_minp", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05",
-               V::Rejection, false, "cuda-emulated"},
+        // configurations keep their injected positions): coupled with penalties. (n-gram
+        // drafts find too few continuations in the emulator's 600 generations; their device
+        // path is tested in test_cuda_sampling and test_scheduler.)
         Config{"cuda_coupled_model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
                V::Coupled, false, "cuda-emulated"},
         // A reduced draft vocabulary sampled on the device (q = 0 outside it after scatter_cols).
