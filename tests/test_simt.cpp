@@ -198,6 +198,14 @@ TEST(Simt, ScheduleOrderExposesRaces) {
   }
 }
 
+TEST(Simt, Dp4aIsTheSignedByteDotProduct) {
+  // bytes of a: 1, -2, 127, -128; of b: -1, 3, 2, -128
+  const int a = static_cast<int>(0x807F'FE01u), b = static_cast<int>(0x8002'03FFu);
+  EXPECT_EQ(__dp4a(a, b, 0), 1 * -1 + -2 * 3 + 127 * 2 + -128 * -128);
+  EXPECT_EQ(__dp4a(a, b, -7), -7 + 1 * -1 + -2 * 3 + 127 * 2 + -128 * -128);
+  EXPECT_EQ(__dp4a(0x01010101, a, 0), 1 - 2 + 127 - 128);
+}
+
 TEST(Simt, HalfConversionsAreRoundToNearestEven) {
   EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
   EXPECT_EQ(__half_as_ushort(__float2half_rn(65504.0f)), 0x7bff);

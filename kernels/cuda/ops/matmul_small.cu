@@ -12,6 +12,11 @@
 // int8 blocks (quantize_act), exact integer dot products per block, and the block's float
 // contribution computed with the same operations as kernels/cpu/matmul_scalar.cpp; only
 // the order in which the per-block contributions are summed differs from the CPU.
+// A lane unpacks its codes once per block into words of four bytes (word-wide for the
+// types the real models use: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K; element by element for the
+// others), takes its integer parts for each token with __dp4a over 4-byte activation
+// loads, and the lanes sharing a block add their parts with shuffles: exact integers, so
+// the result is the same bits as element-wise products summed anywhere.
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/ops.hpp"
 
@@ -92,14 +97,87 @@ __device__ __forceinline__ int k_code(const uint8_t* b, int e) {
   }
 }
 
+__device__ __forceinline__ int pack4(int c0, int c1, int c2, int c3) {
+  return static_cast<int>((static_cast<uint32_t>(c0) & 0xffu) | ((static_cast<uint32_t>(c1) & 0xffu) << 8) |
+                          ((static_cast<uint32_t>(c2) & 0xffu) << 16) | ((static_cast<uint32_t>(c3) & 0xffu) << 24));
+}
+// Bits 0..3 of x to bit 4 of bytes 0..3 (the fifth bit of four Q5 codes).
+__device__ __forceinline__ uint32_t spread4_to_bit4(uint32_t x) {
+  return ((x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21)) << 4;
+}
+
+// A lane's codes of a 32-block as two words: elements 4s..4s+3 and 16+4s..16+4s+3 (s the
+// sub-lane), each byte one code (unsigned for Q4/Q5, signed for Q8_0).
+template <int T>
+__device__ __forceinline__ void q32_words(const uint8_t* b, int sub, int& lo, int& hi) {
+  if constexpr (T == dev::kQ8_0) {
+    lo = static_cast<int>(dev::ld_u32(b + 2 + 4 * sub));
+    hi = static_cast<int>(dev::ld_u32(b + 18 + 4 * sub));
+  } else if constexpr (T == dev::kQ4_0 || T == dev::kQ4_1) {
+    const uint32_t w = dev::ld_u32(b + (T == dev::kQ4_0 ? 2 : 4) + 4 * sub);
+    lo = static_cast<int>(w & 0x0f0f0f0fu);
+    hi = static_cast<int>((w >> 4) & 0x0f0f0f0fu);
+  } else if constexpr (T == dev::kQ5_0) {
+    const uint32_t qh = dev::ld_u32(b + 2);
+    const uint32_t w = dev::ld_u32(b + 6 + 4 * sub);
+    lo = static_cast<int>((w & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (4 * sub)) & 0xfu));
+    hi = static_cast<int>(((w >> 4) & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (16 + 4 * sub)) & 0xfu));
+  } else {
+    const int e = 4 * sub;
+    lo = pack4(q32_code<T>(b, e), q32_code<T>(b, e + 1), q32_code<T>(b, e + 2), q32_code<T>(b, e + 3));
+    hi = pack4(q32_code<T>(b, 16 + e), q32_code<T>(b, 17 + e), q32_code<T>(b, 18 + e), q32_code<T>(b, 19 + e));
+  }
+}
+
+// A lane's 32 codes of a K-quant block (elements 32s..32s+31) as eight words.
+template <int T>
+__device__ __forceinline__ void k_words(const uint8_t* b, int sub, int* w) {
+  if constexpr (T == dev::kQ4_K) {
+    const uint8_t* qs = b + 16 + 32 * (sub / 2);
+    const int shift = 4 * (sub & 1);
+    for (int j = 0; j < 8; ++j) w[j] = static_cast<int>((dev::ld_u32(qs + 4 * j) >> shift) & 0x0f0f0f0fu);
+  } else if constexpr (T == dev::kQ6_K) {
+    const int half = sub / 4, k = sub % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (k & 1);
+    const uint8_t* qh = b + 128 + 32 * half;
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t lo = (dev::ld_u32(ql + 4 * j) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+      const uint32_t hi = (dev::ld_u32(qh + 4 * j) >> (2 * k)) & 0x03030303u;
+      w[j] = static_cast<int>(lo | (hi << 4));
+    }
+  } else {
+    const int e = 32 * sub;
+    for (int j = 0; j < 8; ++j)
+      w[j] = pack4(k_code<T>(b, e + 4 * j), k_code<T>(b, e + 4 * j + 1), k_code<T>(b, e + 4 * j + 2),
+                   k_code<T>(b, e + 4 * j + 3));
+  }
+}
+
+// Four int8 activations (a block's element offsets are multiples of 4, rows of quantize_act
+// multiples of 32 bytes: aligned).
+__device__ __forceinline__ int ld_x4(const int8_t* p) {
+#if TANDEM_SIMT_EMULATED
+  int v;
+  std::memcpy(&v, p, sizeof v);  // host C++: no aliasing through int*
+  return v;
+#else
+  return *reinterpret_cast<const int*>(p);
+#endif
+}
+
+// The sum of v over the `lanes` lanes sharing a block (aligned groups: xor stays inside).
+template <int lanes>
+__device__ __forceinline__ int group_sum(int v) {
+  for (int o = 1; o < lanes; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // Quantized weights: the lanes sharing a block each compute the integer dot products of
-// their elements; the parts meet in shared memory and the block's first lane adds them
-// (exact integers: the CPU's sums) and accumulates the block's float contribution with
-// the CPU's operations.
+// their elements; the group adds them (exact integers: the CPU's sums) and the block's
+// first lane accumulates the block's float contribution with the CPU's operations.
 template <int T>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a) {
   __shared__ float red[kWarps][2][kMT][dev::kWarp];
-  __shared__ int ired[kWarps][2][kMT][dev::kWarp];
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (r >= a.rows) return;  // the whole warp leaves together
@@ -116,76 +194,66 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
         if (m < mt) acc[m] += wv * a.x[(t0 + m) * a.ldx + c];
     }
   } else {
-    constexpr int lanes = qk == 32 ? 4 : 8, groups = dev::kWarp / lanes, per = qk / lanes;
+    constexpr int lanes = qk == 32 ? 4 : 8, groups = dev::kWarp / lanes;
+    constexpr int ones = 0x01010101;
     const int g = lane / lanes, sub = lane % lanes;
     const int64_t nb = a.cols / qk;
     for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // the same trip count on every lane
       const int64_t b = b0 + g;
       const bool valid = b < nb;
-      const uint8_t* wb = wr + b * dev::Geo<T>::bytes;
+      const uint8_t* wb = wr + (valid ? b : 0) * dev::Geo<T>::bytes;
+      // This lane's codes, and for K-quants its two groups' scale and min coefficients.
+      int cw[qk == 32 ? 2 : 8] = {};
+      int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
+      float kd = 0.0f, kdm = 0.0f;
       if (valid) {
-        int code[per];
-        int elem0;
-        int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
         if constexpr (qk == 32) {
-          elem0 = 4 * sub;
-          for (int i = 0; i < 4; ++i) code[i] = q32_code<T>(wb, elem0 + i), code[4 + i] = q32_code<T>(wb, 16 + elem0 + i);
+          q32_words<T>(wb, sub, cw[0], cw[1]);
         } else {
-          elem0 = 32 * sub;  // groups 2 sub and 2 sub + 1
-          for (int i = 0; i < 32; ++i) code[i] = k_code<T>(wb, elem0 + i);
+          k_words<T>(wb, sub, cw);
           float d, dm;
           k_scales<T>(wb, 2 * sub, d, dm, sc0, mn0);
           k_scales<T>(wb, 2 * sub + 1, d, dm, sc1, mn1);
+          int sc, mn;
+          k_scales<T>(wb, 0, kd, kdm, sc, mn);
         }
-        for (int m = 0; m < kMT; ++m) {
-          if (m >= mt) continue;
+      }
+      for (int m = 0; m < kMT; ++m) {
+        if (m >= mt) continue;  // mt is the warp's: every lane takes the shuffles below
+        int p0 = 0, p1 = 0;
+        if (valid) {
           const int8_t* xq = a.q + (t0 + m) * a.cols + qk * b;
-          int p0 = 0, p1 = 0;
           if constexpr (qk == 32) {
-            for (int i = 0; i < 4; ++i) {
-              const int x0 = xq[elem0 + i], x1 = xq[16 + elem0 + i];
-              p0 += code[i] * x0 + code[4 + i] * x1;
-              p1 += x0 + x1;
-            }
+            const int x0 = ld_x4(xq + 4 * sub), x1 = ld_x4(xq + 16 + 4 * sub);
+            p0 = __dp4a(cw[0], x0, __dp4a(cw[1], x1, 0));
+            p1 = __dp4a(ones, x0, __dp4a(ones, x1, 0));
           } else {
             int dot0 = 0, dot1 = 0, bs0 = 0, bs1 = 0;
-            for (int i = 0; i < 16; ++i) {
-              const int x0 = xq[elem0 + i], x1 = xq[elem0 + 16 + i];
-              dot0 += code[i] * x0, bs0 += x0;
-              dot1 += code[16 + i] * x1, bs1 += x1;
+            for (int j = 0; j < 4; ++j) {
+              const int x0 = ld_x4(xq + 32 * sub + 4 * j), x1 = ld_x4(xq + 32 * sub + 16 + 4 * j);
+              dot0 = __dp4a(cw[j], x0, dot0), bs0 = __dp4a(ones, x0, bs0);
+              dot1 = __dp4a(cw[4 + j], x1, dot1), bs1 = __dp4a(ones, x1, bs1);
             }
             p0 = sc0 * dot0 + sc1 * dot1;  // this lane's share of sum_g sc[g] * dot_g
             p1 = mn0 * bs0 + mn1 * bs1;    // and of sum_g mn[g] * bsum_g
           }
-          ired[warp][0][m][lane] = p0;
-          ired[warp][1][m][lane] = p1;
+        }
+        const int s0 = group_sum<lanes>(p0), s1 = group_sum<lanes>(p1);
+        if (!valid || sub != 0) continue;
+        const float xd = a.d[(t0 + m) * nb + b];
+        if constexpr (qk == 32) {
+          const float d = dev::ld_f16(wb);
+          float c;
+          if constexpr (T == dev::kQ8_0) c = 0.0f;
+          else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
+          else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
+          else c = dev::ld_f16(wb + 2);
+          acc[m] += (d * xd) * static_cast<float>(s0);
+          off[m] += c * (xd * static_cast<float>(s1));
+        } else {
+          acc[m] += xd * (kd * static_cast<float>(s0) - kdm * static_cast<float>(s1));
         }
       }
-      __syncwarp();
-      if (valid && sub == 0) {
-        for (int m = 0; m < kMT; ++m) {
-          if (m >= mt) continue;
-          int s0 = 0, s1 = 0;
-          for (int k = 0; k < lanes; ++k) s0 += ired[warp][0][m][lane + k], s1 += ired[warp][1][m][lane + k];
-          const float xd = a.d[(t0 + m) * nb + b];
-          if constexpr (qk == 32) {
-            const float d = dev::ld_f16(wb);
-            float c;
-            if constexpr (T == dev::kQ8_0) c = 0.0f;
-            else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
-            else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
-            else c = dev::ld_f16(wb + 2);
-            acc[m] += (d * xd) * static_cast<float>(s0);
-            off[m] += c * (xd * static_cast<float>(s1));
-          } else {
-            float d, dm;
-            int sc, mn;
-            k_scales<T>(wb, 0, d, dm, sc, mn);
-            acc[m] += xd * (d * static_cast<float>(s0) - dm * static_cast<float>(s1));
-          }
-        }
-      }
-      __syncwarp();
     }
   }
   for (int m = 0; m < kMT; ++m)

@@ -246,6 +246,13 @@ inline float __uint_as_float(unsigned u) {
 inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
 inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
+// c + the dot product of a's and b's four signed bytes (the sm_61+ integer instruction).
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i))) *
+         static_cast<int>(static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i)));
+  return c;
+}
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 inline int __clz(unsigned v) { return v ? __builtin_clz(v) : 32; }
 inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
