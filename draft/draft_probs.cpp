@@ -84,13 +84,16 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   view.nb1 = view.row_stride();
   view.ne[0] = cols_;
 
-  // Per logits row: its transform (NaN temperature: not a lane's row), its noise key.
+  // Per logits row: its transform (skip: not a lane's row), its noise key. Every lane of a
+  // pass drafts the same draft index (they run in lockstep): one tag for the call.
   std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
-  for (auto& r : params) r.temperature = std::numeric_limits<float>::quiet_NaN();
+  for (auto& r : params) r.skip = 1;
   std::vector<kernels::NoiseKey> keys(static_cast<size_t>(rows));
   std::vector<int32_t> pens;
   bool any_coupled = false, any_drawn = false;
+  const int32_t draft_index = lanes.front().draft_index;
   for (const Lane& l : lanes) {
+    if (l.draft_index != draft_index) throw std::logic_error("DraftProbs: lanes of one pass at different draft indices");
     if (l.logits_row < 0 || l.logits_row >= rows) throw std::logic_error("DraftProbs: a lane's row is outside the logits");
     kernels::RowSampling r = row_sampling(*l.sampling);
     r.pen_begin = static_cast<int32_t>(pens.size() / 2);
@@ -125,8 +128,8 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   const kernels::Tensor probs = kernels::make_tensor(store_.get(), DType::F32, cols_, rows, static_cast<size_t>(next_ * cols_) * 4);
   next_ += rows;
   dd_.make_probs(probs, top, conf, view, tp, pens.empty() ? kernels::Tensor{} : tpen);
-  if (any_drawn) dd_.sample_probs(ids, probs, tk, kernels::kTagDraft, false);
-  if (any_coupled) dd_.sample_probs(cids, probs, tk, kernels::kTagDraft, true);
+  if (any_drawn) dd_.sample_probs(ids, probs, top, tk, kernels::kTagDraft - draft_index, false);
+  if (any_coupled) dd_.sample_probs(cids, probs, top, tk, kernels::kTagDraft, true);
   std::vector<int32_t> h_top(static_cast<size_t>(rows)), h_ids(static_cast<size_t>(rows)), h_cids(static_cast<size_t>(rows));
   std::vector<float> h_conf(static_cast<size_t>(rows));
   be_.download(h_top.data(), top, h_top.size() * 4);

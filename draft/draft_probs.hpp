@@ -34,6 +34,7 @@ class DraftProbs {
     bool coupled;                     // Gumbel-max with the target's noise, else the draft's own draw
     uint64_t seed;
     int64_t position;                 // absolute position of the token being drafted
+    int32_t draft_index;              // which draft of the step it is (kernels::kTagDraft - i keys its noise)
   };
   struct Drawn {
     int32_t token;   // -1: no token is possible
@@ -41,7 +42,8 @@ class DraftProbs {
     int32_t q_row;   // q's row in q()
   };
   // Samples one token for each lane from the pass's logits (the first `cols` columns of
-  // `logits`' rows): q goes into the next rows of the store. With subset_ids (a reduced
+  // `logits`' rows): q goes into the next rows of the store (one per logits row: a pass's
+  // rows of host lanes are skipped, but take their rows too). With subset_ids (a reduced
   // draft vocabulary: engine/model/output_subset.hpp), logit column j is token
   // subset_ids[j]: the rows are spread over `vocab` tokens first, -inf elsewhere (q = 0).
   std::vector<Drawn> sample(const kernels::Tensor& logits, std::span<const Lane> lanes,

@@ -132,7 +132,7 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
   for (Job& j : jobs)
     if (j.proposer->device_probs_) dev = j.proposer->device_probs_;
   const int64_t width_all = draft.model().config().n_vocab;
-  int64_t dev_cols = 0, dev_rows = 0;
+  int64_t dev_cols = 0, all_rows = 0;
   std::vector<Lane> lanes;
   for (Job& j : jobs) {
     j.out = Proposal{};
@@ -142,14 +142,17 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
     lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}, true, {}});
     if (j.opts.grammar && j.opts.grammar_state) lanes.back().grammar = *j.opts.grammar_state;
     const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
-    if (dev && j.opts.on_device && !j.opts.grammar && (dev_cols == 0 || cols == dev_cols)) {
+    if (dev && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
+        (dev_cols == 0 || cols == dev_cols)) {
       lanes.back().device = true;
       dev_cols = cols;
-      dev_rows += j.opts.max_tokens + 1;  // logits rows it may take: catch-up + one per draft
     }
+    all_rows += j.opts.max_tokens + 1;  // logits rows a lane may take: catch-up + one per draft
   }
   if (lanes.empty()) return;
-  if (dev_rows > 0) dev->begin_step(dev_rows, dev_cols);
+  // Every logits row of a pass with a device lane takes a row of the store (host lanes' are
+  // skipped), so the store is sized for every lane.
+  if (dev_cols > 0) dev->begin_step(all_rows, dev_cols);
 
   std::vector<float> logits;
   Batch b;
@@ -170,7 +173,8 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
       if (!l.device) continue;
       const Job& j = *l.job;
       dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr, j.opts.sampling->seed,
-                    static_cast<int64_t>(j.context.size() + j.out.tokens.size())});
+                    static_cast<int64_t>(j.context.size() + j.out.tokens.size()),
+                    static_cast<int32_t>(j.out.tokens.size())});
       dl_of.push_back(&l);
     }
     if (!dl.empty()) {

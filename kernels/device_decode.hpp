@@ -46,7 +46,9 @@ class DeviceDecode {
   // tokens; greedy rows (temperature <= 0) a point mass on the penalised argmax. top I32
   // [rows]: the most likely kept token (the argmax; -1 when no token is possible), conf
   // F32 [rows]: its probability (greedy rows: the largest softmax probability of the raw
-  // logits at temperature 1, the draft's confidence for draft_p_min). params: I32
+  // logits at temperature 1, the draft's confidence for draft_p_min); rows with skip set
+  // are left alone but for top = -2. The parameters must be valid (validate_sampling,
+  // engine/sampling/sampler.hpp): the kernel does not check them again. params: I32
   // [kRowSamplingWords, rows] of RowSampling; penalties: I32 [2, n] (token, count |
   // in-window bit 31) entries, or a tensor with no buffer when no row has any.
   virtual void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
@@ -56,9 +58,10 @@ class DeviceDecode {
   // coupled noise so that no draw depends on what earlier steps drew), or, with coupled,
   // the engine's gumbel_argmax (argmin -log u(position, v) / p_v): the token the CPU's
   // coupled sampler picks from the same probabilities. keys: I32 [kNoiseKeyWords, rows]
-  // (NoiseKey). ids I32 [rows] (-1 for a row with no mass).
-  virtual void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag,
-                            bool coupled) = 0;
+  // (NoiseKey). top: make_probs' top of these rows; a row whose top is negative (nothing
+  // possible, or skipped) is not drawn from and gets -1. ids I32 [rows].
+  virtual void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys,
+                            int32_t tag, bool coupled) = 0;
   // Speculative verification of a batch against target probs rows (make_probs), one
   // SeqVerify per sequence (I32 [kSeqVerifyWords, n]): rejection sampling (accept x_i when
   // u·q_i(x) < p_i(x), else a draw from norm(max(0, p_i − q_i)), all accepted: a draw from
@@ -79,7 +82,7 @@ class DeviceDecode {
 // One row's transform for make_probs: the request's SamplingParams (include/tandem/sampling.hpp)
 // and where its penalty entries are. 16 words; uploaded as I32.
 struct RowSampling {
-  float temperature = 0.0f;  // <= 0: greedy; NaN: skip the row (probs untouched)
+  float temperature = 0.0f;  // <= 0: greedy
   int32_t top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
@@ -90,7 +93,8 @@ struct RowSampling {
   // Tests only (verify/verifier.hpp inject_verifier_bias): this much probability moves from
   // the most likely token to the second after normalising. 0: none.
   float bias_mass = 0.0f;
-  int32_t reserved[6] = {};
+  int32_t skip = 0;  // 1: not this call's row (probs untouched, top = -2)
+  int32_t reserved[5] = {};
 };
 constexpr int kRowSamplingWords = 16;
 static_assert(sizeof(RowSampling) == kRowSamplingWords * 4);
@@ -113,9 +117,16 @@ static_assert(sizeof(NoiseKey) == kNoiseKeyWords * 4);
 // The token slot of PositionNoise::uniform that each draw of rejection mode uses (tokens
 // are >= 0, so these never meet the coupled noise): the acceptance test of the token at a
 // position, the draw of that token from p or the residual, and the draft's draw from q.
+// A draft's tag also counts how far past the step's first drafted position it lies
+// (kTagDraft - i for draft i): every step starts one committed token later, so a position
+// drafted again after a rejection gets fresh noise, whatever the discarded draft revealed
+// to the policy.
 constexpr int32_t kTagAccept = -1;
 constexpr int32_t kTagSample = -2;
 constexpr int32_t kTagDraft = -3;
+// Vocabularies the device sampling takes (its fixed-point sums stay below 2^63); larger
+// ones are sampled on the host.
+constexpr int64_t kMaxDeviceSampleVocab = int64_t{1} << 19;
 
 // A sequence of verify_sampled: its rows first_row .. first_row + n_drafts of p, whether its
 // drafts have q rows (else they are point masses), the mode, and the noise key of its first

@@ -187,7 +187,7 @@ TEST(CudaSampling, MakeProbsKeepsTheEnginesTokensWithItsProbabilities) {
   }
 }
 
-TEST(CudaSampling, RowsWithNothingPossibleHaveNoTopAndRowsWithNaNTemperatureAreLeftAlone) {
+TEST(CudaSampling, RowsWithNothingPossibleHaveNoTopAndSkippedRowsAreLeftAlone) {
   const int vocab = 300;
   std::vector<float> flat(static_cast<size_t>(vocab) * 2, -std::numeric_limits<float>::infinity());
   flat[5] = std::numeric_limits<float>::quiet_NaN();
@@ -197,10 +197,15 @@ TEST(CudaSampling, RowsWithNothingPossibleHaveNoTopAndRowsWithNaNTemperatureAreL
   Tensor probs = d.put(DType::F32, std::vector<float>(flat.size(), 7.0f), vocab);
   Tensor top = d.zeros(DType::I32, 1, 2), conf = d.zeros(DType::F32, 1, 2);
   std::vector<RowSampling> rs(2, row_of(params(1.0f, 0, 1.0f, 0.0f)));
-  rs[1].temperature = std::numeric_limits<float>::quiet_NaN();
+  rs[1].skip = 1;
   d.dd.make_probs(probs, top, conf, logits, d.put_structs(rs), Tensor{});
   const auto got = d.get<float>(probs);
   EXPECT_EQ(d.get<int32_t>(top)[0], -1);
+  EXPECT_EQ(d.get<int32_t>(top)[1], -2);
+  // Neither is drawn from.
+  Tensor ids = d.zeros(DType::I32, 1, 2);
+  d.dd.sample_probs(ids, probs, top, d.put_structs(std::vector<NoiseKey>(2, NoiseKey::of(1, 2))), kTagSample, false);
+  EXPECT_EQ(d.get<int32_t>(ids), (std::vector<int32_t>{-1, -1}));
   for (int v = 0; v < vocab; ++v) EXPECT_EQ(got[static_cast<size_t>(v)], 0.0f);
   for (int v = 0; v < vocab; ++v) EXPECT_EQ(got[static_cast<size_t>(vocab + v)], 7.0f);  // untouched
 }
@@ -246,7 +251,8 @@ TEST(CudaSampling, DrawsFollowTheRowAndCoupledDrawsAreTheCpusGumbelArgmax) {
   Tensor probs = d.put(DType::F32, flat, vocab);
   Tensor kt = d.put_structs(keys);
   Tensor ids = d.zeros(DType::I32, 1, n);
-  d.dd.sample_probs(ids, probs, kt, kTagSample, false);
+  Tensor tops = d.zeros(DType::I32, 1, n);  // every row has a token
+  d.dd.sample_probs(ids, probs, tops, kt, kTagSample, false);
   const auto drawn = d.get<int32_t>(ids);
   std::vector<int64_t> obs(row.dist.size(), 0);
   for (int32_t t : drawn) {
@@ -262,7 +268,7 @@ TEST(CudaSampling, DrawsFollowTheRowAndCoupledDrawsAreTheCpusGumbelArgmax) {
   for (size_t i = 0; i < pr.size(); ++i) shifted[i] = pr[(i + 1) % pr.size()];
   EXPECT_LT(test::chi2_goodness_of_fit(obs, shifted, n).p_value, 1e-6);
 
-  d.dd.sample_probs(ids, probs, kt, kTagSample, true);
+  d.dd.sample_probs(ids, probs, tops, kt, kTagSample, true);
   const auto coupled = d.get<int32_t>(ids);
   const PositionNoise noise(0x1234567890abcdefULL);
   for (int i = 0; i < n; ++i) ASSERT_EQ(coupled[static_cast<size_t>(i)], gumbel_argmax(row.dist, noise, 1000 + i)) << i;
@@ -314,7 +320,8 @@ TEST(CudaSampling, RejectionVerificationFollowsTheTargetAtEveryPosition) {
         for (int i = 0; i < k; ++i) drafts.push_back(c.p[static_cast<size_t>(i)].dist.ids[0]);
     } else {
       Tensor ids = d.zeros(DType::I32, 1, static_cast<int64_t>(n) * k);
-      d.dd.sample_probs(ids, qt, d.put_structs(qkeys), kTagDraft, false);
+      d.dd.sample_probs(ids, qt, d.zeros(DType::I32, 1, static_cast<int64_t>(n) * k), d.put_structs(qkeys), kTagDraft,
+                        false);
       drafts = d.get<int32_t>(ids);
     }
     Tensor acc = d.zeros(DType::I32, 1, n), out = d.zeros(DType::I32, k + 1, n);

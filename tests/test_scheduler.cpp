@@ -276,6 +276,12 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   ngram.speculative.mode = DraftMode::Ngram;
   ngram.sampling.seed = 7;
   second.emplace_back(second[2].first, ngram);
+  // One that wants logprobs drafts and verifies on the host, in the same draft passes and
+  // target passes as the device ones (their rows of the draft's q store included).
+  GenerateOptions with_logprobs = sampled;
+  with_logprobs.logprobs = 2;
+  with_logprobs.sampling.seed = 8;
+  second.emplace_back(second[3].first, with_logprobs);
   std::vector<GenerateResult> alone;
   for (auto* set : {&first, &second})
     for (auto& [p, g] : *set) {
@@ -284,7 +290,7 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
       alone.push_back(e->generate_tokens(p, plain));
     }
   SchedulerOptions so;
-  so.max_seqs = 9;
+  so.max_seqs = 10;
   Scheduler s(*e, so);
   const auto a = run_all(s, first);   // publishes the shared prefix's blocks
   const auto b = run_all(s, second);  // eight at once where about three fit: preemption
@@ -299,12 +305,16 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
   EXPECT_GT(st.device_verified, 0) << "requests should have been verified on the device";
-  for (size_t i = 5; i < b.size(); ++i) {
+  for (size_t i = 5; i + 1 < b.size(); ++i) {
     EXPECT_EQ(b[i].result.speculative.device_verified_steps, b[i].result.speculative.target_passes) << i;
     if (second[i].second.speculative.mode == DraftMode::Model) {
       EXPECT_GT(b[i].result.speculative.device_drafted_tokens, 0) << i;
     }
   }
+  EXPECT_EQ(b.back().result.speculative.device_verified_steps, 0);
+  EXPECT_EQ(b.back().result.speculative.device_drafted_tokens, 0);
+  EXPECT_GT(b.back().result.speculative.drafted_tokens, 0);
+  EXPECT_EQ(st.draft_failures, 0) << "a draft pass failed";
   s.shutdown(true);
   // One request alone with its drafts (Engine::generate also verifies greedy requests on
   // the device): the plain tokens too.
@@ -315,6 +325,43 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   s.shutdown(true);
   EXPECT_EQ(s.stats().kv_blocks_used, 0);
   EXPECT_EQ(s.stats().kv_bytes_used, 0);
+}
+
+// One request drafting on the device next to one drafting on the host (logprobs) in the
+// same draft passes: the host lane's logits rows take rows of the device's q store too,
+// which must be sized for them (a short store failed every draft pass of the step).
+TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftsShareTheDraftPasses) {
+  auto e = load(0, "cuda-emulated", varied_models());
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 2; ++i) {
+    GenerateOptions g = greedy(16, DraftMode::Model);
+    g.sampling.temperature = 0.8f;
+    g.sampling.top_k = 6;
+    g.sampling.seed = 20 + static_cast<uint64_t>(i);
+    g.speculative.verify = VerifyMode::Coupled;
+    g.speculative.draft_max = 4;
+    if (i == 1) g.logprobs = 1;
+    reqs.emplace_back(prompt_of(12, 400 + static_cast<uint32_t>(i)), g);
+  }
+  std::vector<GenerateResult> plain;
+  for (auto& [p, g] : reqs) {
+    GenerateOptions o = g;
+    o.speculative.mode = DraftMode::None;
+    plain.push_back(e->generate_tokens(p, o));
+  }
+  SchedulerOptions so;
+  so.max_seqs = 2;
+  Scheduler s(*e, so);
+  const auto out = run_all(s, reqs);
+  s.shutdown(true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(out[i].error, "") << i;
+    EXPECT_EQ(out[i].result.tokens, plain[i].tokens) << i;  // coupled: the same text for the seed
+  }
+  EXPECT_EQ(s.stats().draft_failures, 0) << "a draft pass failed";
+  EXPECT_GT(out[0].result.speculative.device_drafted_tokens, 0);
+  EXPECT_EQ(out[1].result.speculative.device_drafted_tokens, 0);
+  EXPECT_GT(out[1].result.speculative.drafted_tokens, 0);
 }
 
 TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {

@@ -106,12 +106,12 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
   const auto n = static_cast<int64_t>(seqs.size());
   int64_t max_d = 1;
   for (const Sequence& s : seqs) max_d = std::max<int64_t>(max_d, static_cast<int64_t>(s.drafts.size()));
-  // Each row's transform (rows of other sequences: NaN temperature, skipped), with the
+  // Each row's transform (rows of other sequences: skipped), with the
   // penalties of its history: the committed tokens and the drafts before it. The verifier's
   // fault injection (tests) moves mass at its position, as verify/verifier.cpp does.
   const InjectedBias bias = injected_verifier_bias();
   std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
-  for (auto& r : params) r.temperature = std::numeric_limits<float>::quiet_NaN();
+  for (auto& r : params) r.skip = 1;
   std::vector<int32_t> pens, hist;
   std::vector<kernels::SeqVerify> sv(static_cast<size_t>(n));
   std::vector<int32_t> h_drafts(static_cast<size_t>(n * max_d), -1), h_qrows(static_cast<size_t>(n * max_d), -1);

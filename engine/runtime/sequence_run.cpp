@@ -35,6 +35,11 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
       start_(start) {
   res_.prompt_tokens.assign(prompt.begin(), prompt.end());
   res_.timings.n_prompt = static_cast<int32_t>(prompt.size());
+  try {
+    validate_sampling(opts.sampling);
+  } catch (const std::invalid_argument&) {
+    sampling_valid_ = false;  // the host path reports it where it always did
+  }
   if (prompt.empty()) throw std::invalid_argument("empty prompt: nothing to condition on");
   if (static_cast<int32_t>(prompt.size()) >= context_)
     throw std::invalid_argument("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +

@@ -96,7 +96,11 @@ class SequenceRun {
 
  private:
   VerifyResult verify(std::span<const float> logits);
-  bool device_eligible() const { return opts_.logprobs < 0 && !grammar_; }
+  // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
+  // host path, which reports them as make_distribution does.
+  bool device_eligible() const {
+    return opts_.logprobs < 0 && !grammar_ && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
+  }
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
   // logits: the step's rows, for logprobs (empty for an outside verdict).
   void commit_step(const VerifyResult& v, std::span<const float> logits);
@@ -117,6 +121,7 @@ class SequenceRun {
   SpeculationPolicy* policy_;
   bool speculate_;
   bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
+  bool sampling_valid_ = true;  // validate_sampling(opts_.sampling) passed
   Rng rng_;
   PositionNoise noise_;
   std::shared_ptr<const TokenGrammar> grammar_;

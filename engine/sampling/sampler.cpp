@@ -70,7 +70,7 @@ Scratch& scratch() {
   return s;
 }
 
-void validate(const SamplingParams& p) {
+void validate_params(const SamplingParams& p) {
   auto bad = [](const char* what) { throw std::invalid_argument(std::string("SamplingParams: ") + what); };
   if (std::isnan(p.temperature) || std::isinf(p.temperature)) bad("temperature must be finite");
   if (std::isnan(p.top_p)) bad("top_p is NaN");
@@ -390,6 +390,8 @@ Distribution point_mass_at(int32_t id) {
 
 }  // namespace
 
+void validate_sampling(const SamplingParams& p) { validate_params(p); }
+
 float Distribution::prob(int32_t id) const {
   for (size_t j = 0; j < ids.size(); ++j)
     if (ids[j] == id) return probs[j];
@@ -417,7 +419,7 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
 
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history, std::span<const uint64_t> allowed) {
-  validate(p);
+  validate_params(p);
   if (logits.empty()) throw std::invalid_argument("make_distribution: empty logits");
   for (int32_t id : history)
     if (id < 0) throw std::invalid_argument("make_distribution: negative token id in history");
@@ -479,7 +481,7 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
 
 void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
                       std::vector<float>& out) {
-  validate(p);
+  validate_params(p);
   for (int32_t id : history)
     if (id < 0) throw std::invalid_argument("penalised_logits: negative token id in history");
   out.resize(logits.size());

@@ -43,6 +43,11 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history, std::span<const uint64_t> allowed);
 
+// Throws std::invalid_argument for meaningless parameters, as make_distribution does (NaN/inf
+// temperature, top_p, min_p, penalties; repetition_penalty <= 0): for callers that
+// transform logits elsewhere (on the device).
+void validate_sampling(const SamplingParams& p);
+
 // The logits the transforms start from: NaN → -inf, then the penalties (a copy into out).
 // The same validation as make_distribution.
 void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,

@@ -91,7 +91,8 @@ class CudaBackend final : public Backend, public DeviceDecode {
   // (cuda_backend_sampling.cpp)
   void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
                   const Tensor& params, const Tensor& penalties) override;
-  void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag, bool coupled) override;
+  void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys, int32_t tag,
+                    bool coupled) override;
   void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                       const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;

@@ -28,7 +28,7 @@ void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tenso
   const int64_t rows = logits.rows();
   check(probs.rows() == rows && top.numel() == rows && conf.numel() == rows, op, "one probs row, top and conf per row");
   check(logits.cols() >= probs.cols() && probs.cols() > 0, op, "logits rows at least as wide as probs rows");
-  check(probs.cols() <= (int64_t{1} << 19), op, "vocabularies above 2^19 tokens are not supported");
+  check(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
   check(packed_i32(params, kRowSamplingWords) && params.rows() == rows, op, "params: I32 [16, rows]");
   const bool with_pen = penalties.buf != nullptr;
   check(!with_pen || packed_i32(penalties, 2), op, "penalties: I32 [2, n]");
@@ -40,13 +40,16 @@ void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tenso
   launched(op);
 }
 
-void CudaBackend::sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& keys, int32_t tag, bool coupled) {
+void CudaBackend::sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys,
+                               int32_t tag, bool coupled) {
   const char* op = "sample_probs";
-  check(probs.type == DType::F32 && ids.type == DType::I32, op, "probs F32, ids I32");
-  check(ids.numel() == probs.rows(), op, "one id per row");
+  check(probs.type == DType::F32 && ids.type == DType::I32 && top.type == DType::I32, op, "probs F32, ids and top I32");
+  check(ids.numel() == probs.rows() && top.numel() == probs.rows(), op, "one id and top per row");
+  check(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
   check(packed_i32(keys, kNoiseKeyWords) && keys.rows() == probs.rows(), op, "keys: I32 [4, rows]");
   ops::sample_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(probs, op)), floats_per_row(probs), probs.rows(),
-                    probs.cols(), reinterpret_cast<const NoiseKey*>(ptr(keys, op)), tag, coupled,
+                    probs.cols(), reinterpret_cast<const int32_t*>(ptr(top, op)),
+                    reinterpret_cast<const NoiseKey*>(ptr(keys, op)), tag, coupled,
                     reinterpret_cast<int32_t*>(ptr(ids, op)));
   launched(op);
 }
@@ -55,6 +58,7 @@ void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor&
                                  const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) {
   const char* op = "verify_sampled";
   check(p.type == DType::F32, op, "p F32");
+  check(p.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
   const bool with_q = q.buf != nullptr;
   check(!with_q || q.type == DType::F32, op, "q F32");
   const int64_t n = seqs.rows();

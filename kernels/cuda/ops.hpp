@@ -109,7 +109,7 @@ void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_
 
 // ---- sampled decoding on the device (ops/sampling.cu; kernels/device_decode.hpp) -----------
 // probs rows [n_rows, vocab] (ld ldp) = the final distribution of logits rows under
-// params[r] (rows with a NaN temperature are left alone); top[r], conf[r]: the most likely
+// params[r] (rows with skip set are left alone, top -2); top[r], conf[r]: the most likely
 // kept token and its probability. penalties: (token, count | kPenaltyInWindow) pairs.
 void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows, int64_t vocab,
                 const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf);
@@ -117,9 +117,10 @@ void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_
 // the vocabulary set kErrTokenId and are skipped).
 void scatter_cols(Stream s, float* dst, int64_t ldd, int64_t vocab, const float* src, int64_t lds, int64_t n_rows,
                   const int32_t* ids, int64_t n, float fill, int* err);
-// out[r] = one draw from probs row r keyed by keys[r] (inverse CDF with u(tag), or coupled).
-void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const NoiseKey* keys,
-                  int32_t tag, bool coupled, int32_t* out);
+// out[r] = one draw from probs row r keyed by keys[r] (inverse CDF with u(tag), or coupled);
+// -1 where top[r] < 0.
+void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const int32_t* top,
+                  const NoiseKey* keys, int32_t tag, bool coupled, int32_t* out);
 // Rejection / coupled verification of n_seqs sequences (SeqVerify) against p rows, with q
 // rows [q_rows, q_cols] (may be null when no sequence has them); q_rows_of [n_seqs,
 // max_drafts]: each draft's q row.

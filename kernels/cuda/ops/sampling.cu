@@ -312,7 +312,10 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
                                   const RowSampling* params, const int32_t* pen, int32_t* top, float* conf) {
   const int64_t r = blockIdx.x;
   const RowSampling P = params[r];
-  if (P.temperature != P.temperature) return;  // NaN: not this call's row
+  if (P.skip) {  // not this call's row
+    if (threadIdx.x == 0) top[r] = -2;
+    return;
+  }
   const float* x = logits + r * ldl;
   float* w = probs + r * ldp;
 
@@ -439,9 +442,13 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   if (threadIdx.x == 0) top[r] = b.id, conf[r] = w[b.id];
 }
 
-__global__ void sample_probs_kernel(const float* probs, int64_t ldp, int64_t n, const NoiseKey* keys, int32_t tag,
-                                    int coupled, int32_t* out) {
+__global__ void sample_probs_kernel(const float* probs, int64_t ldp, int64_t n, const int32_t* top,
+                                    const NoiseKey* keys, int32_t tag, int coupled, int32_t* out) {
   const int64_t r = blockIdx.x;
+  if (top[r] < 0) {  // nothing possible, or a row make_probs skipped (its probs are stale)
+    if (threadIdx.x == 0) out[r] = -1;
+    return;
+  }
   const float* p = probs + r * ldp;
   const NoiseKey k = keys[r];
   const int32_t id = coupled ? block_coupled(p, n, seed_of(k), position_of(k))
@@ -523,11 +530,11 @@ void ops::make_probs(Stream s, const float* logits, int64_t ldl, float* probs, i
   (logits, ldl, probs, ldp, vocab, params, penalties, top, conf);
 }
 
-void ops::sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const NoiseKey* keys,
-                       int32_t tag, bool coupled, int32_t* out) {
+void ops::sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const int32_t* top,
+                       const NoiseKey* keys, int32_t tag, bool coupled, int32_t* out) {
   if (n_rows == 0) return;
   TANDEM_LAUNCH(sample_probs_kernel, static_cast<unsigned>(n_rows), kT, 0, static_cast<cudaStream_t>(s))
-  (probs, ldp, vocab, keys, tag, coupled ? 1 : 0, out);
+  (probs, ldp, vocab, top, keys, tag, coupled ? 1 : 0, out);
 }
 
 void ops::verify_sampled(Stream s, const float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q,
