@@ -229,6 +229,55 @@ TEST(CudaGraphForward, PaddingLanesWriteOnlyTheirOwnBlock) {
   }
 }
 
+// The pad block is a free block taken for one pass: between passes the cache holds exactly
+// what it holds without graphs, and a padded pass with no free block runs directly. A cache
+// of six blocks of 4: five sequences decode positions 0..2 in bucket 6 (the sixth block,
+// free, is the pad block); lane 0 alone reaches position 4 and takes the last free block;
+// then all five again (no new blocks needed, none free for padding).
+TEST(CudaGraphForward, ThePadBlockIsTakenForOnePassOnly) {
+  test::TinyModelSpec spec;
+  const std::string path = model_path("tight", spec);
+  const std::vector<std::vector<int>> steps = {{0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}, {0}, {0}, {0, 1, 2, 3, 4}};
+  auto run = [&](bool graphs, GraphStats* stats, std::vector<int32_t>* free_after) {
+    auto be = cuda_under_test();
+    auto model = Model::load(path, *be);
+    KVCacheOptions o;
+    o.block_size = 4;
+    o.num_blocks = 6;
+    KVCache cache(*be, model->config(), o);
+    Transformer tf(*model, cache);
+    tf.set_graphs(graphs);
+    std::vector<std::unique_ptr<SequenceKV>> seqs;
+    for (int i = 0; i < 5; ++i) seqs.push_back(std::make_unique<SequenceKV>(cache));
+    std::vector<std::vector<float>> out;
+    std::vector<float> l;
+    for (size_t step = 0; step < steps.size(); ++step) {
+      Batch b;
+      std::vector<int32_t> toks;
+      for (int lane : steps[step]) toks.push_back(token_of(lane, seqs[static_cast<size_t>(lane)]->length()));
+      for (size_t i = 0; i < toks.size(); ++i)
+        b.add(*seqs[static_cast<size_t>(steps[step][i])], std::span<const int32_t>(&toks[i], 1));
+      tf.forward(b, l);
+      out.push_back(l);
+      free_after->push_back(cache.blocks().num_free());
+    }
+    *stats = tf.graph_stats();
+    seqs.clear();
+    EXPECT_EQ(cache.blocks().num_free(), 6) << "every block back";
+    return out;
+  };
+  GraphStats on{}, off{};
+  std::vector<int32_t> free_on, free_off;
+  const auto want = run(false, &off, &free_off);
+  const auto got = run(true, &on, &free_on);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(same_bits(want[i], got[i])) << "pass " << i;
+  EXPECT_EQ(free_on, free_off) << "graphs hold no block between passes";
+  EXPECT_EQ(free_off, (std::vector<int32_t>{1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(on.captures, 3) << "(6 lanes, 1 block), (1, 1), (1, 2); the last pass runs directly";
+  EXPECT_EQ(on.replays, 2);
+}
+
 // The same bucket again and again: one capture, then replays. Five buckets in turn with
 // room for three: evictions, never more than three held, the logits still the direct ones.
 // A new output head drops every graph.

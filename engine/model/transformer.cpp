@@ -27,7 +27,7 @@ Transformer::Transformer(const Model& model, KVCache& cache)
   graphs_on_ = kernels::graph_capture(be_) != nullptr && graphs_allowed_by_env();
 }
 
-Transformer::~Transformer() { set_graphs(false); }
+Transformer::~Transformer() = default;
 
 void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, int32_t n_out) {
   Scratch& s = *s_;

@@ -51,7 +51,7 @@ class Transformer {
 
   // Decode passes from graphs. On by default where the backend can capture, unless the
   // environment says TANDEM_CUDA_GRAPHS=0 (or off/false/no); at most max_graphs are kept.
-  // Off gives back the graphs and the pad block (a cache block that padding lanes write).
+  // Padding lanes write into a free cache block taken for the pass only.
   static constexpr size_t kDefaultMaxGraphs = 32;
   void set_graphs(bool on, size_t max_graphs = kDefaultMaxGraphs);
   bool graphs_on() const { return graphs_on_; }
@@ -81,7 +81,6 @@ class Transformer {
   std::shared_ptr<const OutputSubset> subset_;
   bool graphs_on_ = false;
   GraphCache graphs_{kDefaultMaxGraphs};
-  int32_t pad_block_ = -1;  // the cache block padding lanes write into, once taken
 };
 
 }  // namespace tandem

@@ -5,10 +5,12 @@
 // kernel from the embedding lookup to the output head, reading those addresses) is launched.
 // On a bucket's first use the pass runs directly once, which also brings the backend's
 // scratch to the size the pass needs (nothing may be allocated inside a capture), and is
-// then captured without running. A graph holds the addresses of the weights, the cache,
+// then captured without running. Padding lanes write into a free cache block taken for the
+// pass alone (PadBlock). A graph holds the addresses of the weights, the cache,
 // this model's scratch and the backend's scratch: it is dropped when the scratch is
 // re-allocated (either), when the output head changes, or to stay within max_graphs.
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "engine/model/decode_buckets.hpp"
@@ -26,13 +28,31 @@ namespace {
 constexpr int64_t kMaxGraphLanes = 48;
 }  // namespace
 
+namespace {
+// A free block of the cache for the padding lanes of one pass: taken after the pass's
+// sequences have reserved theirs, given back when the pass has been issued. Its id is an
+// input of the pass, not part of the graph, so any free block will do each time; whoever
+// gets it next writes it after the pass on the same stream, and reads only what they wrote.
+class PadBlock {
+ public:
+  explicit PadBlock(BlockAllocator& a) : a_(a), id_(a.allocate()) {}
+  ~PadBlock() {
+    if (id_ >= 0) a_.release(id_);
+  }
+  PadBlock(const PadBlock&) = delete;
+  PadBlock& operator=(const PadBlock&) = delete;
+  int32_t id() const { return id_; }
+
+ private:
+  BlockAllocator& a_;
+  int32_t id_;
+};
+}  // namespace
+
 void Transformer::set_graphs(bool on, size_t max_graphs) {
   graphs_on_ = on && kernels::graph_capture(be_) != nullptr;
   graphs_.set_capacity(max_graphs);
-  if (graphs_on_) return;
-  graphs_.clear();
-  if (pad_block_ >= 0) cache_.blocks().release(pad_block_);
-  pad_block_ = -1;
+  if (!graphs_on_) graphs_.clear();
 }
 
 void Transformer::drop_graphs() { graphs_.clear(); }
@@ -47,9 +67,10 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
   if (max_rows < 1) return false;
   const int32_t batch_bucket = decode_batch_bucket(n, max_rows);
   if (batch_bucket == 0) return false;
-  if (batch_bucket > n && pad_block_ < 0) {
-    pad_block_ = cache_.blocks().allocate();
-    if (pad_block_ < 0) return false;  // the cache is full: no room for padding lanes now
+  std::optional<PadBlock> pad;
+  if (batch_bucket > n) {
+    pad.emplace(cache_.blocks());
+    if (pad->id() < 0) return false;  // no free block (or budget) for padding lanes now
   }
   const int32_t width = table_width_bucket(max_blocks);
   // Scratch for the largest bucket at once, so that a batch that grows does not re-allocate
@@ -66,7 +87,7 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
                                      std::span<const int32_t>(e.seq->block_table())};
   }
   std::vector<int32_t> host;
-  fill_decode_inputs(layout, lanes, batch.output_rows_, pad_block_, cache_.block_size(), host);
+  fill_decode_inputs(layout, lanes, batch.output_rows_, pad ? pad->id() : -1, cache_.block_size(), host);
   be_.upload(kernels::make_tensor(s.graph_in.buf, DType::I32, static_cast<int64_t>(layout.total), 1, s.graph_in.offset),
              host.data(), sizeof(int32_t) * host.size());
 
