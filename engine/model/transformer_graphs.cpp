@@ -6,9 +6,9 @@
 // On a bucket's first use the pass runs directly once, which also brings the backend's
 // scratch to the size the pass needs (nothing may be allocated inside a capture), and is
 // then captured without running. Padding lanes write into a free cache block taken for the
-// pass alone (PadBlock). A graph holds the addresses of the weights, the cache,
-// this model's scratch and the backend's scratch: it is dropped when the scratch is
-// re-allocated (either), when the output head changes, or to stay within max_graphs.
+// pass alone (PadBlock). A graph holds the addresses of the weights, the cache, this model's
+// scratch and the backend's scratch: it is dropped when the scratch is re-allocated
+// (either), when the output head changes, or to stay within max_graphs.
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -26,9 +26,7 @@ namespace {
 // Decode batches of more sequences run directly: graphs are for the launch-bound small
 // passes, and the scratch is sized for the largest bucket (its logits rows: 48 x n_vocab).
 constexpr int64_t kMaxGraphLanes = 48;
-}  // namespace
 
-namespace {
 // A free block of the cache for the padding lanes of one pass: taken after the pass's
 // sequences have reserved theirs, given back when the pass has been issued. Its id is an
 // input of the pass, not part of the graph, so any free block will do each time; whoever
