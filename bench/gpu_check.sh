@@ -11,11 +11,15 @@
 #      `cmake --preset cuda && cmake --build --preset cuda` and carried along), else builds
 #      the CUDA targets there with -j16
 #   3. the CUDA tests natively (TANDEM_CUDA_TEST_DEVICE=1): every op vs the CPU backend,
-#      batch invariance, the tiny-model forward tests, device argmax and greedy verifier
+#      batch invariance, the tiny-model forward tests, device argmax and greedy verifier,
+#      CUDA graphs (capture, replay == direct, forbidden calls refused by CUDA itself,
+#      graphed decode passes bit-identical to direct ones)
 #   4. compute-sanitizer memcheck (small cases), racecheck and synccheck (attention, matmul)
 #   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), and for each
 #      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
-#      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16
+#      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16;
+#      for the 0.5B draft and SmolLM2 the batch-1 decode again with CUDA graphs off
+#      (TANDEM_CUDA_GRAPHS=0): batch-1 decode is a graphed pass by default
 #   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
 #      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
 #      identical, and tok/s of each
@@ -62,7 +66,8 @@ nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
 # built with (CUDA 13: driver >= 580) and libcudart/libcublas .so.13 on the loader path; a
 # one-line probe (bench_cuda opening the device) decides, else the CUDA targets are built
 # here with this machine's nvcc.
-BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_cuda_sampling tests/test_simt bench/bench_cuda)
+BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_cuda_sampling tests/test_simt
+      tests/test_cuda_graph tests/test_cuda_graph_forward bench/bench_cuda)
 have_bins() { for b in "${BINS[@]}"; do [ -x "$1/$b" ] || return 1; done; }
 probe() { "$1/bench/bench_cuda" --device cuda --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
 build_here() {
@@ -70,7 +75,8 @@ build_here() {
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
-  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt bench_cuda tandem
+  step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt \
+    test_cuda_graph test_cuda_graph_forward bench_cuda tandem
 }
 if have_bins "$BUILD" && probe "$BUILD"; then
   log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
@@ -85,6 +91,8 @@ step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/tes
 step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
 step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
 step test_cuda_sampling 30 "$BUILD/tests/test_cuda_sampling" --gtest_output=json:"$OUT/test_cuda_sampling.json"
+step test_cuda_graph 30 "$BUILD/tests/test_cuda_graph" --gtest_output=json:"$OUT/test_cuda_graph.json"
+step test_cuda_graph_forward 60 "$BUILD/tests/test_cuda_graph_forward" --gtest_output=json:"$OUT/test_cuda_graph_forward.json"
 # With every launch checked (cudaGetLastError + synchronize): an error names its op.
 TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cuda_ops" \
   --gtest_filter='CudaOps.*:-*LongContexts*'
@@ -100,6 +108,8 @@ if command -v compute-sanitizer >/dev/null; then
   # The sampling kernels' shared histograms and scans (one block per row).
   step racecheck_sampling 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_sampling" \
     --gtest_filter='CudaSampling.MakeProbs*:CudaSampling.Coupled*'
+  step memcheck_graphs 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_graph" \
+    --gtest_filter='CudaGraph.Replayed*:CudaGraph.Forbidden*'
 else
   log "compute-sanitizer not found: skipped"
 fi
@@ -114,6 +124,12 @@ for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_
   name="bench_model_${f%%.gguf}"
   step "$name" 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 16G -m "$MODELS/$f" --ctx 256 --nmax 16 --reps 5
   cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null || true
+  # Batch-1 decode is a graphed pass (docs/cuda.md, "CUDA graphs"); the small models again without.
+  case $f in qwen2.5-coder-0.5b*|smollm2*)
+    TANDEM_CUDA_GRAPHS=0 step "${name}_graphs_off" 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 16G \
+      -m "$MODELS/$f" --ctx 256 --nmax 1 --reps 20
+    cp "$OUT/${name}_graphs_off.out" "$OUT/${name}_graphs_off.json" 2>/dev/null || true ;;
+  esac
 done
 
 # 6. the engine: plain vs speculative on the Qwen pair (greedy: the same tokens)
@@ -181,10 +197,14 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 t.write(f"| {k} | {v['m1_ms']:.4f} | {v['weight_gbps']:.0f} | {v['fraction_of_copy']:.2f} | {v['t_rel'][-1]:.2f} |\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
-        if m:
+        if m and not k.endswith("_graphs_off"):
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
                     f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s, "
                     f"T(16)/T(1) {m['t_ms'][-1] / m['t_ms'][0]:.2f}\n")
+            off = bench.get(k + "_graphs_off", {}).get("model")
+            if off:
+                t.write(f"  batch-1 decode with CUDA graphs {m['decode_tok_s']:.1f} tok/s, without {off['decode_tok_s']:.1f} tok/s "
+                        f"({m['decode_tok_s'] / max(off['decode_tok_s'], 1e-9):.2f}x)\n")
     if engine:
         t.write("\n| prompt | same tokens | plain tok/s | speculative tok/s | speedup |\n|---|---|---|---|---|\n")
         for e in engine:

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/simt/capture.hpp"
 #include "kernels/cuda/simt/simt.hpp"
 
 namespace {
@@ -223,6 +224,97 @@ TEST(Simt, HalfConversionsAreRoundToNearestEven) {
   }
   EXPECT_EQ(__float2int_rn(2.5f), 2);
   EXPECT_EQ(__float2int_rn(-3.5f), -4);
+}
+
+// ---- stream capture (simt/capture.hpp) -------------------------------------------------------
+
+// y[i] = y[i] * a + b over n elements: the order of two launches matters, and a scalar
+// argument shows whether the value recorded at capture or the one at replay is used.
+__global__ void axpb(float* y, float a, float b, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] = y[i] * a + b;
+}
+
+// A stream handle of the test's own (never dereferenced).
+cudaStream_t test_stream(char& tag) { return reinterpret_cast<cudaStream_t>(&tag); }
+
+TEST(Simt, CaptureRecordsLaunchesAndReplayRunsThemInOrder) {
+  char tag = 0;
+  cudaStream_t s = test_stream(tag);
+  std::vector<float> y(70, 1.0f), direct(70, 1.0f);
+  float a = 2.0f;
+  tandem::simt::begin_capture(s);
+  EXPECT_TRUE(tandem::simt::is_capturing(s));
+  TANDEM_LAUNCH(axpb, 3, 32, 16, s)(y.data(), a, 1.0f, 70);
+  a = 100.0f;  // changed after the launch was recorded: the recorded 2.0 counts
+  TANDEM_LAUNCH(axpb, dim3(1), dim3(64), 0, s)(y.data(), 3.0f, -1, 64);  // -1 converted to the float parameter
+  // Another stream is not captured: this launch runs now.
+  TANDEM_LAUNCH(axpb, 3, 32, 0, nullptr)(direct.data(), 2.0f, 1.0f, 70);
+  const tandem::simt::Graph g = tandem::simt::end_capture(s);
+  EXPECT_FALSE(tandem::simt::is_capturing(s));
+  EXPECT_EQ(y, std::vector<float>(70, 1.0f)) << "a captured launch must not run";
+  EXPECT_EQ(direct[0], 3.0f);
+
+  ASSERT_EQ(g.nodes().size(), 2u);
+  const tandem::simt::GraphNode& n0 = g.nodes()[0];
+  EXPECT_EQ(n0.kind, tandem::simt::GraphNode::Kind::Kernel);
+  EXPECT_EQ(n0.kernel, reinterpret_cast<const void*>(&axpb));
+  EXPECT_EQ(n0.cfg.grid.x, 3u);
+  EXPECT_EQ(n0.cfg.block.x, 32u);
+  EXPECT_EQ(n0.cfg.shmem, 16u);
+  const auto* args = n0.arguments<float*, float, float, int>();
+  ASSERT_NE(args, nullptr);
+  EXPECT_EQ(std::get<0>(*args), y.data());
+  EXPECT_EQ(std::get<1>(*args), 2.0f);
+  EXPECT_EQ(std::get<3>(*args), 70);
+  EXPECT_EQ(n0.arguments<int>(), nullptr) << "other parameter types";
+  const auto* args1 = g.nodes()[1].arguments<float*, float, float, int>();
+  ASSERT_NE(args1, nullptr);
+  EXPECT_EQ(std::get<2>(*args1), -1.0f);
+
+  // Replay == the same launches run directly, in the recorded order; twice == twice.
+  g.replay();
+  g.replay();
+  std::vector<float> want(70, 1.0f);
+  for (int rep = 0; rep < 2; ++rep)
+    for (int i = 0; i < 70; ++i) {
+      want[i] = want[i] * 2.0f + 1.0f;
+      if (i < 64) want[i] = want[i] * 3.0f - 1.0f;
+    }
+  EXPECT_EQ(y, want);
+}
+
+TEST(Simt, CaptureRecordsCopiesAndMemsetsAndRefusesMisuse) {
+  char tag = 0;
+  cudaStream_t s = test_stream(tag);
+  std::vector<int> a{1, 2, 3, 4}, b(4, 0);
+  EXPECT_FALSE(tandem::simt::record_copy(s, b.data(), a.data(), sizeof(int) * 4)) << "not capturing: the caller copies";
+  EXPECT_THROW(tandem::simt::end_capture(s), std::logic_error);
+  tandem::simt::begin_capture(s);
+  EXPECT_THROW(tandem::simt::begin_capture(s), std::logic_error);
+  EXPECT_TRUE(tandem::simt::record_copy(s, b.data(), a.data(), sizeof(int) * 4));
+  EXPECT_TRUE(tandem::simt::record_memset(s, a.data(), 0, sizeof(int) * 2));
+  const tandem::simt::Graph g = tandem::simt::end_capture(s);
+  ASSERT_EQ(g.nodes().size(), 2u);
+  EXPECT_EQ(g.nodes()[0].kind, tandem::simt::GraphNode::Kind::Copy);
+  EXPECT_EQ(g.nodes()[1].kind, tandem::simt::GraphNode::Kind::Memset);
+  EXPECT_EQ(b, std::vector<int>(4, 0));
+  a[3] = 40;  // a copy node reads its source when it runs
+  g.replay();
+  EXPECT_EQ(b, (std::vector<int>{1, 2, 3, 40}));
+  EXPECT_EQ(a, (std::vector<int>{0, 0, 3, 40}));
+
+  // A launch CUDA would refuse fails at the call and spoils the capture.
+  tandem::simt::begin_capture(s);
+  EXPECT_THROW(TANDEM_LAUNCH(axpb, 1, 2048, 0, s)(static_cast<float*>(nullptr), 1.0f, 0.0f, 0), std::invalid_argument);
+  EXPECT_THROW(tandem::simt::end_capture(s), std::logic_error);
+  EXPECT_FALSE(tandem::simt::is_capturing(s));
+  // An invalidated capture, then aborted: the stream captures anew.
+  tandem::simt::begin_capture(s);
+  tandem::simt::invalidate_capture(s, "a test");
+  tandem::simt::abort_capture(s);
+  tandem::simt::begin_capture(s);
+  EXPECT_TRUE(tandem::simt::end_capture(s).nodes().empty());
 }
 
 }  // namespace

@@ -1,23 +1,31 @@
 #include "engine/model/transformer.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "engine/model/transformer_scratch.hpp"
+#include "kernels/graph_capture.hpp"
 
 namespace tandem {
 
 using kernels::Tensor;
 
-// Activation and metadata tensors, re-allocated only when a larger batch arrives.
-struct Transformer::Scratch {
-  int32_t cap_tokens = 0, cap_seqs = 0, cap_blocks = 0, cap_out = 0;
-  std::vector<std::unique_ptr<kernels::Buffer>> bufs;
-  Tensor x, h, q, k, v, attn, o, gate, up, out_rows, logits;
-  Tensor tokens, positions, seq_index, slots, block_table, out_idx;
-};
+namespace {
+// TANDEM_CUDA_GRAPHS=0 (off, false, no) turns decode graphs off for every model.
+bool graphs_allowed_by_env() {
+  const char* e = std::getenv("TANDEM_CUDA_GRAPHS");
+  if (!e) return true;
+  const std::string v(e);
+  return !(v == "0" || v == "off" || v == "false" || v == "no");
+}
+}  // namespace
 
 Transformer::Transformer(const Model& model, KVCache& cache)
-    : model_(model), cache_(cache), be_(model.backend()), s_(std::make_unique<Scratch>()) {}
+    : model_(model), cache_(cache), be_(model.backend()), s_(std::make_unique<Scratch>()) {
+  graphs_on_ = kernels::graph_capture(be_) != nullptr && graphs_allowed_by_env();
+}
 
 Transformer::~Transformer() = default;
 
@@ -29,6 +37,7 @@ void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, 
   const int32_t nb = std::max(max_blocks, s.cap_blocks);
   const int32_t no = std::max(n_out, s.cap_out);
   const ModelConfig& c = model_.config();
+  if (!s.bufs.empty()) ++scratch_generation_;
   s.bufs.clear();
   auto make = [&](DType t, int64_t cols, int64_t rows) {
     s.bufs.push_back(be_.alloc(row_bytes(t, cols) * static_cast<size_t>(rows)));
@@ -51,6 +60,7 @@ void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, 
   s.slots = make(DType::I32, nt, 1);
   s.block_table = make(DType::I32, nb, ns);
   s.out_idx = make(DType::I32, no, 1);
+  s.graph_in = make(DType::I32, 5 * static_cast<int64_t>(nt) + static_cast<int64_t>(ns) * nb, 1);
   s.cap_tokens = nt;
   s.cap_seqs = ns;
   s.cap_blocks = nb;
@@ -85,6 +95,22 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool d
   int32_t max_blocks = 1;
   for (const auto& e : batch.entries_)
     max_blocks = std::max(max_blocks, static_cast<int32_t>(e.seq->block_table().size()));
+  Tensor out_logits;
+  if (!graph_pass(batch, max_blocks, &out_logits)) out_logits = direct_pass(batch, max_blocks);
+
+  for (const auto& e : batch.entries_) e.seq->set_length(e.start_pos + e.count);
+  if (n_out == 0) return;
+  last_logits_ = out_logits;
+  if (!download) return;
+  logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(n_logits()));
+  be_.download(logits.data(), out_logits, logits.size() * sizeof(float));
+  be_.synchronize();
+}
+
+// The pass as it comes: its exact shapes, metadata uploaded one array at a time.
+Tensor Transformer::direct_pass(const Batch& batch, int32_t max_blocks) {
+  const int32_t n = batch.n_tokens();
+  const int32_t n_out = batch.n_outputs();
   const int32_t n_seqs = static_cast<int32_t>(batch.entries_.size());
   ensure_scratch(n, n_seqs, max_blocks, std::max(n_out, 1));
   Scratch& s = *s_;
@@ -98,20 +124,36 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool d
     std::copy(bt.begin(), bt.end(), table.begin() + static_cast<ptrdiff_t>(si) * max_blocks);
     for (int32_t i = 0; i < e.count; ++i) slots[static_cast<size_t>(e.first + i)] = e.seq->slot(e.start_pos + i);
   }
-  auto rows = [](const Tensor& t, int64_t r) { return t.slice_rows(0, r); };
-  Tensor tokens = s.tokens, positions = s.positions, seq_index = s.seq_index, slot_t = s.slots;
-  tokens.ne[0] = positions.ne[0] = seq_index.ne[0] = slot_t.ne[0] = n;
-  Tensor block_table = s.block_table;
-  block_table.ne[0] = max_blocks;
-  block_table.nb1 = 0;
-  block_table.ne[1] = n_seqs;
-  be_.upload(tokens, batch.tokens_.data(), sizeof(int32_t) * n);
-  be_.upload(positions, batch.positions_.data(), sizeof(int32_t) * n);
-  be_.upload(seq_index, batch.seq_index_.data(), sizeof(int32_t) * n);
-  be_.upload(slot_t, slots.data(), sizeof(int32_t) * n);
-  be_.upload(block_table, table.data(), sizeof(int32_t) * table.size());
+  PassInputs in;
+  in.n = n;
+  in.n_out = n_out;
+  in.tokens = s.tokens;
+  in.positions = s.positions;
+  in.seq_index = s.seq_index;
+  in.slots = s.slots;
+  in.tokens.ne[0] = in.positions.ne[0] = in.seq_index.ne[0] = in.slots.ne[0] = n;
+  in.block_table = s.block_table;
+  in.block_table.ne[0] = max_blocks;
+  in.block_table.nb1 = 0;
+  in.block_table.ne[1] = n_seqs;
+  in.out_idx = s.out_idx;
+  in.out_idx.ne[0] = n_out;
+  be_.upload(in.tokens, batch.tokens_.data(), sizeof(int32_t) * n);
+  be_.upload(in.positions, batch.positions_.data(), sizeof(int32_t) * n);
+  be_.upload(in.seq_index, batch.seq_index_.data(), sizeof(int32_t) * n);
+  be_.upload(in.slots, slots.data(), sizeof(int32_t) * n);
+  be_.upload(in.block_table, table.data(), sizeof(int32_t) * table.size());
+  if (n_out > 0) be_.upload(in.out_idx, batch.output_rows_.data(), sizeof(int32_t) * n_out);
+  return encode(in);
+}
 
-  kernels::PagedAttnMeta meta{positions, seq_index, block_table, slot_t, cache_.block_size()};
+Tensor Transformer::encode(const PassInputs& in) {
+  const ModelConfig& c = model_.config();
+  Scratch& s = *s_;
+  const int32_t n = in.n, n_out = in.n_out;
+  kernels::PagedAttnMeta meta{in.positions, in.seq_index, in.block_table, in.slots, cache_.block_size()};
+  const Tensor& positions = in.positions;
+  auto rows = [](const Tensor& t, int64_t r) { return t.slice_rows(0, r); };
   const Tensor x = rows(s.x, n), h = rows(s.h, n), q = rows(s.q, n), k = rows(s.k, n), v = rows(s.v, n);
   const Tensor attn = rows(s.attn, n), o = rows(s.o, n), gate = rows(s.gate, n), up = rows(s.up, n);
   // Per-head views for Gemma's q/k norms: [n * heads, head_dim].
@@ -122,9 +164,8 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool d
     return r;
   };
 
-  be_.get_rows(x, model_.tok_embd, tokens);
+  be_.get_rows(x, model_.tok_embd, in.tokens);
   if (c.embd_scale != 1.0f) be_.scale(x, c.embd_scale);
-
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = model_.layers[static_cast<size_t>(il)];
     const bool local = c.layer_is_local[static_cast<size_t>(il)];
@@ -162,24 +203,16 @@ void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool d
     be_.add(x, x, o);
   }
 
-  for (const auto& e : batch.entries_) e.seq->set_length(e.start_pos + e.count);
-  if (n_out == 0) return;
+  if (n_out == 0) return {};
 
   // Only the rows that need logits go through the final norm and the vocabulary matmul.
-  Tensor out_idx = s.out_idx;
-  out_idx.ne[0] = n_out;
-  be_.upload(out_idx, batch.output_rows_.data(), sizeof(int32_t) * n_out);
   const int32_t width = n_logits();
   const Tensor out_rows = rows(s.out_rows, n_out);
   const Tensor out_logits = kernels::make_tensor(s.logits.buf, DType::F32, width, n_out, s.logits.offset);
-  be_.get_rows(out_rows, x, out_idx);
+  be_.get_rows(out_rows, x, in.out_idx);
   be_.rms_norm(out_rows, out_rows, model_.output_norm, c.rms_eps);
   be_.matmul(out_logits, subset_ ? subset_->head : model_.output, out_rows);
-  last_logits_ = out_logits;
-  if (!download) return;
-  logits.resize(static_cast<size_t>(n_out) * static_cast<size_t>(width));
-  be_.download(logits.data(), out_logits, logits.size() * sizeof(float));
-  be_.synchronize();
+  return out_logits;
 }
 
 }  // namespace tandem

@@ -1,7 +1,13 @@
 // The transformer forward pass over a ragged batch (batch.hpp). Keys and values of the new
 // tokens are written into each sequence's paged cache; logits come back for the rows that
 // ask for them. The layers themselves are plain calls of the backend's ops.
+//
+// On a backend that can capture graphs (kernels/graph_capture.hpp: CUDA), a pure decode
+// pass (one token per sequence: the draft's passes, plain decoding) is replayed from a
+// graph captured once per shape bucket (transformer_graphs.cpp, decode_buckets.hpp); every
+// other pass runs its ops one by one. Both give the same logits bit for bit.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -9,6 +15,7 @@
 
 #include "engine/kv/kv_cache.hpp"
 #include "engine/model/batch.hpp"
+#include "engine/model/graph_cache.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/output_subset.hpp"
 
@@ -30,7 +37,10 @@ class Transformer {
 
   // Logits for these tokens only (output_subset.hpp; a draft's reduced vocabulary): column j
   // of each row is token subset->ids[j]. Null: the whole vocabulary.
-  void set_output_subset(std::shared_ptr<const OutputSubset> subset) { subset_ = std::move(subset); }
+  void set_output_subset(std::shared_ptr<const OutputSubset> subset) {
+    subset_ = std::move(subset);
+    drop_graphs();  // they hold the old head
+  }
   const OutputSubset* output_subset() const { return subset_.get(); }
   int32_t n_logits() const {
     return subset_ ? static_cast<int32_t>(subset_->ids.size()) : model_.config().n_vocab;
@@ -39,16 +49,38 @@ class Transformer {
   const Model& model() const { return model_; }
   KVCache& cache() { return cache_; }
 
+  // Decode passes from graphs. On by default where the backend can capture, unless the
+  // environment says TANDEM_CUDA_GRAPHS=0 (or off/false/no); at most max_graphs are kept.
+  // Padding lanes write into a free cache block taken for the pass only.
+  static constexpr size_t kDefaultMaxGraphs = 32;
+  void set_graphs(bool on, size_t max_graphs = kDefaultMaxGraphs);
+  bool graphs_on() const { return graphs_on_; }
+  const GraphStats& graph_stats() const { return graphs_.stats(); }
+
  private:
   struct Scratch;
+  // The inputs of a pass, already on the backend (n tokens, n_out rows of logits).
+  struct PassInputs {
+    int32_t n = 0, n_out = 0;
+    kernels::Tensor tokens, positions, seq_index, slots, block_table, out_idx;
+  };
   void ensure_scratch(int32_t n_tokens, int32_t n_seqs, int32_t max_blocks, int32_t n_out);
+  // The pass's ops; returns its logits [n_out, n_logits()] (nothing when n_out is 0).
+  kernels::Tensor encode(const PassInputs& in);
+  kernels::Tensor direct_pass(const Batch& batch, int32_t max_blocks);
+  // A pure decode batch through a graph (transformer_graphs.cpp); false when it cannot be.
+  bool graph_pass(const Batch& batch, int32_t max_blocks, kernels::Tensor* logits);
+  void drop_graphs();
 
   const Model& model_;
   KVCache& cache_;
   kernels::Backend& be_;
   std::unique_ptr<Scratch> s_;
+  uint64_t scratch_generation_ = 0;  // bumped when the scratch buffers are reallocated
   kernels::Tensor last_logits_;
   std::shared_ptr<const OutputSubset> subset_;
+  bool graphs_on_ = false;
+  GraphCache graphs_{kDefaultMaxGraphs};
 };
 
 }  // namespace tandem

@@ -90,6 +90,7 @@ CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& o
 
 // Buffers may outlive the backend: they keep the pool (memory and runtime) alive.
 CudaBackend::~CudaBackend() {
+  rt_->abort_capture();  // one left open by an exception: its recording goes
   try {
     rt_->synchronize();
   } catch (...) {
@@ -131,6 +132,9 @@ std::string CudaBackend::description() const {
 // ---- memory -----------------------------------------------------------------------------------
 
 uint8_t* CudaBackend::arena_alloc(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a) {
+  // A graph would hold the address of memory allocated during its capture, and nothing of the
+  // allocation is replayed: everything a captured pass uses must exist before it.
+  require(!rt_->capturing(), "alloc", std::string("allocating ") + what + " while a graph is being captured");
   *a = pool_->allocate(bytes, what);
   return pool_->base + a->offset;
 }
@@ -214,6 +218,7 @@ uint8_t* CudaBackend::scratch(int slot, size_t bytes) {
   ScratchSlot& s = scratch_[slot];
   if (s.size < bytes) {
     const size_t want = std::max(bytes, s.size * 2);
+    if (s.p) ++scratch_epoch_;
     if (s.p) pool_->free(s.offset);
     s.p = nullptr;
     s.size = 0;
@@ -333,6 +338,8 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
   }
   if (N >= opt_.gemm_min_tokens) {
     // Prefill: dequantize row tiles to F32 and multiply them with a GEMM.
+    require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
+                                             " tokens or more) is not captured into graphs");
     const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(R, static_cast<int64_t>(kGemmTileFloats) / C));
     float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
     for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
@@ -474,6 +481,34 @@ void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, c
                      static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
   launched(op);
 }
+
+// ---- graphs -----------------------------------------------------------------------------------
+
+namespace {
+// A graph keeps the device pool (and so the runtime and its stream) alive.
+class CudaCapturedGraph final : public CapturedGraph {
+ public:
+  CudaCapturedGraph(std::shared_ptr<DevicePool> pool, std::unique_ptr<DeviceGraph> g)
+      : pool_(std::move(pool)), g_(std::move(g)) {}
+  void launch() override {
+    require(!pool_->rt->capturing(), "graph launch", "launching a graph while another is being captured");
+    g_->launch();
+  }
+  size_t nodes() const override { return g_->nodes(); }
+
+ private:
+  std::shared_ptr<DevicePool> pool_;
+  std::unique_ptr<DeviceGraph> g_;
+};
+}  // namespace
+
+void CudaBackend::begin_capture() { rt_->begin_capture(); }
+
+std::unique_ptr<CapturedGraph> CudaBackend::end_capture() {
+  return std::make_unique<CudaCapturedGraph>(pool_, rt_->end_capture());
+}
+
+void CudaBackend::abort_capture() noexcept { rt_->abort_capture(); }
 
 double CudaBackend::measure_copy_gbps(size_t bytes, int reps) {
   auto a = alloc(bytes), b = alloc(bytes);

@@ -20,6 +20,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
+#include "kernels/graph_capture.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/runtime.hpp"
@@ -50,7 +51,7 @@ struct DevicePool {
   std::mutex mu;
 };
 
-class CudaBackend final : public Backend, public DeviceDecode {
+class CudaBackend final : public Backend, public DeviceDecode, public GraphCapture {
  public:
   CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt);
   ~CudaBackend() override;
@@ -97,6 +98,15 @@ class CudaBackend final : public Backend, public DeviceDecode {
                       const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
 
+  // GraphCapture (kernels/graph_capture.hpp): the runtime's stream capture. Allocation from
+  // the arena and the GEMM path throw during a capture, in both builds (CUDA would not see
+  // an arena allocation: the arena is one cudaMalloc taken at construction).
+  void begin_capture() override;
+  std::unique_ptr<CapturedGraph> end_capture() override;
+  void abort_capture() noexcept override;
+  uint64_t capture_epoch() const override { return scratch_epoch_; }
+  int64_t max_capture_rows() const override { return opt_.gemm_min_tokens - 1; }
+
   const cuda_arena::Arena& arena() const { return pool_->arena; }
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
   // `reps` copies of `bytes`: the reference the decode benchmark's weight bandwidth is
@@ -124,6 +134,7 @@ class CudaBackend final : public Backend, public DeviceDecode {
     uint8_t* p = nullptr;
   };
   ScratchSlot scratch_[4];
+  uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
 };
 
 // A CUDA backend of this build (throws std::runtime_error when there is no device).

@@ -23,6 +23,17 @@ struct DeviceInfo {
   bool emulated = false;
 };
 
+// A captured sequence of the stream's work (DeviceRuntime::end_capture), replayed as a whole
+// on the runtime's stream: cudaGraphExec_t on the device, the recorded nodes in the emulator.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  // Enqueues the graph on the stream, ordered after the work before it (an error in one of
+  // its kernels shows at the next synchronizing call, as for any launch).
+  virtual void launch() = 0;
+  virtual size_t nodes() const = 0;  // kernels, copies and memsets captured
+};
+
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
@@ -41,6 +52,17 @@ class DeviceRuntime {
   virtual void synchronize() = 0;
   // After each launch: cudaGetLastError (debug builds, or TANDEM_CUDA_CHECK_LAUNCHES=1).
   virtual void check_launch(const char* op) = 0;
+
+  // Stream capture. Between begin_capture and end_capture the stream's kernels, device
+  // copies and zeroing are recorded into a graph, not run. What CUDA forbids on a capturing
+  // stream (copy_to_host, copy_to_device from host memory, synchronize) throws and spoils
+  // the capture: end_capture then throws too. abort_capture ends a capture that failed,
+  // discarding it; the stream is usable again afterwards. One capture at a time, begun and
+  // ended on the same thread.
+  virtual void begin_capture() = 0;
+  virtual std::unique_ptr<DeviceGraph> end_capture() = 0;
+  virtual void abort_capture() noexcept = 0;
+  virtual bool capturing() const = 0;
 };
 
 // The runtime of this build; throws std::runtime_error with one clear line when there is

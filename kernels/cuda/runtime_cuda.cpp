@@ -25,6 +25,22 @@ bool check_launches_default() {
 #endif
 }
 
+// An instantiated graph; launched on the stream it was captured on.
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, size_t nodes) : exec_(exec), stream_(stream), nodes_(nodes) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void launch() override { check(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+  size_t nodes() const override { return nodes_; }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+  size_t nodes_;
+};
+
 class CudaRuntime final : public DeviceRuntime {
  public:
   explicit CudaRuntime(int device) : device_(device) {
@@ -89,14 +105,50 @@ class CudaRuntime final : public DeviceRuntime {
   void check_launch(const char* op) override {
     if (!check_launches_) return;
     check(cudaGetLastError(), op);
-    check(cudaStreamSynchronize(stream_), op);
+    // A capturing stream refuses a synchronize (and the capture would be lost): the
+    // launch's own error is all that can be checked until the graph runs.
+    if (!capturing_) check(cudaStreamSynchronize(stream_), op);
   }
+
+  // Thread-local mode: what this thread does during the capture is checked (a cudaMalloc, a
+  // synchronous copy: refused), other threads are not stopped; the one stream is ours.
+  void begin_capture() override {
+    if (capturing_) throw std::logic_error("cuda: begin_capture while a capture is open");
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    capturing_ = true;
+  }
+  std::unique_ptr<DeviceGraph> end_capture() override {
+    if (!capturing_) throw std::logic_error("cuda: end_capture without a capture");
+    capturing_ = false;
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+    size_t n = 0;
+    cudaGraphExec_t exec = nullptr;
+    const char* what = "cudaGraphGetNodes";
+    cudaError_t e = cudaGraphGetNodes(g, nullptr, &n);
+    if (e == cudaSuccess) {
+      what = "cudaGraphInstantiate";
+      e = cudaGraphInstantiate(&exec, g, 0);
+    }
+    cudaGraphDestroy(g);  // the executable graph does not need it
+    check(e, what);
+    return std::make_unique<CudaGraph>(exec, stream_, n);
+  }
+  void abort_capture() noexcept override {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(stream_, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    cudaGetLastError();  // the invalidated capture's error is not the next call's
+  }
+  bool capturing() const override { return capturing_; }
 
  private:
   int device_;
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
   bool check_launches_ = false;
+  bool capturing_ = false;
 };
 
 }  // namespace

@@ -1,17 +1,31 @@
 // The emulated device runtime: "device" memory is host memory (a MAP_NORESERVE mapping, so
 // a large arena costs nothing until used), copies are memcpy, launches run synchronously.
+// Stream capture is the emulator's (simt/capture.hpp): kernels, device copies and memsets on
+// the stream are recorded; what CUDA forbids during a capture throws here.
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/cuda/simt/capture.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
+
+class EmulatedGraph final : public DeviceGraph {
+ public:
+  explicit EmulatedGraph(simt::Graph g) : g_(std::move(g)) {}
+  void launch() override { g_.replay(); }
+  size_t nodes() const override { return g_.nodes().size(); }
+
+ private:
+  simt::Graph g_;
+};
 
 class EmulatedRuntime final : public DeviceRuntime {
  public:
@@ -35,25 +49,47 @@ class EmulatedRuntime final : public DeviceRuntime {
   void release(void* p) override {
     if (p) munmap(p, reserved_);
   }
-  void* stream() override { return nullptr; }
+  // A handle of this runtime's own (never dereferenced): captures are per stream.
+  void* stream() override { return stream_; }
   void copy_to_device(void* dst, const void* src, size_t n) override {
+    forbidden_while_capturing("copy_to_device (an upload from host memory)");
     if (n) std::memcpy(dst, src, n);
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    forbidden_while_capturing("copy_to_host (a download, which waits for the stream)");
     if (n) std::memcpy(dst, src, n);
   }
   void copy_on_device(void* dst, const void* src, size_t n) override {
+    if (simt::record_copy(st(), dst, src, n)) return;
     if (n) std::memmove(dst, src, n);
   }
   void zero(void* dst, size_t n) override {
+    if (simt::record_memset(st(), dst, 0, n)) return;
     if (n) std::memset(dst, 0, n);
   }
-  void synchronize() override {}
+  void synchronize() override { forbidden_while_capturing("synchronize"); }
   void check_launch(const char*) override {}
 
+  void begin_capture() override { simt::begin_capture(st()); }
+  std::unique_ptr<DeviceGraph> end_capture() override {
+    return std::make_unique<EmulatedGraph>(simt::end_capture(st()));
+  }
+  void abort_capture() noexcept override { simt::abort_capture(st()); }
+  bool capturing() const override { return simt::is_capturing(stream_); }
+
  private:
+  cudaStream_t st() const { return stream_; }
+  // What CUDA refuses on a capturing stream: the call fails and the capture is invalidated.
+  void forbidden_while_capturing(const char* what) {
+    if (!simt::is_capturing(st())) return;
+    const std::string why = std::string(what) + " while the stream is being captured";
+    simt::invalidate_capture(st(), why);
+    throw std::logic_error("cuda (emulated): " + why + " (CUDA: cudaErrorStreamCaptureUnsupported)");
+  }
+
   DeviceInfo info_;
   size_t reserved_ = 0;
+  cudaStream_t stream_ = reinterpret_cast<cudaStream_t>(this);
 };
 
 }  // namespace

@@ -486,15 +486,19 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   return out;
 }
 
-void run_grid(const LaunchConfig& cfg, const std::function<void()>& body) {
+void check_config(const LaunchConfig& cfg) {
   const unsigned nthreads = cfg.block.x * cfg.block.y * cfg.block.z;
   if (nthreads == 0 || nthreads > kMaxThreads)
     throw std::invalid_argument("simt: block of " + std::to_string(nthreads) + " threads (1..1024)");
   if (cfg.block.z > 64) throw std::invalid_argument("simt: blockDim.z above 64");
   if (cfg.grid.y > 65535 || cfg.grid.z > 65535) throw std::invalid_argument("simt: gridDim.y/z above 65535");
   if (cfg.shmem > 227 * 1024) throw std::invalid_argument("simt: more than 227 KiB of dynamic shared memory");
+  if (uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z == 0) throw std::invalid_argument("simt: empty grid");
+}
+
+void run_grid(const LaunchConfig& cfg, const std::function<void()>& body) {
+  check_config(cfg);
   const uint64_t total = uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z;
-  if (total == 0) throw std::invalid_argument("simt: empty grid");
   std::atomic<uint64_t> next{0};
   const unsigned nw = static_cast<unsigned>(std::min<uint64_t>(worker_count(), total));
   if (nw <= 1 || t_runner) {  // a launch from inside a kernel never happens; run inline anyway

@@ -18,6 +18,9 @@
 // A barrier that some live threads never reach (divergent __syncthreads) is reported as
 // a std::runtime_error from the launch ("deadlock"), not a hang. Threads that have exited
 // count as arrived, as on Volta and later.
+//
+// A launch on a stream that is being captured (capture.hpp, the emulated
+// cudaStreamBeginCapture) is recorded with its converted arguments instead of run.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -34,8 +37,10 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
 
 // ---- qualifiers --------------------------------------------------------------------------
@@ -85,6 +90,17 @@ struct LaunchConfig {
   size_t shmem = 0;
 };
 void run_grid(const LaunchConfig& cfg, const std::function<void()>& body);
+// Throws std::invalid_argument for a shape CUDA would refuse at launch (run_grid checks it
+// too; a captured launch is checked when it is recorded, as CUDA does).
+void check_config(const LaunchConfig& cfg);
+
+// Stream capture (capture.hpp): whether any stream is capturing now (one atomic load, so
+// an ordinary launch pays nothing), and the recording of a kernel launch on a capturing
+// stream. `args` holds the kernel's converted parameters (a std::tuple of its parameter
+// types, `args_type`), `run` runs the grid over them. False when `s` is not capturing.
+bool capture_active();
+bool record_kernel(cudaStream_t s, const void* kernel, const LaunchConfig& cfg, std::shared_ptr<const void> args,
+                   const std::type_info& args_type, std::function<void()> run);
 
 template <typename T>
 inline uint64_t to_word(T v) {
@@ -111,22 +127,35 @@ Schedule schedule();
 void set_schedule(Schedule s);
 
 // Host side of TANDEM_LAUNCH: launcher(args...) runs the grid and returns when it is done
-// (the emulated stream is synchronous).
+// (the emulated stream is synchronous). On a stream that is being captured
+// (capture.hpp) the launch is recorded instead: the kernel, its shape and its arguments
+// converted now, as cudaStreamBeginCapture records a launch's parameter values.
 template <typename... P>
 struct Launcher {
   void (*kernel)(P...);
   detail::LaunchConfig cfg;
+  cudaStream_t stream;
   template <typename... A>
   void operator()(A&&... args) const {
+    auto k = kernel;
+    if (detail::capture_active()) {
+      auto params = std::make_shared<const std::tuple<P...>>(std::forward<A>(args)...);
+      const detail::LaunchConfig c = cfg;
+      // Each replay passes copies of the recorded values, as every launch of a graph does.
+      if (detail::record_kernel(stream, reinterpret_cast<const void*>(k), c, params, typeid(std::tuple<P...>),
+                                [k, c, params] { detail::run_grid(c, [&] { std::apply(k, *params); }); }))
+        return;
+      detail::run_grid(cfg, [&] { std::apply(k, *params); });
+      return;
+    }
     // Arguments are converted to the kernel's parameter types once, as a launch copies them.
     std::tuple<P...> params(std::forward<A>(args)...);
-    auto k = kernel;
     detail::run_grid(cfg, [&] { std::apply(k, params); });
   }
 };
 template <typename... P>
-Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t) {
-  return Launcher<P...>{kernel, {grid, block, shmem}};
+Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
+  return Launcher<P...>{kernel, {grid, block, shmem}, stream};
 }
 inline dim3 as_dim3(dim3 d) { return d; }
 inline dim3 as_dim3(unsigned v) { return dim3(v); }
