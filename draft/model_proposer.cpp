@@ -236,10 +236,12 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         const Job& j = *l.job;
         const SamplingParams& sp = *j.opts.sampling;
         const int64_t position = static_cast<int64_t>(j.context.size()) + i;
+        int32_t tok = -1;
+        bool last = i + 1 >= j.opts.max_tokens;  // or the grammar is complete
         if (l.device) {
           // Drawn on the device from this lane's last pass (DraftProbs::sample); the same
           // decisions as below, from the same q.
-          const int32_t tok = l.drawn.token;
+          tok = l.drawn.token;
           const float conf = j.opts.p_min <= 0.0f ? 1.0f : l.drawn.conf;
           if (tok < 0 || conf < j.opts.p_min) {
             l.active = false;
@@ -248,54 +250,42 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
           l.job->out.tokens.push_back(tok);
           l.job->out.on_device = true;
           if (!sp.greedy() && !j.opts.coupled) l.job->out.q_rows.push_back(l.drawn.q_row);
-          l.history.push_back(tok);
-          if (i + 1 >= j.opts.max_tokens) {
+        } else {
+          // Only ids both models share: the draft's padding rows are no tokens of the target.
+          const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
+                                                 : l.logits.size();
+          const auto logits = std::span<const float>(l.logits).first(shared);
+          // A constrained draft proposes only what the grammar allows; q is over those tokens.
+          const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
+          const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
+          Distribution d;
+          try {
+            d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);
+          } catch (const std::runtime_error&) {
+            if (!mask) throw;
+            l.active = false;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
+            continue;
+          }
+          // Whether to draft this position is decided from q alone, before its token is drawn:
+          // a stop that looked at the drawn token would skew which tokens get verified.
+          const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
+          if (conf < j.opts.p_min) {
             l.active = false;
             continue;
           }
-          const int32_t one[1] = {tok};
-          if (!room(l, 1)) continue;
-          b.add(l.job->proposer->seq_, one);
-          l.job->proposer->cached_.push_back(tok);
-          ++l.job->proposer->forwards_;
-          out.push_back(&l);
-          continue;
+          tok = sp.greedy()       ? d.ids[0]
+                : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
+                                 : sample(d, *j.rng);
+          l.job->out.tokens.push_back(tok);
+          // A coupled draft is verified by equality, so q is not needed.
+          if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
+          if (grammar) {
+            l.grammar = grammar->after(l.grammar, tok);
+            last = last || TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
+          }
         }
-        // Only ids both models share: the draft's padding rows are no tokens of the target.
-        const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
-                                               : l.logits.size();
-        const auto logits = std::span<const float>(l.logits).first(shared);
-        // A constrained draft proposes only what the grammar allows; q is over those tokens.
-        const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
-        const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
-        Distribution d;
-        try {
-          d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);
-        } catch (const std::runtime_error&) {
-          if (!mask) throw;
-          l.active = false;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
-          continue;
-        }
-        // Whether to draft this position is decided from q alone, before its token is drawn:
-        // a stop that looked at the drawn token would skew which tokens get verified.
-        const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
-        if (conf < j.opts.p_min) {
-          l.active = false;
-          continue;
-        }
-        const int32_t tok = sp.greedy()       ? d.ids[0]
-                            : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
-                                             : sample(d, *j.rng);
-        l.job->out.tokens.push_back(tok);
-        // A coupled draft is verified by equality, so q is not needed.
-        if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
         l.history.push_back(tok);
-        bool grammar_done = false;
-        if (grammar) {
-          l.grammar = grammar->after(l.grammar, tok);
-          grammar_done = TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
-        }
-        if (i + 1 >= j.opts.max_tokens || grammar_done) {
+        if (last) {
           l.active = false;
           continue;
         }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <span>
 
+#include "tests/support/cuda_under_test.hpp"
 #include "draft/model_proposer.hpp"
 #include "draft/ngram_proposer.hpp"
 #include "engine/model/transformer.hpp"
@@ -31,17 +32,7 @@ struct Case {
   test::TinyModelSpec spec;
 };
 
-// The emulated CUDA backend, or the real device with TANDEM_CUDA_TEST_DEVICE=1.
-std::unique_ptr<kernels::Backend> cuda_under_test() {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    kernels::BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = size_t{512} << 20;
-    return kernels::make_backend(o);
-  }
-  return kernels::make_emulated_cuda_backend(size_t{128} << 20);
-}
+std::unique_ptr<kernels::Backend> cuda_under_test() { return test::cuda_under_test(size_t{128} << 20); }
 
 std::vector<Case> cases() {
   std::vector<Case> v;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tests/support/cuda_under_test.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/cuda/runtime.hpp"
@@ -78,18 +79,9 @@ TEST(CudaGraph, EmulatedRuntimeRecordsDeviceCopiesAndRefusesHostTraffic) {
 
 // ---- the backend -------------------------------------------------------------------------------
 
-// The emulated CUDA backend, or the real device with TANDEM_CUDA_TEST_DEVICE=1 (there the
-// forbidden calls are refused by CUDA itself, as cudaErrorStreamCaptureUnsupported).
-std::unique_ptr<Backend> cuda_under_test() {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = size_t{256} << 20;
-    return make_backend(o);
-  }
-  return make_emulated_cuda_backend(size_t{64} << 20);
-}
+// On the real device (TANDEM_CUDA_TEST_DEVICE=1) the forbidden calls are refused by CUDA
+// itself, as cudaErrorStreamCaptureUnsupported.
+std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{64} << 20); }
 
 struct Fixture {
   std::unique_ptr<Backend> be = cuda_under_test();

@@ -13,6 +13,7 @@
 #include <set>
 #include <span>
 
+#include "tests/support/cuda_under_test.hpp"
 #include "draft/model_proposer.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/model/model.hpp"
@@ -29,17 +30,7 @@
 namespace tandem {
 namespace {
 
-// The emulated CUDA backend, or the real device with TANDEM_CUDA_TEST_DEVICE=1.
-std::unique_ptr<kernels::Backend> cuda_under_test() {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    kernels::BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = size_t{512} << 20;
-    return kernels::make_backend(o);
-  }
-  return kernels::make_emulated_cuda_backend(size_t{128} << 20);
-}
+std::unique_ptr<kernels::Backend> cuda_under_test() { return test::cuda_under_test(size_t{128} << 20); }
 
 struct Case {
   const char* name;

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "tests/support/cuda_under_test.hpp"
 #include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
@@ -18,16 +19,7 @@
 namespace tandem::kernels {
 namespace {
 
-std::unique_ptr<Backend> cuda_under_test() {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = size_t{64} << 20;
-    return make_backend(o);
-  }
-  return make_emulated_cuda_backend(size_t{16} << 20);
-}
+std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{16} << 20); }
 
 struct Dev {
   std::unique_ptr<Backend> be = cuda_under_test();

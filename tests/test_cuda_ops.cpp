@@ -17,6 +17,7 @@
 #include <random>
 #include <tuple>
 
+#include "tests/support/cuda_under_test.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/cpu/fp16.hpp"
@@ -29,19 +30,7 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of float
 
-// The CUDA backend under test: the emulated one, or with TANDEM_CUDA_TEST_DEVICE=1 (the GPU
-// run, bench/gpu_check.sh) the real device, so the same cases run natively.
-std::unique_ptr<Backend> cuda_under_test(size_t arena_bytes, int64_t gemm_min_tokens = 64) {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = arena_bytes;
-    o.gemm_min_tokens = gemm_min_tokens;
-    return make_backend(o);
-  }
-  return make_emulated_cuda_backend(arena_bytes, gemm_min_tokens);
-}
+using test::cuda_under_test;
 
 std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
   std::mt19937 g(seed);

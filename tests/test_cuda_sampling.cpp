@@ -18,6 +18,8 @@
 #include <map>
 #include <random>
 
+#include "tests/support/cuda_under_test.hpp"
+#include "draft/draft_probs.hpp"
 #include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
@@ -27,16 +29,7 @@
 namespace tandem::kernels {
 namespace {
 
-std::unique_ptr<Backend> cuda_under_test() {
-  const char* e = std::getenv("TANDEM_CUDA_TEST_DEVICE");
-  if (e && *e == '1') {
-    BackendOptions o;
-    o.device = "cuda";
-    o.gpu_mem_bytes = size_t{256} << 20;
-    return make_backend(o);
-  }
-  return make_emulated_cuda_backend(size_t{64} << 20);
-}
+std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{64} << 20); }
 
 struct Dev {
   std::unique_ptr<Backend> be = cuda_under_test();
@@ -65,36 +58,12 @@ struct Dev {
   }
 };
 
-RowSampling row_of(const SamplingParams& p) {
-  RowSampling r;
-  r.temperature = p.temperature;
-  r.top_k = p.top_k;
-  r.top_p = p.top_p;
-  r.min_p = p.min_p;
-  r.repetition_penalty = p.repetition_penalty;
-  r.presence_penalty = p.presence_penalty;
-  r.frequency_penalty = p.frequency_penalty;
-  return r;
-}
-
-// The penalty entries make_distribution derives from a history (engine/sampling/sampler.cpp).
+// The engine's own translations (draft/draft_probs.hpp), checked here against
+// make_distribution's reading of the same parameters and history.
+RowSampling row_of(const SamplingParams& p) { return row_sampling(p); }
 std::vector<int32_t> penalty_entries(const SamplingParams& p, const std::vector<int32_t>& history, int32_t vocab) {
-  std::map<int32_t, uint32_t> c;
-  const bool pf = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  if (pf)
-    for (int32_t t : history) ++c[t];
-  if (p.repetition_penalty != 1.0f) {
-    size_t from = 0;
-    if (p.repetition_window >= 0 && static_cast<size_t>(p.repetition_window) < history.size())
-      from = history.size() - static_cast<size_t>(p.repetition_window);
-    for (size_t i = from; i < history.size(); ++i) c[history[i]] |= kPenaltyInWindow;
-  }
   std::vector<int32_t> out;
-  for (auto [t, n] : c) {
-    if (t >= vocab) continue;
-    out.push_back(t);
-    out.push_back(static_cast<int32_t>(n));
-  }
+  append_penalty_entries(p, history, vocab, out);
   return out;
 }
 

@@ -26,6 +26,17 @@ enum ErrorBits : int {
 
 constexpr int kWarp = 32;
 
+// The engine's rank key (engine/sampling/sampler.cpp): float order as int32, -0 == +0, NaN
+// as -inf, so maxima and argmaxes are exact integer comparisons.
+constexpr int32_t kNegInfKey = -0x7F800000;
+__device__ __forceinline__ int32_t rank_key(float f) {
+  const int32_t b = __float_as_int(f);
+  const int32_t mag = b & 0x7FFFFFFF;
+  const int32_t sign = b >> 31;
+  const int32_t k = (mag ^ sign) - sign;
+  return mag > 0x7F800000 ? kNegInfKey : k;
+}
+
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 __device__ __forceinline__ float fmax2(float a, float b) { return a > b ? a : b; }

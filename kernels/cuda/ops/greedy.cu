@@ -15,15 +15,6 @@ namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int32_t kNegInfKey = -0x7F800000;
-
-__device__ __forceinline__ int32_t rank_key(float f) {
-  const int32_t b = __float_as_int(f);
-  const int32_t mag = b & 0x7FFFFFFF;
-  const int32_t sign = b >> 31;
-  const int32_t k = (mag ^ sign) - sign;
-  return mag > 0x7F800000 ? kNegInfKey : k;
-}
 
 // (key, id) pairs: larger key wins, then lower id.
 __device__ __forceinline__ void better(int32_t& k, int32_t& i, int32_t k2, int32_t i2) {
@@ -33,8 +24,8 @@ __device__ __forceinline__ void better(int32_t& k, int32_t& i, int32_t k2, int32
 __global__ void argmax_kernel(const float* logits, int64_t ld, int64_t vocab, int32_t* out) {
   __shared__ int32_t sk[kThreads / dev::kWarp], si[kThreads / dev::kWarp];
   const float* row = logits + blockIdx.x * ld;
-  int32_t k = kNegInfKey, id = 0x7fffffff;
-  for (int64_t c = threadIdx.x; c < vocab; c += kThreads) better(k, id, rank_key(row[c]), static_cast<int32_t>(c));
+  int32_t k = dev::kNegInfKey, id = 0x7fffffff;
+  for (int64_t c = threadIdx.x; c < vocab; c += kThreads) better(k, id, dev::rank_key(row[c]), static_cast<int32_t>(c));
   for (int o = 16; o >= 1; o /= 2)
     better(k, id, __shfl_xor_sync(0xffffffffu, k, o), __shfl_xor_sync(0xffffffffu, id, o));
   const int warp = threadIdx.x / dev::kWarp;
@@ -43,7 +34,7 @@ __global__ void argmax_kernel(const float* logits, int64_t ld, int64_t vocab, in
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / dev::kWarp; ++w) better(k, id, sk[w], si[w]);
     // Only -inf/NaN: no token (an all -inf row keeps the key of -inf with some id).
-    out[blockIdx.x] = k == kNegInfKey ? -1 : id;
+    out[blockIdx.x] = k == dev::kNegInfKey ? -1 : id;
   }
 }
 

@@ -27,23 +27,15 @@ constexpr int kWarps = kT / dev::kWarp;
 // Fixed-point masses: a weight in [0, 1] times 2^44, so a vocabulary of up to 2^19 tokens
 // sums below 2^63.
 constexpr double kFxScale = 17592186044416.0;  // 2^44
-constexpr int32_t kNegInfKey = -0x7F800000;
 
 __device__ __forceinline__ ull fx(double w) { return w > 0.0 ? static_cast<ull>(w * kFxScale) : 0ull; }
 
-// The engine's rank key (engine/sampling/sampler.cpp): float order as int32, -0 == +0, NaN as -inf.
-__device__ __forceinline__ int32_t rank_key(float f) {
-  const int32_t b = __float_as_int(f);
-  const int32_t mag = b & 0x7FFFFFFF;
-  const int32_t sign = b >> 31;
-  const int32_t k = (mag ^ sign) - sign;
-  return mag > 0x7F800000 ? kNegInfKey : k;
-}
+// The float of a rank key (dev::rank_key).
 __device__ __forceinline__ float from_key(int32_t k) {
   return k >= 0 ? __int_as_float(k) : __uint_as_float(static_cast<uint32_t>(-k) | 0x80000000u);
 }
 // The same order as an unsigned key (for the radix select).
-__device__ __forceinline__ uint32_t ukey(float f) { return static_cast<uint32_t>(rank_key(f)) ^ 0x80000000u; }
+__device__ __forceinline__ uint32_t ukey(float f) { return static_cast<uint32_t>(dev::rank_key(f)) ^ 0x80000000u; }
 __device__ __forceinline__ float scrub_nan(float x) {
   return (__float_as_uint(x) & 0x7FFFFFFFu) > 0x7F800000u ? -INFINITY : x;
 }
@@ -172,16 +164,20 @@ __device__ Selected radix_select(int64_t n, const W& w, ull target) {
   return r;
 }
 
-// After a selection: drops every counted token below K, and of those equal to K keeps the
-// first `keep` in id order (each thread walks a contiguous range of ids, so the ranks are
-// an exclusive scan of per-thread counts).
-template <class W>
-__device__ void cut_below(int64_t n, const W& w, uint32_t K, ull keep) {
-  __shared__ ull cnt[kT];
+// The ids a thread walks when the order of ids matters (ties, draws): a contiguous range.
+struct Range {
+  int64_t lo, hi;
+};
+__device__ __forceinline__ Range my_range(int64_t n) {
   const int64_t chunk = (n + kT - 1) / kT;
-  const int64_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
-  ull c = 0;
-  for (int64_t v = lo; v < hi; ++v) c += (w.counts(v) && w.key(v) == K) ? 1ull : 0ull;
+  const int64_t lo = threadIdx.x * chunk;
+  return {lo < n ? lo : n, lo + chunk < n ? lo + chunk : n};
+}
+// Each thread's c in thread order: the sum of the c of the threads before it (exact
+// integers), and the block's total.
+__device__ ull block_exclusive_scan(ull c, ull& total) {
+  __shared__ ull cnt[kT];
+  __shared__ ull s_total;
   cnt[threadIdx.x] = c;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -191,10 +187,26 @@ __device__ void cut_below(int64_t n, const W& w, uint32_t K, ull keep) {
       cnt[t] = run;
       run += x;
     }
+    s_total = run;
   }
   __syncthreads();
-  ull rank = cnt[threadIdx.x];
-  for (int64_t v = lo; v < hi; ++v) {
+  const ull before = cnt[threadIdx.x];
+  total = s_total;
+  __syncthreads();  // cnt may be written again by the next call
+  return before;
+}
+
+// After a selection: drops every counted token below K, and of those equal to K keeps the
+// first `keep` in id order (each thread walks a contiguous range of ids, so the ranks are
+// an exclusive scan of per-thread counts).
+template <class W>
+__device__ void cut_below(int64_t n, const W& w, uint32_t K, ull keep) {
+  const Range r = my_range(n);
+  ull c = 0;
+  for (int64_t v = r.lo; v < r.hi; ++v) c += (w.counts(v) && w.key(v) == K) ? 1ull : 0ull;
+  ull total;
+  ull rank = block_exclusive_scan(c, total);
+  for (int64_t v = r.lo; v < r.hi; ++v) {
     if (!w.counts(v)) continue;
     const uint32_t k = w.key(v);
     if (k < K) {
@@ -225,34 +237,19 @@ struct ResidualWeight {  // max(0, p − q); q a row, or the point mass on `x`
 };
 template <class W>
 __device__ int32_t block_draw(int64_t n, const W& w, double u) {
-  __shared__ ull cnt[kT];
-  __shared__ ull s_total;
   __shared__ int32_t s_id;
-  const int64_t chunk = (n + kT - 1) / kT;
-  const int64_t lo = threadIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  const Range r = my_range(n);
   ull c = 0;
-  for (int64_t v = lo; v < hi; ++v) c += w(v);
-  cnt[threadIdx.x] = c;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    ull run = 0;
-    for (int t = 0; t < kT; ++t) {
-      const ull x = cnt[t];
-      cnt[t] = run;
-      run += x;
-    }
-    s_total = run;
-    s_id = -1;
-  }
-  __syncthreads();
-  const ull total = s_total;
+  for (int64_t v = r.lo; v < r.hi; ++v) c += w(v);
+  if (threadIdx.x == 0) s_id = -1;  // ordered before the finder's write by the scan's barriers
+  ull total;
+  const ull start = block_exclusive_scan(c, total);
   if (total != 0) {
     ull target = static_cast<ull>(u * static_cast<double>(total));
     if (target >= total) target = total - 1;
-    const ull start = cnt[threadIdx.x];
     if (start <= target && target < start + c) {
       ull acc = start;
-      for (int64_t v = lo; v < hi; ++v) {
+      for (int64_t v = r.lo; v < r.hi; ++v) {
         acc += w(v);
         if (acc > target) {
           s_id = static_cast<int32_t>(v);
@@ -334,10 +331,10 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   }
   __syncthreads();
 
-  KeyId mx{kNegInfKey, 0x7fffffff};
-  for (int64_t v = threadIdx.x; v < n; v += kT) mx = better(mx, KeyId{rank_key(w[v]), static_cast<int32_t>(v)});
+  KeyId mx{dev::kNegInfKey, 0x7fffffff};
+  for (int64_t v = threadIdx.x; v < n; v += kT) mx = better(mx, KeyId{dev::rank_key(w[v]), static_cast<int32_t>(v)});
   mx = block_argmax(mx);
-  if (mx.key == kNegInfKey) {  // nothing possible
+  if (mx.key == dev::kNegInfKey) {  // nothing possible
     for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = 0.0f;
     if (threadIdx.x == 0) top[r] = -1, conf[r] = 0.0f;
     return;
@@ -345,8 +342,8 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   if (P.temperature <= 0.0f) {
     // Greedy: a point mass on the penalised argmax; the confidence is the raw logits'
     // largest softmax probability at temperature 1 (the draft's p_min test).
-    KeyId raw{kNegInfKey, 0};
-    for (int64_t v = threadIdx.x; v < n; v += kT) raw = better(raw, KeyId{rank_key(x[v]), static_cast<int32_t>(v)});
+    KeyId raw{dev::kNegInfKey, 0};
+    for (int64_t v = threadIdx.x; v < n; v += kT) raw = better(raw, KeyId{dev::rank_key(x[v]), static_cast<int32_t>(v)});
     raw = block_argmax(raw);
     const float rm = from_key(raw.key);
     double z = 0.0;
@@ -388,8 +385,8 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   if (P.top_p < 1.0f) {
     if (P.top_p <= 0.0f) {
       // Only the most likely token (the first of the CPU's order).
-      KeyId b{kNegInfKey, 0x7fffffff};
-      for (int64_t v = threadIdx.x; v < n; v += kT) b = better(b, KeyId{rank_key(w[v]), static_cast<int32_t>(v)});
+      KeyId b{dev::kNegInfKey, 0x7fffffff};
+      for (int64_t v = threadIdx.x; v < n; v += kT) b = better(b, KeyId{dev::rank_key(w[v]), static_cast<int32_t>(v)});
       b = block_argmax(b);
       for (int64_t v = threadIdx.x; v < n; v += kT)
         if (v != b.id) w[v] = 0.0f;
@@ -423,16 +420,16 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   kept = block_sum_double(kept);
   for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = static_cast<float>(static_cast<double>(w[v]) / kept);
   __syncthreads();
-  KeyId b{kNegInfKey, 0x7fffffff};
-  for (int64_t v = threadIdx.x; v < n; v += kT) b = better(b, KeyId{rank_key(w[v]), static_cast<int32_t>(v)});
+  KeyId b{dev::kNegInfKey, 0x7fffffff};
+  for (int64_t v = threadIdx.x; v < n; v += kT) b = better(b, KeyId{dev::rank_key(w[v]), static_cast<int32_t>(v)});
   b = block_argmax(b);
   if (P.bias_mass > 0.0f) {
     // Tests: the verifier's fault injection (verify/verifier.hpp), on the device.
-    KeyId s{kNegInfKey, 0x7fffffff};
+    KeyId s{dev::kNegInfKey, 0x7fffffff};
     for (int64_t v = threadIdx.x; v < n; v += kT)
-      if (v != b.id && w[v] > 0.0f) s = better(s, KeyId{rank_key(w[v]), static_cast<int32_t>(v)});
+      if (v != b.id && w[v] > 0.0f) s = better(s, KeyId{dev::rank_key(w[v]), static_cast<int32_t>(v)});
     s = block_argmax(s);
-    if (threadIdx.x == 0 && s.key != kNegInfKey) {
+    if (threadIdx.x == 0 && s.key != dev::kNegInfKey) {
       const float moved = P.bias_mass < w[b.id] ? P.bias_mass : w[b.id];
       w[b.id] -= moved;
       w[s.id] += moved;
