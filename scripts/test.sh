@@ -102,8 +102,11 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   # statistics, and its power check (the injected-bias run) is not repeated. Its configurations
   # on the CUDA backend are left out too: the emulator under ASan takes minutes for too few
   # generations to test anything; the CUDA op, forward and scheduler tests cover those paths.
+  # So is CudaGraphForward (two minutes under ASan: graphed == direct over long runs of
+  # emulated passes, the same code the CudaGraph unit tests and the CUDA forward tests
+  # run under ASan).
   TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=500 \
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_'
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_|CudaGraphForward'
   stage_end
 fi
 
