@@ -125,6 +125,9 @@ std::string CudaBackend::description() const {
        std::to_string(opt_.gemm_min_tokens) + " tokens: dequantized f32 tiles, " +
        (d.emulated ? std::string("host GEMM") : std::string("cuBLAS SGEMM, no TF32")) +
        "), paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
+  s += "\n  decoding on the device: argmax, final distributions (penalties, temperature, top-k/top-p by radix "
+       "select, min-p), draws with counter-based noise, rejection and coupled verification of the batch; "
+       "decode passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
   s += "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens";
   return s;
 }
