@@ -32,31 +32,9 @@ namespace {
 
 std::unique_ptr<kernels::Backend> cuda_under_test() { return test::cuda_under_test(size_t{128} << 20); }
 
-struct Case {
-  const char* name;
-  test::TinyModelSpec spec;
-};
+using Case = test::CudaModelCase;
 
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  test::TinyModelSpec s;
-  v.push_back({"llama_f32", s});
-  s.arch = "qwen2";
-  s.weight_type = DType::Q8_0;
-  s.embd_type = DType::Q4_0;
-  v.push_back({"qwen2_q8_0", s});
-  s = {};
-  s.arch = "gemma3";
-  s.n_embd = 256;
-  s.n_ff = 256;
-  s.n_head = 4;
-  s.n_head_kv = 1;
-  s.weight_type = DType::Q4_K;
-  s.embd_type = DType::Q6_K;
-  s.sliding_window = 5;
-  v.push_back({"gemma3_q4_k", s});
-  return v;
-}
+std::vector<Case> cases() { return test::cuda_model_cases(); }
 
 std::string model_path(const std::string& name, const test::TinyModelSpec& spec) {
   const std::string path = test::scratch_dir("cuda-graph-forward-" + name) + "/m.gguf";
