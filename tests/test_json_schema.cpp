@@ -557,3 +557,25 @@ TEST(JsonSchema, SampledDocumentsPassJsonschema) {
   EXPECT_EQ(rc, 0) << log;
   EXPECT_NE(log.find(std::to_string(sampled) + " documents, 0 invalid"), std::string::npos) << log;
 }
+
+// Found by fuzz_json_schema (tests/fuzz/corpus/json_schema/ambiguous_pattern_refused.json):
+// a pattern of many `.` and `*` converts and compiles, but stepping it keeps more than 512
+// parses alive. The grammar refuses that with a clear std::runtime_error (a request using
+// it ends with that error) instead of slowing down without bound; nothing crashes.
+TEST(JsonSchema, AGrammarTooAmbiguousToStepIsRefusedWithAClearError) {
+  std::ifstream in(std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/fuzz/corpus/json_schema/ambiguous_pattern_refused.json",
+                   std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::string schema((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::shared_ptr<const Grammar> g = Grammar::parse(json_schema_to_gbnf(schema));
+  int refused = 0;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    try {
+      (void)test::random_sentence(*g, seed * 0x9E3779B97F4A7C15ULL + schema.size());
+    } catch (const std::runtime_error& e) {
+      ++refused;
+      EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(refused, 0) << "the walk no longer meets the ambiguity limit: pick a new input";
+}
