@@ -1,8 +1,6 @@
 #include "draft/draft_probs.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
@@ -109,18 +107,12 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   const auto n_key = static_cast<size_t>(rows) * kernels::kNoiseKeyWords;
   const size_t n_pen = std::max<size_t>(pens.size(), 2);
   const size_t words = n_par + n_key + n_pen + 4 * static_cast<size_t>(rows);
-  if (!side_ || side_->size() < words * 4) side_ = be_.alloc(words * 4 * 2);
-  size_t at = 0;
-  auto take = [&](DType t, int64_t ne0, int64_t ne1) {
-    const kernels::Tensor x = kernels::make_tensor(side_.get(), t, ne0, ne1, at * 4);
-    at += static_cast<size_t>(ne0 * ne1);
-    return x;
-  };
-  const kernels::Tensor tp = take(DType::I32, kernels::kRowSamplingWords, rows);
-  const kernels::Tensor tk = take(DType::I32, kernels::kNoiseKeyWords, rows);
-  const kernels::Tensor tpen = take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
-  const kernels::Tensor top = take(DType::I32, rows, 1), conf = take(DType::F32, rows, 1);
-  const kernels::Tensor ids = take(DType::I32, rows, 1), cids = take(DType::I32, rows, 1);
+  kernels::WordViews w(be_, side_, words);
+  const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
+  const kernels::Tensor tk = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
+  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
+  const kernels::Tensor top = w.take(DType::I32, rows), conf = w.take(DType::F32, rows);
+  const kernels::Tensor ids = w.take(DType::I32, rows), cids = w.take(DType::I32, rows);
   be_.upload(tp, params.data(), n_par * 4);
   be_.upload(tk, keys.data(), n_key * 4);
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);

@@ -1,10 +1,11 @@
-// Optional capability of a backend: greedy decoding, coupled (Gumbel-max) sampling and the
-// speculative verifier on the device, so that only token ids and accepted counts cross to
-// the host each step instead of the logits. The CUDA backend has it; device_decode() is
+// Optional capability of a backend: greedy and sampled decoding and the speculative
+// verifier on the device, so that only token ids and accepted counts cross to the host each
+// step instead of the logits. The CUDA backend has it; device_decode() is
 // nullptr for others (the engine then downloads the logits and uses engine/sampler.hpp as
 // today).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "kernels/backend.hpp"
 
@@ -17,17 +18,8 @@ class DeviceDecode {
   // NaN as -inf, -0 == +0); -1 for a row with no finite or +inf value. logits F32
   // [n, vocab], ids I32 [n].
   virtual void argmax_rows(const Tensor& ids, const Tensor& logits) = 0;
-  // Coupled sampling at temperature t > 0 with no other transform (no top-k/p, min-p or
-  // penalties: those stay on the host for now): ids[r] = argmax_v x[r][v] / t + g(r, v),
-  // g = -log(-log u) with u = PositionNoise(seed).uniform(positions[r], v) (engine/gumbel.hpp:
-  // the same counter-based noise, bit for bit, and the same portable logarithm). A draw from
-  // softmax(x / t) that depends only on (seed, position, logits), so speculative output
-  // equals plain sampling token for token when the drafts are verified with verify_greedy
-  // against these ids. positions: I32 [n]; -1 for a row with nothing finite.
-  virtual void sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
-                              uint64_t seed) = 0;
   // Verification of a batch against the target's token of each row (argmax_rows for
-  // greedy, sample_coupled for coupled sampling), all tensors I32 on the backend:
+  // greedy requests), all tensors I32 on the backend:
   //   argmax [rows] (those tokens), first_row [n_seqs] (the row verifying a sequence's
   //   first draft), drafts [n_seqs, max_drafts], n_drafts [n_seqs] (0..max_drafts).
   // Writes n_accepted [n_seqs] (leading drafts equal to the argmax) and out_tokens
@@ -142,5 +134,23 @@ constexpr int kSeqVerifyWords = 8;
 static_assert(sizeof(SeqVerify) == kSeqVerifyWords * 4);
 
 inline DeviceDecode* device_decode(Backend& be) { return dynamic_cast<DeviceDecode*>(&be); }
+
+// The small per-call tensors of these ops (parameters, keys, ids, counts) as consecutive
+// views of one 4-byte-word buffer that grows (to twice what is asked) and then stays.
+class WordViews {
+ public:
+  WordViews(Backend& be, std::unique_ptr<Buffer>& buf, size_t words) : buf_(buf) {
+    if (!buf_ || buf_->size() < words * 4) buf_ = be.alloc(words * 4 * 2);
+  }
+  Tensor take(DType t, int64_t ne0, int64_t ne1 = 1) {
+    const Tensor x = make_tensor(buf_.get(), t, ne0, ne1, at_ * 4);
+    at_ += static_cast<size_t>(ne0 * ne1);
+    return x;
+  }
+
+ private:
+  std::unique_ptr<Buffer>& buf_;
+  size_t at_ = 0;
+};
 
 }  // namespace tandem::kernels

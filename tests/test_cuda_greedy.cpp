@@ -1,8 +1,7 @@
-// Decoding on the CUDA backend (kernels/device_decode.hpp) under the SIMT emulator: the
-// argmax of each logits row is the engine's argmax (engine/sampler.hpp), coupled sampling
-// uses the engine's counter-based Gumbel noise (engine/gumbel.hpp) and draws from the
-// softmax, and the batch verifier accepts exactly the leading drafts equal to the target's
-// tokens.
+// Greedy decoding on the CUDA backend (kernels/device_decode.hpp) under the SIMT emulator:
+// the argmax of each logits row is the engine's argmax (engine/sampler.hpp), and the batch
+// verifier accepts exactly the leading drafts equal to the target's tokens. (Sampled
+// decoding: test_cuda_sampling.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +10,6 @@
 #include <random>
 
 #include "tests/support/cuda_under_test.hpp"
-#include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/device_decode.hpp"
@@ -115,93 +113,6 @@ TEST(CudaGreedy, VerifierAcceptsTheLeadingMatchingDrafts) {
   device_decode(*d.be)->verify_greedy(tam, bad, td, tnd, tacc, tout);
   EXPECT_THROW(d.be->synchronize(), std::out_of_range);
   EXPECT_EQ(d.get(tacc)[3], -1);
-}
-
-// The host formula with the engine's own noise and logarithm: the same double operations,
-// so the same token, bit for bit.
-int32_t coupled_ref(const std::vector<float>& x, float t, uint64_t seed, int64_t pos) {
-  const PositionNoise noise(seed);
-  int tier = -1;
-  double best = 0;
-  int32_t id = -1;
-  for (size_t v = 0; v < x.size(); ++v) {
-    if (!(x[v] > -std::numeric_limits<float>::infinity())) continue;
-    const double g = -portable_log(-portable_log(noise.uniform(pos, static_cast<int32_t>(v))));
-    const int ti = std::isinf(x[v]) ? 1 : 0;
-    const double sc = ti ? g : static_cast<double>(x[v]) * (1.0 / static_cast<double>(t)) + g;
-    if (ti > tier || (ti == tier && sc > best)) tier = ti, best = sc, id = static_cast<int32_t>(v);
-  }
-  return id;
-}
-
-TEST(CudaGreedy, CoupledSamplingUsesTheEnginesNoise) {
-  const int vocab = 300;
-  const float inf = std::numeric_limits<float>::infinity();
-  std::mt19937 g(9);
-  std::vector<std::vector<float>> rows;
-  for (int r = 0; r < 5; ++r) {
-    std::vector<float> v(vocab);
-    for (auto& x : v) x = std::normal_distribution<float>(0, 2)(g);
-    rows.push_back(v);
-  }
-  rows[3][10] = rows[3][250] = inf;  // uniform over the +inf tokens
-  rows.push_back(std::vector<float>(vocab, -inf));
-  const std::vector<int32_t> pos = {0, 1, 77, 5000, 3, 9};
-  std::vector<float> flat;
-  for (auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  for (float t : {0.7f, 1.0f, 1.5f}) {
-    for (uint64_t seed : {uint64_t{1}, uint64_t{123456789}}) {
-      Dev d;
-      Tensor logits = d.put(DType::F32, flat, vocab), tp = d.put(DType::I32, pos, 1);
-      Tensor ids = d.put(DType::I32, std::vector<int32_t>(rows.size(), 7), 1);
-      device_decode(*d.be)->sample_coupled(ids, logits, tp, t, seed);
-      const auto got = d.get(ids);
-      for (size_t r = 0; r < rows.size(); ++r)
-        EXPECT_EQ(got[r], coupled_ref(rows[r], t, seed, pos[r])) << "row " << r << " t " << t << " seed " << seed;
-      EXPECT_TRUE(got[3] == 10 || got[3] == 250);
-      EXPECT_EQ(got.back(), -1);
-    }
-  }
-}
-
-// 3000 positions of one row of logits: the draws follow softmax(x / t). chi2 with 5
-// degrees of freedom below 20.5 (alpha = 0.001); the noise is a fixed function of the
-// seed, so the outcome is deterministic.
-TEST(CudaGreedy, CoupledSamplingDrawsFromTheSoftmax) {
-  const std::vector<float> x = {1.0f, 0.5f, -0.3f, 2.0f, 0.0f, -1.0f};
-  const float t = 0.8f;
-  const int n = 3000;
-  std::vector<float> flat;
-  std::vector<int32_t> pos;
-  for (int i = 0; i < n; ++i) flat.insert(flat.end(), x.begin(), x.end()), pos.push_back(i);
-  Dev d;
-  Tensor logits = d.put(DType::F32, flat, 6), tp = d.put(DType::I32, pos, 1);
-  Tensor ids = d.put(DType::I32, std::vector<int32_t>(n, 0), 1);
-  device_decode(*d.be)->sample_coupled(ids, logits, tp, t, 42);
-  const auto got = d.get(ids);
-  std::vector<double> p(6);
-  double z = 0;
-  for (int v = 0; v < 6; ++v) z += (p[v] = std::exp(double(x[v]) / t));
-  std::vector<int> count(6, 0);
-  for (int32_t id : got) {
-    ASSERT_GE(id, 0);
-    ASSERT_LT(id, 6);
-    ++count[id];
-  }
-  double chi2 = 0;
-  for (int v = 0; v < 6; ++v) {
-    const double e = n * p[v] / z;
-    chi2 += (count[v] - e) * (count[v] - e) / e;
-  }
-  EXPECT_LT(chi2, 20.5) << "counts " << count[0] << " " << count[1] << " " << count[2] << " " << count[3] << " "
-                        << count[4] << " " << count[5];
-  // A biased sampler fails it: every count of the likeliest token doubled.
-  double biased = 0;
-  for (int v = 0; v < 6; ++v) {
-    const double e = n * p[v] / z, c = v == 3 ? 2.0 * count[v] : count[v];
-    biased += (c - e) * (c - e) / e;
-  }
-  EXPECT_GT(biased, 20.5);
 }
 
 }  // namespace

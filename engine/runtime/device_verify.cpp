@@ -17,23 +17,6 @@ std::unique_ptr<DeviceVerifier> DeviceVerifier::for_backend(kernels::Backend& be
 
 namespace {
 
-// Sequential I32 views into one buffer, grown as needed.
-class Words {
- public:
-  Words(kernels::Backend& be, std::unique_ptr<kernels::Buffer>& buf, size_t words) : buf_(buf) {
-    if (!buf_ || buf_->size() < words * 4) buf_ = be.alloc(words * 4 * 2);
-  }
-  kernels::Tensor take(DType t, int64_t ne0, int64_t ne1) {
-    const kernels::Tensor x = kernels::make_tensor(buf_.get(), t, ne0, ne1, at_ * 4);
-    at_ += static_cast<size_t>(ne0 * ne1);
-    return x;
-  }
-
- private:
-  std::unique_ptr<kernels::Buffer>& buf_;
-  size_t at_ = 0;
-};
-
 VerifyResult verdict_of(int32_t n_accepted, const int32_t* out, int32_t k) {
   VerifyResult v;
   v.n_accepted = n_accepted;
@@ -74,7 +57,7 @@ void DeviceVerifier::verify_argmax(const kernels::Tensor& logits, std::span<cons
   int64_t max_d = 1;  // at least one column: no tensor is empty
   for (const Sequence& s : seqs) max_d = std::max<int64_t>(max_d, static_cast<int64_t>(s.drafts.size()));
   // argmax [rows] | first_row [n] | drafts [n, max_d] | n_drafts [n] | n_accepted [n] | out [n, max_d + 1]
-  Words w(be_, buf_, static_cast<size_t>(rows + n + n * max_d + n + n + n * (max_d + 1)));
+  kernels::WordViews w(be_, buf_, static_cast<size_t>(rows + n + n * max_d + n + n + n * (max_d + 1)));
   const kernels::Tensor am = w.take(DType::I32, rows, 1), first = w.take(DType::I32, n, 1),
                         drafts = w.take(DType::I32, max_d, n), n_drafts = w.take(DType::I32, n, 1),
                         n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);
@@ -140,7 +123,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
     std::copy(s.q_rows.begin(), s.q_rows.end(), h_qrows.begin() + i * max_d);
   }
   const size_t pen_words = std::max<size_t>(pens.size(), 2);
-  Words w(be_, side_,
+  kernels::WordViews w(be_, side_,
           static_cast<size_t>(rows) * (kernels::kRowSamplingWords + 2) + pen_words +
               static_cast<size_t>(n) * (kernels::kSeqVerifyWords + 2 * max_d + 1 + max_d + 1));
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);

@@ -455,20 +455,6 @@ void CudaBackend::argmax_rows(const Tensor& ids, const Tensor& logits) {
   launched("argmax_rows");
 }
 
-void CudaBackend::sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
-                                 uint64_t seed) {
-  const char* op = "sample_coupled";
-  require(logits.type == DType::F32 && ids.type == DType::I32 && positions.type == DType::I32, op,
-          "logits F32, ids and positions I32");
-  require(ids.numel() == logits.rows() && positions.numel() == logits.rows(), op, "one id and position per row");
-  require(logits.cols() > 0, op, "empty rows");
-  require(std::isfinite(temperature) && temperature > 0.0f, op, "temperature must be finite and > 0");
-  ops::sample_coupled(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, op)), ld_of(logits), logits.rows(),
-                      logits.cols(), temperature, seed, reinterpret_cast<const int32_t*>(ptr(positions, op)),
-                      reinterpret_cast<int32_t*>(ptr(ids, op)));
-  launched(op);
-}
-
 void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
                                 const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) {
   const char* op = "verify_greedy";

@@ -85,8 +85,6 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
 
   // DeviceDecode (kernels/device_decode.hpp).
   void argmax_rows(const Tensor& ids, const Tensor& logits) override;
-  void sample_coupled(const Tensor& ids, const Tensor& logits, const Tensor& positions, float temperature,
-                      uint64_t seed) override;
   void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
                      const Tensor& n_accepted, const Tensor& out_tokens) override;
   // (cuda_backend_sampling.cpp)

@@ -93,10 +93,6 @@ void paged_attention(Stream s, const AttnParams& p, float* scratch, int* err);
 // ---- greedy decoding on the device ----------------------------------------------------------
 // out[r] = argmax of logits row r (ties: lowest id; NaN as -inf; -1 when nothing is finite).
 void argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, int32_t* out);
-// Coupled (Gumbel-max) sampling at temperature t: out[r] = argmax_v x/t - log(-log u(seed,
-// positions[r], v)), with the engine's PositionNoise hash and portable_log (in double).
-void sample_coupled(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, float temperature,
-                    uint64_t seed, const int32_t* positions, int32_t* out);
 // Greedy verification of n_seqs sequences: sequence s's k = n_drafts[s] drafts
 // drafts[s * max_drafts ..] were verified in logits rows first_row[s] .. first_row[s] + k
 // (k + 1 rows), whose argmaxes are `argmax`. n_accepted[s] = the number of leading drafts

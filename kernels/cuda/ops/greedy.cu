@@ -8,7 +8,6 @@
 // comparison is on an order-preserving integer key, so the block reduction is exact and
 // its order does not matter.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/noise.cuh"
 #include "kernels/cuda/ops.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
@@ -63,50 +62,7 @@ __global__ void verify_greedy_kernel(const int32_t* argmax, int64_t n_rows, cons
   n_accepted[s] = a;
 }
 
-// (tier, score, id): a higher tier wins (+inf logits: the softmax limit is uniform over
-// them, so among them only the noise counts), then the higher score, then the lower id.
-struct Cand {
-  int tier;  // -1 none, 0 finite, 1 +inf
-  double score;
-  int32_t id;
-};
-__device__ __forceinline__ bool beats(const Cand& a, const Cand& b) {
-  if (a.tier != b.tier) return a.tier > b.tier;
-  if (a.score != b.score) return a.score > b.score;
-  return a.id < b.id;
-}
-
-// One warp per row (the vocabulary strided over the lanes; the Gumbel scores in double).
-__global__ void sample_coupled_kernel(const float* logits, int64_t ld, int64_t vocab, double inv_t, uint64_t seed,
-                                      const int32_t* positions, int32_t* out) {
-  const float* row = logits + blockIdx.x * ld;
-  const int64_t pos = positions[blockIdx.x];
-  Cand best{-1, 0.0, 0x7fffffff};
-  for (int64_t v = threadIdx.x; v < vocab; v += dev::kWarp) {
-    const float x = row[v];
-    if (!(x > -INFINITY)) continue;  // -inf and NaN: probability 0
-    const double u = dev::noise_uniform(seed, pos, static_cast<int32_t>(v));
-    const double g = -dev::portable_log(-dev::portable_log(u));
-    const Cand c = x == INFINITY ? Cand{1, g, static_cast<int32_t>(v)}
-                                 : Cand{0, static_cast<double>(x) * inv_t + g, static_cast<int32_t>(v)};
-    if (beats(c, best)) best = c;
-  }
-  for (int o = 16; o >= 1; o /= 2) {
-    const Cand c{__shfl_xor_sync(0xffffffffu, best.tier, o), __shfl_xor_sync(0xffffffffu, best.score, o),
-                 __shfl_xor_sync(0xffffffffu, best.id, o)};
-    if (beats(c, best)) best = c;
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = best.tier < 0 ? -1 : best.id;
-}
-
 }  // namespace
-
-void ops::sample_coupled(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, float temperature,
-                         uint64_t seed, const int32_t* positions, int32_t* out) {
-  if (n_rows == 0) return;
-  TANDEM_LAUNCH(sample_coupled_kernel, static_cast<unsigned>(n_rows), dev::kWarp, 0, static_cast<cudaStream_t>(s))
-  (logits, ld, vocab, 1.0 / static_cast<double>(temperature), seed, positions, out);
-}
 
 void ops::argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows, int64_t vocab, int32_t* out) {
   if (n_rows == 0) return;
