@@ -81,12 +81,11 @@ class Backend {
 
   // ---- memory ------------------------------------------------------------------------
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
-  // Zero-filled memory that may be far larger than what gets used (a KV cache reserved at
-  // the most it could hold under a budget shared with another cache: engine/kv/kv_budget.hpp).
-  // It must cost nothing until used: the CPU backend maps fresh anonymous pages (zero,
-  // resident only once touched); a device backend reserves address space and maps
-  // physical memory as it is used.
-  virtual std::unique_ptr<Buffer> alloc_zeroed(size_t bytes) = 0;
+  // Zero-filled memory, e.g. the KV pool (engine/kv/kv_pool.hpp), of which only part may
+  // ever be used. The CPU backend maps fresh anonymous pages (zero, resident only once
+  // touched); the CUDA backend takes it from its arena (clearing what is not fresh).
+  // `what` names it in an out-of-memory error.
+  virtual std::unique_ptr<Buffer> alloc_zeroed(size_t bytes, const char* what = "a zeroed buffer") = 0;
   // A read-only buffer over host memory that outlives it (mmapped weights). The CPU
   // backend reads it in place; a device backend copies it into device memory.
   virtual std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) = 0;
@@ -94,6 +93,19 @@ class Backend {
   virtual void download(void* dst, const Tensor& src, size_t bytes) = 0;
   virtual void fill_zero(const Tensor& dst) = 0;
   virtual void synchronize() = 0;
+
+  // What one model's passes need at most, so that a backend can size its own working
+  // memory once at load rather than in the per-step path (the CUDA backend: its arena's
+  // scratch slots, whose addresses graphs hold). A later, larger op still works: the
+  // scratch grows then. Called once per model; a backend keeps the largest of each need.
+  struct ScratchNeeds {
+    int64_t tokens = 0;            // tokens (rows of x) per op
+    int64_t max_cols = 0;          // the widest matmul input
+    int64_t max_weight_elems = 0;  // the largest weight matrix, rows x cols
+    int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+    int64_t positions = 0;         // block-table columns x block size of the longest sequence
+  };
+  virtual void reserve_scratch(const ScratchNeeds& /*need*/) {}
 
   // ---- ops (dst never aliases a source unless stated) -----------------------------------
   // dst[i, :] = dequant(table[ids[i], :]) as F32.

@@ -8,6 +8,9 @@
 #include <mutex>
 
 #include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/pass_limits.hpp"
+#include "engine/model/transformer.hpp"
+#include "kernels/graph_capture.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
@@ -289,9 +292,17 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
       plain.speculative.mode = DraftMode::None;
       alone.push_back(e->generate_tokens(p, plain));
     }
+  // Engine::generate's passes fit the scratch reserved at load (pass_limits.hpp).
+  EngineParts parts = EngineAccess::parts(*e);
+  EXPECT_EQ(parts.target.scratch_growths(), 0u);
   SchedulerOptions so;
   so.max_seqs = 10;
   Scheduler s(*e, so);
+  // ... and the scheduler's passes the scratch it reserved when it started: the backend's
+  // scratch slots never move after that (no allocation in the step path).
+  kernels::GraphCapture* gc = kernels::graph_capture(parts.target.model().backend());
+  ASSERT_NE(gc, nullptr);
+  const uint64_t epoch = gc->capture_epoch();
   const auto a = run_all(s, first);   // publishes the shared prefix's blocks
   const auto b = run_all(s, second);  // eight at once where about three fit: preemption
   EXPECT_EQ(a[0].error, "");
@@ -315,6 +326,8 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   EXPECT_EQ(b.back().result.speculative.device_drafted_tokens, 0);
   EXPECT_GT(b.back().result.speculative.drafted_tokens, 0);
   EXPECT_EQ(st.draft_failures, 0) << "a draft pass failed";
+  EXPECT_EQ(st.scratch_growths, 0);
+  EXPECT_EQ(gc->capture_epoch(), epoch) << "a backend scratch slot moved during the run";
   s.shutdown(true);
   // One request alone with its drafts (Engine::generate also verifies greedy requests on
   // the device): the plain tokens too.
@@ -325,6 +338,32 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   s.shutdown(true);
   EXPECT_EQ(s.stats().kv_blocks_used, 0);
   EXPECT_EQ(s.stats().kv_bytes_used, 0);
+}
+
+// Steps beyond the scratch reserved at start (more than kReservedDraftTokens drafts for
+// every sequence) still decode the same tokens; the scheduler counts the growth.
+TEST(Scheduler, AStepBeyondTheReservedScratchGrowsItAndIsCounted) {
+  auto e = load(size_t{8} << 20);
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  // Engine::generate's reserve holds a prompt chunk of rows (256): nine sequences verifying
+  // 33 positions each need more.
+  for (int i = 0; i < 9; ++i) {
+    GenerateOptions g = greedy(60, DraftMode::Model);
+    g.speculative.draft_max = 32;
+    reqs.emplace_back(prompt_of(10 + i, 700 + i), g);
+  }
+  std::vector<GenerateResult> alone;
+  for (auto& [p, g] : reqs) alone.push_back(e->generate_tokens(p, greedy(g.max_tokens, DraftMode::None)));
+  SchedulerOptions so;
+  so.max_seqs = 9;
+  Scheduler s(*e, so);
+  const auto out = run_all(s, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << i;
+  EXPECT_GT(out[0].result.speculative.accepted_tokens, 2 * (kReservedDraftTokens + 1));
+  const auto& per_k = out[0].result.speculative.steps_per_k;
+  ASSERT_GT(per_k.size(), 32u);
+  EXPECT_GE(per_k[32], 1);
+  EXPECT_GT(s.stats().scratch_growths, 0);
 }
 
 // One request drafting on the device next to one drafting on the host (logprobs) in the
@@ -350,7 +389,7 @@ TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftsShareTheDraftPasses) {
     plain.push_back(e->generate_tokens(p, o));
   }
   SchedulerOptions so;
-  so.max_seqs = 2;
+  so.max_seqs = 9;
   Scheduler s(*e, so);
   const auto out = run_all(s, reqs);
   s.shutdown(true);

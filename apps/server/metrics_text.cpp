@@ -122,8 +122,11 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const M
   w.metric("tandem_queue_length", "gauge", "Requests waiting to be scheduled", d(s.queue_length));
   w.metric("tandem_running_sequences", "gauge", "Sequences being decoded", d(s.running));
   w.metric("tandem_preemptions_total", "counter", "Sequences preempted because KV blocks ran out", d(s.preemptions));
+  w.metric("tandem_scratch_growths_total", "counter",
+           "Passes larger than the scratch reserved at start (each allocated memory in the step path)",
+           d(s.scratch_growths));
   w.metric("tandem_kv_blocks_used", "gauge", "Target KV cache blocks in use", d(s.kv_blocks_used));
-  w.metric("tandem_kv_blocks_total", "gauge", "Target KV cache blocks the budget could hold", d(s.kv_blocks_total));
+  w.metric("tandem_kv_blocks_total", "gauge", "KV cache blocks in the pool target and draft share", d(s.kv_blocks_total));
   w.metric("tandem_draft_kv_blocks_used", "gauge", "Draft model KV cache blocks in use", d(s.draft_kv_blocks_used));
   w.metric("tandem_kv_bytes_used", "gauge", "KV cache bytes in use, target and draft together", d(s.kv_bytes_used));
   w.metric("tandem_kv_bytes_total", "gauge", "KV cache budget in bytes, shared by target and draft (--kv-mem)",

@@ -3,26 +3,17 @@
 // The two caches use different bytes per token (KVCache::bytes_per_token), so a fixed
 // split in token slots wastes one side: sequences without a draft leave the draft's half
 // idle, and draft-model sequences need both. Instead each cache's BlockAllocator draws from
-// this one account: taking a block costs block_size x that model's bytes per token, and
+// this one account: taking a block costs its bytes (alone: block_size x that model's bytes
+// per token; in a KVPool: one column, the same for both), and
 // giving it back returns them. Admission and preemption (engine/runtime/scheduler_step.cpp) therefore
 // see one pool, and a draft sequence's blocks reduce what the target can take.
 //
-// Backing memory. Each cache is reserved at the most it could ever hold on its own
-// (budget / its block bytes blocks), so which cache gets the memory is decided per block,
-// at run time; only the budget is ever in use at once.
-//  - CPU: the reserve is fresh anonymous memory (Backend::alloc_zeroed). It is zero and
-//    costs nothing until touched, so construction must not zero-fill it. Pages of blocks
-//    that were used and freed stay resident, so a process's resident KV memory is at most
-//    the sum of each cache's high-water mark.
-//  - GPU (one shared device pool, e.g. CUDA virtual memory management): reserve each
-//    cache's address range at its maximum (cuMemAddressReserve) and back it with physical
-//    chunks from one pool (cuMemCreate + cuMemMap) as the allocator first hands out blocks
-//    inside them; the budget bounds the blocks taken and thus, to within one mapping chunk
-//    per K/V layer strip, the physical memory mapped. A block's slots lie in every layer's
-//    K and V strip (the layout is layer-major), so a chunk maps a run of block ids in each
-//    strip; chunks whose blocks are all free can be unmapped and reused by the other cache.
-//    A backend that maps lazily hooks that into BlockAllocator::allocate/release; the
-//    accounting here stays as it is.
+// Backing memory. The engine's caches live in one KVPool (kv_pool.hpp): one buffer of
+// exactly the budget, every block a column of it whichever cache takes it, so the budget
+// is also the memory (on a GPU: one piece of the device arena). A cache made on its own
+// with a budget (KVCacheOptions::budget) is instead reserved at the most it could hold
+// alone; on the CPU that reserve is fresh anonymous memory (Backend::alloc_zeroed), zero
+// and free until touched, but a device backend would pay for all of it.
 //
 // Not thread-safe: the caches are used by one thread at a time (the engine's model lock).
 #pragma once

@@ -38,12 +38,26 @@ KVCache::KVCache(kernels::Backend& backend, const KVShape& shape, const KVCacheO
   // than it may ever use (kv_budget.hpp). Unwritten slots are never read (attention stops at
   // each query's position), but zeros keep a bug from turning into NaNs that depend on old
   // memory.
-  buffer_ = backend.alloc_zeroed(bytes_);
+  buffer_ = backend.alloc_zeroed(bytes_, "a KV cache");
   layers_.resize(static_cast<size_t>(shape.n_layer));
   for (int il = 0; il < shape.n_layer; ++il) {
     const size_t base = 2 * layer_bytes * static_cast<size_t>(il);
     layers_[il].k = kernels::make_tensor(buffer_.get(), opts.dtype, shape.kv_width, slots, base);
     layers_[il].v = kernels::make_tensor(buffer_.get(), opts.dtype, shape.kv_width, slots, base + layer_bytes);
+  }
+}
+
+KVCache::KVCache(KVPool& pool, size_t which)
+    : block_size_(pool.plan().block_sizes.at(which)),
+      blocks_(pool.free_ids(), pool.num_blocks(), &pool.budget(), pool.plan().column_bytes()),
+      bytes_(pool.bytes()) {
+  const KVShape& shape = pool.shapes()[which];
+  const int64_t slots = int64_t{pool.num_blocks()} * block_size_;
+  layers_.resize(static_cast<size_t>(shape.n_layer));
+  for (int il = 0; il < shape.n_layer; ++il) {
+    layers_[il].k = kernels::make_tensor(&pool.buffer(), pool.dtype(), shape.kv_width, slots, pool.strip_offset(2 * il));
+    layers_[il].v =
+        kernels::make_tensor(&pool.buffer(), pool.dtype(), shape.kv_width, slots, pool.strip_offset(2 * il + 1));
   }
 }
 

@@ -11,16 +11,12 @@
 
 #include "engine/kv/block_allocator.hpp"
 #include "engine/kv/kv_budget.hpp"
+#include "engine/kv/kv_pool.hpp"
+#include "engine/kv/kv_shape.hpp"
 #include "kernels/backend.hpp"
 
 namespace tandem {
 
-// What a cache needs to know of its model: how many layers, and the width of one token's
-// keys (= of its values) in a layer. ModelConfig converts to it (engine/model/).
-struct KVShape {
-  int32_t n_layer = 0;
-  int64_t kv_width = 0;  // n_head_kv * head_dim
-};
 
 struct KVCacheOptions {
   int32_t block_size = 16;  // token slots per block
@@ -33,14 +29,17 @@ struct KVCacheOptions {
 // Storage of all layers of one model's cache on the backend.
 class KVCache {
  public:
+  // A cache with memory of its own.
   KVCache(kernels::Backend& backend, const KVShape& shape, const KVCacheOptions& opts);
+  // Cache `which` of a pool's shapes, over the pool's memory and block ids (kv_pool.hpp).
+  KVCache(KVPool& pool, size_t which);
   const kernels::KVLayer& layer(int il) const { return layers_.at(static_cast<size_t>(il)); }
   BlockAllocator& blocks() { return blocks_; }
   const BlockAllocator& blocks() const { return blocks_; }
   int32_t block_size() const { return block_size_; }
   // Bytes of one block (block_size token slots of every layer): what it costs the budget.
   size_t block_bytes() const { return blocks_.block_bytes(); }
-  size_t bytes() const { return bytes_; }  // the reserve: num_total blocks
+  size_t bytes() const { return bytes_; }  // its memory (a pool's: the whole pool's)
   // Bytes of cache one token slot takes across all layers (for memory budgets).
   static size_t bytes_per_token(const KVShape& shape, DType dtype);
 

@@ -29,9 +29,28 @@ Transformer::Transformer(const Model& model, KVCache& cache)
 
 Transformer::~Transformer() = default;
 
-void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, int32_t n_out) {
+void Transformer::reserve(const PassLimits& l) {
+  if (l.tokens <= 0 || l.seqs <= 0 || l.blocks <= 0 || l.outputs <= 0)
+    throw std::invalid_argument("Transformer::reserve: limits must be positive");
+  const PassLimits g = with_graph_buckets(l);
+  ensure_scratch(g.tokens, g.seqs, g.blocks, g.outputs);
+  const ModelConfig& c = model_.config();
+  kernels::Backend::ScratchNeeds need;
+  need.tokens = g.tokens;
+  need.max_cols = std::max({int64_t{c.n_embd}, int64_t{c.n_ff}, c.q_width()});
+  need.max_weight_elems = static_cast<int64_t>(n_logits()) * c.n_embd;
+  for (int64_t rows : {c.q_width(), c.kv_width(), int64_t{c.n_embd}, int64_t{c.n_ff}})
+    need.max_weight_elems = std::max(need.max_weight_elems, rows * std::max(c.n_embd, c.n_ff));
+  need.n_heads = c.n_head;
+  need.n_kv_heads = c.n_head_kv;
+  need.head_dim = c.head_dim;
+  need.positions = static_cast<int64_t>(g.blocks) * cache_.block_size();
+  be_.reserve_scratch(need);
+}
+
+bool Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, int32_t n_out) {
   Scratch& s = *s_;
-  if (n <= s.cap_tokens && n_seqs <= s.cap_seqs && max_blocks <= s.cap_blocks && n_out <= s.cap_out) return;
+  if (n <= s.cap_tokens && n_seqs <= s.cap_seqs && max_blocks <= s.cap_blocks && n_out <= s.cap_out) return false;
   const int32_t nt = std::max(n, s.cap_tokens);
   const int32_t ns = std::max(n_seqs, s.cap_seqs);
   const int32_t nb = std::max(max_blocks, s.cap_blocks);
@@ -65,6 +84,7 @@ void Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, 
   s.cap_seqs = ns;
   s.cap_blocks = nb;
   s.cap_out = no;
+  return true;
 }
 
 void Transformer::forward(const Batch& batch, std::vector<float>& logits, bool download) {
@@ -112,7 +132,7 @@ Tensor Transformer::direct_pass(const Batch& batch, int32_t max_blocks) {
   const int32_t n = batch.n_tokens();
   const int32_t n_out = batch.n_outputs();
   const int32_t n_seqs = static_cast<int32_t>(batch.entries_.size());
-  ensure_scratch(n, n_seqs, max_blocks, std::max(n_out, 1));
+  if (ensure_scratch(n, n_seqs, max_blocks, std::max(n_out, 1))) ++growths_;
   Scratch& s = *s_;
 
   // Metadata: slot of every new token, block tables padded to max_blocks.

@@ -8,6 +8,7 @@
 // other pass runs its ops one by one. Both give the same logits bit for bit.
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -49,6 +50,20 @@ class Transformer {
   const Model& model() const { return model_; }
   KVCache& cache() { return cache_; }
 
+  // The most one pass will hold, so that the scratch (this class's and the backend's) is
+  // sized once, when the engine loads and when a scheduler starts, and not in the per-step
+  // path: passes within the limits never allocate. A pass beyond them still runs (the
+  // scratch grows, and graphs holding the old addresses are dropped); scratch_growths()
+  // counts those.
+  struct PassLimits {
+    int32_t tokens = 0;   // tokens of all sequences
+    int32_t seqs = 0;     // sequences
+    int32_t blocks = 0;   // cache blocks of the longest sequence
+    int32_t outputs = 0;  // rows of logits
+  };
+  void reserve(const PassLimits& limits);
+  uint64_t scratch_growths() const { return growths_.load(std::memory_order_relaxed); }
+
   // Decode passes from graphs. On by default where the backend can capture, unless the
   // environment says TANDEM_CUDA_GRAPHS=0 (or off/false/no); at most max_graphs are kept.
   // Padding lanes write into a free cache block taken for the pass only.
@@ -64,12 +79,14 @@ class Transformer {
     int32_t n = 0, n_out = 0;
     kernels::Tensor tokens, positions, seq_index, slots, block_table, out_idx;
   };
-  void ensure_scratch(int32_t n_tokens, int32_t n_seqs, int32_t max_blocks, int32_t n_out);
+  // Grows the scratch to hold such a pass (false: it already did).
+  bool ensure_scratch(int32_t n_tokens, int32_t n_seqs, int32_t max_blocks, int32_t n_out);
   // The pass's ops; returns its logits [n_out, n_logits()] (nothing when n_out is 0).
   kernels::Tensor encode(const PassInputs& in);
   kernels::Tensor direct_pass(const Batch& batch, int32_t max_blocks);
   // A pure decode batch through a graph (transformer_graphs.cpp); false when it cannot be.
   bool graph_pass(const Batch& batch, int32_t max_blocks, kernels::Tensor* logits);
+  PassLimits with_graph_buckets(PassLimits l) const;
   void drop_graphs();
 
   const Model& model_;
@@ -77,6 +94,7 @@ class Transformer {
   kernels::Backend& be_;
   std::unique_ptr<Scratch> s_;
   uint64_t scratch_generation_ = 0;  // bumped when the scratch buffers are reallocated
+  std::atomic<uint64_t> growths_{0};  // reallocations a pass caused (beyond what reserve() took); read by stats
   kernels::Tensor last_logits_;
   std::shared_ptr<const OutputSubset> subset_;
   bool graphs_on_ = false;

@@ -55,6 +55,21 @@ void Transformer::set_graphs(bool on, size_t max_graphs) {
 
 void Transformer::drop_graphs() { graphs_.clear(); }
 
+// A decode pass through a graph takes scratch for the largest batch bucket and a bucketed
+// block-table width (graph_pass): reserve that too.
+Transformer::PassLimits Transformer::with_graph_buckets(PassLimits l) const {
+  kernels::GraphCapture* gc = graphs_on_ ? kernels::graph_capture(be_) : nullptr;
+  if (!gc) return l;
+  const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(gc->max_capture_rows(), kMaxGraphLanes));
+  if (max_rows < 1) return l;
+  const int32_t largest = largest_decode_bucket(max_rows);
+  l.tokens = std::max(l.tokens, largest);
+  l.seqs = std::max(l.seqs, largest);
+  l.outputs = std::max(l.outputs, largest);
+  l.blocks = std::max(l.blocks, table_width_bucket(l.blocks));
+  return l;
+}
+
 bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* logits) {
   kernels::GraphCapture* gc = graphs_on_ ? kernels::graph_capture(be_) : nullptr;
   if (!gc) return false;
@@ -74,7 +89,7 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
   // Scratch for the largest bucket at once, so that a batch that grows does not re-allocate
   // it (and drop every graph) bucket by bucket.
   const int32_t largest = largest_decode_bucket(max_rows);
-  ensure_scratch(largest, largest, width, largest);
+  if (ensure_scratch(largest, largest, width, largest)) ++growths_;
   Scratch& s = *s_;
 
   const DecodeInputLayout layout = decode_input_layout(batch_bucket, width);

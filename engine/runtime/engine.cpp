@@ -7,6 +7,7 @@
 #include "draft/ngram_proposer.hpp"
 #include "draft/vocab_ranking.hpp"
 #include "engine/model/prefill.hpp"
+#include "engine/runtime/pass_limits.hpp"
 #include "engine/runtime/run_alone.hpp"
 #include "engine/text/vocab_compat.hpp"
 #include "kernels/backend_factory.hpp"
@@ -42,7 +43,10 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
   impl->backend_note = std::move(chosen.reason);
   impl->load_models();
   impl->make_caches();
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  std::unique_ptr<Engine> e(new Engine(std::move(impl)));
+  EngineParts parts = EngineAccess::parts(*e);
+  reserve_pass_scratch(parts, 1, kPrefillChunk);  // Engine::generate's passes
+  return e;
 }
 
 void Engine::Impl::load_models() {
@@ -67,26 +71,28 @@ void Engine::Impl::load_models() {
                              ": " + why);
 }
 
-// One KV budget for both models, in bytes (engine/kv/kv_budget.hpp): each cache takes blocks
-// from it as sequences need them, at its own bytes per token.
+// One KV pool for both models (engine/kv/kv_pool.hpp): one piece of backend memory sized to
+// the budget, its blocks taken by either cache as sequences need them.
 void Engine::Impl::make_caches() {
-  KVCacheOptions kv;
-  kv.dtype = parse_kv_type(opts.kv_type);
-  size_t per_token = KVCache::bytes_per_token(model->config(), kv.dtype);
-  if (draft) per_token += KVCache::bytes_per_token(draft->config(), kv.dtype);
+  const DType dtype = parse_kv_type(opts.kv_type);
+  constexpr int32_t kBlockSize = 16;
+  std::vector<KVShape> shapes{model->config()};
+  if (draft) shapes.push_back(draft->config());
+  const KVPoolPlan plan = plan_kv_pool(shapes, dtype, kBlockSize);
   // Drafts run a few positions past the committed text, hence the slack for one sequence.
-  const size_t one_context = static_cast<size_t>(context + 16) * per_token;
+  const size_t one_context = plan.blocks_for_tokens(context + 16) * plan.column_bytes();
   const size_t budget = opts.kv_mem_bytes > 0 ? opts.kv_mem_bytes : one_context;
   if (budget < one_context)
-    throw std::runtime_error("KV memory budget of " + std::to_string(opts.kv_mem_bytes) + " bytes holds only " +
-                             std::to_string(budget / per_token) + " tokens; one full context needs " +
+    throw std::runtime_error("KV memory budget of " + std::to_string(opts.kv_mem_bytes) + " bytes holds " +
+                             std::to_string(budget / plan.column_bytes()) + " blocks of " +
+                             std::to_string(plan.column_bytes()) + " bytes; one full context (" +
+                             std::to_string(context) + " tokens" + (draft ? ", target and draft" : "") + ") needs " +
                              std::to_string(one_context) + " bytes");
-  kv_budget = std::make_unique<KVBudget>(budget);
-  kv.budget = kv_budget.get();
-  cache = std::make_unique<KVCache>(*backend, model->config(), kv);
+  kv_pool = std::make_unique<KVPool>(*backend, shapes, dtype, kBlockSize, budget);
+  cache = std::make_unique<KVCache>(*kv_pool, 0);
   transformer = std::make_unique<Transformer>(*model, *cache);
   if (!draft) return;
-  draft_cache = std::make_unique<KVCache>(*backend, draft->config(), kv);
+  draft_cache = std::make_unique<KVCache>(*kv_pool, 1);
   draft_transformer = std::make_unique<Transformer>(*draft, *draft_cache);
   draft_probs = DraftProbs::for_backend(*backend);
   model_proposer = std::make_unique<ModelProposer>(*draft_transformer, draft_probs.get());
@@ -135,7 +141,7 @@ ModelInfo Engine::info() const {
   i.n_head_kv = c.n_head_kv;
   i.context = impl_->context;
   i.weight_bytes = impl_->model->weight_bytes();
-  i.kv_bytes = impl_->kv_budget->total();  // both models' caches together
+  i.kv_bytes = impl_->kv_pool->bytes();  // both models' caches together
   i.backend = impl_->backend->name();
   i.backend_note = impl_->backend_note;
   if (impl_->draft) {

@@ -8,7 +8,7 @@
 #include <span>
 
 #include "draft/model_proposer.hpp"
-#include "engine/kv/kv_budget.hpp"
+#include "engine/kv/kv_pool.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/model/model.hpp"
 #include "engine/model/transformer.hpp"
@@ -29,7 +29,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<GrammarCache> grammars;  // over `tokenizer`
-  std::unique_ptr<KVBudget> kv_budget;  // both caches' memory; declared first, destroyed last
+  std::unique_ptr<KVPool> kv_pool;  // both caches' memory; declared first, destroyed last
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<Transformer> transformer;
   int32_t context = 0;
@@ -57,7 +57,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
 
   GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamEventCallback& cb,
                      uint64_t epoch);
-  // Loading, in order: the models and tokenizers, then both caches on one KV budget.
+  // Loading, in order: the models and tokenizers, then both caches in one KV pool.
   void load_models();
   void make_caches();
   // The draft's output head over its n most frequent tokens (0: the whole vocabulary).

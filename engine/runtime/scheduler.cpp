@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "draft/ngram_proposer.hpp"
+#include "engine/runtime/pass_limits.hpp"
 #include "engine/runtime/scheduler_impl.hpp"
 #include "policies/factory.hpp"
 
@@ -29,6 +30,12 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::
   const BlockAllocator& blocks = impl_->parts.target.cache().blocks();
   if (!blocks.budget() || (impl_->parts.draft && impl_->parts.draft->cache().blocks().budget() != blocks.budget()))
     throw std::invalid_argument("scheduler: the KV caches must share one budget");
+  {
+    // Scratch for this scheduler's largest passes now, not in the per-step path.
+    std::lock_guard<std::mutex> lk(impl_->parts.mu);
+    reserve_pass_scratch(impl_->parts, opts.max_seqs, std::max(opts.max_batch_tokens, opts.prefill_chunk));
+    impl_->scratch_growths_at_start = impl_->scratch_growths();
+  }
   impl_->stats.kv_blocks_total = blocks.num_total();
   impl_->stats.kv_bytes_total = static_cast<int64_t>(blocks.budget()->total());
   impl_->stats.kv_block_size = impl_->parts.target.cache().block_size();
@@ -161,6 +168,7 @@ void Scheduler::Impl::update_kv_stats() {
   stats.running = static_cast<int64_t>(running.size());
   stats.kv_prefix_idle_blocks = prefix ? prefix->idle_blocks() : 0;
   stats.kv_prefix_idle_bytes = stats.kv_prefix_idle_blocks * static_cast<int64_t>(blocks.block_bytes());
+  stats.scratch_growths = static_cast<int64_t>(scratch_growths() - scratch_growths_at_start);
 }
 
 void Scheduler::Impl::apply_cancels() {

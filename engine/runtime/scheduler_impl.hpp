@@ -70,6 +70,12 @@ struct Scheduler::Impl {
   std::deque<std::unique_ptr<Entry>> queue;
   std::unordered_set<uint64_t> cancels;
   SchedulerStats stats;
+  // Both models' scratch growths (Transformer::scratch_growths), and their count when this
+  // scheduler started (Engine::generate passes before it are not its own).
+  uint64_t scratch_growths() const {
+    return parts.target.scratch_growths() + (parts.draft ? parts.draft->scratch_growths() : 0);
+  }
+  uint64_t scratch_growths_at_start = 0;
   bool stopping = false, drain = false;
   uint64_t next_id = 1;
 

@@ -21,7 +21,7 @@ struct Histogram {
 struct SchedulerStats {
   int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   int64_t queue_length = 0, running = 0, preemptions = 0;
-  // Target cache blocks in use, and the most it could hold (all of the budget).
+  // Target cache blocks in use, and the KV pool's blocks (both models draw on the same ones).
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, prefix_cache_hits_tokens = 0;
   // The one KV budget of both models (--kv-mem): bytes in use and in all; draft blocks in use.
   int64_t kv_bytes_used = 0, kv_bytes_total = 0, draft_kv_blocks_used = 0;
@@ -30,6 +30,10 @@ struct SchedulerStats {
   int64_t kv_prefix_idle_blocks = 0, kv_prefix_idle_bytes = 0, kv_block_size = 0;
   // Sequence-steps whose draft could not get cache blocks (that sequence decoded plainly).
   int64_t draft_kv_full = 0;
+  // Passes that outgrew the scratch reserved at start (Transformer::reserve): each one
+  // allocated in the step path (a step of more than kReservedDraftTokens drafts per sequence
+  // in a full batch). 0 in the common case.
+  int64_t scratch_growths = 0;
   int64_t draft_failures = 0;  // draft passes that threw: their sequences decoded plainly that step
   // Sequence-steps verified on the device (greedy requests on a backend that decodes there):
   // only their verdicts came back to the host, not their logits.

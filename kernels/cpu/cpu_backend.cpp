@@ -42,7 +42,7 @@ std::string CpuBackend::description() const {
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
-std::unique_ptr<Buffer> CpuBackend::alloc_zeroed(size_t bytes) {
+std::unique_ptr<Buffer> CpuBackend::alloc_zeroed(size_t bytes, const char* /*what*/) {
   return std::make_unique<HostBuffer>(bytes, HostBuffer::kZeroedPages);
 }
 

@@ -19,7 +19,7 @@ class CpuBackend final : public Backend {
   ThreadPool& pool() { return pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
-  std::unique_ptr<Buffer> alloc_zeroed(size_t bytes) override;
+  std::unique_ptr<Buffer> alloc_zeroed(size_t bytes, const char* what = "a zeroed buffer") override;
   std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) override;
   void upload(const Tensor& dst, const void* src, size_t bytes) override;
   void download(void* dst, const Tensor& src, size_t bytes) override;

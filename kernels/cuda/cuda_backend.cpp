@@ -148,12 +148,12 @@ std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
   return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
 }
 
-// The arena is device memory taken up front, so a zeroed reserve costs its full size (no
-// virtual-memory growth yet); memory never handed out before is already zero when the
-// runtime says fresh memory is (the emulator's fresh pages), else it is cleared.
-std::unique_ptr<Buffer> CudaBackend::alloc_zeroed(size_t bytes) {
+// The arena is device memory taken up front, so zeroed memory costs its full size (the KV
+// pool is sized to the budget for that reason); memory never handed out before is already
+// zero when the runtime says fresh memory is (the emulator's fresh pages), else it is cleared.
+std::unique_ptr<Buffer> CudaBackend::alloc_zeroed(size_t bytes, const char* what) {
   cuda_arena::Arena::Allocation a;
-  uint8_t* p = arena_alloc(bytes, "a zeroed reserve", &a);
+  uint8_t* p = arena_alloc(bytes, what, &a);
   if (!(a.fresh && rt_->fresh_is_zero())) rt_->zero(p, bytes);
   return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
 }
@@ -215,6 +215,48 @@ void CudaBackend::check_errors() {
   add(16, "paged_attention: cache block out of range");
   add(32, "verification: draft count or rows out of range, or a draft the draft could not have drawn");
   throw std::out_of_range(std::string(kKind) + " backend: " + what + " (found by a kernel; the op did not write those rows)");
+}
+
+namespace {
+// The scratch each op takes, one formula for the op and for reserve_scratch.
+// Q8 activations of N x C: int8 values (padded to 256 bytes), then a float scale per block.
+size_t act_quant_bytes(int64_t N, int64_t C, int block) {
+  const size_t qbytes = (static_cast<size_t>(N * C) + 255) / 256 * 256;
+  return qbytes + sizeof(float) * static_cast<size_t>(N * (C / block));
+}
+// Rows of an R x C weight dequantized per GEMM tile.
+int64_t gemm_tile_rows(int64_t R, int64_t C) {
+  return std::max<int64_t>(1, std::min<int64_t>(R, static_cast<int64_t>(kGemmTileFloats) / C));
+}
+// Attention span states: tokens in chunks of what kAttnScratchFloats holds.
+int64_t attention_chunk(size_t per_token) {
+  return std::max<int64_t>(1, static_cast<int64_t>(kAttnScratchFloats / per_token));
+}
+}  // namespace
+
+void CudaBackend::reserve_scratch(const ScratchNeeds& n) {
+  if (n.tokens <= 0) return;
+  const int64_t small = std::min<int64_t>(n.tokens, opt_.gemm_min_tokens - 1);
+  if (small > 0 && n.max_cols > 0) {
+    scratch(kScratchActQ, act_quant_bytes(small, n.max_cols, 32));
+    scratch(kScratchActQ + 3, act_quant_bytes(small, n.max_cols, 256));
+  }
+  if (n.tokens >= opt_.gemm_min_tokens && n.max_cols > 0 && n.max_weight_elems > 0) {
+    // The most any R x C weight with C <= max_cols and R x C <= max_weight_elems tiles.
+    const int64_t floats = std::min<int64_t>(n.max_weight_elems, std::max<int64_t>(kGemmTileFloats, n.max_cols));
+    scratch(kScratchTile, sizeof(float) * static_cast<size_t>(floats));
+  }
+  if (n.n_heads > 0 && n.n_kv_heads > 0 && n.head_dim > 0 && n.positions > 0) {
+    ops::AttnParams a{};
+    a.n_tokens = 1;
+    a.n_heads = n.n_heads;
+    a.n_kv_heads = n.n_kv_heads;
+    a.head_dim = n.head_dim;
+    a.block_size = 1;
+    a.bt_cols = n.positions;
+    const size_t per_token = ops::attention_scratch_floats(a);
+    scratch(kScratchAttn, sizeof(float) * per_token * static_cast<size_t>(std::min(attention_chunk(per_token), n.tokens)));
+  }
 }
 
 uint8_t* CudaBackend::scratch(int slot, size_t bytes) {
@@ -343,7 +385,7 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
     // Prefill: dequantize row tiles to F32 and multiply them with a GEMM.
     require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
                                              " tokens or more) is not captured into graphs");
-    const int64_t tile_rows = std::max<int64_t>(1, std::min<int64_t>(R, static_cast<int64_t>(kGemmTileFloats) / C));
+    const int64_t tile_rows = gemm_tile_rows(R, C);
     float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
     for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
       const int64_t nr = std::min(tile_rows, R - r0);
@@ -363,8 +405,7 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
     } else {
       // One scratch slot per block size, so q/k/v of mixed quantizations keep both.
       const size_t qbytes = (static_cast<size_t>(N * C) + 255) / 256 * 256;
-      uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0),
-                           qbytes + sizeof(float) * static_cast<size_t>(N * (C / block)));
+      uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
       q = reinterpret_cast<int8_t*>(s);
       d = reinterpret_cast<float*>(s + qbytes);
       ops::quantize_act(rt_->stream(), xp, ld_of(x), N, C, block, const_cast<int8_t*>(q), const_cast<float*>(d));
@@ -430,7 +471,7 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
   // Tokens in chunks whose span states fit the scratch (each token is independent).
   a.n_tokens = 1;
   const size_t per_token = ops::attention_scratch_floats(a);
-  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kAttnScratchFloats / per_token));
+  const int64_t chunk = attention_chunk(per_token);
   const int64_t n_tokens = q.rows();
   float* states =
       reinterpret_cast<float*>(scratch(kScratchAttn, sizeof(float) * per_token * static_cast<size_t>(std::min(chunk, n_tokens))));

@@ -61,7 +61,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::string description() const override;
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
-  std::unique_ptr<Buffer> alloc_zeroed(size_t bytes) override;
+  std::unique_ptr<Buffer> alloc_zeroed(size_t bytes, const char* what = "a zeroed buffer") override;
   std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) override;
   void upload(const Tensor& dst, const void* src, size_t bytes) override;
   void download(void* dst, const Tensor& src, size_t bytes) override;
@@ -103,6 +103,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::unique_ptr<CapturedGraph> end_capture() override;
   void abort_capture() noexcept override;
   uint64_t capture_epoch() const override { return scratch_epoch_; }
+  // Sizes the scratch slots for such passes now (load time), so they do not move later.
+  void reserve_scratch(const ScratchNeeds& need) override;
   int64_t max_capture_rows() const override { return opt_.gemm_min_tokens - 1; }
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
