@@ -23,8 +23,11 @@
 #   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
 #      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
 #      identical, and tok/s of each
-# Not yet: HF assisted generation side by side, the server at 1/8/32/128 streams. The
-# summary says so.
+#   7. HF transformers assisted generation (generate(assistant_model=...)) on the same pair
+#      and prompts (bench/hf_assisted.py; GGUFs through gguf_file=), next to step 6's figures
+#   8. the server on the device at 1/8/32/128 streams, speculation off and on
+#      (bench/serve_matrix.py --server-args '--device cuda ...')
+# A step that did not run (no models, no torch, out of time) is listed in the summary.
 set -uo pipefail
 
 OUT=${1:?usage: bench/gpu_check.sh RESULTS_DIR}
@@ -135,9 +138,9 @@ done
 # 6. the engine: plain vs speculative on the Qwen pair (greedy: the same tokens)
 TARGET=$MODELS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 DRAFT=$MODELS/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+PROMPTS=("def quicksort(arr):" "Write a Python function that parses an ISO 8601 date and returns a datetime."
+         "Explain in two sentences what a paged KV cache is.")
 if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 440 ]; then
-  PROMPTS=("def quicksort(arr):" "Write a Python function that parses an ISO 8601 date and returns a datetime."
-           "Explain in two sentences what a paged KV cache is.")
   i=0
   for p in "${PROMPTS[@]}"; do
     step "engine_plain_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device cuda --gpu-mem 8G -n 128 --temp 0 \
@@ -148,6 +151,24 @@ if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(el
   done
 else
   log "engine step skipped (no $BUILD/apps/tandem, no Qwen pair in $MODELS, or out of time)"
+fi
+
+# 7. the peers' figure: HF transformers assisted generation on the same pair and prompts
+#    (torch and transformers are in the device image; gguf_file= also needs the gguf module).
+if [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 330 ]; then
+  if python3 -c "import torch, transformers, gguf" > "$OUT/hf_probe.out" 2>&1; then
+    step hf_assisted 120 python3 "$ROOT/bench/hf_assisted.py" --target "$TARGET" --draft "$DRAFT" -n 128 \
+      --device cuda --json "$OUT/hf_assisted.json" -p "${PROMPTS[0]}" -p "${PROMPTS[1]}" -p "${PROMPTS[2]}"
+  else
+    log "hf_assisted skipped: $(tail -n 1 "$OUT/hf_probe.out")"
+  fi
+fi
+
+# 8. the server on the GPU at 1/8/32/128 streams, speculation off and on (bench/serve_matrix.py).
+if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 400 ]; then
+  step serve_matrix 150 python3 "$ROOT/bench/serve_matrix.py" --tandem "$BUILD/apps/tandem" --pair qwen \
+    --concurrency 1,8,32,128 --max-tokens 64 --waves 1 -t 4 --out "$OUT/serve_matrix.json" \
+    --server-args "--device cuda --gpu-mem 24G"
 fi
 
 # Summary: every step's rc and time, test counts, and the benchmark JSON files.
@@ -181,8 +202,14 @@ for f in sorted(glob.glob(os.path.join(out, "engine_plain_*.out"))):
                        "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)})
     except Exception as e:
         engine.append({"prompt_index": i, "error": str(e)})
-summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine,
-           "not_run": ["HF assisted generation", "server at 1/8/32/128 streams"]}
+def read_json(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except Exception:
+        return None
+hf, serve = read_json("hf_assisted.json"), read_json("serve_matrix.json")
+summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "hf_assisted": hf, "serve": serve,
+           "not_run": [n for n, v in (("HF assisted generation", hf), ("server at 1/8/32/128 streams", serve)) if v is None]}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 with open(os.path.join(out, "summary.md"), "w") as t:
     t.write("| step | rc | s |\n|---|---|---|\n")
@@ -212,6 +239,18 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 t.write(f"| {e.get('prompt_index')} | error: {e['error']} | | | |\n")
             else:
                 t.write(f"| {e['prompt'][:40]} | {e['same_tokens']} | {e['plain_tok_s']:.1f} | {e['spec_tok_s']:.1f} | {e['speedup']:.2f} |\n")
+    ok = [e for e in engine if "error" not in e]
+    if hf and ok:
+        spec = sum(e["spec_tok_s"] for e in ok) / len(ok)
+        t.write(f"\nHF assisted generation ({hf['transformers']}, {hf['dtype']}): plain {hf['plain_tok_s']:.1f} tok/s, "
+                f"assisted {hf['assisted_tok_s']:.1f} tok/s; tandem speculative {spec:.1f} tok/s = "
+                f"{spec / max(hf['assisted_tok_s'], 1e-9):.2f}x HF assisted\n")
+    if serve:
+        t.write("\n| server config | streams | ok | output tok/s | TTFT p50 ms | ITL p50 ms | acceptance |\n|---|---|---|---|---|---|---|\n")
+        for r in serve:
+            acc = f"{r['acceptance']:.2f}" if r.get("acceptance") is not None else "-"
+            t.write(f"| {r['config']} | {r['concurrency']} | {r['ok']}/{r['requests']} | {r['output_tokens_per_s']:.1f} | "
+                    f"{r['ttft_ms']['50']:.0f} | {r['itl_ms']['50']:.1f} | {acc} |\n")
 print(open(os.path.join(out, "summary.md")).read())
 PY
 log "done in $(elapsed)s; results in $OUT"

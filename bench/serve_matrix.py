@@ -5,6 +5,7 @@ bench/loadgen.py at each concurrency, prints one table.
 
     python3 bench/serve_matrix.py [--tandem build/release/apps/tandem] [--pair smollm2|qwen]
                                   [--concurrency 1,8,32] [--max-tokens 32] [--waves 2] [-t 2]
+                                  [--server-args '--device cuda --gpu-mem 24G']
 
 --pair smollm2: SmolLM2-135M, speculation = n-gram prompt lookup.
 --pair qwen:    Qwen2.5-Coder-1.5B target with the 0.5B draft, speculation = draft model.
@@ -91,6 +92,9 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--prompts", default=os.path.join(HERE, "prompts.jsonl"))
     ap.add_argument("--out", help="write all results as JSON")
+    ap.add_argument("--server-args", default="",
+                    help="more `tandem serve` arguments, e.g. '--device cuda --gpu-mem 24G' (bench/gpu_check.sh)")
+    ap.add_argument("--ctx", type=int, default=1024)
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     max_seqs = max(levels)
@@ -101,7 +105,8 @@ def main():
         base = ["-m", os.path.join(MODELS, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
                 "-md", os.path.join(MODELS, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")]
         on = ["--draft", "model"]
-    base += ["-t", str(a.threads), "--max-seqs", str(max_seqs), "--ctx", "1024", "--max-queue", "1024"]
+    base += ["-t", str(a.threads), "--max-seqs", str(max_seqs), "--ctx", str(a.ctx), "--max-queue", "1024"]
+    base += a.server_args.split()
     configs = [("off", ["--draft", "none"])]
     for p in a.policies.split(","):
         configs.append((f"on/{p}", on + ["--draft-max", str(a.draft_max), "--policy", p]))

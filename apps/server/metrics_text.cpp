@@ -122,6 +122,9 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const M
   w.metric("tandem_queue_length", "gauge", "Requests waiting to be scheduled", d(s.queue_length));
   w.metric("tandem_running_sequences", "gauge", "Sequences being decoded", d(s.running));
   w.metric("tandem_preemptions_total", "counter", "Sequences preempted because KV blocks ran out", d(s.preemptions));
+  w.metric("tandem_device_verified_steps_total", "counter",
+           "Sequence-steps decided on the device (only token ids and counts came back to the host)",
+           d(s.device_verified));
   w.metric("tandem_scratch_growths_total", "counter",
            "Passes larger than the scratch reserved at start (each allocated memory in the step path)",
            d(s.scratch_growths));
