@@ -28,6 +28,7 @@ struct TuneArgs {
   std::string draft_mode;  // "", "model", "ngram"
   std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
   std::string draft_vocabs;  // "" → automatic (see add_tune)
+  std::string draft_types;   // "" → the --draft-type given (keep by default)
   int32_t n_tokens = 64, reps = 1, ar_every = 3, calib_reps = 5;
   uint64_t seed = 1;
   float alpha_prior = 0.0f;
@@ -94,6 +95,13 @@ int run_tune_command(const TuneArgs& a) {
 
   LoadOptions load = a.load;
   if (o.mode == DraftMode::Ngram) load.draft_model_path.clear();
+  // The draft weight types to compare (--draft-types): each is a load of its own, the draft
+  // re-quantized as it loads (engine/model/requantize.hpp).
+  std::vector<std::string> types = {"keep"};
+  if (o.mode == DraftMode::Model)
+    types = parse_draft_type_list(a.draft_types.empty() ? (load.draft_type.empty() ? "keep" : load.draft_type)
+                                                        : a.draft_types);
+  load.draft_type = types.front();
   auto engine = Engine::load(load);
   print_backend_note(engine->info());
   Progress progress(a.quiet);
@@ -128,34 +136,51 @@ int run_tune_command(const TuneArgs& a) {
       std::fprintf(stderr, "cost model: cached in %s (--recalibrate to measure again)\n", co.cache_path.c_str());
   };
   TuneReport report;
-  for (size_t vi = 0; vi < vocabs.size(); ++vi) {
-    if (o.mode == DraftMode::Model) engine->set_draft_vocab(vocabs[vi]);
-    if (vocabs.size() > 1 && !a.quiet)
-      std::fprintf(stderr, "draft vocabulary %s (%zu of %zu)\n",
-                   vocabs[vi] ? std::to_string(vocabs[vi]).c_str() : "whole", vi + 1, vocabs.size());
-    calibrate(true);
-    progress.phase_start();
-    o.progress = [&](int64_t done, int64_t total, const std::string& what) {
-      progress.update("measuring", static_cast<double>(done) / static_cast<double>(total), what);
-    };
-    TuneReport part = run_tune(*engine, o);
-    if (vi == 0) {
-      report = std::move(part);
-    } else {
-      report.results.insert(report.results.end(), part.results.begin(), part.results.end());
-      report.elapsed_s += part.elapsed_s;
+  bool first = true;
+  for (size_t ti = 0; ti < types.size(); ++ti) {
+    if (ti > 0) {
+      engine.reset();  // the previous draft's memory goes first
+      load.draft_type = types[ti];
+      engine = Engine::load(load);
+    }
+    for (size_t vi = 0; vi < vocabs.size(); ++vi) {
+      if (o.mode == DraftMode::Model) engine->set_draft_vocab(vocabs[vi]);
+      if ((vocabs.size() > 1 || types.size() > 1) && !a.quiet)
+        std::fprintf(stderr, "draft weights %s, vocabulary %s (%zu of %zu)\n", types[ti].c_str(),
+                     vocabs[vi] ? std::to_string(vocabs[vi]).c_str() : "whole", ti * vocabs.size() + vi + 1,
+                     types.size() * vocabs.size());
+      calibrate(true);
+      progress.phase_start();
+      o.progress = [&](int64_t done, int64_t total, const std::string& what) {
+        progress.update("measuring", static_cast<double>(done) / static_cast<double>(total), what);
+      };
+      TuneReport part = run_tune(*engine, o);
+      if (first) {
+        report = std::move(part);
+        first = false;
+      } else {
+        report.results.insert(report.results.end(), part.results.begin(), part.results.end());
+        report.elapsed_s += part.elapsed_s;
+      }
     }
   }
-  // One vocabulary for the draft (it is a load setting), then the best configuration with it
-  // per temperature.
-  report.draft_vocab = best_draft_vocab(report.results, report.temps);
+  // One weight type and vocabulary for the draft (they are load settings), then the best
+  // configuration with them per temperature.
+  const DraftVariant best = best_draft_variant(report.results, report.temps);
+  report.draft_type = best.type;
+  report.draft_vocab = best.vocab;
   report.draft_vocab_counts = report.draft_vocab > 0 ? a.load.draft_vocab_counts : "";
   std::vector<ConfigResult> chosen;
   for (const ConfigResult& r : report.results)
-    if (r.draft_vocab == report.draft_vocab) chosen.push_back(r);
+    if (r.draft_vocab == report.draft_vocab && r.draft_type == report.draft_type) chosen.push_back(r);
   report.recommendations = recommend(chosen, report.temps);
-  if (o.mode == DraftMode::Model && report.draft_vocab != vocabs.back()) {
-    // The report's (and the config file's) cost model is the chosen vocabulary's: cached by now.
+  if (o.mode == DraftMode::Model && (report.draft_vocab != vocabs.back() || report.draft_type != types.back())) {
+    // The report's (and the config file's) cost model is the chosen draft's: cached by now.
+    if (report.draft_type != types.back()) {
+      engine.reset();
+      load.draft_type = report.draft_type;
+      engine = Engine::load(load);
+    }
     engine->set_draft_vocab(report.draft_vocab);
     calibrate(false);
     report.costs = engine->cost_model();
@@ -190,6 +215,9 @@ Command add_tune(CLI::App& app) {
   sub->add_option("--draft-vocabs", a->draft_vocabs,
                   "Draft vocabulary sizes to compare, e.g. 0,16384,32768 (0 = whole; default: those three for "
                   "vocabularies above 64k tokens, else the whole one)");
+  sub->add_option("--draft-types", a->draft_types,
+                  "Draft weight types to compare, e.g. keep,q4_0,q8_0 (each loads the draft re-quantized to it; "
+                  "default: the --draft-type given)");
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
   sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
       ->check(CLI::ExistingFile);

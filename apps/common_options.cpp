@@ -85,6 +85,11 @@ void add_draft_vocab_options(CLI::App& sub, LoadOptions& load) {
                  "Outputs are unchanged: the target verifies")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub.add_option("--draft-type", load.draft_type,
+                 "Re-quantize the draft's matrix weights at load: keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0. "
+                 "A cheaper draft may accept less; outputs are unchanged")
+      ->check(CLI::IsMember({"keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
+      ->capture_default_str();
   sub.add_option("--draft-vocab-counts", load.draft_vocab_counts,
                  "Token counts that rank the draft vocabulary (written by `tandem draft-vocab`; "
                  "default: the order of token ids)")

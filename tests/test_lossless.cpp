@@ -79,14 +79,17 @@ const Models& fixture() {
 // device: "cpu", or "cuda-emulated" (the CUDA backend's kernels under the SIMT emulator,
 // target and draft in its one arena): the same statistics through the other backend.
 // draft_vocab: the draft's reduced vocabulary (FR-Spec), its first n token ids.
-Engine& engine_with(const std::string& draft, const std::string& device = "cpu", int32_t draft_vocab = 0) {
-  static std::map<std::tuple<std::string, std::string, int32_t>, std::unique_ptr<Engine>> engines;
-  auto& e = engines[{draft, device, draft_vocab}];
+// draft_type: the draft's matrix weights re-quantized at load ("keep": as stored).
+Engine& engine_with(const std::string& draft, const std::string& device = "cpu", int32_t draft_vocab = 0,
+                    const std::string& draft_type = "keep") {
+  static std::map<std::tuple<std::string, std::string, int32_t, std::string>, std::unique_ptr<Engine>> engines;
+  auto& e = engines[{draft, device, draft_vocab, draft_type}];
   if (!e) {
     LoadOptions o;
     o.model_path = fixture().target;
     o.draft_model_path = draft;
     o.draft_vocab = draft_vocab;
+    o.draft_type = draft_type;
     o.threads = 1;
     o.context = 128;
     o.device = device;
@@ -247,6 +250,7 @@ struct Config {
   std::string device = "cpu";
   std::string grammar = "";  // GBNF: a constrained configuration
   int32_t draft_vocab = 0;   // a reduced draft vocabulary: q is 0 outside it
+  std::string draft_type = "keep";  // the draft's weights re-quantized at load (--draft-type)
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -292,7 +296,10 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   const int runs = cpu ? kRuns : kCudaRuns;
   Engine& e = engine_with(c.mode == DraftMode::Model ? (c.far_draft ? fixture().far_draft : fixture().close_draft)
                                                      : std::string(),
-                          c.device, c.draft_vocab);
+                          c.device, c.draft_vocab, c.draft_type);
+  if (c.draft_type != "keep") {
+    ASSERT_EQ(e.info().draft_type, c.draft_type);
+  }
   const std::vector<int32_t> prompt = prompt_for(e);
   const Sampler s = sampler(c.sampler);
   const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune, c.grammar);
@@ -519,7 +526,11 @@ const std::vector<Config> kConfigs = {
                V::Coupled, false, "cuda-emulated"},
         // A reduced draft vocabulary sampled on the device (q = 0 outside it after scatter_cols).
         Config{"cuda_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
-               V::Rejection, false, "cuda-emulated", "", 160}};
+               V::Rejection, false, "cuda-emulated", "", 160},
+        // The draft re-quantized at load (issue 16, --draft-type): its F16 weights as Q4_0,
+        // with a reduced vocabulary (whose head rows are re-quantized too).
+        Config{"draft_type_q4_0_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
+               V::Rejection, false, "cpu", "", 160, "q4_0"}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

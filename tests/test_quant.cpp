@@ -143,6 +143,101 @@ TEST(Dequant, ReferenceMatchesGgufPy) {
   }
 }
 
+// ---- quantization (re-quantizing a draft's weights at load) ---------------------------------
+
+const DType kQuantizable[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+
+// Rows with what a quantizer must get right: random values at several scales, an all-zero
+// block, a block of negative zeros, a negative extreme, equal magnitudes of both signs,
+// values on the rounding midpoints, one huge value among small ones.
+std::vector<float> quantizer_cases(uint64_t seed) {
+  std::mt19937 g(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> v;
+  for (float scale : {1.0f, 0.01f, 300.0f})
+    for (int i = 0; i < 32 * 8; ++i) v.push_back(scale * n(g));
+  for (int i = 0; i < 32; ++i) v.push_back(0.0f);
+  for (int i = 0; i < 32; ++i) v.push_back(-0.0f);
+  for (int i = 0; i < 32; ++i) v.push_back(i == 5 ? -4.0f : 0.25f * static_cast<float>(i % 7));
+  for (int i = 0; i < 32; ++i) v.push_back(i % 2 ? 2.0f : -2.0f);
+  for (int i = 0; i < 32; ++i) v.push_back(0.5f * static_cast<float>(i - 16));  // code midpoints
+  for (int i = 0; i < 32; ++i) v.push_back(i == 31 ? 1e4f : 1e-3f * static_cast<float>(i));
+  return v;
+}
+
+TEST(Quantize, ReferenceMatchesGgufPyBitForBit) {
+  const std::string dir = test::scratch_dir("quant-quantize");
+  struct Job {
+    DType t;
+    std::vector<float> x;
+    std::string out;
+  };
+  std::vector<Job> jobs;
+  std::string args;
+  for (DType t : kQuantizable)
+    for (uint64_t s : {1u, 2u}) {
+      Job j{t, quantizer_cases(s), ""};
+      const std::string base = dir + "/" + dtype_name(t) + "_" + std::to_string(s);
+      write_file(base + ".f32", j.x.data(), j.x.size() * sizeof(float));
+      j.out = base + ".bin";
+      args += std::string(" ") + dtype_name(t) + ":" + base + ".f32:" + j.out;
+      jobs.push_back(std::move(j));
+    }
+  std::string log;
+  ASSERT_EQ(test::run_python("tests/python/quantize_ref.py", args + " 2>&1", &log), 0) << log;
+  for (const Job& j : jobs) {
+    SCOPED_TRACE(dtype_name(j.t));
+    const int64_t n = static_cast<int64_t>(j.x.size());
+    std::vector<uint8_t> got(static_cast<size_t>(n / 32) * dtype_info(j.t).type_size);
+    cpu::quantize_row_ref(j.t, j.x.data(), got.data(), n);
+    std::ifstream f(j.out, std::ios::binary);
+    const std::vector<uint8_t> want((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(want.size(), got.size());
+    const size_t bs = dtype_info(j.t).type_size;
+    for (size_t b = 0; b < got.size() / bs; ++b)
+      ASSERT_TRUE(std::equal(got.begin() + b * bs, got.begin() + (b + 1) * bs, want.begin() + b * bs))
+          << "block " << b;
+  }
+}
+
+// Quantize, dequantize: every value within one step of the block's scale (half a step but
+// for the clipped extreme of the symmetric types), and quantizing the result again gives
+// the same blocks (the codes are a fixed point).
+TEST(Quantize, RoundTripStaysWithinAStepAndIsStable) {
+  const std::vector<float> x = quantizer_cases(9);
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (DType t : kQuantizable) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> q(static_cast<size_t>(n / 32) * dtype_info(t).type_size), q2(q.size());
+    std::vector<float> y(x.size()), y2(x.size());
+    cpu::quantize_row_ref(t, x.data(), q.data(), n);
+    cpu::dequantize_row_ref(t, q.data(), y.data(), n);
+    const float levels = t == DType::Q8_0 ? 127.0f : (t == DType::Q5_0 || t == DType::Q5_1) ? 15.5f : 7.5f;
+    for (int64_t b = 0; b < n / 32; ++b) {
+      float lo = x[b * 32], hi = lo, amax = 0;
+      for (int j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[b * 32 + j]);
+        hi = std::max(hi, x[b * 32 + j]);
+        amax = std::max(amax, std::fabs(x[b * 32 + j]));
+      }
+      const bool minmax = t == DType::Q4_1 || t == DType::Q5_1;
+      // One step, plus the f16 rounding of the scale (and minimum) over the whole range.
+      const float step = minmax ? (hi - lo) / (2 * levels) : amax / levels;
+      const float slack = 2e-3f * std::max(amax, hi - lo) + 1e-30f;
+      for (int j = 0; j < 32; ++j)
+        ASSERT_LE(std::fabs(y[b * 32 + j] - x[b * 32 + j]), step + slack) << "block " << b << " element " << j;
+    }
+    cpu::quantize_row_ref(t, y.data(), q2.data(), n);
+    cpu::dequantize_row_ref(t, q2.data(), y2.data(), n);
+    EXPECT_EQ(y2, y);
+  }
+  std::vector<uint8_t> out(64);
+  EXPECT_THROW(cpu::quantize_row_ref(DType::Q4_K, x.data(), out.data(), 256), std::invalid_argument);
+  EXPECT_THROW(cpu::quantize_row_ref(DType::Q8_0, x.data(), out.data(), 33), std::invalid_argument);
+  EXPECT_FALSE(cpu::can_quantize_to(DType::Q6_K));
+  EXPECT_TRUE(cpu::can_quantize_to(DType::Q4_0));
+}
+
 TEST(Dequant, FastMatchesReferenceOnEveryIsa) {
   IsaGuard guard;
   for (Isa isa : supported_isas()) {

@@ -189,7 +189,7 @@ TEST(Tune, EndToEndOnTinyModels) {
   std::getline(csv, line);
   const auto header = split_line(line);
   for (const char* col : {"temp", "policy", "k", "speedup", "e2e_speedup", "cpu_speedup", "alpha", "c", "r_model",
-                          "predicted_speedup", "gap", "acceptance_per_position", "draft_vocab"})
+                          "predicted_speedup", "gap", "acceptance_per_position", "draft_vocab", "draft_type"})
     EXPECT_NE(std::find(header.begin(), header.end(), col), header.end()) << col;
   int rows = 0;
   while (std::getline(csv, line)) {
@@ -315,6 +315,61 @@ TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
   EXPECT_EQ(load.draft_vocab, 32768);
   EXPECT_EQ(load.draft_vocab_counts, "/data/counts.txt");
   EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"draft_vocab\": -3}"), std::runtime_error);
+}
+
+// The draft weight types tune compares (--draft-types, issue 16): parsing, choosing the
+// (type, vocabulary) pair for the load, and the config file carrying the type.
+TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
+  EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));
+  for (const char* bad : {"", "q4_k", "keep,", "f16"})
+    EXPECT_THROW(parse_draft_type_list(bad), std::invalid_argument) << bad;
+  auto result = [](const std::string& type, int32_t vocab, float temp, double speedup) {
+    ConfigResult r;
+    r.draft_type = type;
+    r.draft_vocab = vocab;
+    r.policy = "fixed";
+    r.k = 3;
+    r.temp = temp;
+    r.tokens = r.ar_tokens = 100;
+    r.decode_ms = 1000.0 / speedup;
+    r.ar_decode_ms = 1000.0;
+    return r;
+  };
+  const std::vector<float> temps = {0.0f, 0.7f};
+  // q4_0 with 16384 tokens is best on average; keep with 16384 best at T = 0 alone.
+  const std::vector<ConfigResult> rs = {
+      result("keep", 0, 0.0f, 1.30),     result("keep", 0, 0.7f, 1.05),     result("keep", 16384, 0.0f, 1.70),
+      result("keep", 16384, 0.7f, 0.95), result("q4_0", 0, 0.0f, 1.40),     result("q4_0", 0, 0.7f, 1.10),
+      result("q4_0", 16384, 0.0f, 1.60), result("q4_0", 16384, 0.7f, 1.20)};
+  EXPECT_EQ(best_draft_variant(rs, temps), (DraftVariant{"q4_0", 16384}));
+  // Ties: the stored weights first, then the larger vocabulary.
+  EXPECT_EQ(best_draft_variant({result("q8_0", 0, 0.0f, 1.2), result("keep", 8192, 0.0f, 1.2)}, {0.0f}),
+            (DraftVariant{"keep", 8192}));
+  EXPECT_EQ(best_draft_variant({result("keep", 8192, 0.0f, 1.2), result("keep", 0, 0.0f, 1.2)}, {0.0f}),
+            (DraftVariant{"keep", 0}));
+  const auto recs = recommend(rs, temps);
+  EXPECT_EQ(recs[0].draft_type, "keep");
+  EXPECT_EQ(recs[1].draft_type, "q4_0");
+
+  TuneReport rep;
+  rep.draft_type = "q4_0";
+  rep.recommendations = {recs[1]};
+  EXPECT_NE(report_json(rep).find("\"draft_type\":\"q4_0\""), std::string::npos);
+  const TandemConfig c = config_from_json(config_to_json(config_from_report(rep, "model")));
+  EXPECT_EQ(c.draft_type, "q4_0");
+  LoadOptions load;
+  apply_config_load(c, {}, load);
+  EXPECT_EQ(load.draft_type, "keep") << "no draft model";
+  load.draft_model_path = "draft.gguf";
+  ExplicitFlags given;
+  given.draft_type = true;
+  apply_config_load(c, given, load);
+  EXPECT_EQ(load.draft_type, "keep") << "--draft-type wins";
+  apply_config_load(c, {}, load);
+  EXPECT_EQ(load.draft_type, "q4_0");
+  EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"draft_type\": \"q9\"}"), std::runtime_error);
+  // A config file from before draft types loads as "keep".
+  EXPECT_EQ(config_from_json("{\"format\": \"tandem-config\"}").draft_type, "keep");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/model/requantize.hpp"
 #include "engine/runtime/engine_calibration.hpp"
 #include "policies/factory.hpp"
 
@@ -61,6 +62,7 @@ TandemConfig config_from_report(const TuneReport& report, const std::string& dra
   c.backend = report.backend;
   c.draft_vocab = report.draft_vocab;
   c.draft_vocab_counts = report.draft_vocab_counts;
+  c.draft_type = report.draft_type;
   for (const Recommendation& r : report.recommendations) {
     TandemConfig::PerTemp p;
     p.temp = r.temp;
@@ -92,6 +94,7 @@ std::string config_to_json(const TandemConfig& c) {
   o["backend"] = c.backend;
   o["draft_vocab"] = c.draft_vocab;
   o["draft_vocab_counts"] = c.draft_vocab_counts;
+  o["draft_type"] = c.draft_type;
   o["speculative"] = spec_to_json(c.defaults);
   json::array per;
   for (const auto& p : c.per_temperature) {
@@ -125,6 +128,13 @@ TandemConfig config_from_json(const std::string& text) {
       c.draft_vocab = static_cast<int32_t>(n);
     }
     if (const auto* x = o.if_contains("draft_vocab_counts")) c.draft_vocab_counts = json::value_to<std::string>(*x);
+    if (const auto* x = o.if_contains("draft_type")) {
+      try {
+        c.draft_type = weight_type_name(parse_weight_type(json::value_to<std::string>(*x)));
+      } catch (const std::invalid_argument& e) {
+        throw std::runtime_error(e.what());
+      }
+    }
     if (const auto* x = o.if_contains("speculative")) c.defaults = spec_from_json(*x);
     if (const auto* x = o.if_contains("per_temperature")) {
       for (const json::value& e : x->as_array()) {
@@ -175,7 +185,9 @@ void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given,
 }
 
 void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOptions& load) {
-  if (given.draft_vocab || load.draft_model_path.empty() || c.draft_vocab == 0) return;
+  if (load.draft_model_path.empty()) return;
+  if (!given.draft_type && c.draft_type != "keep") load.draft_type = c.draft_type;
+  if (given.draft_vocab || c.draft_vocab == 0) return;
   load.draft_vocab = c.draft_vocab;
   if (load.draft_vocab_counts.empty()) load.draft_vocab_counts = c.draft_vocab_counts;
 }

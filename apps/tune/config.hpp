@@ -29,6 +29,7 @@ struct TandemConfig {
   // The draft's reduced vocabulary (LoadOptions::draft_vocab; 0: all of it) and its counts file.
   int32_t draft_vocab = 0;
   std::string draft_vocab_counts;
+  std::string draft_type = "keep";  // the draft's weights (LoadOptions::draft_type) it was measured with
   SpecSettings defaults;  // used when per_temperature is empty
   struct PerTemp {
     float temp = 0.0f;
@@ -52,9 +53,11 @@ void save_config(const std::string& path, const TandemConfig& c);
 // Command-line flags given explicitly: they win over the file.
 struct ExplicitFlags {
   bool draft = false, draft_max = false, draft_p_min = false, policy = false, draft_vocab = false;
+  bool draft_type = false;
 };
-// The config's draft vocabulary into `load` unless --draft-vocab was given (and only with a
-// draft model: the vocabulary belongs to the draft the config was measured with).
+// The config's draft vocabulary and weight type into `load` unless --draft-vocab or
+// --draft-type was given (and only with a draft model: they belong to the draft the config
+// was measured with).
 void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOptions& load);
 // Applies the file's settings for temperature `temp` to draft_mode ("model", "ngram",
 // "none") and the speculative options, except what `given` marks.

@@ -67,6 +67,7 @@ std::string report_json(const TuneReport& r) {
   o["reps"] = r.reps;
   o["draft_vocab"] = r.draft_vocab;
   o["draft_vocab_counts"] = r.draft_vocab_counts;
+  o["draft_type"] = r.draft_type;
   o["elapsed_s"] = r.elapsed_s;
   json::array prompts;
   for (const auto& p : r.prompts) prompts.push_back(json::object{{"category", p.category}, {"text", p.text}});
@@ -77,6 +78,7 @@ std::string report_json(const TuneReport& r) {
     json::object e;
     e["temp"] = tidy(c.temp);
     e["draft_vocab"] = c.draft_vocab;
+    e["draft_type"] = c.draft_type;
     e["policy"] = c.policy;
     e["k"] = c.k;
     e["tokens"] = c.tokens;
@@ -123,7 +125,7 @@ std::string report_json(const TuneReport& r) {
   json::array recs;
   for (const Recommendation& rc : r.recommendations)
     recs.push_back(json::object{
-        {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
+        {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"draft_type", rc.draft_type}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
         {"off_fraction", rc.off_fraction}});
   o["recommendations"] = std::move(recs);
   return json::serialize(o);
@@ -134,7 +136,7 @@ std::string report_csv(const TuneReport& r) {
       "temp,policy,k,tokens,tokens_per_s,ar_tokens_per_s,speedup,e2e_speedup,cpu_speedup,min_prompt_speedup,"
       "acceptance_rate,"
       "alpha,mean_accepted_length,c,r_model,r_measured,predicted_speedup_r1,predicted_speedup,gap,"
-      "steps_off_fraction,acceptance_per_position,draft_vocab\n";
+      "steps_off_fraction,acceptance_per_position,draft_vocab,draft_type\n";
   for (const ConfigResult& c : r.results) {
     std::string acc;
     for (double a : c.acceptance_per_position()) {
@@ -149,7 +151,7 @@ std::string report_csv(const TuneReport& r) {
          (cm ? fmt(r_model(c, *r.costs), 4) : "") + "," + fmt(c.r_measured(), 4) + "," + fmt(c.predicted_r1(), 4) +
          "," + (cm ? fmt(c.predicted(*r.costs), 4) : "") + "," +
          (cm ? fmt(c.speedup() - c.predicted(*r.costs), 4) : "") + "," + fmt(c.steps_off_fraction(), 4) + "," + acc +
-         "," + std::to_string(c.draft_vocab) + "\n";
+         "," + std::to_string(c.draft_vocab) + "," + c.draft_type + "\n";
   }
   return s;
 }
@@ -222,18 +224,27 @@ std::string report_svg(const TuneReport& r) {
   return svg_document(w, 2 * h + 44, {header, render_chart(speed, 0, 44, w, h), render_chart(acc, 0, 44 + h, w, h)});
 }
 
+namespace {
+// The table's vocab column: the vocabulary ("all" or its size), and "/q4_0" when the draft's
+// weights were re-quantized.
+std::string draft_variant(const ConfigResult& c) {
+  return (c.draft_vocab > 0 ? std::to_string(c.draft_vocab) : std::string("all")) +
+         (c.draft_type != "keep" ? "/" + c.draft_type : std::string());
+}
+}  // namespace
+
 void print_table(const TuneReport& r, std::FILE* out) {
   std::fprintf(out, "target %s\ndraft  %s\nbackend %s, %d tokens per run, %zu prompts x %d\n\n", r.target.c_str(),
                r.draft.c_str(), r.backend.c_str(), r.n_tokens, r.prompts.size(), r.reps);
-  std::fprintf(out, "%-5s %6s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
+  std::fprintf(out, "%-5s %11s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
                "vocab", "policy", "k", "tok/s", "plain", "speedup", "worst", "e2e", "cpu", "acc", "alpha", "E", "c", "r(k)", "r_ms", "S(r=1)", "S_pred",
                "gap", "off%");
   for (const ConfigResult& c : r.results) {
     const bool cm = r.costs != nullptr;
     const std::string off = policy_uses_cost_model(c.policy) ? fmt(100.0 * c.steps_off_fraction(), 1) : "-";
     std::fprintf(out,
-                 "%-5.2f %6s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
-                 c.temp, c.draft_vocab > 0 ? std::to_string(c.draft_vocab).c_str() : "all", c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
+                 "%-5.2f %11s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
+                 c.temp, draft_variant(c).c_str(), c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
                  c.min_prompt_speedup(), c.e2e_speedup(), c.cpu_speedup(), c.metrics.acceptance_rate(), c.alpha(), c.metrics.mean_accepted_length(),
                  c.c(), cm ? fmt(r_model(c, *r.costs), 2).c_str() : "-", c.r_measured(), c.predicted_r1(),
                  cm ? fmt(c.predicted(*r.costs), 2).c_str() : "-",
@@ -246,7 +257,8 @@ void print_table(const TuneReport& r, std::FILE* out) {
                "accepted length;\nc: draft forward / plain target pass; r(k): cost model, r_ms: measured "
                "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
                "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0); vocab: the "
-               "draft's reduced vocabulary.\n\n");
+               "draft's reduced vocabulary (/type: its re-quantized weights).\n\n");
+  if (r.draft_type != "keep") std::fprintf(out, "recommended draft weights: --draft-type %s\n", r.draft_type.c_str());
   if (r.draft_vocab > 0)
     std::fprintf(out, "recommended draft vocabulary: --draft-vocab %d%s%s\n", r.draft_vocab,
                  r.draft_vocab_counts.empty() ? "" : " --draft-vocab-counts ", r.draft_vocab_counts.c_str());

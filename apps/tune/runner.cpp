@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/model/requantize.hpp"
 #include "policies/factory.hpp"
 
 namespace tandem::cli {
@@ -293,6 +294,7 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
     for (const ConfigResult& r : results) {
       if (r.temp != t || r.speedup() <= best.speedup) continue;
       best.draft_vocab = r.draft_vocab;
+      best.draft_type = r.draft_type;
       best.policy = r.policy;
       best.k = r.k;
       best.speedup = r.speedup();
@@ -326,6 +328,45 @@ int32_t best_draft_vocab(const std::vector<ConfigResult>& results, const std::ve
     }
   }
   return best;
+}
+
+DraftVariant best_draft_variant(const std::vector<ConfigResult>& results, const std::vector<float>& temps) {
+  std::vector<DraftVariant> variants;
+  for (const ConfigResult& r : results) {
+    const DraftVariant v{r.draft_type, r.draft_vocab};
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+  }
+  DraftVariant best = variants.empty() ? DraftVariant{} : variants.front();
+  double best_score = -1.0;
+  for (const DraftVariant& v : variants) {
+    std::vector<ConfigResult> of_v;
+    for (const ConfigResult& r : results)
+      if (r.draft_type == v.type && r.draft_vocab == v.vocab) of_v.push_back(r);
+    double score = 0.0;
+    for (const Recommendation& rc : recommend(of_v, temps)) score += rc.speedup;
+    score /= static_cast<double>(std::max<size_t>(temps.size(), 1));
+    // On a tie: the stored weights, then the larger vocabulary (0, the whole one, largest).
+    const bool keep_first = v.type == "keep" && best.type != "keep";
+    const bool larger = v.type == best.type && (v.vocab == 0 || (best.vocab != 0 && v.vocab > best.vocab));
+    if (score > best_score || (score == best_score && (keep_first || larger))) {
+      best = v;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> parse_draft_type_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s + ",");
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw std::invalid_argument("draft types: an empty item in '" + s + "'");
+    const std::string name = weight_type_name(parse_weight_type(item));  // throws for unknown ones
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  if (out.empty()) throw std::invalid_argument("draft types: none given");
+  return out;
 }
 
 std::vector<int32_t> parse_draft_vocab_list(const std::string& s) {
@@ -402,6 +443,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
     for (const Config& c : configs) {
       ConfigResult r;
       r.draft_vocab = engine.info().draft_vocab;
+      if (!engine.info().draft_type.empty()) r.draft_type = engine.info().draft_type;
       r.policy = c.policy;
       r.k = c.k;
       r.temp = temp;

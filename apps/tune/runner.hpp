@@ -50,6 +50,7 @@ struct TuneOptions {
 // One configuration's measurements, summed over prompts and repetitions.
 struct ConfigResult {
   int32_t draft_vocab = 0;  // the draft's reduced vocabulary (0: all of it)
+  std::string draft_type = "keep";  // the draft's weights (--draft-type) it was measured with
   std::string policy;
   int32_t k = 0;  // draft_max (for adaptive/goodput: the largest k they may choose)
   float temp = 0.0f;
@@ -93,6 +94,7 @@ struct ConfigResult {
 struct Recommendation {
   float temp = 0.0f;
   int32_t draft_vocab = 0;  // the draft's reduced vocabulary it was measured with
+  std::string draft_type = "keep";  // and the draft's weights
   std::string policy;  // "none" when nothing beat plain decoding
   int32_t k = 0;
   double speedup = 1.0;
@@ -106,6 +108,7 @@ struct TuneReport {
   // ranking came from ("" for the token ids' order).
   int32_t draft_vocab = 0;
   std::string draft_vocab_counts;
+  std::string draft_type = "keep";  // the draft weight type recommended (tune --draft-types)
   int32_t n_tokens = 0, reps = 0;
   std::vector<TunePrompt> prompts;
   std::vector<float> temps;
@@ -124,6 +127,16 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
 // Of the draft vocabularies the results were measured with, the one whose best speedups,
 // averaged over the temperatures (plain decoding counting 1), are highest; ties: the larger.
 int32_t best_draft_vocab(const std::vector<ConfigResult>& results, const std::vector<float>& temps);
+// The same over (draft weight type, vocabulary) pairs: the pair whose best speedups average
+// highest; ties: "keep" (the stored weights), then the larger vocabulary.
+struct DraftVariant {
+  std::string type = "keep";
+  int32_t vocab = 0;
+  bool operator==(const DraftVariant&) const = default;
+};
+DraftVariant best_draft_variant(const std::vector<ConfigResult>& results, const std::vector<float>& temps);
+// "keep,q4_0" → the names, checked (engine/model/requantize.hpp), unique, in order.
+std::vector<std::string> parse_draft_type_list(const std::string& s);
 // "0,16384,32768" → sorted, unique sizes, each 0 (the whole vocabulary) or >= 256.
 std::vector<int32_t> parse_draft_vocab_list(const std::string& s);
 

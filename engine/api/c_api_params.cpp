@@ -79,6 +79,7 @@ LoadOptions to_load_options(const tandem_load_params& given) {
   if (p.draft_vocab < 0) throw std::invalid_argument("tandem_load_params.draft_vocab must be >= 0");
   o.draft_vocab = p.draft_vocab;
   if (p.draft_vocab_counts) o.draft_vocab_counts = p.draft_vocab_counts;
+  if (p.draft_type) o.draft_type = p.draft_type;
   return o;
 }
 

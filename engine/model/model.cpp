@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "engine/model/requantize.hpp"
+
 namespace tandem {
 namespace {
 
@@ -13,7 +15,8 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 }  // namespace
 
-kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only) {
+kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only,
+                            bool matmul) {
   const gguf::TensorInfo* ti = file_->find_tensor(name);
   if (!ti) {
     if (required) throw std::runtime_error(file_->path() + ": missing tensor '" + name + "'");
@@ -32,32 +35,44 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
   if (dims[0] % info.block_size != 0)
     throw std::runtime_error(file_->path() + ": tensor '" + name + "' rows of " + std::to_string(dims[0]) +
                              " elements are not a whole number of " + info.name + " blocks");
+  const int64_t cols = dims[0], rows = dims.size() > 1 ? dims[1] : 1;
+  const std::optional<DType> to = weights_.matmul_type;
+  if (matmul && to && *to != ti->type && cols % 32 == 0) {
+    const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, *to);
+    buffers_.push_back(backend_->alloc(q.size()));
+    const kernels::Tensor t = kernels::make_tensor(buffers_.back().get(), *to, cols, rows);
+    backend_->upload(t, q.data(), q.size());
+    weight_bytes_ += q.size();
+    return t;
+  }
   buffers_.push_back(backend_->wrap_host(file_->tensor_data(*ti), ti->nbytes));
   weight_bytes_ += ti->nbytes;
-  kernels::Tensor t = kernels::make_tensor(buffers_.back().get(), ti->type, dims[0], dims.size() > 1 ? dims[1] : 1);
-  return t;
+  return kernels::make_tensor(buffers_.back().get(), ti->type, cols, rows);
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& backend) {
+std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& backend,
+                                   const WeightOptions& weights) {
   std::unique_ptr<Model> m(new Model());
+  m->weights_ = weights;
   m->file_ = gguf::File::open(path);
   m->backend_ = &backend;
   m->config_ = read_model_config(*m->file_);
   const ModelConfig& c = m->config_;
   const int64_t d = c.n_embd, qw = c.q_width(), kvw = c.kv_width(), ff = c.n_ff, hd = c.head_dim;
 
-  m->tok_embd = m->bind("token_embd.weight", {d, c.n_vocab}, true, false);
+  // A tied embedding is also the output head: re-quantized with the other matrices.
+  m->tok_embd = m->bind("token_embd.weight", {d, c.n_vocab}, true, false, c.tied_embeddings);
   m->output_norm = m->bind("output_norm.weight", {d}, true, true);
-  m->output = c.tied_embeddings ? m->tok_embd : m->bind("output.weight", {d, c.n_vocab}, true, false);
+  m->output = c.tied_embeddings ? m->tok_embd : m->bind("output.weight", {d, c.n_vocab}, true, false, true);
   m->layers.resize(static_cast<size_t>(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(il)];
     L.attn_norm = m->bind(p + "attn_norm.weight", {d}, true, true);
-    L.wq = m->bind(p + "attn_q.weight", {d, qw}, true, false);
-    L.wk = m->bind(p + "attn_k.weight", {d, kvw}, true, false);
-    L.wv = m->bind(p + "attn_v.weight", {d, kvw}, true, false);
-    L.wo = m->bind(p + "attn_output.weight", {qw, d}, true, false);
+    L.wq = m->bind(p + "attn_q.weight", {d, qw}, true, false, true);
+    L.wk = m->bind(p + "attn_k.weight", {d, kvw}, true, false, true);
+    L.wv = m->bind(p + "attn_v.weight", {d, kvw}, true, false, true);
+    L.wo = m->bind(p + "attn_output.weight", {qw, d}, true, false, true);
     L.bq = m->bind(p + "attn_q.bias", {qw}, c.qkv_bias, true);
     L.bk = m->bind(p + "attn_k.bias", {kvw}, c.qkv_bias, true);
     L.bv = m->bind(p + "attn_v.bias", {kvw}, c.qkv_bias, true);
@@ -70,9 +85,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& ba
       L.post_ffn_norm = m->bind(p + "post_ffw_norm.weight", {d}, true, true);
     }
     L.ffn_norm = m->bind(p + "ffn_norm.weight", {d}, true, true);
-    L.w_gate = m->bind(p + "ffn_gate.weight", {d, ff}, true, false);
-    L.w_up = m->bind(p + "ffn_up.weight", {d, ff}, true, false);
-    L.w_down = m->bind(p + "ffn_down.weight", {ff, d}, true, false);
+    L.w_gate = m->bind(p + "ffn_gate.weight", {d, ff}, true, false, true);
+    L.w_up = m->bind(p + "ffn_up.weight", {d, ff}, true, false, true);
+    L.w_down = m->bind(p + "ffn_down.weight", {ff, d}, true, false, true);
   }
   return m;
 }

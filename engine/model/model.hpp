@@ -3,6 +3,7 @@
 // a mismatched file fails here with a message naming the tensor, not later in a kernel.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,15 +21,24 @@ struct LayerWeights {
   kernels::Tensor ffn_norm, w_gate, w_up, w_down;
 };
 
+// How the weights go onto the backend.
+struct WeightOptions {
+  // Re-quantize the matrix weights (attention, feed-forward, the output head; the embedding
+  // too when it is the head) to this type as they load (requantize.hpp); nullopt: as stored.
+  std::optional<DType> matmul_type;
+};
+
 class Model {
  public:
   // Throws std::runtime_error (or gguf::Error) with the file name and the problem.
-  static std::unique_ptr<Model> load(const std::string& path, kernels::Backend& backend);
+  static std::unique_ptr<Model> load(const std::string& path, kernels::Backend& backend,
+                                     const WeightOptions& weights = {});
 
   const ModelConfig& config() const { return config_; }
   const gguf::File& file() const { return *file_; }
   kernels::Backend& backend() const { return *backend_; }
-  size_t weight_bytes() const { return weight_bytes_; }
+  size_t weight_bytes() const { return weight_bytes_; }  // as on the backend (re-quantized ones at their new size)
+  std::optional<DType> matmul_type() const { return weights_.matmul_type; }
 
   kernels::Tensor tok_embd;
   kernels::Tensor output_norm;
@@ -37,11 +47,14 @@ class Model {
 
  private:
   Model() = default;
-  kernels::Tensor bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only);
+  // matmul: a matrix weight, re-quantized when WeightOptions::matmul_type says so.
+  kernels::Tensor bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only,
+                       bool matmul = false);
 
   std::unique_ptr<gguf::File> file_;
   kernels::Backend* backend_ = nullptr;
   ModelConfig config_;
+  WeightOptions weights_;
   std::vector<std::unique_ptr<kernels::Buffer>> buffers_;
   size_t weight_bytes_ = 0;
 };

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/requantize.hpp"
+
 namespace tandem {
 
 std::shared_ptr<const OutputSubset> make_output_subset(const Model& model, std::vector<int32_t> ids) {
@@ -24,12 +26,18 @@ std::shared_ptr<const OutputSubset> make_output_subset(const Model& model, std::
   const auto* src = static_cast<const uint8_t*>(model.file().tensor_data(*ti));
   std::vector<uint8_t> host(row * ids.size());
   for (size_t i = 0; i < ids.size(); ++i) std::memcpy(host.data() + i * row, src + static_cast<size_t>(ids[i]) * row, row);
+  // A re-quantized model's head is in its new type (Model::load did the same to the whole).
+  DType type = ti->type;
+  if (model.matmul_type() && *model.matmul_type() != type && c.n_embd % 32 == 0) {
+    host = requantize_rows(type, host.data(), static_cast<int64_t>(ids.size()), c.n_embd, *model.matmul_type());
+    type = *model.matmul_type();
+  }
 
   auto s = std::make_shared<OutputSubset>();
   s->ids = std::move(ids);
   kernels::Backend& be = model.backend();
   s->buf = be.alloc(host.size());
-  s->head = kernels::make_tensor(s->buf.get(), ti->type, c.n_embd, static_cast<int64_t>(s->ids.size()));
+  s->head = kernels::make_tensor(s->buf.get(), type, c.n_embd, static_cast<int64_t>(s->ids.size()));
   be.upload(s->head, host.data(), host.size());
   s->ids_buf = be.alloc(s->ids.size() * sizeof(int32_t));
   s->ids_on_backend = kernels::make_tensor(s->ids_buf.get(), DType::I32, static_cast<int64_t>(s->ids.size()));

@@ -19,6 +19,8 @@ std::string cost_model_key(const Engine& engine) {
   if (i.draft_vocab > 0)
     key += ";draft_vocab=" + std::to_string(i.draft_vocab) + ":" +
            (i.draft_vocab_ranking == "token ids" ? std::string("ids") : part(i.draft_vocab_ranking));
+  // So does a re-quantized draft.
+  if (!i.draft_type.empty() && i.draft_type != "keep") key += ";draft_type=" + i.draft_type;
   return key;
 }
 

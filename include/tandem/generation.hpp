@@ -40,6 +40,10 @@ struct LoadOptions {
   // the token ids' order (a BPE vocabulary's merge order). Needs a draft model.
   int32_t draft_vocab = 0;
   std::string draft_vocab_counts;
+  // The draft's matrix weights re-quantized at load: "keep" (as stored), or q4_0, q4_1,
+  // q5_0, q5_1, q8_0. A cheaper type makes the draft faster and may lower its acceptance;
+  // outputs are unchanged (the target verifies). Needs a draft model.
+  std::string draft_type = "keep";
 };
 
 struct GenerateOptions {
@@ -117,6 +121,7 @@ struct ModelInfo {
   // came from ("token ids", or the counts file's path).
   int32_t draft_vocab = 0;
   std::string draft_vocab_ranking;
+  std::string draft_type;  // the draft's matrix weights: "keep" or the type they were re-quantized to
 };
 
 // Called for each generated token with the text it completed (UTF-8 complete; empty while

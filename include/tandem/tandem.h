@@ -90,6 +90,8 @@ typedef struct tandem_load_params {
   int32_t draft_vocab;            /* the draft computes logits over its N most frequent tokens only
                                      (FR-Spec; outputs unchanged); 0 → the whole vocabulary */
   const char* draft_vocab_counts; /* NULL → rank by token id; else a counts file (`tandem draft-vocab`) */
+  const char* draft_type;         /* NULL or "keep" → the draft's weights as stored; "q4_0", "q4_1", "q5_0",
+                                     "q5_1", "q8_0": its matrix weights re-quantized at load (outputs unchanged) */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's
@@ -199,6 +201,7 @@ typedef struct tandem_model_info {
   const char* backend_note;      /* why device "auto" chose the CPU (one line), else "" */
   /* appended after 0.1.0 (older callers pass a shorter struct_size): */
   int32_t draft_vocab;           /* the draft's reduced vocabulary size; 0 → the whole one */
+  const char* draft_type;        /* "keep", or the type the draft's matrix weights were re-quantized to; "" without a draft */
 } tandem_model_info;
 
 /* Called on the generating thread for every generated token, with the text it completed

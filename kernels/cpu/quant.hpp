@@ -19,6 +19,10 @@ namespace tandem::kernels::cpu {
 // Plain scalar reference: obviously correct, used to test everything else. n must be a
 // multiple of the type's block size. Matches gguf-py's numpy dequantization bit for bit.
 void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
+// The inverse for the simple block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): the formats'
+// reference quantization, bit for bit gguf-py's. n a multiple of 32; throws for other types.
+bool can_quantize_to(DType t);
+void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
 // Fastest available (dispatched) dequantization; same results as the reference. Used for
 // embedding lookups.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
