@@ -45,6 +45,10 @@ int run_generate(const GenerateArgs& args) {
     std::fprintf(stderr, "model: %s (%s, %d layers, vocab %d, %.1f MiB)\n%s\n", info.path.c_str(),
                  info.architecture.c_str(), info.n_layer, info.n_vocab, info.weight_bytes / 1048576.0,
                  engine->backend_description().c_str());
+    if (!info.draft_path.empty())
+      std::fprintf(stderr, "draft: %s (weights %s, %.1f MiB%s)\n", info.draft_path.c_str(), info.draft_type.c_str(),
+                   info.draft_weight_bytes / 1048576.0,
+                   info.draft_vocab > 0 ? (", vocabulary " + std::to_string(info.draft_vocab)).c_str() : "");
   }
   GenerateOptions gen = a.gen;
   gen.add_special = !a.no_special;

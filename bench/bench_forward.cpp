@@ -2,7 +2,10 @@
 // target pass over n tokens (speculative verification of n-1 drafts) relative to one token.
 //
 //   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256] [--json]
+//                 [--type keep|q4_0|q4_1|q5_0|q5_1|q8_0]
 //
+// --type re-quantizes the matrix weights as they load (what --draft-type does to a draft:
+// engine/model/requantize.hpp), to time a draft of that type.
 // The prompt is `ctx` token ids (i * 7919 + 13) mod min(vocab, 30000), the runs of n
 // tokens (ctx + 31 i) mod min(vocab, 30000): bench/compare_llamacpp.py feeds llama.cpp the
 // same ids. --json prints one object (prefill_tok_s, t_ms[n-1], ...) instead of the table.
@@ -16,12 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/requantize.hpp"
 #include "engine/model/transformer.hpp"
 
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  std::string path;
+  std::string path, type = "keep";
   int threads = 0, nmax = 16, reps = 5, ctx = 256;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -32,13 +36,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--type")) type = next();
   }
   if (path.empty()) {
     std::fprintf(stderr, "usage: %s -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]\n", argv[0]);
     return 2;
   }
   auto be = tandem::kernels::make_cpu_backend(threads);
-  auto model = tandem::Model::load(path, *be);
+  tandem::WeightOptions weights;
+  weights.matmul_type = tandem::parse_weight_type(type);
+  auto model = tandem::Model::load(path, *be, weights);
   tandem::KVCacheOptions o;
   o.max_tokens = ctx + nmax + 16;
   tandem::KVCache cache(*be, model->config(), o);
@@ -56,8 +63,9 @@ int main(int argc, char** argv) {
   }
   const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
   if (!json) {
-    std::printf("model %s\nbackend %s\nprefill: %d tokens in %.1f ms = %.1f tokens/s\n\n", path.c_str(),
-                be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
+    std::printf("model %s (weights %s, %.1f MB)\nbackend %s\nprefill: %d tokens in %.1f ms = %.1f tokens/s\n\n",
+                path.c_str(), type.c_str(), model->weight_bytes() / 1e6, be->name().c_str(), ctx, prefill_ms,
+                ctx * 1000.0 / prefill_ms);
     std::printf("| n | T(n) ms | T(n)/T(1) | tokens/s |\n|---|---|---|---|\n");
   }
   std::vector<double> medians;
@@ -82,9 +90,10 @@ int main(int argc, char** argv) {
     if (!json) std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
   }
   if (json) {
-    std::printf("{\"model\": \"%s\", \"backend\": \"%s\", \"ctx\": %d, \"prefill_ms\": %.3f, "
-                "\"prefill_tok_s\": %.3f, \"t_ms\": [",
-                path.c_str(), be->name().c_str(), ctx, prefill_ms, ctx * 1000.0 / prefill_ms);
+    std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
+                "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"t_ms\": [",
+                path.c_str(), type.c_str(), model->weight_bytes(), be->name().c_str(), ctx, prefill_ms,
+                ctx * 1000.0 / prefill_ms);
     for (size_t i = 0; i < medians.size(); ++i) std::printf("%s%.4f", i ? ", " : "", medians[i]);
     std::printf("]}\n");
   }

@@ -155,6 +155,7 @@ ModelInfo Engine::info() const {
     i.draft_vocab = impl_->draft_vocab;
     i.draft_vocab_ranking = impl_->opts.draft_vocab_counts.empty() ? "token ids" : impl_->opts.draft_vocab_counts;
     i.draft_type = weight_type_name(impl_->draft->matmul_type());
+    i.draft_weight_bytes = impl_->draft->weight_bytes();
   }
   return i;
 }

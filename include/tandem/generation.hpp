@@ -122,6 +122,7 @@ struct ModelInfo {
   int32_t draft_vocab = 0;
   std::string draft_vocab_ranking;
   std::string draft_type;  // the draft's matrix weights: "keep" or the type they were re-quantized to
+  size_t draft_weight_bytes = 0;  // the draft's weights as loaded (after re-quantization)
 };
 
 // Called for each generated token with the text it completed (UTF-8 complete; empty while
