@@ -168,7 +168,7 @@ fi
 if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 400 ]; then
   step serve_matrix 150 python3 "$ROOT/bench/serve_matrix.py" --tandem "$BUILD/apps/tandem" --pair qwen \
     --concurrency 1,8,32,128 --max-tokens 64 --waves 1 -t 4 --out "$OUT/serve_matrix.json" \
-    --server-args "--device cuda --gpu-mem 24G"
+    --server-args "--device cuda --gpu-mem 24G --kv-mem 8GiB"
 fi
 
 # Summary: every step's rc and time, test counts, and the benchmark JSON files.

@@ -86,15 +86,7 @@ std::unique_ptr<Engine> load(const std::string& type, const std::string& device 
   return Engine::load(o);
 }
 
-GenerateOptions greedy(int n, DraftMode mode) {
-  GenerateOptions g;
-  g.max_tokens = n;
-  g.sampling.temperature = 0.0f;
-  g.ignore_eos = true;
-  g.speculative.mode = mode;
-  g.speculative.draft_max = 4;
-  return g;
-}
+GenerateOptions greedy(int n, DraftMode mode) { return test::greedy_options(n, mode, 4); }
 
 TEST(DraftType, TheDraftsMatricesTakeTheTypeAndTheTargetIsUntouched) {
   auto keep = load("keep");

@@ -185,15 +185,7 @@ LoadOptions shaped_load(const std::string& device) {
   return o;
 }
 
-GenerateOptions greedy(int n, DraftMode mode) {
-  GenerateOptions g;
-  g.max_tokens = n;
-  g.sampling.temperature = 0.0f;
-  g.ignore_eos = true;
-  g.speculative.mode = mode;
-  g.speculative.draft_max = 3;
-  return g;
-}
+GenerateOptions greedy(int n, DraftMode mode) { return test::greedy_options(n, mode, 3); }
 
 void expect_lossless_from_the_pool(const std::string& device) {
   auto e = Engine::load(shaped_load(device));

@@ -59,15 +59,7 @@ std::vector<int32_t> prompt_of(int n, uint32_t seed) {
   return test::random_prompt(n, seed, 7);
 }
 
-GenerateOptions greedy(int n, DraftMode mode) {
-  GenerateOptions g;
-  g.max_tokens = n;
-  g.sampling.temperature = 0.0f;
-  g.ignore_eos = true;
-  g.speculative.mode = mode;
-  g.speculative.draft_max = 3;
-  return g;
-}
+GenerateOptions greedy(int n, DraftMode mode) { return test::greedy_options(n, mode, 3); }
 
 struct Outcome {
   GenerateResult result;

@@ -264,6 +264,20 @@ TEST(Tune, ConfigRejectsWhatItCannotUse) {
   EXPECT_THROW(load_config("/nonexistent/tandem.json"), std::runtime_error);
 }
 
+// A made-up measurement of fixed k = 3: speedup = tokens/s over the plain runs' tokens/s.
+ConfigResult measured(const std::string& type, int32_t vocab, float temp, double speedup) {
+  ConfigResult r;
+  r.draft_type = type;
+  r.draft_vocab = vocab;
+  r.policy = "fixed";
+  r.k = 3;
+  r.temp = temp;
+  r.tokens = r.ar_tokens = 100;
+  r.decode_ms = 1000.0 / speedup;
+  r.ar_decode_ms = 1000.0;
+  return r;
+}
+
 // The draft vocabulary sizes tune compares (FR-Spec): parsing, choosing one for the load
 // (the best speedups averaged over temperatures), and the config file carrying it.
 TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
@@ -271,18 +285,7 @@ TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
   for (const char* bad : {"", "abc", "100", "-1", "16384,", "1e5"})
     EXPECT_THROW(parse_draft_vocab_list(bad), std::invalid_argument) << bad;
 
-  // Made-up measurements: speedup = tokens/s over the plain runs' tokens/s.
-  auto result = [](int32_t vocab, float temp, double speedup) {
-    ConfigResult r;
-    r.draft_vocab = vocab;
-    r.policy = "fixed";
-    r.k = 3;
-    r.temp = temp;
-    r.tokens = r.ar_tokens = 100;
-    r.decode_ms = 1000.0 / speedup;
-    r.ar_decode_ms = 1000.0;
-    return r;
-  };
+  auto result = [](int32_t vocab, float temp, double speedup) { return measured("keep", vocab, temp, speedup); };
   const std::vector<float> temps = {0.0f, 0.7f};
   // 16384 is best at T = 0 but loses at T = 0.7; 32768 is best on average.
   const std::vector<ConfigResult> rs = {result(0, 0.0f, 1.30), result(0, 0.7f, 1.05), result(16384, 0.0f, 1.60),
@@ -323,18 +326,7 @@ TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));
   for (const char* bad : {"", "q4_k", "keep,", "f16"})
     EXPECT_THROW(parse_draft_type_list(bad), std::invalid_argument) << bad;
-  auto result = [](const std::string& type, int32_t vocab, float temp, double speedup) {
-    ConfigResult r;
-    r.draft_type = type;
-    r.draft_vocab = vocab;
-    r.policy = "fixed";
-    r.k = 3;
-    r.temp = temp;
-    r.tokens = r.ar_tokens = 100;
-    r.decode_ms = 1000.0 / speedup;
-    r.ar_decode_ms = 1000.0;
-    return r;
-  };
+  const auto& result = measured;
   const std::vector<float> temps = {0.0f, 0.7f};
   // q4_0 with 16384 tokens is best on average; keep with 16384 best at T = 0 alone.
   const std::vector<ConfigResult> rs = {

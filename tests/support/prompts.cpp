@@ -12,4 +12,14 @@ std::vector<int32_t> random_prompt(int n, uint32_t seed, uint32_t salt, int32_t 
   return t;
 }
 
+GenerateOptions greedy_options(int n, DraftMode mode, int32_t draft_max) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  g.speculative.mode = mode;
+  g.speculative.draft_max = draft_max;
+  return g;
+}
+
 }  // namespace tandem::test
