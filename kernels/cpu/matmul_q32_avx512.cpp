@@ -27,21 +27,24 @@ using namespace avx512;
 using u8 = uint8_t;
 
 // The f16 at byte offset `off` of n (<= 16) consecutive blocks, as 16 floats (zeros past
-// n), assembled in general registers (see f16x8 in matmul_q32_avx2.cpp).
+// n): one masked gather of the 4 bytes at each block's offset (the f16 and the two bytes
+// after it, inside the same block for every field this reads), narrowed to their low 16
+// bits. (Assembling them in general registers, as f16x8 in matmul_q32_avx2.cpp does, cost
+// about as much as the block's dot products at M = 1.)
 template <int Bytes>
 static inline __m512 f16x16(const u8* b, int off, int n) {
-  uint64_t w[4] = {0, 0, 0, 0};
-  for (int j = 0; j < 16; ++j)
-    if (j < n) w[j / 4] |= static_cast<uint64_t>(blk::u16_at(b + j * Bytes + off)) << (16 * (j % 4));
-  return _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(w[3]), static_cast<long long>(w[2]),
-                                           static_cast<long long>(w[1]), static_cast<long long>(w[0])));
+  const __m512i idx = _mm512_setr_epi32(0, Bytes, 2 * Bytes, 3 * Bytes, 4 * Bytes, 5 * Bytes, 6 * Bytes, 7 * Bytes,
+                                        8 * Bytes, 9 * Bytes, 10 * Bytes, 11 * Bytes, 12 * Bytes, 13 * Bytes,
+                                        14 * Bytes, 15 * Bytes);
+  const __mmask16 k = n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+  const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, b + off, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
 }
-// 16 floats from p, or the first n of them and zeros (tail of a row).
+// 16 floats from p, or the first n of them and zeros (tail of a row: a masked load reads
+// nothing past them).
 static inline __m512 load16(const float* p, int n) {
-  if (n == 16) return _mm512_loadu_ps(p);
-  alignas(64) float v[16] = {};
-  for (int i = 0; i < n; ++i) v[i] = p[i];
-  return _mm512_load_ps(v);
+  if (n >= 16) return _mm512_loadu_ps(p);
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
 }
 
 // Codes of the 4-bit types (nibbles at byte Qs) and the 5-bit ones (plus the fifth bits,

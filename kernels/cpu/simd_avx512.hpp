@@ -44,6 +44,30 @@ static inline __m512 _mm512_cvtph_ps(__m256i h) {
   const __m512 lo = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h)));
   return _mm512_insertf32x8(lo, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), 1);
 }
+// The first lanes of k (a prefix mask) from p, zeros above; reads nothing past them.
+static inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void* p) {
+  float v[16] = {};
+  for (int i = 0; i < 16; ++i)
+    if ((k >> i) & 1) __builtin_memcpy(&v[i], static_cast<const char*>(p) + 4 * i, 4);
+  return _mm512_loadu_ps(v);
+}
+// The low 16 bits of each lane (vpmovdw).
+static inline __m256i _mm512_cvtepi32_epi16(__m512i v) {
+  int32_t a[16];
+  int16_t r[16];
+  _mm512_storeu_si512(a, v);
+  for (int i = 0; i < 16; ++i) r[i] = static_cast<int16_t>(a[i]);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
+}
+// Lanes of k: the 4 bytes at base + idx * scale; the others: src.
+static inline __m512i _mm512_mask_i32gather_epi32(__m512i src, __mmask16 k, __m512i idx, const void* base, int scale) {
+  int32_t out[16], ix[16];
+  _mm512_storeu_si512(out, src);
+  _mm512_storeu_si512(ix, idx);
+  for (int i = 0; i < 16; ++i)
+    if ((k >> i) & 1) __builtin_memcpy(&out[i], static_cast<const char*>(base) + static_cast<int64_t>(ix[i]) * scale, 4);
+  return _mm512_loadu_si512(out);
+}
 #endif
 
 static inline __m512i loadu512(const void* p) { return _mm512_loadu_si512(p); }
