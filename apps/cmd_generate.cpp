@@ -109,6 +109,8 @@ int run_generate(const GenerateArgs& args) {
       sp["target_passes"] = m.target_passes;
       sp["device_verified_steps"] = m.device_verified_steps;
       sp["device_drafted_tokens"] = m.device_drafted_tokens;
+      sp["draft_prefill_tokens"] = m.draft_prefill_tokens;
+      sp["draft_prefill_ms"] = m.draft_prefill_ms;
       sp["draft_forwards"] = m.draft_forwards;
       sp["draft_ms"] = m.draft_ms;
       sp["target_ms"] = m.target_ms;

@@ -62,6 +62,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   int32_t choose_k(const PolicyInput& in) override;
   void observe(const StepOutcome& o) override;
   void reset() override;
+  bool may_start_off() const override { return true; }
 
   // The k that maximises predicted speed at acceptance alpha (0 when none beats plain
   // decoding by min_gain), and that speed relative to plain decoding.

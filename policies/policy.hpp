@@ -36,6 +36,10 @@ class SpeculationPolicy {
   virtual int32_t choose_k(const PolicyInput& in) = 0;
   virtual void observe(const StepOutcome&) {}
   virtual void reset() {}  // a new sequence starts
+  // True for a policy that may keep speculation off from the start (k = 0 before any
+  // evidence): the draft model then reads the prompt only once the policy first asks for a
+  // draft, so a sequence that never speculates never pays the draft's prompt pass.
+  virtual bool may_start_off() const { return false; }
 };
 
 // Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"

@@ -7,10 +7,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "policies/acceptance_estimator.hpp"
 #include "policies/adaptive_policy.hpp"
 #include "engine/runtime/engine_calibration.hpp"
+#include "engine/runtime/scheduler.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"
@@ -492,6 +494,47 @@ TEST(PoliciesInEngine, OutputIsTheTargetsAndAFarDraftIsTurnedOff) {
   auto e = load(fx.target, fx.far_draft);
   GenerateOptions bad = greedy(8, "bogus");
   EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+}
+
+// Issue 16 (never slower): a policy that is off from the start (a draft too dear to pay
+// even when always right) leaves the draft model unfed: no prompt pass, no forward at all,
+// alone and in the scheduler's batches. Output is the target's either way; a cheap draft
+// still gets its prompt pass and speculates.
+TEST(PoliciesInEngine, ADraftThePolicyNeverAsksForNeverReadsThePrompt) {
+  const auto& fx = fixture();
+  const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
+  auto e = load(fx.target, fx.close_draft);
+  GenerateOptions plain = greedy(40, "fixed");
+  plain.speculative.mode = DraftMode::None;
+  const auto ref = e->generate_tokens(prompt, plain);
+  for (const char* pol : {"adaptive", "goodput"}) {
+    e->set_cost_model(std::make_shared<CostModel>(linear_costs(2.0, 0.5)));  // never pays
+    const auto off = e->generate_tokens(prompt, greedy(40, pol));
+    EXPECT_EQ(off.tokens, ref.tokens) << pol;
+    EXPECT_EQ(off.speculative.draft_prefill_tokens, 0) << pol << ": the draft read the prompt although never asked for";
+    EXPECT_EQ(off.speculative.draft_forwards, 0) << pol;
+    EXPECT_EQ(off.speculative.drafted_tokens, 0) << pol;
+    e->set_cost_model(std::make_shared<CostModel>(linear_costs(0.05, 0.02)));  // pays
+    const auto on = e->generate_tokens(prompt, greedy(40, pol));
+    EXPECT_EQ(on.tokens, ref.tokens) << pol;
+    EXPECT_GE(on.speculative.draft_prefill_tokens, static_cast<int64_t>(prompt.size())) << pol;
+    EXPECT_GT(on.speculative.draft_forwards, 0) << pol;
+    EXPECT_GT(on.speculative.accepted_tokens, 0) << pol;
+  }
+  // In the scheduler's batches too.
+  e->set_cost_model(std::make_shared<CostModel>(linear_costs(2.0, 0.5)));
+  Scheduler s(*e, SchedulerOptions{});
+  std::promise<GenerateResult> done;
+  ServeRequest req;
+  req.prompt = prompt;
+  req.opts = greedy(40, "goodput");
+  req.on_text = [](const StreamEvent&) { return true; };
+  req.on_done = [&](const GenerateResult& r, const std::string&) { done.set_value(r); };
+  ASSERT_EQ(s.submit(std::move(req)).status, SubmitStatus::Ok);
+  const GenerateResult batched = done.get_future().get();
+  EXPECT_EQ(batched.tokens, ref.tokens);
+  EXPECT_EQ(batched.speculative.draft_prefill_tokens, 0);
+  EXPECT_EQ(s.stats().draft_prefill_tokens_total, 0);
 }
 
 TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {

@@ -30,6 +30,8 @@ void SpeculativeMetrics::merge(const SpeculativeMetrics& o) {
   draft_ms += o.draft_ms;
   target_ms += o.target_ms;
   verify_ms += o.verify_ms;
+  draft_prefill_tokens += o.draft_prefill_tokens;
+  draft_prefill_ms += o.draft_prefill_ms;
 }
 
 }  // namespace tandem

@@ -28,7 +28,11 @@ void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) 
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first
     // token (and again should its cache have run short).
-    if (run.draft_prefill_pending() > 0) run.proposer()->prefill(run.committed());
+    if (const size_t pending = run.resolve_draft(1); pending > 0) {
+      const auto tp = Clock::now();
+      run.proposer()->prefill(run.committed());
+      run.record_draft_prefill(static_cast<int64_t>(pending), ms_since(tp));
+    }
     Batch b;
     const std::span<const int32_t> step = run.plan_step(1);
     b.add_all_logits(run.kv(), step);

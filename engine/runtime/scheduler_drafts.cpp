@@ -116,6 +116,14 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
     fed += static_cast<int64_t>(j.fed);
     full += j.kv_full ? 1 : 0;
   }
+  // Each sequence's share of the pass, by the tokens it fed.
+  for (size_t i = 0, li = 0; i < jobs.size() && li < lanes.size(); ++li) {
+    if (static_cast<ModelProposer*>(lanes[li]->run->proposer()) != jobs[i].proposer) continue;
+    if (fed > 0)
+      lanes[li]->run->record_draft_prefill(static_cast<int64_t>(jobs[i].fed),
+                                           ms * static_cast<double>(jobs[i].fed) / static_cast<double>(fed));
+    ++i;
+  }
   if (fed > 0) step_time.observe_draft_prefill(ms, static_cast<int32_t>(fed));
   std::lock_guard<std::mutex> lk(mu);
   stats.draft_prefill_tokens_total += fed;
@@ -140,7 +148,8 @@ void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char*
 size_t Scheduler::Impl::draft_need(Entry& e) const {
   const SpeculativeOptions& so = e.req.opts.speculative;
   if (so.mode != DraftMode::Model || so.draft_max <= 0 || e.run->done() || e.run->prefilling() ||
-      e.run->result().tokens.empty())  // its first step is plain
+      e.run->result().tokens.empty() ||  // its first step is plain
+      e.run->draft_deferred())           // its policy has not asked for a draft yet
     return 0;
   const SequenceKV& kv = static_cast<const ModelProposer*>(e.run->proposer())->kv();
   const size_t pending = e.run->draft_prefill_pending();

@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/base/clock.hpp"
 #include "engine/sampling/logprobs.hpp"
@@ -58,6 +59,7 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
     res_.speculative.steps_per_k.assign(k + 1, 0);
     proposer_->reset();
     policy_->reset();
+    draft_deferred_ = policy_->may_start_off();
   }
   if (!opts.grammar.empty() && !grammar_) throw std::logic_error("SequenceRun: the request's grammar was not compiled");
   if (grammar_) {
@@ -79,7 +81,7 @@ std::span<const int32_t> SequenceRun::prefill_todo() const {
 }
 
 size_t SequenceRun::draft_prefill_pending() const {
-  if (!speculate_ || done_ || res_.tokens.empty() || prefilling()) return 0;
+  if (!speculate_ || done_ || res_.tokens.empty() || prefilling() || draft_deferred_) return 0;
   return proposer_->prefill_pending(committed_);
 }
 
@@ -88,21 +90,48 @@ int32_t SequenceRun::next_step_positions() const {
   return kv_.length() + 1 + (speculate_ ? opts_.speculative.draft_max : 0);
 }
 
-int32_t SequenceRun::choose_k(int32_t batch_size) {
-  if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
-  // Room for this step: pending + k drafts must fit the context; drafting past the token
-  // budget is wasted work.
+// Room for this step: pending + k drafts must fit the context; drafting past the token
+// budget is wasted work.
+int32_t SequenceRun::k_limit() const {
   const int32_t room = context_ - kv_.length() - 1;
   const int32_t budget = opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()) - 1;
+  return std::max(0, std::min({opts_.speculative.draft_max, room, budget}));
+}
+
+// A deferred draft (draft_deferred_) has not read the prompt: the policy decides this step's
+// k first. Off (0), the step is plain and the draft stays unfed; asking for a draft, the
+// deferral ends and the draft's prefill is pending, for the caller to feed before the step.
+size_t SequenceRun::resolve_draft(int32_t batch_size) {
+  if (draft_deferred_ && speculate_ && !done_ && !prefilling() && !res_.tokens.empty() && decided_k_ < 0 &&
+      proposer_->prefill_pending(committed_) > 0) {
+    const int32_t k_max = k_limit();
+    decided_k_ = k_max > 0 ? policy_->choose_k({k_max, batch_size, static_cast<int32_t>(committed_.size())}) : 0;
+    if (decided_k_ > 0) draft_deferred_ = false;
+  }
+  return draft_prefill_pending();
+}
+
+int32_t SequenceRun::choose_k(int32_t batch_size) {
+  if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
+  resolve_draft(batch_size);  // when the caller has not asked before feeding the draft
+  const int32_t decided = std::exchange(decided_k_, -1);
+  if (draft_deferred_ && decided == 0) {  // the policy keeps speculation off: a plain step
+    step_k_max_ = 0;
+    ++res_.speculative.steps_per_k[0];
+    return 0;
+  }
   // The first step (the prompt's last token) is plain: the first token goes out without
   // waiting for the draft to read the prompt, which it does right after (its prefill, fed by
   // the caller: draft_prefill_pending). Steps stay plain until the draft has caught up.
   const bool plain = res_.tokens.empty() || draft_prefill_pending() > 0;
-  step_k_max_ = speculate_ && !plain ? std::max(0, std::min({opts_.speculative.draft_max, room, budget})) : 0;
-  const int32_t k = step_k_max_ > 0 ? std::clamp(policy_->choose_k({step_k_max_, batch_size,
-                                                                    static_cast<int32_t>(committed_.size())}),
-                                                 0, step_k_max_)
-                                    : 0;
+  step_k_max_ = speculate_ && !plain ? k_limit() : 0;
+  int32_t k = 0;
+  if (step_k_max_ > 0) {
+    // A policy asked in resolve_draft this step is not asked again.
+    const int32_t want =
+        decided > 0 ? decided : policy_->choose_k({step_k_max_, batch_size, static_cast<int32_t>(committed_.size())});
+    k = std::clamp(want, 0, step_k_max_);
+  }
   if (speculate_ && !plain) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];
   return k;
 }
@@ -381,6 +410,9 @@ void SequenceRun::finish(FinishReason r) {
 void SequenceRun::preempt() {
   kv_.clear();
   if (proposer_) proposer_->reset();
+  // The draft's context is gone too: with a policy that may be off, it waits to be asked again.
+  if (speculate_ && policy_) draft_deferred_ = policy_->may_start_off();
+  decided_k_ = -1;
 }
 
 }  // namespace tandem

@@ -91,8 +91,20 @@ class SequenceRun {
   int32_t next_step_positions() const;
   // Context tokens the draft has still to read, once the first token is out (and again after
   // preemption): its prefill, which the caller feeds (Proposer::prefill, or the scheduler's
-  // batched chunks). Decode steps are plain (k = 0) until it is 0.
+  // batched chunks). Decode steps are plain (k = 0) until it is 0. With a policy that may
+  // start off (SpeculationPolicy::may_start_off) it stays 0 until the policy first asks
+  // for a draft (draft_deferred): a sequence that never speculates never feeds the draft.
   size_t draft_prefill_pending() const;
+  bool draft_deferred() const { return draft_deferred_; }
+  // Ends the deferral if the policy asks for a draft this step (its k is then used by the
+  // step's choose_k, not asked again); returns draft_prefill_pending(). Callers that feed
+  // the draft right before the step (run_to_end) call it instead of draft_prefill_pending.
+  size_t resolve_draft(int32_t batch_size);
+  // The caller fed the draft `tokens` of its context (the prefill above), taking `ms`.
+  void record_draft_prefill(int64_t tokens, double ms) {
+    res_.speculative.draft_prefill_tokens += tokens;
+    res_.speculative.draft_prefill_ms += ms;
+  }
 
  private:
   VerifyResult verify(std::span<const float> logits);
@@ -120,6 +132,9 @@ class SequenceRun {
   Proposer* proposer_;
   SpeculationPolicy* policy_;
   bool speculate_;
+  bool draft_deferred_ = false;  // the draft has not been asked for yet: its prompt pass waits
+  int32_t decided_k_ = -1;       // the policy's k for this step, asked by resolve_draft (-1: not asked)
+  int32_t k_limit() const;       // draft_max within the context and token budget
   bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
   bool sampling_valid_ = true;  // validate_sampling(opts_.sampling) passed
   Rng rng_;

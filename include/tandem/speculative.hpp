@@ -75,6 +75,10 @@ struct SpeculativeMetrics {
   // there, and draft tokens the draft model drew there (its logits never left the device).
   int64_t device_verified_steps = 0;
   int64_t device_drafted_tokens = 0;
+  // The draft model's prompt passes (after the first token, and again after preemption):
+  // context tokens it read, and their time. Not in draft_ms or draft_forwards.
+  int64_t draft_prefill_tokens = 0;
+  double draft_prefill_ms = 0.0;
 
   double acceptance_rate() const { return drafted_tokens ? double(accepted_tokens) / drafted_tokens : 0.0; }
   // Tokens produced per draft step, counting the corrected/bonus token.
