@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 
 #include "engine/kv/kv_cache.hpp"
 #include "engine/kv/kv_pool.hpp"
@@ -114,31 +115,32 @@ TEST(KVPool, BlocksOfBothCachesNeverOverlap) {
   SequenceKV t(target), d(draft);
   ASSERT_TRUE(t.reserve(3 * 4));
   ASSERT_TRUE(d.reserve(3 * 8));
-  // The pattern of (cache, layer, K|V, block): every element of that block's rows.
-  auto fill = [&](KVCache& c, const SequenceKV& s, uint16_t tag) {
-    for (size_t il = 0; il < kPair[tag].n_layer + size_t{0}; ++il)
+  // Every (layer, K|V, block) of cache `tag`: the block's rows and their pattern, a
+  // function of all four, for every element.
+  auto each_block = [&](KVCache& c, const SequenceKV& s, int tag, const auto& fn) {
+    for (int il = 0; il < kPair[tag].n_layer; ++il)
       for (int kv = 0; kv < 2; ++kv)
         for (int32_t b : s.block_table()) {
-          const kernels::Tensor& x = kv ? c.layer(static_cast<int>(il)).v : c.layer(static_cast<int>(il)).k;
-          const kernels::Tensor rows = x.slice_rows(int64_t{b} * c.block_size(), c.block_size());
-          std::vector<uint16_t> v(static_cast<size_t>(rows.numel()),
-                                  static_cast<uint16_t>(0x1000 * (tag + 1) + 0x100 * il + 0x10 * kv + b));
-          be->upload(rows, v.data(), v.size() * sizeof(uint16_t));
+          const kernels::Tensor& x = kv ? c.layer(il).v : c.layer(il).k;
+          const auto pattern = static_cast<uint16_t>(0x1000 * (tag + 1) + 0x100 * il + 0x10 * kv + b);
+          fn(x.slice_rows(int64_t{b} * c.block_size(), c.block_size()), pattern,
+             "cache " + std::to_string(tag) + " layer " + std::to_string(il) + (kv ? " V" : " K") + " block " +
+                 std::to_string(b));
         }
   };
-  auto check = [&](KVCache& c, const SequenceKV& s, uint16_t tag) {
-    for (size_t il = 0; il < kPair[tag].n_layer + size_t{0}; ++il)
-      for (int kv = 0; kv < 2; ++kv)
-        for (int32_t b : s.block_table()) {
-          const kernels::Tensor& x = kv ? c.layer(static_cast<int>(il)).v : c.layer(static_cast<int>(il)).k;
-          const kernels::Tensor rows = x.slice_rows(int64_t{b} * c.block_size(), c.block_size());
-          ASSERT_LE(rows.offset + rows.bytes(), pool.bytes());
-          std::vector<uint16_t> v(static_cast<size_t>(rows.numel()));
-          be->download(v.data(), rows, v.size() * sizeof(uint16_t));
-          const auto want = static_cast<uint16_t>(0x1000 * (tag + 1) + 0x100 * il + 0x10 * kv + b);
-          ASSERT_EQ(std::count(v.begin(), v.end(), want), static_cast<long>(v.size()))
-              << "cache " << tag << " layer " << il << (kv ? " V" : " K") << " block " << b;
-        }
+  auto fill = [&](KVCache& c, const SequenceKV& s, int tag) {
+    each_block(c, s, tag, [&](const kernels::Tensor& rows, uint16_t pattern, const std::string&) {
+      std::vector<uint16_t> v(static_cast<size_t>(rows.numel()), pattern);
+      be->upload(rows, v.data(), v.size() * sizeof(uint16_t));
+    });
+  };
+  auto check = [&](KVCache& c, const SequenceKV& s, int tag) {
+    each_block(c, s, tag, [&](const kernels::Tensor& rows, uint16_t pattern, const std::string& what) {
+      ASSERT_LE(rows.offset + rows.bytes(), pool.bytes()) << what;
+      std::vector<uint16_t> v(static_cast<size_t>(rows.numel()));
+      be->download(v.data(), rows, v.size() * sizeof(uint16_t));
+      EXPECT_EQ(std::count(v.begin(), v.end(), pattern), static_cast<long>(v.size())) << what;
+    });
   };
   fill(target, t, 0);
   fill(draft, d, 1);

@@ -37,7 +37,7 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
                              " elements are not a whole number of " + info.name + " blocks");
   const int64_t cols = dims[0], rows = dims.size() > 1 ? dims[1] : 1;
   const std::optional<DType> to = weights_.matmul_type;
-  if (matmul && to && *to != ti->type && cols % 32 == 0) {
+  if (matmul && requantizes(to, ti->type, cols)) {
     const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, *to);
     buffers_.push_back(backend_->alloc(q.size()));
     const kernels::Tensor t = kernels::make_tensor(buffers_.back().get(), *to, cols, rows);

@@ -17,6 +17,13 @@ namespace tandem {
 std::optional<DType> parse_weight_type(const std::string& s);
 std::string weight_type_name(std::optional<DType> t);  // "keep" or "q4_0", ...
 
+// Whether a matrix of rows of `cols` elements stored as `from` is re-quantized to `to`:
+// a type is asked for, it differs, and the rows are whole 32-element blocks (else the
+// matrix keeps its type).
+inline bool requantizes(std::optional<DType> to, DType from, int64_t cols) {
+  return to && *to != from && cols % 32 == 0;
+}
+
 // Rows x cols weights of type `from` (any weight type; cols a multiple of 32) as `to`
 // (kernels::cpu::can_quantize_to): dequantized row by row, quantized again. Rows are
 // split over `threads` threads (0: the hardware's).

@@ -99,6 +99,7 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
   int32_t left = std::min(opts.max_batch_tokens, by_time);
   int64_t wanted = 0;
   std::vector<ModelProposer::PrefillJob> jobs;
+  std::vector<Entry*> job_owner;  // the sequence of each job
   for (Entry* e : lanes) {
     const int32_t want =
         static_cast<int32_t>(std::min<size_t>(e->run->draft_prefill_pending(), static_cast<size_t>(opts.prefill_chunk)));
@@ -106,6 +107,7 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
     const int32_t n = std::min(want, left);
     if (n <= 0) continue;
     jobs.push_back({static_cast<ModelProposer*>(e->run->proposer()), e->run->committed(), static_cast<size_t>(n)});
+    job_owner.push_back(e);
     left -= n;
   }
   const auto t0 = Clock::now();
@@ -117,13 +119,10 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
     full += j.kv_full ? 1 : 0;
   }
   // Each sequence's share of the pass, by the tokens it fed.
-  for (size_t i = 0, li = 0; i < jobs.size() && li < lanes.size(); ++li) {
-    if (static_cast<ModelProposer*>(lanes[li]->run->proposer()) != jobs[i].proposer) continue;
-    if (fed > 0)
-      lanes[li]->run->record_draft_prefill(static_cast<int64_t>(jobs[i].fed),
-                                           ms * static_cast<double>(jobs[i].fed) / static_cast<double>(fed));
-    ++i;
-  }
+  if (fed > 0)
+    for (size_t i = 0; i < jobs.size(); ++i)
+      job_owner[i]->run->record_draft_prefill(static_cast<int64_t>(jobs[i].fed),
+                                              ms * static_cast<double>(jobs[i].fed) / static_cast<double>(fed));
   if (fed > 0) step_time.observe_draft_prefill(ms, static_cast<int32_t>(fed));
   std::lock_guard<std::mutex> lk(mu);
   stats.draft_prefill_tokens_total += fed;

@@ -219,10 +219,11 @@ void CudaBackend::check_errors() {
 
 namespace {
 // The scratch each op takes, one formula for the op and for reserve_scratch.
-// Q8 activations of N x C: int8 values (padded to 256 bytes), then a float scale per block.
+// Q8 activations of N x C: int8 values (padded to 256 bytes: where the scales start), then
+// a float scale per block.
+size_t act_quant_codes_bytes(int64_t N, int64_t C) { return (static_cast<size_t>(N * C) + 255) / 256 * 256; }
 size_t act_quant_bytes(int64_t N, int64_t C, int block) {
-  const size_t qbytes = (static_cast<size_t>(N * C) + 255) / 256 * 256;
-  return qbytes + sizeof(float) * static_cast<size_t>(N * (C / block));
+  return act_quant_codes_bytes(N, C) + sizeof(float) * static_cast<size_t>(N * (C / block));
 }
 // Rows of an R x C weight dequantized per GEMM tile.
 int64_t gemm_tile_rows(int64_t R, int64_t C) {
@@ -404,7 +405,7 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
       d = cache->d;
     } else {
       // One scratch slot per block size, so q/k/v of mixed quantizations keep both.
-      const size_t qbytes = (static_cast<size_t>(N * C) + 255) / 256 * 256;
+      const size_t qbytes = act_quant_codes_bytes(N, C);
       uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
       q = reinterpret_cast<int8_t*>(s);
       d = reinterpret_cast<float*>(s + qbytes);
