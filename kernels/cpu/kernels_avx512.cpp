@@ -18,10 +18,11 @@ RowsFn rows(DType t) {
   if (RowsFn f = TANDEM_AVX512_NS::rows_qk(t)) return f;
   return TANDEM_AVX512_NS::rows_q32(t);
 }
-// The 32-block kernels read the AVX2 kernels' activation order (AVX-512 CPUs have AVX2).
+// The 32-block kernels read activations in natural order (quantized by the AVX2 code:
+// AVX-512 CPUs have AVX2).
 QuantFn quant(DType t) {
   switch (family(t)) {
-    case Family::Q32: return avx2_quant_q32_for(t);
+    case Family::Q32: return avx2_quant_q32;
     case Family::QK: return TANDEM_AVX512_NS::quant_qk_for(t);
     default: return nullptr;
   }

@@ -1,16 +1,17 @@
 // AVX-512 VNNI matmul kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 //
-// Blocks are taken in pairs: one 512-bit vector holds the 64 codes of blocks A and B, and
-// one vpdpbusd per token multiplies them with the token's 64 int8 activations into 16 int32
-// lanes (4 products each) that belong to A or B. Those lanes are converted to float and
-// accumulated with their block's scale product d_w*d_x, picked per lane from the 16 scale
-// products of the current chunk of 16 blocks (one permute). As in the AVX2 kernels the
-// weight's offset or min is applied through s = d_x*sum(q_x): off += c * s.
+// Blocks are taken in pairs: one 512-bit vector holds the 64 codes of blocks A and B (A in
+// bytes 0-31, B in 32-63, each in natural element order), and one vpdpbusd per token
+// multiplies them with the token's 64 int8 activations into 16 int32 lanes (4 products
+// each): lanes 0-7 are A's, 8-15 B's. Those lanes are converted to float and accumulated
+// with their block's scale product d_w*d_x, picked per lane from the 16 scale products of
+// the current chunk of 16 blocks (one permute); even and odd pairs of a chunk go to two
+// accumulators. As in the AVX2 kernels the weight's offset or min is applied through
+// s = d_x*sum(q_x): off += c * s.
 //
-// Code order: the 4- and 5-bit types use the AVX2 kernels' paired activation order
-// (A 0-15 | B 0-15 | A 16-31 | B 16-31, written by avx2_quant_q32_for), which is exactly
-// how the nibbles of two consecutive blocks unpack; Q8_0 is in natural order. Signed Q8_0
-// codes use the sign trick (|w| times x with w's sign) since vpdpbusd wants u8 x s8.
+// Natural order makes the 5-bit types' fifth bits one 64-bit mask (qh of A, then of B) and
+// lets activations be quantized without reordering. Signed Q8_0 codes use the sign trick
+// (|w| times x with w's sign) since vpdpbusd wants u8 x s8.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/row_groups.hpp"
@@ -32,14 +33,14 @@ using u8 = uint8_t;
 // bits. (Assembling them in general registers, as f16x8 in matmul_q32_avx2.cpp does, cost
 // about as much as the block's dot products at M = 1.)
 template <int Bytes>
-static inline __m512 f16x16(const u8* b, int off, int n) {
+static inline __m512i gather_f16x16(const u8* b, int off, int n) {
   const __m512i idx = _mm512_setr_epi32(0, Bytes, 2 * Bytes, 3 * Bytes, 4 * Bytes, 5 * Bytes, 6 * Bytes, 7 * Bytes,
                                         8 * Bytes, 9 * Bytes, 10 * Bytes, 11 * Bytes, 12 * Bytes, 13 * Bytes,
                                         14 * Bytes, 15 * Bytes);
   const __mmask16 k = n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-  const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, b + off, 1);
-  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
+  return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, b + off, 1);
 }
+static inline __m512 f16x16_to_ps(__m512i w) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w)); }
 // 16 floats from p, or the first n of them and zeros (tail of a row: a masked load reads
 // nothing past them).
 static inline __m512 load16(const float* p, int n) {
@@ -52,18 +53,16 @@ static inline __m512 load16(const float* p, int n) {
 template <int Bytes, int Qs, int Qh = -1>
 struct NibbleCodes {
   static inline __m512i codes2(const u8* b) {
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b + Qs)), loadu128(b + Bytes + Qs), 1);
-    // [qa qb | qa qb]: the low half keeps the low nibbles, the high half the high ones.
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
-    __m512i v = _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xffff0000u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
+    // [qa | qa | qb | qb] in 128-bit lanes: lanes 0 and 2 keep the low nibbles (elements
+    // 0-15 of A, of B), lanes 1 and 3 the high ones (16-31): byte i is element i % 32 of
+    // A (i < 32) or B, the natural order.
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(loadu128(b + Qs))),
+                                         _mm256_broadcastsi128_si256(loadu128(b + Bytes + Qs)), 1);
+    __m512i v = _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xff00ff00u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
     if constexpr (Qh >= 0) {
-      // Fifth bit of element e of a block is bit e of its qh word. Byte i of the vector
-      // holds element (i % 16) + 16*(i >= 32) of A (i % 32 < 16) or B.
-      const uint32_t ha = blk::u32_at(b + Qh), hb = blk::u32_at(b + Bytes + Qh);
-      const uint64_t lo = (ha & 0xffffu) | (static_cast<uint64_t>(hb & 0xffffu) << 16);
-      const uint64_t hi = (ha >> 16) | (static_cast<uint64_t>(hb >> 16) << 16);
-      const __mmask64 k = static_cast<__mmask64>(lo | (hi << 32));
-      v = _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10));
+      // Fifth bit of element e of a block is bit e of its qh word: the mask is qh_A | qh_B << 32.
+      const uint64_t k = blk::u32_at(b + Qh) | (static_cast<uint64_t>(blk::u32_at(b + Bytes + Qh)) << 32);
+      v = _mm512_mask_add_epi8(v, static_cast<__mmask64>(k), v, _mm512_set1_epi8(0x10));
     }
     return v;
   }
@@ -80,34 +79,34 @@ struct NibbleCodes {
 };
 
 struct Q4_0 : NibbleCodes<blk::q4_0::size, blk::q4_0::qs> {
-  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
+  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d, kM = -1;
   static constexpr bool kSigned = false;
-  static inline __m512 c16(const u8*, __m512 d, int) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
+  static inline __m512 c16(__m512 d, __m512) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
 };
 struct Q4_1 : NibbleCodes<blk::q4_1::size, blk::q4_1::qs> {
-  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
+  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d, kM = blk::q4_1::m;
   static constexpr bool kSigned = false;
-  static inline __m512 c16(const u8* b, __m512, int n) { return f16x16<kBytes>(b, blk::q4_1::m, n); }
+  static inline __m512 c16(__m512, __m512 m) { return m; }
 };
 struct Q5_0 : NibbleCodes<blk::q5_0::size, blk::q5_0::qs, blk::q5_0::qh> {
-  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
+  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d, kM = -1;
   static constexpr bool kSigned = false;
-  static inline __m512 c16(const u8*, __m512 d, int) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
+  static inline __m512 c16(__m512 d, __m512) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
 };
 struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
-  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
+  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d, kM = blk::q5_1::m;
   static constexpr bool kSigned = false;
-  static inline __m512 c16(const u8* b, __m512, int n) { return f16x16<kBytes>(b, blk::q5_1::m, n); }
+  static inline __m512 c16(__m512, __m512 m) { return m; }
 };
 struct Q8_0 {
-  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
+  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d, kM = -1;
   static constexpr bool kSigned = true;
   static inline __m512i codes2(const u8* b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(b + blk::q8_0::qs)), loadu(b + kBytes + blk::q8_0::qs),
                               1);
   }
   static inline __m512i codes1(const u8* b) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(b + blk::q8_0::qs), 0); }
-  static inline __m512 c16(const u8*, __m512, int) { return _mm512_setzero_ps(); }
+  static inline __m512 c16(__m512, __m512) { return _mm512_setzero_ps(); }
 };
 
 // acc[t] += (codes . x_t) per int32 lane, times the scale product of the lane's block
@@ -141,33 +140,51 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     xd[t] = act_d(row, l);
     xs[t] = act_s(row, l);
   }
-  __m512 acc[TN], off[TN];
-  for (int t = 0; t < TN; ++t) acc[t] = off[t] = _mm512_setzero_ps();
-  // Lane pattern of a pair's 16 int32 sums: which of the two blocks each lane belongs to.
-  const __m512i pair_lanes = K::kSigned ? _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
-                                        : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  // Two accumulators, even and odd pairs of a chunk, so that consecutive pairs' FMAs do not
+  // wait on each other (the chain bounds M = 1 otherwise).
+  __m512 acc[TN], acc2[TN], off[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
+  // Lane pattern of a pair's 16 int32 sums: lanes 0-7 are block A's, 8-15 block B's.
+  const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  // A chunk's scales (and mins) are gathered one chunk ahead: a gather's latency is long,
+  // and waiting for it at the start of each chunk cost M = 1 about a tenth of its time.
+  // (Gathering the next row's first chunk at a row's end as well measured slower.)
+  auto chunk_blocks = [&](int64_t b0) { return l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16; };
+  __m512i dw_raw = gather_f16x16<K::kBytes>(wr, K::kD, chunk_blocks(0)), mw_raw = _mm512_setzero_si512();
+  if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(wr, K::kM, chunk_blocks(0));
   for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
-    const int nblk = l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16;
+    const int nblk = chunk_blocks(b0);
     const u8* wb = wr + b0 * K::kBytes;
     prefetch_ahead(wb, nblk * K::kBytes);
-    const __m512 dw = f16x16<K::kBytes>(wb, K::kD, nblk);
-    const __m512 cw = K::c16(wb, dw, nblk);
+    const __m512 dw = f16x16_to_ps(dw_raw);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (K::kM >= 0) mw = f16x16_to_ps(mw_raw);
+    if (b0 + 16 < l.nb) {
+      dw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kD, chunk_blocks(b0 + 16));
+      if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kM, chunk_blocks(b0 + 16));
+    }
+    const __m512 cw = K::c16(dw, mw);
     __m512 prod[TN];
     for (int t = 0; t < TN; ++t) {
       prod[t] = _mm512_mul_ps(dw, load16(xd[t] + b0, nblk));
       if constexpr (!K::kSigned) off[t] = _mm512_fmadd_ps(cw, load16(xs[t] + b0, nblk), off[t]);
     }
-    int j = 0;
-    for (; j + 2 <= nblk; j += 2) {
+    auto pair = [&](int j, __m512* to) {
       dot_block_lanes<K, TN>(K::codes2(wb + j * K::kBytes), _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
-                             [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, acc);
+                             [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, to);
+    };
+    int j = 0;
+    for (; j + 4 <= nblk; j += 4) {
+      pair(j, acc);
+      pair(j + 2, acc2);
     }
-    if (j < nblk)  // the odd last block of a row (stored unpaired, natural order, low half)
+    if (j + 2 <= nblk) pair(j, acc), j += 2;
+    if (j < nblk)  // the odd last block of a row, in the low half
       dot_block_lanes<K, TN>(K::codes1(wb + j * K::kBytes), _mm512_set1_epi32(j),
                              [&](int t) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(xq[t] + 32 * (b0 + j)), 0); },
-                             prod, acc);
+                             prod, acc2);
   }
-  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(acc[t]) + hsum512(off[t]);
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(_mm512_add_ps(acc[t], acc2[t])) + hsum512(off[t]);
 }
 
 // Tokens per pass over a row (as the AVX2 kernels).
