@@ -15,6 +15,7 @@
 #include "apps/commands.hpp"
 #include "apps/common_options.hpp"
 #include "apps/server/chat_prompt.hpp"
+#include "apps/tune/config.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::cli {
@@ -98,6 +99,9 @@ int run_chat(const ChatArgs& a) {
   gen.speculative.mode = draft_mode(a);
   gen.add_special = false;  // ChatPrompt::tokenize adds BOS where the model wants it
   gen.grammar = constraint_grammar(a.constraint);  // every reply
+  // adaptive and goodput decide from this machine's measured costs (cached after the first run).
+  const std::string costs = cli::ensure_cost_model(*engine, gen.speculative, nullptr);
+  if (a.verbose && !costs.empty()) std::fprintf(stderr, "%s\n", costs.c_str());
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {
@@ -167,6 +171,7 @@ Command add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   a->gen.max_tokens = 512;
   a->gen.sampling.temperature = 0.7f;
+  a->gen.speculative.policy = "goodput";  // never slower than plain decoding (as generate and serve)
   auto* sub = app.add_subcommand("chat", "Interactive chat in the terminal, with the model's chat template");
   sub->add_option("-m,--model", a->load.model_path, "Model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
@@ -174,6 +179,10 @@ Command add_chat(CLI::App& app) {
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
+  sub->add_option("--policy", a->gen.speculative.policy,
+                  "How many tokens to draft per step: fixed, confidence, adaptive, goodput")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fixed", "confidence", "adaptive", "goodput"}));
   sub->add_option("-s,--system", a->system, "System message");
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Longest reply in tokens")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);

@@ -139,6 +139,9 @@ int run_generate(const GenerateArgs& args) {
 
 Command add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
+  // The CLI's default is the policy that is never slower than plain decoding (as serve's):
+  // it starts from the cost model and turns speculation off where it does not pay.
+  a->gen.speculative.policy = "goodput";
   auto* sub = app.add_subcommand("generate", "Generate text from a prompt");
   sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
