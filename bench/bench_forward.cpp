@@ -9,6 +9,8 @@
 // The prompt is `ctx` token ids (i * 7919 + 13) mod min(vocab, 30000), the runs of n
 // tokens (ctx + 31 i) mod min(vocab, 30000): bench/compare_llamacpp.py feeds llama.cpp the
 // same ids. --json prints one object (prefill_tok_s, t_ms[n-1], ...) instead of the table.
+// Last, decode against its roofline: the GB/s of weights one pass reads at T(1), next to the
+// machine's streaming read bandwidth (bench/read_bandwidth.hpp), measured right after T(1).
 //
 // Each T(n) is the median of `reps` passes of n new tokens appended at position `ctx`
 // (the cache already holds ctx tokens), then rolled back, so every n sees the same state.
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/read_bandwidth.hpp"
 #include "engine/model/requantize.hpp"
 #include "engine/model/transformer.hpp"
 
@@ -69,7 +72,8 @@ int main(int argc, char** argv) {
     std::printf("| n | T(n) ms | T(n)/T(1) | tokens/s |\n|---|---|---|---|\n");
   }
   std::vector<double> medians;
-  double t1 = 0;
+  double t1 = 0, read_gbs = 0;
+  tandem::kernels::cpu::ThreadPool read_pool(threads > 0 ? threads : tandem::kernels::cpu::ThreadPool::default_threads());
   for (int n = 1; n <= nmax; ++n) {
     std::vector<double> times;
     std::vector<int32_t> run(static_cast<size_t>(n));
@@ -85,15 +89,29 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
-    if (n == 1) t1 = med;
+    if (n == 1) {
+      t1 = med;
+      read_gbs = tandem::bench::read_bandwidth_gbs(read_pool);  // right after T(1), as the machine is now
+    }
     medians.push_back(med);
     if (!json) std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
   }
+  // Decode against its roofline: the bytes one pass reads (every weight but an untied
+  // embedding, of which a pass reads one row per token) over T(1), next to the machine's
+  // streaming read bandwidth measured now, with as many threads.
+  const bool tied = model->output.buf == model->tok_embd.buf && model->output.offset == model->tok_embd.offset;
+  const size_t pass_bytes = model->weight_bytes() - (tied ? 0 : model->tok_embd.bytes());
+  const double decode_gbs = static_cast<double>(pass_bytes) / (t1 / 1000.0) / 1e9;
+  if (!json)
+    std::printf("\ndecode (n = 1) reads %.1f MB of weights per pass: %.1f GB/s, %.0f%% of the streaming read "
+                "bandwidth (%.1f GB/s, median of 7 reads of 256 MB right after T(1), %d threads)\n",
+                pass_bytes / 1e6, decode_gbs, 100.0 * decode_gbs / read_gbs, read_gbs, read_pool.size());
   if (json) {
     std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
+                "\"pass_bytes\": %zu, \"decode_gbs\": %.3f, \"read_gbs\": %.3f, "
                 "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"t_ms\": [",
-                path.c_str(), type.c_str(), model->weight_bytes(), be->name().c_str(), ctx, prefill_ms,
-                ctx * 1000.0 / prefill_ms);
+                path.c_str(), type.c_str(), model->weight_bytes(), be->name().c_str(), ctx, pass_bytes, decode_gbs,
+                read_gbs, prefill_ms, ctx * 1000.0 / prefill_ms);
     for (size_t i = 0; i < medians.size(); ++i) std::printf("%s%.4f", i ? ", " : "", medians[i]);
     std::printf("]}\n");
   }

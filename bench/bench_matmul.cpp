@@ -29,6 +29,7 @@
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "bench/read_bandwidth.hpp"
 
 namespace {
 
@@ -129,18 +130,6 @@ void BM_memcpy(benchmark::State& st) {
                                                 benchmark::Counter::kIsRate);
 }
 
-__attribute__((target("avx2"))) uint64_t read_sum(const uint8_t* p, size_t n) {
-  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    a = _mm256_add_epi64(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
-    b = _mm256_add_epi64(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    c = _mm256_add_epi64(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    d = _mm256_add_epi64(d, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-  return static_cast<uint64_t>(_mm256_extract_epi64(a, 0) + _mm256_extract_epi64(a, 3));
-}
-
 void BM_read(benchmark::State& st) {
   if (!__builtin_cpu_supports("avx2")) {
     st.SkipWithError("needs AVX2");
@@ -151,7 +140,7 @@ void BM_read(benchmark::State& st) {
     uint64_t sums[64] = {};
     pool().run([&](int ith, int nth) {
       const size_t part = buf.size() / static_cast<size_t>(nth);
-      sums[ith] = read_sum(buf.data() + part * static_cast<size_t>(ith), part);
+      sums[ith] = tandem::bench::read_sum(buf.data() + part * static_cast<size_t>(ith), part);
     });
     benchmark::DoNotOptimize(sums);
   }
