@@ -57,6 +57,12 @@ double AdaptivePolicy::probe_cost(const PolicyInput& in, int32_t k, int32_t batc
   return draft + costs_.r(k, batch) - 1.0;
 }
 
+bool AdaptivePolicy::may_start(const PolicyInput& in, int32_t k, int32_t batch) const {
+  // Nothing to catch up, no length known, or no limit asked for.
+  if (cfg_.draft_free || last_draft_pos_ > 0 || in.tokens_left <= 0 || cfg_.start_budget < 0.0) return true;
+  return probe_cost(in, k, batch) <= cfg_.start_budget * in.tokens_left;
+}
+
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
   const int32_t batch = cfg_.batch_aware ? std::max(1, in.batch_size) : 1;
   last_batch_ = std::max(1, in.batch_size);
@@ -68,7 +74,7 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
     return 0;
   }
   const int32_t k = best_k(est_.mean(), in.k_max, batch);
-  if (k > 0) {
+  if (k > 0 && may_start(in, k, batch)) {
     if (off_) budget_ = cfg_.probe_budget;  // back on: probing is cheap again next time
     off_ = false;
     last_draft_pos_ = in.position;

@@ -18,6 +18,14 @@
 // When not even α = 1 could pay at this batch size (c large, r(k) steep, big batch), the
 // policy stays off without probing: α is not what is missing.
 //
+// Starting: before the draft has run for a sequence, α is only the prior, and the first
+// speculative step pays the draft's catch-up over the whole context (the prompt). So the
+// policy starts only when that step, were nothing accepted, would cost at most start_budget
+// of the output still to come (PolicyInput::tokens_left, when known); otherwise it starts
+// off and only the probing above can turn it on. A short output where the draft disagrees
+// then loses at most that share, and one where it agrees keeps the gain once the output is
+// long enough to pay for the prompt pass.
+//
 // goodput differs only in reading c and r(k) at the step's batch size, so k shrinks and
 // speculation turns off as verification of a big batch gets relatively dearer.
 //
@@ -45,6 +53,7 @@ struct AdaptiveConfig {
   double min_gain = 0.02;      // speculate only for a predicted speedup of at least 1 + min_gain
   double probe_budget = 0.02;  // share of the time spent off that probing may cost
   double probe_fade = 0.0;     // evidence kept after a probe that got a token accepted
+  double start_budget = 0.02;  // share of the output still to come that the first draft may risk (< 0: any)
   int32_t max_probe_interval = 0;  // > 0: probe after this many off steps whatever it costs
   bool batch_aware = false;    // goodput: costs at the step's batch size
   bool draft_free = false;     // the proposer costs nothing per token (n-gram): c = 0, no catch-up
@@ -75,6 +84,8 @@ class AdaptivePolicy final : public SpeculationPolicy {
 
  private:
   double probe_cost(const PolicyInput& in, int32_t k, int32_t batch) const;
+  // The first draft of a sequence risks no more than start_budget of what is left.
+  bool may_start(const PolicyInput& in, int32_t k, int32_t batch) const;
 
   const CostModel& costs_;
   AdaptiveConfig cfg_;

@@ -16,6 +16,7 @@ std::unique_ptr<SpeculationPolicy> make_adaptive(const SpeculativeOptions& so, c
                                                  bool batch_aware, std::shared_ptr<OverheadTracker> overhead) {
   AdaptiveConfig cfg;
   cfg.alpha_prior = so.alpha_prior > 0.0f ? std::min(1.0, static_cast<double>(so.alpha_prior)) : kDefaultAlphaPrior;
+  if (so.start_budget != 0.0f) cfg.start_budget = so.start_budget < 0.0f ? -1.0 : static_cast<double>(so.start_budget);
   cfg.batch_aware = batch_aware;
   cfg.draft_free = so.mode == DraftMode::Ngram;
   return std::make_unique<AdaptivePolicy>(costs ? *costs : CostModel::assumed_default(), cfg,

@@ -18,6 +18,7 @@ struct PolicyInput {
   int32_t k_max = 0;       // the request's draft_max, already clipped to context and token budget
   int32_t batch_size = 1;  // sequences in this step's target pass (1 outside the server)
   int32_t position = 0;    // committed tokens so far
+  int32_t tokens_left = 0;  // tokens the request may still generate (0: not known)
 };
 
 struct StepOutcome {

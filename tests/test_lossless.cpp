@@ -320,7 +320,8 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   g.speculative.draft_p_min = c.p_min;
   g.speculative.draft_min = c.draft_min;
   g.speculative.verify = c.verify;
-  g.speculative.alpha_prior = 0.9f;  // adaptive/goodput start by drafting
+  g.speculative.alpha_prior = 0.9f;    // adaptive/goodput start by drafting,
+  g.speculative.start_budget = -1.0f;  // however short the output (kPositions tokens)
   g.grammar = c.grammar;
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   SpeculativeMetrics m;

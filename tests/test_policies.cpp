@@ -241,6 +241,41 @@ TEST(AdaptivePolicy, DoesNotProbeADraftWhoseCatchUpCostsMoreThanTheBudget) {
   EXPECT_LE(count_on(kq, 10), 11);
 }
 
+// Issue 16 (never slower): before its first draft a sequence knows α only from the prior,
+// and that draft first pays the catch-up over the whole prompt. The policy starts only when
+// that step, were nothing accepted, costs at most start_budget of the tokens still to come.
+TEST(AdaptivePolicy, StartsOnlyWhenTheFirstDraftRisksLittleOfWhatIsLeft) {
+  // Catch-up over a 40-token prompt: 0.3 · (1 + 0.1 · 39) = 1.47 target steps, plus the
+  // step itself: well over 2% of 32 tokens, well under 2% of 2000.
+  const CostModel m = linear_costs(0.3, 0.1);
+  AdaptivePolicy p(m, cfg(0.9));
+  ASSERT_GT(p.best_k(0.9, 4, 1), 0) << "the prior alone predicts a gain";
+  EXPECT_EQ(p.choose_k({4, 1, 40, 32}), 0) << "a short output: not worth the prompt pass";
+  EXPECT_TRUE(p.off());
+  EXPECT_EQ(p.choose_k({4, 1, 41, 31}), 0);
+  p.reset();
+  const int32_t k = p.choose_k({4, 1, 40, 2000});
+  EXPECT_GT(k, 0) << "a long output pays for it";
+  // Once the draft has run, the rule is spent: later steps go by α alone, however few are left.
+  StepOutcome o;
+  o.drafted = k;
+  o.accepted = k;
+  p.observe(o);
+  EXPECT_GT(p.choose_k({4, 1, 40 + k + 1, 8}), 0);
+  // No length known (0), no limit (start_budget < 0), or a draft with nothing to catch up
+  // (n-gram): the prior decides, as before.
+  p.reset();
+  EXPECT_GT(p.choose_k({4, 1, 40, 0}), 0);
+  AdaptiveConfig any = cfg(0.9);
+  any.start_budget = -1.0;
+  AdaptivePolicy q(m, any);
+  EXPECT_GT(q.choose_k({4, 1, 40, 32}), 0);
+  AdaptiveConfig ngram = cfg(0.9);
+  ngram.draft_free = true;
+  AdaptivePolicy r(m, ngram);
+  EXPECT_GT(r.choose_k({4, 1, 40, 32}), 0);
+}
+
 // Step timings that exceed the cost model's predictions for speculative steps (sampling,
 // bookkeeping, longer contexts) turn an optimistic model's "on" into "off"; timings that
 // match it change nothing.
@@ -520,6 +555,19 @@ TEST(PoliciesInEngine, ADraftThePolicyNeverAsksForNeverReadsThePrompt) {
     EXPECT_GE(on.speculative.draft_prefill_tokens, static_cast<int64_t>(prompt.size())) << pol;
     EXPECT_GT(on.speculative.draft_forwards, 0) << pol;
     EXPECT_GT(on.speculative.accepted_tokens, 0) << pol;
+  }
+  // Costs that pay once the draft runs, but not for its prompt pass on a short output: the
+  // draft stays unfed (start_budget), unless the request lifts the limit.
+  for (const char* pol : {"adaptive", "goodput"}) {
+    e->set_cost_model(std::make_shared<CostModel>(linear_costs(0.3, 0.3)));
+    GenerateOptions shorter = greedy(12, pol);
+    shorter.speculative.alpha_prior = 0.9f;
+    const auto off = e->generate_tokens(prompt, shorter);
+    EXPECT_EQ(off.speculative.draft_prefill_tokens, 0) << pol << ": a short output paid the draft's prompt pass";
+    shorter.speculative.start_budget = -1.0f;
+    const auto on = e->generate_tokens(prompt, shorter);
+    EXPECT_GT(on.speculative.draft_prefill_tokens, 0) << pol;
+    EXPECT_EQ(on.tokens, off.tokens) << pol;
   }
   // In the scheduler's batches too.
   e->set_cost_model(std::make_shared<CostModel>(linear_costs(2.0, 0.5)));

@@ -98,6 +98,10 @@ int32_t SequenceRun::k_limit() const {
   return std::max(0, std::min({opts_.speculative.draft_max, room, budget}));
 }
 
+int32_t SequenceRun::tokens_left() const {
+  return std::max(0, opts_.max_tokens - static_cast<int32_t>(res_.tokens.size()));
+}
+
 // A deferred draft (draft_deferred_) has not read the prompt: the policy decides this step's
 // k first. Off (0), the step is plain and the draft stays unfed; asking for a draft, the
 // deferral ends and the draft's prefill is pending, for the caller to feed before the step.
@@ -105,7 +109,7 @@ size_t SequenceRun::resolve_draft(int32_t batch_size) {
   if (draft_deferred_ && speculate_ && !done_ && !prefilling() && !res_.tokens.empty() && decided_k_ < 0 &&
       proposer_->prefill_pending(committed_) > 0) {
     const int32_t k_max = k_limit();
-    decided_k_ = k_max > 0 ? policy_->choose_k({k_max, batch_size, static_cast<int32_t>(committed_.size())}) : 0;
+    decided_k_ = k_max > 0 ? policy_->choose_k({k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()}) : 0;
     if (decided_k_ > 0) draft_deferred_ = false;
   }
   return draft_prefill_pending();
@@ -129,7 +133,7 @@ int32_t SequenceRun::choose_k(int32_t batch_size) {
   if (step_k_max_ > 0) {
     // A policy asked in resolve_draft this step is not asked again.
     const int32_t want =
-        decided > 0 ? decided : policy_->choose_k({step_k_max_, batch_size, static_cast<int32_t>(committed_.size())});
+        decided > 0 ? decided : policy_->choose_k({step_k_max_, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()});
     k = std::clamp(want, 0, step_k_max_);
   }
   if (speculate_ && !plain) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];

@@ -135,6 +135,7 @@ class SequenceRun {
   bool draft_deferred_ = false;  // the draft has not been asked for yet: its prompt pass waits
   int32_t decided_k_ = -1;       // the policy's k for this step, asked by resolve_draft (-1: not asked)
   int32_t k_limit() const;       // draft_max within the context and token budget
+  int32_t tokens_left() const;   // what max_tokens still allows (the policy's horizon)
   bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
   bool sampling_valid_ = true;  // validate_sampling(opts_.sampling) passed
   Rng rng_;

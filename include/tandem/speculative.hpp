@@ -56,6 +56,11 @@ struct SpeculativeOptions {
   //  "goodput"    adaptive, and k shrinks as the batch grows (verification gets dearer).
   std::string policy = "fixed";
   float alpha_prior = 0.0f;  // adaptive/goodput: acceptance expected before any evidence (0 → 0.6)
+  // adaptive/goodput: the share of the output still to come (max_tokens left) that a
+  // sequence's first draft may risk: its catch-up over the prompt plus one step, were nothing
+  // accepted (0 → 0.02; < 0: no limit, the prior alone decides). Keeps short outputs where
+  // the draft disagrees within a few percent of plain decoding.
+  float start_budget = 0.0f;
 };
 
 // Counters in the form users compare across engines (vLLM's spec_decode_* counters).
