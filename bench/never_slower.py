@@ -24,15 +24,9 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-MODELS = os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models"))
-TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+from qwen_pair import CHATML, HERE, add_pair_args, missing_paths, tandem_json
 
 WORDS = """apple river stone window garden silver thunder pencil market orange candle bridge
 winter forest hammer button violin desert rocket marble feather ladder island copper mirror
@@ -51,10 +45,7 @@ def random_prompts(n, seed):
 
 
 def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"tandem failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    j = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    j = tandem_json(cmd)
     t = j["timings"]
     sp = j.get("speculative", {})
     return {"tokens": t["n_generated"], "secs": (t["prefill_ms"] + t["decode_ms"]) / 1000.0,
@@ -65,10 +56,7 @@ def run(cmd):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "release", "apps", "tandem"))
-    ap.add_argument("--target", default=os.path.join(MODELS, TARGET))
-    ap.add_argument("--draft", default=os.path.join(MODELS, DRAFT))
-    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    add_pair_args(ap)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--temps", default="0,1")
@@ -80,10 +68,9 @@ def main():
                     "bench/prompts.jsonl (code, chat, ...) in ChatML, to see what the policy keeps where the draft agrees")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
-    for path in (a.tandem, a.target, a.draft):
-        if not os.path.exists(path):
-            print(f"missing: {path}", file=sys.stderr)
-            return 2
+    for path in missing_paths(a):
+        print(f"missing: {path}", file=sys.stderr)
+        return 2
     if a.category:
         with open(os.path.join(HERE, "prompts.jsonl")) as f:
             rows = [json.loads(line) for line in f if line.strip()]

@@ -30,13 +30,9 @@ import sys
 import tarfile
 import tempfile
 
+from qwen_pair import CHATML, HERE, add_pair_args, missing_paths, tandem_json
+
 LLAMA_CPP_PYTHON = "0.3.16"
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-MODELS = os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models"))
-TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def prompt_sets(names, limit):
@@ -107,10 +103,7 @@ def run_llama(cmd):
 
 
 def run_tandem(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"tandem failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    j = json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+    j = tandem_json(cmd)
     t = j["timings"]
     n = max(t["n_generated"] - 1, 0)  # the first token comes from the prefill
     acc = j.get("speculative", {}).get("acceptance_rate")
@@ -119,10 +112,7 @@ def run_tandem(cmd):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "release", "apps", "tandem"))
-    ap.add_argument("--target", default=os.path.join(MODELS, TARGET))
-    ap.add_argument("--draft", default=os.path.join(MODELS, DRAFT))
-    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
+    add_pair_args(ap)
     ap.add_argument("-n", type=int, default=96)
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
@@ -131,10 +121,9 @@ def main():
     ap.add_argument("--llama-dir", default=os.path.expanduser(f"~/.cache/tandem/llama.cpp-b{LLAMA_CPP_PYTHON}"))
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
-    for path in (a.tandem, a.target, a.draft):
-        if not os.path.exists(path):
-            print(f"missing: {path}", file=sys.stderr)
-            return 2
+    for path in missing_paths(a):
+        print(f"missing: {path}", file=sys.stderr)
+        return 2
     bins = ensure_llama(a.llama_dir, a.threads)
     sets = prompt_sets(a.sets.split(","), a.limit)
     t = str(a.threads)
