@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   }
   std::vector<double> medians;
   double t1 = 0, read_gbs = 0;
-  tandem::kernels::cpu::ThreadPool read_pool(threads > 0 ? threads : tandem::kernels::cpu::ThreadPool::default_threads());
+  using tandem::kernels::cpu::ThreadPool;
+  ThreadPool read_pool(threads > 0 ? threads : ThreadPool::default_threads());
   for (int n = 1; n <= nmax; ++n) {
     std::vector<double> times;
     std::vector<int32_t> run(static_cast<size_t>(n));

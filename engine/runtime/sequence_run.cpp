@@ -109,7 +109,8 @@ size_t SequenceRun::resolve_draft(int32_t batch_size) {
   if (draft_deferred_ && speculate_ && !done_ && !prefilling() && !res_.tokens.empty() && decided_k_ < 0 &&
       proposer_->prefill_pending(committed_) > 0) {
     const int32_t k_max = k_limit();
-    decided_k_ = k_max > 0 ? policy_->choose_k({k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()}) : 0;
+    const PolicyInput in{k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
+    decided_k_ = k_max > 0 ? policy_->choose_k(in) : 0;
     if (decided_k_ > 0) draft_deferred_ = false;
   }
   return draft_prefill_pending();
@@ -132,8 +133,8 @@ int32_t SequenceRun::choose_k(int32_t batch_size) {
   int32_t k = 0;
   if (step_k_max_ > 0) {
     // A policy asked in resolve_draft this step is not asked again.
-    const int32_t want =
-        decided > 0 ? decided : policy_->choose_k({step_k_max_, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()});
+    const PolicyInput in{step_k_max_, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
+    const int32_t want = decided > 0 ? decided : policy_->choose_k(in);
     k = std::clamp(want, 0, step_k_max_);
   }
   if (speculate_ && !plain) ++res_.speculative.steps_per_k[static_cast<size_t>(k)];

@@ -58,7 +58,8 @@ struct NibbleCodes {
     // A (i < 32) or B, the natural order.
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(loadu128(b + Qs))),
                                          _mm256_broadcastsi128_si256(loadu128(b + Bytes + Qs)), 1);
-    __m512i v = _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xff00ff00u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
+    __m512i v =
+        _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xff00ff00u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
     if constexpr (Qh >= 0) {
       // Fifth bit of element e of a block is bit e of its qh word: the mask is qh_A | qh_B << 32.
       const uint64_t k = blk::u32_at(b + Qh) | (static_cast<uint64_t>(blk::u32_at(b + Bytes + Qh)) << 32);
@@ -150,7 +151,8 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   // and waiting for it at the start of each chunk cost M = 1 about a tenth of its time.
   // (Gathering the next row's first chunk at a row's end as well measured slower.)
   auto chunk_blocks = [&](int64_t b0) { return l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16; };
-  __m512i dw_raw = gather_f16x16<K::kBytes>(wr, K::kD, chunk_blocks(0)), mw_raw = _mm512_setzero_si512();
+  __m512i dw_raw = gather_f16x16<K::kBytes>(wr, K::kD, chunk_blocks(0));
+  __m512i mw_raw = _mm512_setzero_si512();
   if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(wr, K::kM, chunk_blocks(0));
   for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
     const int nblk = chunk_blocks(b0);
@@ -161,7 +163,8 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     if constexpr (K::kM >= 0) mw = f16x16_to_ps(mw_raw);
     if (b0 + 16 < l.nb) {
       dw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kD, chunk_blocks(b0 + 16));
-      if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kM, chunk_blocks(b0 + 16));
+      if constexpr (K::kM >= 0)
+        mw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kM, chunk_blocks(b0 + 16));
     }
     const __m512 cw = K::c16(dw, mw);
     __m512 prod[TN];
