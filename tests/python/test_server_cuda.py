@@ -45,7 +45,10 @@ class Server:
         cmd = [ARGS.tandem, "serve", "-m", target, "--model-draft", draft, "--device", "cuda-emulated",
                "--gpu-mem", "64MiB", "--kv-mem", str(KV_MEM), "--host", "127.0.0.1", "--port", "0",
                "--threads", "1", "--model-id", "tiny", "-c", "256", *extra]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        # The cost model it calibrates goes next to the models, not into the user's cache
+        # (whose file would gain an entry for every run's temporary model paths).
+        env = dict(os.environ, TANDEM_CACHE=os.path.dirname(target))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = None
         deadline = time.time() + 120 * TIME_SCALE
         while time.time() < deadline and self.port is None:
