@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
   // Decode against its roofline: the bytes one pass reads (every weight but an untied
   // embedding, of which a pass reads one row per token) over T(1), next to the machine's
-  // streaming read bandwidth measured now, with as many threads.
+  // streaming read bandwidth measured right after T(1), with as many threads.
   const bool tied = model->output.buf == model->tok_embd.buf && model->output.offset == model->tok_embd.offset;
   const size_t pass_bytes = model->weight_bytes() - (tied ? 0 : model->tok_embd.bytes());
   const double decode_gbs = static_cast<double>(pass_bytes) / (t1 / 1000.0) / 1e9;

@@ -137,11 +137,8 @@ void BM_read(benchmark::State& st) {
   }
   auto& buf = bw_buffer();
   for (auto _ : st) {
-    uint64_t sums[64] = {};
-    pool().run([&](int ith, int nth) {
-      const size_t part = buf.size() / static_cast<size_t>(nth);
-      sums[ith] = tandem::bench::read_sum(buf.data() + part * static_cast<size_t>(ith), part);
-    });
+    uint64_t sums[64] = {};  // one per thread
+    tandem::bench::read_once(pool(), buf, sums);
     benchmark::DoNotOptimize(sums);
   }
   st.counters["readGB"] = benchmark::Counter(static_cast<double>(st.iterations()) * static_cast<double>(buf.size()) / 1e9,

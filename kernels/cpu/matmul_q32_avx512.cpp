@@ -49,7 +49,7 @@ static inline __m512 load16(const float* p, int n) {
 }
 
 // Codes of the 4-bit types (nibbles at byte Qs) and the 5-bit ones (plus the fifth bits,
-// a 32-bit word at Qh), for a pair of blocks in the paired order.
+// a 32-bit word at Qh), for a pair of blocks in natural order.
 template <int Bytes, int Qs, int Qh = -1>
 struct NibbleCodes {
   static inline __m512i codes2(const u8* b) {
@@ -141,15 +141,16 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     xd[t] = act_d(row, l);
     xs[t] = act_s(row, l);
   }
-  // Two accumulators, even and odd pairs of a chunk, so that consecutive pairs' FMAs do not
-  // wait on each other (the chain bounds M = 1 otherwise).
+  // Two accumulators, even and odd pairs of a chunk, so that consecutive pairs' FMAs need
+  // not wait on each other.
   __m512 acc[TN], acc2[TN], off[TN];
   for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
   // Lane pattern of a pair's 16 int32 sums: lanes 0-7 are block A's, 8-15 block B's.
   const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   // A chunk's scales (and mins) are gathered one chunk ahead: a gather's latency is long,
-  // and waiting for it at the start of each chunk cost M = 1 about a tenth of its time.
-  // (Gathering the next row's first chunk at a row's end as well measured slower.)
+  // and perf put about a quarter of the M = 1 kernel's samples on waiting for it at the
+  // start of each chunk. (Gathering the next row's first chunk at a row's end as well
+  // measured slower.)
   auto chunk_blocks = [&](int64_t b0) { return l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16; };
   __m512i dw_raw = gather_f16x16<K::kBytes>(wr, K::kD, chunk_blocks(0));
   __m512i mw_raw = _mm512_setzero_si512();
