@@ -23,6 +23,10 @@ class Buffer {
   virtual DeviceKind device() const = 0;
 };
 
+// How a matrix weight's bytes sit within each row: as the model file stores them, or in
+// the backend's own packed layout (Backend::pack_weight), which only matmul reads.
+enum class RowLayout : uint8_t { File, Packed };
+
 // A non-owning view of a 1..4-D array in a Buffer. ne[0] is the innermost (contiguous)
 // dimension; rows are packed (stride = row_bytes(type, ne[0])) unless nb1 says otherwise.
 struct Tensor {
@@ -31,6 +35,7 @@ struct Tensor {
   DType type = DType::F32;
   int64_t ne[4] = {1, 1, 1, 1};
   size_t nb1 = 0;  // bytes between rows; 0 = packed
+  RowLayout layout = RowLayout::File;
 
   int64_t cols() const { return ne[0]; }
   int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
@@ -106,6 +111,18 @@ class Backend {
     int64_t positions = 0;         // block-table columns x block size of the longest sequence
   };
   virtual void reserve_scratch(const ScratchNeeds& /*need*/) {}
+
+  // Matrix weights in the backend's own row layout, for the types its matmul multiplies
+  // faster that way (the CPU backend: the 32-element block types, kernels/cpu/pack_q32.hpp).
+  // packs_weights: whether it has one for type t. pack_weight: a new buffer holding `rows`
+  // rows of `cols` elements of type t from host memory `src` (the file's layout), re-ordered
+  // within each row (same size, same row stride); nullptr when type t stays as stored.
+  // Tensors over it carry RowLayout::Packed and serve only as matmul weights.
+  virtual bool packs_weights(DType /*t*/) const { return false; }
+  virtual std::unique_ptr<Buffer> pack_weight(DType /*t*/, const void* /*src*/, int64_t /*rows*/,
+                                              int64_t /*cols*/) {
+    return nullptr;
+  }
 
   // ---- ops (dst never aliases a source unless stated) -----------------------------------
   // dst[i, :] = dequant(table[ids[i], :]) as F32.

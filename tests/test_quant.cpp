@@ -15,6 +15,7 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "tests/support/isa_levels.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/random_blocks.hpp"
 
@@ -28,33 +29,9 @@ const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, D
                            DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                            DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-// On a CPU without AVX-512 the AVX-512 kernels still get tested: compiled against SIMDe
-// (tandem_avx512_emulated), installed as the Avx512 level. Installed once, on first use.
-bool avx512_emulated() {
-  static const bool on = [] {
-#if defined(TANDEM_HAVE_AVX512_EMULATION)
-    if (cpu::detected_isa() == Isa::Avx2) {
-      cpu::mm::install_avx512_kernels_for_testing(cpu::mm::avx512_emulated_kernels());
-      return true;
-    }
-#endif
-    return false;
-  }();
-  return on;
-}
-
-std::vector<Isa> supported_isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (static_cast<int>(i) <= static_cast<int>(cpu::detected_isa())) v.push_back(i);
-  if (avx512_emulated()) v.push_back(Isa::Avx512);
-  return v;
-}
-
-// Restores the detected ISA when a test ends, whatever it forced.
-struct IsaGuard {
-  ~IsaGuard() { cpu::force_isa(cpu::detected_isa()); }
-};
+using test::avx512_emulated;
+using test::IsaGuard;
+using test::supported_isas;
 
 int block_of(DType t) { return static_cast<int>(dtype_info(t).block_size); }
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }

@@ -1,6 +1,7 @@
 #include "engine/model/model.hpp"
 
 #include <stdexcept>
+#include <vector>
 
 #include "engine/model/requantize.hpp"
 
@@ -15,8 +16,37 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 }  // namespace
 
+kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, int64_t cols, int64_t rows,
+                              std::unique_ptr<kernels::Buffer>& owner) {
+  if ((owner = be.pack_weight(t, host, rows, cols))) {
+    kernels::Tensor w = kernels::make_tensor(owner.get(), t, cols, rows);
+    w.layout = kernels::RowLayout::Packed;
+    return w;
+  }
+  const size_t bytes = row_bytes(t, cols) * static_cast<size_t>(rows);
+  owner = be.alloc(bytes);
+  const kernels::Tensor w = kernels::make_tensor(owner.get(), t, cols, rows);
+  be.upload(w, host, bytes);
+  return w;
+}
+
+const kernels::Tensor& Model::head() const {
+  std::call_once(head_once_, [this] {
+    head_ = output;
+    if (output.layout == kernels::RowLayout::Packed || !backend_->packs_weights(output.type)) return;
+    std::vector<uint8_t> host(output.bytes());
+    backend_->download(host.data(), output, host.size());
+    std::unique_ptr<kernels::Buffer> buf;
+    const kernels::Tensor t = upload_matrix(*backend_, output.type, host.data(), output.cols(), output.rows(), buf);
+    if (t.layout != kernels::RowLayout::Packed) return;  // (packs_weights said yes: not expected)
+    head_buf_ = std::move(buf);
+    head_ = t;
+  });
+  return head_;
+}
+
 kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, bool required, bool f32_only,
-                            bool matmul) {
+                            bool matmul, bool pack) {
   const gguf::TensorInfo* ti = file_->find_tensor(name);
   if (!ti) {
     if (required) throw std::runtime_error(file_->path() + ": missing tensor '" + name + "'");
@@ -39,10 +69,24 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
   const std::optional<DType> to = weights_.matmul_type;
   if (matmul && requantizes(to, ti->type, cols)) {
     const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, *to);
-    buffers_.push_back(backend_->alloc(q.size()));
-    const kernels::Tensor t = kernels::make_tensor(buffers_.back().get(), *to, cols, rows);
-    backend_->upload(t, q.data(), q.size());
+    std::unique_ptr<kernels::Buffer> buf;
+    kernels::Tensor t;
+    if (pack) {
+      t = upload_matrix(*backend_, *to, q.data(), cols, rows, buf);
+    } else {
+      buf = backend_->alloc(q.size());
+      t = kernels::make_tensor(buf.get(), *to, cols, rows);
+      backend_->upload(t, q.data(), q.size());
+    }
+    buffers_.push_back(std::move(buf));
     weight_bytes_ += q.size();
+    return t;
+  }
+  if (pack && backend_->packs_weights(ti->type)) {
+    std::unique_ptr<kernels::Buffer> buf;
+    const kernels::Tensor t = upload_matrix(*backend_, ti->type, file_->tensor_data(*ti), cols, rows, buf);
+    buffers_.push_back(std::move(buf));
+    weight_bytes_ += ti->nbytes;
     return t;
   }
   buffers_.push_back(backend_->wrap_host(file_->tensor_data(*ti), ti->nbytes));
@@ -63,16 +107,16 @@ std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& ba
   // A tied embedding is also the output head: re-quantized with the other matrices.
   m->tok_embd = m->bind("token_embd.weight", {d, c.n_vocab}, true, false, c.tied_embeddings);
   m->output_norm = m->bind("output_norm.weight", {d}, true, true);
-  m->output = c.tied_embeddings ? m->tok_embd : m->bind("output.weight", {d, c.n_vocab}, true, false, true);
+  m->output = c.tied_embeddings ? m->tok_embd : m->bind("output.weight", {d, c.n_vocab}, true, false, true, true);
   m->layers.resize(static_cast<size_t>(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights& L = m->layers[static_cast<size_t>(il)];
     L.attn_norm = m->bind(p + "attn_norm.weight", {d}, true, true);
-    L.wq = m->bind(p + "attn_q.weight", {d, qw}, true, false, true);
-    L.wk = m->bind(p + "attn_k.weight", {d, kvw}, true, false, true);
-    L.wv = m->bind(p + "attn_v.weight", {d, kvw}, true, false, true);
-    L.wo = m->bind(p + "attn_output.weight", {qw, d}, true, false, true);
+    L.wq = m->bind(p + "attn_q.weight", {d, qw}, true, false, true, true);
+    L.wk = m->bind(p + "attn_k.weight", {d, kvw}, true, false, true, true);
+    L.wv = m->bind(p + "attn_v.weight", {d, kvw}, true, false, true, true);
+    L.wo = m->bind(p + "attn_output.weight", {qw, d}, true, false, true, true);
     L.bq = m->bind(p + "attn_q.bias", {qw}, c.qkv_bias, true);
     L.bk = m->bind(p + "attn_k.bias", {kvw}, c.qkv_bias, true);
     L.bv = m->bind(p + "attn_v.bias", {kvw}, c.qkv_bias, true);
@@ -85,9 +129,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& ba
       L.post_ffn_norm = m->bind(p + "post_ffw_norm.weight", {d}, true, true);
     }
     L.ffn_norm = m->bind(p + "ffn_norm.weight", {d}, true, true);
-    L.w_gate = m->bind(p + "ffn_gate.weight", {d, ff}, true, false, true);
-    L.w_up = m->bind(p + "ffn_up.weight", {d, ff}, true, false, true);
-    L.w_down = m->bind(p + "ffn_down.weight", {ff, d}, true, false, true);
+    L.w_gate = m->bind(p + "ffn_gate.weight", {d, ff}, true, false, true, true);
+    L.w_up = m->bind(p + "ffn_up.weight", {d, ff}, true, false, true, true);
+    L.w_down = m->bind(p + "ffn_down.weight", {ff, d}, true, false, true, true);
   }
   return m;
 }

@@ -36,9 +36,7 @@ std::shared_ptr<const OutputSubset> make_output_subset(const Model& model, std::
   auto s = std::make_shared<OutputSubset>();
   s->ids = std::move(ids);
   kernels::Backend& be = model.backend();
-  s->buf = be.alloc(host.size());
-  s->head = kernels::make_tensor(s->buf.get(), type, c.n_embd, static_cast<int64_t>(s->ids.size()));
-  be.upload(s->head, host.data(), host.size());
+  s->head = upload_matrix(be, type, host.data(), c.n_embd, static_cast<int64_t>(s->ids.size()), s->buf);
   s->ids_buf = be.alloc(s->ids.size() * sizeof(int32_t));
   s->ids_on_backend = kernels::make_tensor(s->ids_buf.get(), DType::I32, static_cast<int64_t>(s->ids.size()));
   be.upload(s->ids_on_backend, s->ids.data(), s->ids.size() * sizeof(int32_t));

@@ -231,7 +231,7 @@ Tensor Transformer::encode(const PassInputs& in) {
   const Tensor out_logits = kernels::make_tensor(s.logits.buf, DType::F32, width, n_out, s.logits.offset);
   be_.get_rows(out_rows, x, in.out_idx);
   be_.rms_norm(out_rows, out_rows, model_.output_norm, c.rms_eps);
-  be_.matmul(out_logits, subset_ ? subset_->head : model_.output, out_rows);
+  be_.matmul(out_logits, subset_ ? subset_->head : model_.head(), out_rows);
   return out_logits;
 }
 

@@ -64,6 +64,16 @@ void CpuBackend::download(void* dst, const Tensor& src, size_t bytes) {
   std::memcpy(dst, hb->data() + src.offset, bytes);
 }
 
+bool CpuBackend::packs_weights(DType t) const { return packs_rows(t); }
+
+std::unique_ptr<Buffer> CpuBackend::pack_weight(DType t, const void* src, int64_t rows, int64_t cols) {
+  if (!packs_rows(t) || rows <= 0 || cols % 32 != 0) return nullptr;
+  const size_t rb = tandem::row_bytes(t, cols);
+  auto buf = std::make_unique<HostBuffer>(rb * static_cast<size_t>(rows));
+  pack_rows(pool_, t, src, rb, buf->data(), rows, cols);
+  return buf;
+}
+
 void CpuBackend::fill_zero(const Tensor& dst) { std::memset(host_ptr(dst), 0, dst.bytes()); }
 
 }  // namespace tandem::kernels

@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
   void download(void* dst, const Tensor& src, size_t bytes) override;
   void fill_zero(const Tensor& dst) override;
   void synchronize() override {}
+  bool packs_weights(DType t) const override;
+  std::unique_ptr<Buffer> pack_weight(DType t, const void* src, int64_t rows, int64_t cols) override;
 
   void get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, float eps, float w_offset) override;

@@ -44,6 +44,7 @@ void check_binary(const char* op, const Tensor& dst, const Tensor& a, const Tens
 void CpuBackend::get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) {
   require(dst.type == DType::F32 && ids.type == DType::I32, "get_rows", "dst F32, ids I32");
   require(dst.cols() == table.cols() && dst.rows() == ids.numel(), "get_rows", "shape mismatch");
+  require(table.layout == RowLayout::File, "get_rows", "a packed weight serves only matmul");
   const int32_t* id = host_as<int32_t>(ids);
   const uint8_t* base = host_ptr(table);
   const int64_t n_rows = table.rows();
@@ -74,9 +75,10 @@ void CpuBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
   require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
   require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
   require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
-  cpu::matmul(pool_, w.type, host_ptr(w), w.row_stride(), w.rows(), w.cols(), host_as<float>(x),
-              static_cast<int64_t>(x.row_stride() / sizeof(float)), x.rows(), host_as<float>(dst),
-              static_cast<int64_t>(dst.row_stride() / sizeof(float)));
+  const MatmulJob job{w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
+                      static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed};
+  cpu::matmul_multi(pool_, &job, 1, w.cols(), host_as<float>(x), static_cast<int64_t>(x.row_stride() / sizeof(float)),
+                    x.rows());
 }
 
 // One activation quantization and one pool job for all targets (see cpu::matmul_multi).
@@ -90,7 +92,7 @@ void CpuBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int
     require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
     require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
     jobs.push_back({w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
-                    static_cast<int64_t>(dst.row_stride() / sizeof(float))});
+                    static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed});
   }
   // In batches of the driver's limit.
   constexpr size_t kMax = kMaxMatmulJobs;

@@ -19,7 +19,7 @@ QuantFn avx2_quant(DType t) {
 }  // namespace
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant};
+  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant, avx2_rows_q32_packed};
   return &k;
 }
 

@@ -9,6 +9,7 @@
 namespace tandem::kernels::cpu::mm {
 namespace TANDEM_AVX512_NS {
 RowsFn rows_q32(DType t);
+RowsFn rows_q32_packed(DType t);
 RowsFn rows_qk(DType t);
 QuantFn quant_qk_for(DType t);
 }  // namespace TANDEM_AVX512_NS
@@ -18,11 +19,11 @@ RowsFn rows(DType t) {
   if (RowsFn f = TANDEM_AVX512_NS::rows_qk(t)) return f;
   return TANDEM_AVX512_NS::rows_q32(t);
 }
-// The 32-block kernels read activations in natural order (quantized by the AVX2 code:
-// AVX-512 CPUs have AVX2).
+// The 32-block kernels read activations in the AVX2 kernels' pair order, quantized by the
+// AVX2 code (AVX-512 CPUs have AVX2), in file and packed layouts alike.
 QuantFn quant(DType t) {
   switch (family(t)) {
-    case Family::Q32: return avx2_quant_q32;
+    case Family::Q32: return avx2_quant_q32_for(t);
     case Family::QK: return TANDEM_AVX512_NS::quant_qk_for(t);
     default: return nullptr;
   }
@@ -31,12 +32,12 @@ QuantFn quant(DType t) {
 
 #if defined(TANDEM_AVX512_EMULATED)
 const IsaKernels* avx512_emulated_kernels() {
-  static const IsaKernels k{rows, quant, nullptr};
+  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed};
   return &k;
 }
 #else
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels k{rows, quant, nullptr};
+  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed};
   return &k;
 }
 #endif

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/pack_q32.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
@@ -58,12 +59,18 @@ const mm::IsaKernels* kernels_at(Isa isa) {
   return nullptr;
 }
 
-// The best kernel set at or below `isa` that handles type t (a level may leave a type to
-// the one below). Rows and activation quantizer must come from the same set.
-const mm::IsaKernels* pick(Isa isa, DType t) {
+mm::RowsFn rows_of(const mm::IsaKernels& k, DType t, bool packed) {
+  if (packed) return k.rows_packed ? k.rows_packed(t) : nullptr;
+  return k.rows ? k.rows(t) : nullptr;
+}
+
+// The best kernel set at or below `isa` that handles type t in that row layout (a level may
+// leave a type to the one below; the scalar level takes every packed type by unpacking).
+// Rows and activation quantizer must come from the same set.
+const mm::IsaKernels* pick(Isa isa, DType t, bool packed) {
   for (int l = static_cast<int>(isa); l >= 0; --l) {
     const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
-    if (k && k->rows && k->rows(t)) return k;
+    if (k && rows_of(*k, t, packed)) return k;
   }
   return nullptr;
 }
@@ -118,10 +125,10 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
       for (int64_t t = 0; t < N; ++t) std::fill(job.y + t * job.ldy, job.y + t * job.ldy + job.R, 0.0f);
       continue;
     }
-    const mm::IsaKernels* kset = pick(isa, job.wt);
-    if (!kset) fail(std::string("no kernel for ") + dtype_name(job.wt));
+    const mm::IsaKernels* kset = pick(isa, job.wt, job.packed);
+    if (!kset) fail(std::string("no kernel for ") + (job.packed ? "packed " : "") + dtype_name(job.wt));
     Resolved& r = res[n_res++];
-    r.fn = kset->rows(job.wt);
+    r.fn = rows_of(*kset, job.wt, job.packed);
     r.R = job.R;
     r.args.wt = job.wt;
     r.args.w = static_cast<const uint8_t*>(job.w);
@@ -217,6 +224,34 @@ void matmul(ThreadPool& pool, DType wt, const void* w, size_t w_stride, int64_t 
             int64_t ldx, int64_t N, float* y, int64_t ldy) {
   const MatmulJob job{wt, w, w_stride, R, y, ldy};
   matmul_multi(pool, &job, 1, C, x, ldx, N);
+}
+
+// TANDEM_PACK=0 keeps every weight in the file's layout (for side-by-side timings, and a
+// way around a suspected problem with the packed kernels).
+static bool packing_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("TANDEM_PACK");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+bool packs_rows(DType t) {
+  const mm::IsaKernels* k = kernels_at(active_isa());
+  return packing_allowed() && mm::q32_packs(t) && active_isa() != Isa::Scalar && k && rows_of(*k, t, true);
+}
+
+void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
+               int64_t cols) {
+  if (!mm::q32_packs(t)) fail(std::string("no packed row layout for ") + dtype_name(t));
+  if (rows < 0 || cols < 0 || cols % 32 != 0) fail("packing needs whole 32-element blocks");
+  const size_t rb = tandem::row_bytes(t, cols);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  pool.run([&](int ith, int nth) {
+    for (int64_t r = ith; r < rows; r += nth)
+      mm::pack_q32_row(t, s + static_cast<size_t>(r) * src_stride, d + static_cast<size_t>(r) * rb, cols);
+  });
 }
 
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,

@@ -80,8 +80,10 @@ using DequantFn = bool (*)(DType t, const void* src, float* dst, int64_t n);
 
 struct IsaKernels {
   RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
-  QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` handles (Float: unused)
+  QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` or `rows_packed` handles (Float: unused)
   DequantFn dequant = nullptr;
+  // Kernels for weights in the packed row layout (pack_q32.hpp); nullptr: none here.
+  RowsFn (*rows_packed)(DType t) = nullptr;
 };
 
 // Kernel sets; levels above Scalar return nullptr when the binary was built without them.
@@ -97,11 +99,15 @@ const IsaKernels* avx512_kernels_for_testing();
 
 // Per-ISA entry points, defined in the files of that ISA.
 RowsFn scalar_rows(DType t);
+// Packed rows by unpacking each into the file layout for the scalar kernel: the fallback
+// (and reference) for every packed type at every level.
+void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void scalar_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
 void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
 
 RowsFn avx2_rows_float(DType t);
 RowsFn avx2_rows_q32(DType t);
+RowsFn avx2_rows_q32_packed(DType t);
 RowsFn avx2_rows_qk(DType t);
 QuantFn avx2_quant_qk_for(DType t);  // K-quant activations in the order each kernel reads
 QuantFn avx2_quant_q32_for(DType t);  // 32-block activations in the order each kernel reads

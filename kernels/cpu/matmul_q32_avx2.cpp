@@ -11,7 +11,11 @@
 // the nibbles sit in two consecutive blocks, and the activations are stored in the same
 // order by avx2_quant_q32_for), so both maddubs results add up in int16 under one madd
 // whose low lanes are A's sums and high lanes B's.
+//
+// Rows come in the file's layout (FileRow) or packed (PackedRow, pack_q32.hpp), through the
+// same arithmetic in the same order: the same bits.
 #include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/pack_q32.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
@@ -101,42 +105,104 @@ struct NibbleCodes {
   }
 };
 
-// Per type: the codes of a block, where its scale is, and the coefficient c of the
-// activation sums (offset -8/-16 times d, or the min m) for 8 blocks.
+// Per type: the codes of a block (file layout), where its scale (and min) is, and the
+// coefficient c of the activation sums (offset -8/-16 times d, or the min m) for 8 blocks.
 struct Q4_0 : NibbleCodes<blk::q4_0::size, blk::q4_0::qs> {
-  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d;
-  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
+  static constexpr DType kType = DType::Q4_0;
+  static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d, kM = -1;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true, kHasQh = false;
+  static inline __m256 c8(__m256 d, __m256) { return _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)); }
 };
 struct Q4_1 : NibbleCodes<blk::q4_1::size, blk::q4_1::qs> {
-  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d;
-  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q4_1::m, n); }
+  static constexpr DType kType = DType::Q4_1;
+  static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d, kM = blk::q4_1::m;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true, kHasQh = false;
+  static inline __m256 c8(__m256, __m256 m) { return m; }
 };
 struct Q5_0 : NibbleCodes<blk::q5_0::size, blk::q5_0::qs, blk::q5_0::qh> {
-  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d;
-  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256 c8(const u8*, __m256 d, int) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
+  static constexpr DType kType = DType::Q5_0;
+  static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d, kM = -1;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true, kHasQh = true;
+  static inline __m256 c8(__m256 d, __m256) { return _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)); }
 };
 struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
-  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d;
-  static constexpr bool kSigned = false, kOffset = true, kPaired = true;
-  static inline __m256 c8(const u8* b, __m256, int n) { return f16x8<kBytes>(b, blk::q5_1::m, n); }
+  static constexpr DType kType = DType::Q5_1;
+  static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d, kM = blk::q5_1::m;
+  static constexpr bool kSigned = false, kOffset = true, kPaired = true, kHasQh = true;
+  static inline __m256 c8(__m256, __m256 m) { return m; }
 };
 struct Q8_0 {
-  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d;
-  static constexpr bool kSigned = true, kOffset = false, kPaired = false;
+  static constexpr DType kType = DType::Q8_0;
+  static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d, kM = -1;
+  static constexpr bool kSigned = true, kOffset = false, kPaired = false, kHasQh = false;
   static inline __m256i codes(const u8* b) { return loadu(b + blk::q8_0::qs); }
   static inline void codes2(const u8*, __m256i&, __m256i&) {}
-  static inline __m256 c8(const u8*, __m256, int) { return _mm256_setzero_ps(); }
+  static inline __m256 c8(__m256, __m256) { return _mm256_setzero_ps(); }
+};
+
+// Where row_group finds a block's fields: in the blocks of a file row...
+template <class K>
+struct FileRow {
+  const u8* w;
+  FileRow(const u8* wr, int64_t) : w(wr) {}
+  __m256 d8(int64_t b0, int n) const { return f16x8<K::kBytes>(w + b0 * K::kBytes, K::kD, n); }
+  __m256 m8(int64_t b0, int n) const { return f16x8<K::kBytes>(w + b0 * K::kBytes, K::kM, n); }
+  void codes2(int64_t bi, __m256i& lo, __m256i& hi) const { K::codes2(w + bi * K::kBytes, lo, hi); }
+  __m256i codes(int64_t bi) const { return K::codes(w + bi * K::kBytes); }
+  void prefetch(int64_t b0, int n) const { prefetch_ahead(w + b0 * K::kBytes, n * K::kBytes); }
+};
+
+// 8 f16 from p as floats, zeros past n. Reading all 16 bytes stays inside the row: an
+// array of f16 scales (or mins) at block b0 is followed by at least 16 more bytes of the row
+// (every block is at least 18 bytes, its scale 2 of them).
+static inline __m256 load_f16x8(const u8* p, int n) {
+  const __m256 v = _mm256_cvtph_ps(loadu128(p));
+  if (n == 8) return v;
+  const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_and_ps(v, _mm256_castsi256_ps(keep));
+}
+
+// ...or in the field arrays of a packed row.
+template <class K>
+struct PackedRow {
+  const u8* w;
+  PackedQ32 p;
+  PackedRow(const u8* wr, int64_t nb) : w(wr), p(packed_q32(K::kType, nb)) {}
+  __m256 d8(int64_t b0, int n) const { return load_f16x8(w + p.d + 2 * b0, n); }
+  __m256 m8(int64_t b0, int n) const { return load_f16x8(w + p.m + 2 * b0, n); }
+  // A pair's 32 nibble bytes are the file pair's (A's then B's): the lo/hi vectors of
+  // nibbles2 in one load. Its fifth bits: 32-bit words A 0-15 | B 0-15, A 16-31 | B 16-31.
+  void codes2(int64_t bi, __m256i& lo, __m256i& hi) const {
+    const __m256i q = loadu(w + p.codes + 16 * bi);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    lo = _mm256_and_si256(q, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if constexpr (K::kHasQh) {
+      lo = _mm256_or_si256(lo, high_bits(blk::u32_at(w + p.qh + 4 * bi)));
+      hi = _mm256_or_si256(hi, high_bits(blk::u32_at(w + p.qh + 4 * bi + 4)));
+    }
+  }
+  __m256i codes(int64_t bi) const {
+    if constexpr (K::kSigned) {
+      return loadu(w + p.codes + 32 * bi);
+    } else {
+      const __m256i v = nibbles(w + p.codes + 16 * bi);
+      if constexpr (K::kHasQh) return _mm256_or_si256(v, high_bits(blk::u32_at(w + p.qh + 4 * bi)));
+      return v;
+    }
+  }
+  void prefetch(int64_t b0, int n) const {
+    prefetch_ahead(w + p.codes + b0 * p.code_bytes, n * p.code_bytes);
+  }
 };
 
 // Blocks are taken 8 at a time: their 8 scale products d_w*d_x are formed with one
 // multiply per token, and each block's lane is picked out with a permute. The offset or
 // min term of 8 blocks is one FMA per token.
-template <class K, int TN>
+template <class K, template <class> class Row, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   const ActLayout& l = a.xl;
+  const Row<K> w(wr, l.nb);
   const int8_t* xq[TN];
   const float* xd[TN];
   const float* xs[TN];
@@ -154,9 +220,11 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   const __m256i tree_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   for (int64_t b0 = 0; b0 < l.nb; b0 += 8) {
     const int nblk = l.nb - b0 < 8 ? static_cast<int>(l.nb - b0) : 8;
-    prefetch_ahead(wr + b0 * K::kBytes, nblk * K::kBytes);
-    const __m256 dw = f16x8<K::kBytes>(wr + b0 * K::kBytes, K::kD, nblk);
-    const __m256 cw = K::c8(wr + b0 * K::kBytes, dw, nblk);
+    w.prefetch(b0, nblk);
+    const __m256 dw = w.d8(b0, nblk);
+    __m256 mw = _mm256_setzero_ps();
+    if constexpr (K::kM >= 0) mw = w.m8(b0, nblk);
+    const __m256 cw = K::c8(dw, mw);
     __m256 ptree[TN];
     for (int t = 0; t < TN; ++t) {
       const __m256 pr = _mm256_mul_ps(dw, load8(xd[t] + b0, nblk));
@@ -173,8 +241,8 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
         __m256i h01[TN];
         for (int jp = 0; jp < 8; jp += 4) {
           __m256i lo0, hi0, lo1, hi1;
-          K::codes2(wr + (b0 + jp) * K::kBytes, lo0, hi0);
-          K::codes2(wr + (b0 + jp + 2) * K::kBytes, lo1, hi1);
+          w.codes2(b0 + jp, lo0, hi0);
+          w.codes2(b0 + jp + 2, lo1, hi1);
           for (int t = 0; t < TN; ++t) {
             const int8_t* q = xq[t] + 32 * (b0 + jp);
             const __m256i p0 =
@@ -197,7 +265,7 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
       for (; j + 2 <= nblk; j += 2) {
         const int64_t bi = b0 + j;
         __m256i lo, hi;
-        K::codes2(wr + bi * K::kBytes, lo, hi);
+        w.codes2(bi, lo, hi);
         const __m256i lanes = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
         for (int t = 0; t < TN; ++t) {
           const int8_t* q = xq[t] + 32 * bi;
@@ -209,7 +277,7 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
     }
     for (; j < nblk; ++j) {  // Q8_0, and the odd last block of a row (stored unpaired)
       const int64_t bi = b0 + j;
-      const __m256i u = K::codes(wr + bi * K::kBytes);
+      const __m256i u = w.codes(bi);
       const __m256i au = K::kSigned ? _mm256_sign_epi8(u, u) : u;  // |u| for the sign trick
       for (int t = 0; t < TN; ++t) {
         __m256i xv = loadu(xq[t] + 32 * bi);
@@ -224,12 +292,12 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
 
 // Tokens per pass over a row (4 and 8 measured the same on Zen 3; 4 needs fewer registers).
 // (row_groups.hpp walks the tokens in these groups.)
-template <class K>
+template <class K, template <class> class Row>
 struct Groups {
   static constexpr int kGroup = 4;
   template <int TN>
   static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
-    row_group<K, TN>(a, wr, r, t);
+    row_group<K, Row, TN>(a, wr, r, t);
   }
 };
 
@@ -237,11 +305,22 @@ struct Groups {
 
 RowsFn avx2_rows_q32(DType t) {
   switch (t) {
-    case DType::Q4_0: return rows_by_groups<Groups<Q4_0>>;
-    case DType::Q4_1: return rows_by_groups<Groups<Q4_1>>;
-    case DType::Q5_0: return rows_by_groups<Groups<Q5_0>>;
-    case DType::Q5_1: return rows_by_groups<Groups<Q5_1>>;
-    case DType::Q8_0: return rows_by_groups<Groups<Q8_0>>;
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, FileRow>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, FileRow>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, FileRow>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, FileRow>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, FileRow>>;
+    default: return nullptr;
+  }
+}
+
+RowsFn avx2_rows_q32_packed(DType t) {
+  switch (t) {
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, PackedRow>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, PackedRow>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, PackedRow>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, PackedRow>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, PackedRow>>;
     default: return nullptr;
   }
 }

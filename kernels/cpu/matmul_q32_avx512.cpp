@@ -1,18 +1,21 @@
 // AVX-512 VNNI matmul kernels for the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 //
-// Blocks are taken in pairs: one 512-bit vector holds the 64 codes of blocks A and B (A in
-// bytes 0-31, B in 32-63, each in natural element order), and one vpdpbusd per token
-// multiplies them with the token's 64 int8 activations into 16 int32 lanes (4 products
-// each): lanes 0-7 are A's, 8-15 B's. Those lanes are converted to float and accumulated
-// with their block's scale product d_w*d_x, picked per lane from the 16 scale products of
-// the current chunk of 16 blocks (one permute); even and odd pairs of a chunk go to two
-// accumulators. As in the AVX2 kernels the weight's offset or min is applied through
-// s = d_x*sum(q_x): off += c * s.
+// Blocks are taken in pairs: one 512-bit vector holds the 64 codes of blocks A and B and
+// one vpdpbusd per token multiplies them with the token's 64 int8 activations into 16 int32
+// lanes (4 products each). The 4- and 5-bit types hold A 0-15, B 0-15, A 16-31, B 16-31
+// (the nibbles of the two blocks' 32 bytes, as the AVX2 kernels pair them; activations in
+// the same order, quant_q32_pairs), so lanes 0-3 and 8-11 are A's; Q8_0 holds A then B,
+// natural. Those lanes are converted to float and accumulated with their block's scale
+// product d_w*d_x, picked per lane from the 16 scale products of the current chunk of 16
+// blocks (one permute); even and odd pairs of a chunk go to two accumulators. As in the
+// AVX2 kernels the weight's offset or min is applied through s = d_x*sum(q_x):
+// off += c * s. Signed Q8_0 codes use the sign trick (|w| times x with w's sign) since
+// vpdpbusd wants u8 x s8.
 //
-// Natural order makes the 5-bit types' fifth bits one 64-bit mask (qh of A, then of B) and
-// lets activations be quantized without reordering. Signed Q8_0 codes use the sign trick
-// (|w| times x with w's sign) since vpdpbusd wants u8 x s8.
+// Rows come in the file's layout (row_group) or packed (row_group_packed, pack_q32.hpp),
+// with the same arithmetic in the same order: the same bits.
 #include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/pack_q32.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
@@ -48,65 +51,82 @@ static inline __m512 load16(const float* p, int n) {
   return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
 }
 
+// A pair's 32 nibble bytes (A's 16 then B's) as 64 codes in pair order: the bytes
+// broadcast to both halves, low nibbles kept in the low half and high nibbles in the upper.
+static inline __m512i nibble_pair(__m256i q) {
+  const __m512i z = _mm512_broadcast_i64x4(q);
+  return _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xffff0000u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
+}
+// The fifth bits of a pair in pair order: 16-bit parts A 0-15, B 0-15, A 16-31, B 16-31
+// (the packed layout stores this word).
+static inline __mmask64 pair_bits(uint32_t qa, uint32_t qb) {
+  const uint64_t a = qa, b = qb;
+  return static_cast<__mmask64>((a & 0xffff) | (b & 0xffff) << 16 | (a >> 16) << 32 | (b >> 16) << 48);
+}
+static inline __m512i add_fifth(__m512i v, __mmask64 k) { return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10)); }
+// One block's 16 nibble bytes (an odd last block) in natural order in the low half, zeros
+// above: elements 0-15 are the low nibbles, 16-31 the high ones.
+static inline __m512i nibble_one(const u8* qs) {
+  const __m128i q = loadu128(qs);
+  const __m256i v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                                     _mm256_set1_epi8(0x0f));
+  return _mm512_inserti64x4(_mm512_setzero_si512(), v, 0);
+}
+
 // Codes of the 4-bit types (nibbles at byte Qs) and the 5-bit ones (plus the fifth bits,
-// a 32-bit word at Qh), for a pair of blocks in natural order.
+// a 32-bit word at Qh), for a pair of blocks of a file row.
 template <int Bytes, int Qs, int Qh = -1>
 struct NibbleCodes {
+  static constexpr bool kHasQh = Qh >= 0;
   static inline __m512i codes2(const u8* b) {
-    // [qa | qa | qb | qb] in 128-bit lanes: lanes 0 and 2 keep the low nibbles (elements
-    // 0-15 of A, of B), lanes 1 and 3 the high ones (16-31): byte i is element i % 32 of
-    // A (i < 32) or B, the natural order.
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(loadu128(b + Qs))),
-                                         _mm256_broadcastsi128_si256(loadu128(b + Bytes + Qs)), 1);
-    __m512i v =
-        _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xff00ff00u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
-    if constexpr (Qh >= 0) {
-      // Fifth bit of element e of a block is bit e of its qh word: the mask is qh_A | qh_B << 32.
-      const uint64_t k = blk::u32_at(b + Qh) | (static_cast<uint64_t>(blk::u32_at(b + Bytes + Qh)) << 32);
-      v = _mm512_mask_add_epi8(v, static_cast<__mmask64>(k), v, _mm512_set1_epi8(0x10));
-    }
+    const __m512i v =
+        nibble_pair(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b + Qs)), loadu128(b + Bytes + Qs), 1));
+    if constexpr (Qh >= 0) return add_fifth(v, pair_bits(blk::u32_at(b + Qh), blk::u32_at(b + Bytes + Qh)));
     return v;
   }
-  // One block (odd last block of a row, natural order) in the low half, zeros above:
-  // elements 0-15 are the low nibbles, 16-31 the high ones.
+  // One block (the odd last block of a row).
   static inline __m512i codes1(const u8* b) {
-    const __m128i q = loadu128(b + Qs);
-    const __m256i v = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
-                                       _mm256_set1_epi8(0x0f));
-    __m512i z = _mm512_inserti64x4(_mm512_setzero_si512(), v, 0);
-    if constexpr (Qh >= 0) z = _mm512_mask_add_epi8(z, blk::u32_at(b + Qh), z, _mm512_set1_epi8(0x10));
-    return z;
+    if constexpr (Qh >= 0) return add_fifth(nibble_one(b + Qs), blk::u32_at(b + Qh));
+    return nibble_one(b + Qs);
   }
+  // Which block of the pair (0: A, 1: B) each int32 lane's products belong to.
+  static inline __m512i pair_lanes() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1); }
 };
 
 struct Q4_0 : NibbleCodes<blk::q4_0::size, blk::q4_0::qs> {
+  static constexpr DType kType = DType::Q4_0;
   static constexpr int kBytes = blk::q4_0::size, kD = blk::q4_0::d, kM = -1;
   static constexpr bool kSigned = false;
   static inline __m512 c16(__m512 d, __m512) { return _mm512_mul_ps(d, _mm512_set1_ps(-8.0f)); }
 };
 struct Q4_1 : NibbleCodes<blk::q4_1::size, blk::q4_1::qs> {
+  static constexpr DType kType = DType::Q4_1;
   static constexpr int kBytes = blk::q4_1::size, kD = blk::q4_1::d, kM = blk::q4_1::m;
   static constexpr bool kSigned = false;
   static inline __m512 c16(__m512, __m512 m) { return m; }
 };
 struct Q5_0 : NibbleCodes<blk::q5_0::size, blk::q5_0::qs, blk::q5_0::qh> {
+  static constexpr DType kType = DType::Q5_0;
   static constexpr int kBytes = blk::q5_0::size, kD = blk::q5_0::d, kM = -1;
   static constexpr bool kSigned = false;
   static inline __m512 c16(__m512 d, __m512) { return _mm512_mul_ps(d, _mm512_set1_ps(-16.0f)); }
 };
 struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
+  static constexpr DType kType = DType::Q5_1;
   static constexpr int kBytes = blk::q5_1::size, kD = blk::q5_1::d, kM = blk::q5_1::m;
   static constexpr bool kSigned = false;
   static inline __m512 c16(__m512, __m512 m) { return m; }
 };
 struct Q8_0 {
+  static constexpr DType kType = DType::Q8_0;
   static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d, kM = -1;
-  static constexpr bool kSigned = true;
+  static constexpr bool kSigned = true, kHasQh = false;
   static inline __m512i codes2(const u8* b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(b + blk::q8_0::qs)), loadu(b + kBytes + blk::q8_0::qs),
                               1);
   }
   static inline __m512i codes1(const u8* b) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(b + blk::q8_0::qs), 0); }
+  static inline __m512i pair_lanes() { return _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1); }
   static inline __m512 c16(__m512, __m512) { return _mm512_setzero_ps(); }
 };
 
@@ -145,8 +165,7 @@ static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   // not wait on each other.
   __m512 acc[TN], acc2[TN], off[TN];
   for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
-  // Lane pattern of a pair's 16 int32 sums: lanes 0-7 are block A's, 8-15 block B's.
-  const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i pair_lanes = K::pair_lanes();
   // A chunk's scales (and mins) are gathered one chunk ahead: a gather's latency is long,
   // and perf put about a quarter of the M = 1 kernel's samples on waiting for it at the
   // start of each chunk. (Gathering the next row's first chunk at a row's end as well
@@ -202,6 +221,106 @@ struct Groups {
   }
 };
 
+
+// ---- packed rows (pack_q32.hpp) ----------------------------------------------------------
+// The same arithmetic in the same order as row_group (so the same bits), reading the
+// packed layout: a chunk's 16 scales in one load instead of a gather, a pair's codes in
+// one 256-bit load broadcast to both halves, its fifth bits one 64-bit word.
+
+// n (<= 16) f16 values from p as 16 floats, zeros past n (a tail chunk reads nothing past
+// them). A masked load: copying the tail through the stack instead made the load wait for
+// the copy's stores to retire behind the row's weight loads, a fifth of the M = 1 time.
+static inline __m512 load_f16x16(const u8* p, int n) {
+  if (n >= 16) return _mm512_cvtph_ps(loadu(p));
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p));
+}
+
+// Codes of blocks j, j+1 of a packed row: their 32 nibble bytes in one load and their
+// fifth bits one word, already in pair order; Q8_0's 64 bytes as they are.
+template <class K>
+static inline __m512i packed_codes2(const u8* qs, const u8* qh) {
+  if constexpr (K::kSigned) {
+    return loadu512(qs);
+  } else {
+    const __m512i v = nibble_pair(loadu(qs));
+    if constexpr (K::kHasQh) {
+      uint64_t k;
+      __builtin_memcpy(&k, qh, 8);
+      return add_fifth(v, static_cast<__mmask64>(k));
+    }
+    return v;
+  }
+}
+// The odd last block of a packed row: its codes and bits as the file stores them.
+template <class K>
+static inline __m512i packed_codes1(const u8* qs, const u8* qh) {
+  if constexpr (K::kSigned) {
+    return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(qs), 0);
+  } else {
+    if constexpr (K::kHasQh) return add_fifth(nibble_one(qs), blk::u32_at(qh));
+    return nibble_one(qs);
+  }
+}
+
+template <class K, int TN>
+static void row_group_packed(const Args& a, const u8* wr, int64_t r, int64_t t0) {
+  const ActLayout& l = a.xl;
+  const PackedQ32 p = packed_q32(K::kType, l.nb);
+  const int8_t* xq[TN];
+  const float* xd[TN];
+  const float* xs[TN];
+  for (int t = 0; t < TN; ++t) {
+    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+    xq[t] = act_q(row);
+    xd[t] = act_d(row, l);
+    xs[t] = act_s(row, l);
+  }
+  __m512 acc[TN], acc2[TN], off[TN];
+  for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
+  const __m512i pair_lanes = K::pair_lanes();
+  const u8* codes = wr + p.codes;
+  for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
+    const int nblk = l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16;
+    prefetch_ahead(codes + b0 * p.code_bytes, nblk * p.code_bytes);
+    const __m512 dw = load_f16x16(wr + p.d + 2 * b0, nblk);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (K::kM >= 0) mw = load_f16x16(wr + p.m + 2 * b0, nblk);
+    const __m512 cw = K::c16(dw, mw);
+    __m512 prod[TN];
+    for (int t = 0; t < TN; ++t) {
+      prod[t] = _mm512_mul_ps(dw, load16(xd[t] + b0, nblk));
+      if constexpr (!K::kSigned) off[t] = _mm512_fmadd_ps(cw, load16(xs[t] + b0, nblk), off[t]);
+    }
+    const u8* qh = wr + p.qh + 4 * b0;
+    const u8* cb = codes + b0 * p.code_bytes;
+    auto pair = [&](int j, __m512* to) {
+      dot_block_lanes<K, TN>(packed_codes2<K>(cb + j * p.code_bytes, qh + 4 * j),
+                             _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
+                             [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, to);
+    };
+    int j = 0;
+    for (; j + 4 <= nblk; j += 4) {
+      pair(j, acc);
+      pair(j + 2, acc2);
+    }
+    if (j + 2 <= nblk) pair(j, acc), j += 2;
+    if (j < nblk)
+      dot_block_lanes<K, TN>(packed_codes1<K>(cb + j * p.code_bytes, qh + 4 * j), _mm512_set1_epi32(j),
+                             [&](int t) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(xq[t] + 32 * (b0 + j)), 0); },
+                             prod, acc2);
+  }
+  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(_mm512_add_ps(acc[t], acc2[t])) + hsum512(off[t]);
+}
+
+template <class K>
+struct PackedGroups {
+  static constexpr int kGroup = 4;
+  template <int TN>
+  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
+    row_group_packed<K, TN>(a, wr, r, t);
+  }
+};
+
 }  // namespace
 
 RowsFn rows_q32(DType t) {
@@ -211,6 +330,17 @@ RowsFn rows_q32(DType t) {
     case DType::Q5_0: return rows_by_groups<Groups<Q5_0>>;
     case DType::Q5_1: return rows_by_groups<Groups<Q5_1>>;
     case DType::Q8_0: return rows_by_groups<Groups<Q8_0>>;
+    default: return nullptr;
+  }
+}
+
+RowsFn rows_q32_packed(DType t) {
+  switch (t) {
+    case DType::Q4_0: return rows_by_groups<PackedGroups<Q4_0>>;
+    case DType::Q4_1: return rows_by_groups<PackedGroups<Q4_1>>;
+    case DType::Q5_0: return rows_by_groups<PackedGroups<Q5_0>>;
+    case DType::Q5_1: return rows_by_groups<PackedGroups<Q5_1>>;
+    case DType::Q8_0: return rows_by_groups<PackedGroups<Q8_0>>;
     default: return nullptr;
   }
 }

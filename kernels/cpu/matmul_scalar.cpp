@@ -2,9 +2,11 @@
 // x86-64 and are the baseline the SIMD kernels are tested against. Each weight block is
 // decoded once into plain codes and integer scales, then used for every token of the range.
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/pack_q32.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 
 namespace tandem::kernels::cpu::mm {
@@ -235,6 +237,23 @@ RowsFn scalar_rows(DType t) {
   }
 }
 
+void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const RowsFn fn = scalar_rows(a.wt);
+  const size_t rb = row_bytes(a.wt, a.C);
+  thread_local std::vector<uint8_t> row;
+  if (row.size() < rb) row.resize(rb);
+  for (int64_t r = r0; r < r1; ++r) {
+    unpack_q32_row(a.wt, a.w + static_cast<size_t>(r) * a.w_stride, row.data(), a.C);
+    Args one = a;  // row r alone, as if it were a one-row matrix writing column r of y
+    one.w = row.data();
+    one.w_stride = rb;
+    one.y = a.y + r;
+    fn(one, 0, 1, t0, t1);
+  }
+}
+
+static RowsFn scalar_rows_packed_for(DType t) { return q32_packs(t) ? scalar_rows_packed : nullptr; }
+
 QuantFn scalar_quant(DType t) {
   switch (family(t)) {
     case Family::Q32: return scalar_quant_q32;
@@ -244,7 +263,7 @@ QuantFn scalar_quant(DType t) {
 }
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{scalar_rows, scalar_quant, no_fast_dequant};
+  static const IsaKernels k{scalar_rows, scalar_quant, no_fast_dequant, scalar_rows_packed_for};
   return k;
 }
 

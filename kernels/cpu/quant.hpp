@@ -45,9 +45,19 @@ struct MatmulJob {
   int64_t R;
   float* y;
   int64_t ldy;
+  bool packed = false;  // rows in the packed layout (pack_rows), not the file's
 };
 void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
                   int64_t N);
+// Weights in the packed row layout (kernels/cpu/pack_q32.hpp): the same bytes per row,
+// re-ordered so that the kernels load each field of 16 blocks at once. packs_rows says
+// whether the active kernel level has a packed kernel of its own for type t (at other
+// levels a packed matrix still multiplies, each row unpacked first: correct but slow, so
+// the backend packs only where this is true; never with TANDEM_PACK=0). pack_rows converts `rows` rows of `cols`
+// elements (src rows src_stride bytes apart; dst packed), split over the pool's threads.
+bool packs_rows(DType t);
+void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
+               int64_t cols);
 // Reference: dequantize each row, then a double-accumulated dot product with exact x.
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,
                 int64_t ldx, int64_t N, float* y, int64_t ldy);

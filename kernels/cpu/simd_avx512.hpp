@@ -51,6 +51,13 @@ static inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void* p) {
     if ((k >> i) & 1) __builtin_memcpy(&v[i], static_cast<const char*>(p) + 4 * i, 4);
   return _mm512_loadu_ps(v);
 }
+// The first lanes of k (a prefix mask) of 16 int16 from p, zeros above; reads nothing past them.
+static inline __m256i _mm256_maskz_loadu_epi16(__mmask16 k, const void* p) {
+  int16_t v[16] = {};
+  for (int i = 0; i < 16; ++i)
+    if ((k >> i) & 1) __builtin_memcpy(&v[i], static_cast<const char*>(p) + 2 * i, 2);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+}
 // The low 16 bits of each lane (vpmovdw).
 static inline __m256i _mm512_cvtepi32_epi16(__m512i v) {
   int32_t a[16];

@@ -371,6 +371,7 @@ struct CudaBackend::QuantizedX {
 void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
   require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
   require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
+  require(w.layout == RowLayout::File, "matmul", "a weight packed for another backend");
   require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
   require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
   const int64_t N = x.rows(), R = w.rows(), C = w.cols();

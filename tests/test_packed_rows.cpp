@@ -1,0 +1,236 @@
+// The packed row layout of the 32-element block types (kernels/cpu/pack_q32.hpp): packing
+// round-trips, a packed matrix multiplies to the very bits of the file's layout at every
+// kernel level, and the backend and the model pack exactly the matrices matmul reads.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/model/model.hpp"
+#include "engine/model/output_subset.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/pack_q32.hpp"
+#include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/quant_blocks.hpp"
+#include "tests/support/isa_levels.hpp"
+#include "tests/support/random_blocks.hpp"
+#include "tests/support/tiny_model.hpp"
+
+namespace tandem {
+namespace {
+
+namespace cpu = kernels::cpu;
+using cpu::Isa;
+using test::IsaGuard;
+using test::supported_isas;
+
+const DType kQ32[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+std::vector<float> random_x(int64_t n, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& v : x) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<float>(static_cast<int64_t>(s >> 33) % 2001 - 1000) / 500.0f;
+  }
+  return x;
+}
+
+std::vector<uint8_t> packed_copy(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> p(w.size());
+  cpu::ThreadPool pool(2);
+  cpu::pack_rows(pool, t, w.data(), row_bytes(t, cols), p.data(), rows, cols);
+  return p;
+}
+
+TEST(PackedRows, RoundTripAndFieldArrays) {
+  for (DType t : kQ32)
+    for (int64_t nb : {1, 2, 3, 11, 28, 29}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " nb=" + std::to_string(nb));
+      const int64_t cols = 32 * nb;
+      const std::vector<uint8_t> w = test::random_blocks(t, cols, 7 + static_cast<uint64_t>(nb));
+      std::vector<uint8_t> p(w.size()), back(w.size());
+      cpu::mm::pack_q32_row(t, w.data(), p.data(), cols);
+      cpu::mm::unpack_q32_row(t, p.data(), back.data(), cols);
+      EXPECT_EQ(back, w);
+      // The scales are one array at the row's start: block b's f16 d at 2b.
+      const size_t bytes = row_bytes(t, 32);
+      for (int64_t b = 0; b < nb; ++b)
+        ASSERT_EQ(cpu::blk::u16_at(&p[2 * static_cast<size_t>(b)]), cpu::blk::u16_at(&w[bytes * static_cast<size_t>(b)]));
+      // The codes: each block's qs bytes as stored, one block after another.
+      const cpu::mm::PackedQ32 layout = cpu::mm::packed_q32(t, nb);
+      const size_t qs_file = bytes - static_cast<size_t>(layout.code_bytes);  // qs ends every block
+      for (int64_t b = 0; b < nb; ++b)
+        ASSERT_EQ(0, std::memcmp(&p[layout.codes + static_cast<size_t>(layout.code_bytes * b)],
+                                 &w[bytes * static_cast<size_t>(b) + qs_file], static_cast<size_t>(layout.code_bytes)));
+      if (t == DType::Q5_0 || t == DType::Q5_1) {  // the fifth bits: per pair, 16-bit parts A lo, B lo, A hi, B hi
+        const size_t qh_file = t == DType::Q5_0 ? cpu::blk::q5_0::qh : cpu::blk::q5_1::qh;
+        auto file_qh = [&](int64_t b) { return uint64_t{cpu::blk::u32_at(&w[bytes * static_cast<size_t>(b) + qh_file])}; };
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+          uint64_t word;
+          std::memcpy(&word, &p[layout.qh + 4 * static_cast<size_t>(b)], 8);
+          const uint64_t qa = file_qh(b), qb = file_qh(b + 1);
+          ASSERT_EQ(word, (qa & 0xffff) | (qb & 0xffff) << 16 | (qa >> 16) << 32 | (qb >> 16) << 48) << "pair " << b;
+        }
+        if (b < nb) {
+          ASSERT_EQ(cpu::blk::u32_at(&p[layout.qh + 4 * static_cast<size_t>(b)]), file_qh(b));
+        }
+      }
+    }
+  std::vector<uint8_t> buf(1024);
+  EXPECT_THROW(cpu::mm::pack_q32_row(DType::Q4_K, buf.data(), buf.data() + 512, 256), std::invalid_argument);
+  EXPECT_THROW(cpu::mm::pack_q32_row(DType::Q4_0, buf.data(), buf.data() + 512, 48), std::invalid_argument);
+}
+
+// The packed kernel of a level does the arithmetic of that level's file-layout kernel in
+// the same order, so the bits must match; a level without a packed kernel of its own
+// multiplies packed rows through the scalar kernel (each row unpacked), whose bits those are.
+TEST(PackedRows, MatmulGivesTheBitsOfTheFileLayout) {
+  IsaGuard guard;
+  cpu::ThreadPool pool1(1), pool2(2);
+  for (DType t : kQ32)
+    for (int64_t nb : {1, 2, 3, 11, 16, 17, 28, 33})
+      for (int64_t R : {1, 5, 37}) {
+        const int64_t C = 32 * nb;
+        const std::vector<uint8_t> w = test::random_blocks(t, R * C, 100 * static_cast<uint64_t>(nb) + static_cast<uint64_t>(R));
+        const std::vector<uint8_t> p = packed_copy(t, w, R, C);
+        const size_t rb = row_bytes(t, C);
+        for (int64_t N : {1, 2, 3, 4, 5, 9}) {
+          const std::vector<float> x = random_x(N * C, static_cast<uint64_t>(N * 31 + nb));
+          for (Isa isa : supported_isas()) {
+            cpu::force_isa(isa);
+            const bool native = cpu::packs_rows(t);
+            SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa) + (native ? " (packed kernel)" : "") +
+                         " R=" + std::to_string(R) + " C=" + std::to_string(C) + " N=" + std::to_string(N));
+            std::vector<float> want(static_cast<size_t>(R * N)), got(want.size(), 99.0f), got1(want.size(), 99.0f);
+            if (!native) cpu::force_isa(Isa::Scalar);
+            cpu::matmul(pool2, t, w.data(), rb, R, C, x.data(), C, N, want.data(), R);
+            cpu::force_isa(isa);
+            const cpu::MatmulJob job{t, p.data(), rb, R, got.data(), R, true};
+            cpu::matmul_multi(pool2, &job, 1, C, x.data(), C, N);
+            const cpu::MatmulJob job1{t, p.data(), rb, R, got1.data(), R, true};
+            cpu::matmul_multi(pool1, &job1, 1, C, x.data(), C, N);
+            for (size_t i = 0; i < want.size(); ++i) {
+              ASSERT_EQ(bits(got[i]), bits(want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+              ASSERT_EQ(bits(got1[i]), bits(want[i])) << "element " << i << " (one thread)";
+            }
+          }
+        }
+      }
+}
+
+// Packed and file-layout matrices in one shared call (q/k/v of a layer whose types differ).
+TEST(PackedRows, SharedCallMixesLayouts) {
+  IsaGuard guard;
+  cpu::ThreadPool pool(2);
+  const int64_t C = 896, N = 3;  // Qwen2.5 0.5B's width: 28 blocks
+  const DType types[] = {DType::Q5_0, DType::Q8_0, DType::Q5_0, DType::Q4_0};
+  const bool packed[] = {true, true, false, true};
+  const int64_t rows[] = {40, 17, 40, 9};
+  const std::vector<float> x = random_x(N * C, 5);
+  std::vector<cpu::MatmulJob> jobs;
+  std::vector<std::vector<uint8_t>> w(4);
+  std::vector<std::vector<float>> together(4), alone(4);
+  for (int j = 0; j < 4; ++j) {
+    w[j] = test::random_blocks(types[j], rows[j] * C, 900 + static_cast<uint64_t>(j));
+    if (packed[j]) w[j] = packed_copy(types[j], w[j], rows[j], C);
+    together[j].assign(static_cast<size_t>(rows[j] * N), 1.0f);
+    alone[j].assign(together[j].size(), 2.0f);
+    jobs.push_back({types[j], w[j].data(), row_bytes(types[j], C), rows[j], together[j].data(), rows[j], packed[j]});
+  }
+  for (Isa isa : supported_isas()) {
+    cpu::force_isa(isa);
+    SCOPED_TRACE(cpu::isa_name(isa));
+    cpu::matmul_multi(pool, jobs.data(), 4, C, x.data(), C, N);
+    for (int j = 0; j < 4; ++j) {
+      cpu::MatmulJob one = jobs[static_cast<size_t>(j)];
+      one.y = alone[j].data();
+      cpu::matmul_multi(pool, &one, 1, C, x.data(), C, N);
+      for (size_t i = 0; i < alone[j].size(); ++i) ASSERT_EQ(bits(together[j][i]), bits(alone[j][i])) << "matrix " << j;
+    }
+  }
+}
+
+TEST(PackedRows, BackendPacksWhereItHasAKernel) {
+  auto be = kernels::make_cpu_backend(2);
+  EXPECT_FALSE(be->packs_weights(DType::Q4_K));
+  EXPECT_FALSE(be->packs_weights(DType::F16));
+  const int64_t R = 21, C = 96;
+  const std::vector<uint8_t> w = test::random_blocks(DType::Q5_0, R * C, 3);
+  EXPECT_EQ(be->pack_weight(DType::Q4_K, w.data(), 1, 256), nullptr);
+  EXPECT_EQ(be->packs_weights(DType::Q5_0), cpu::packs_rows(DType::Q5_0));
+  std::unique_ptr<kernels::Buffer> pbuf;
+  const kernels::Tensor pw = upload_matrix(*be, DType::Q5_0, w.data(), C, R, pbuf);
+  EXPECT_EQ(pw.layout == kernels::RowLayout::Packed, be->packs_weights(DType::Q5_0));
+  std::unique_ptr<kernels::Buffer> fbuf = be->alloc(w.size());
+  const kernels::Tensor fw = kernels::make_tensor(fbuf.get(), DType::Q5_0, C, R);
+  be->upload(fw, w.data(), w.size());
+
+  const int64_t N = 3;
+  const std::vector<float> xs = random_x(N * C, 11);
+  auto xb = be->alloc(xs.size() * 4), yb1 = be->alloc(static_cast<size_t>(N * R) * 4), yb2 = be->alloc(static_cast<size_t>(N * R) * 4);
+  const kernels::Tensor x = kernels::make_tensor(xb.get(), DType::F32, C, N);
+  const kernels::Tensor y1 = kernels::make_tensor(yb1.get(), DType::F32, R, N), y2 = kernels::make_tensor(yb2.get(), DType::F32, R, N);
+  be->upload(x, xs.data(), xs.size() * 4);
+  be->matmul(y1, pw, x);
+  be->matmul(y2, fw, x);
+  std::vector<float> a(static_cast<size_t>(N * R)), b(a.size());
+  be->download(a.data(), y1, a.size() * 4);
+  be->download(b.data(), y2, b.size() * 4);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << i;
+
+  if (pw.layout == kernels::RowLayout::Packed) {  // only matmul reads a packed weight
+    auto ib = be->alloc(4);
+    const kernels::Tensor ids = kernels::make_tensor(ib.get(), DType::I32, 1);
+    const int32_t id = 0;
+    be->upload(ids, &id, 4);
+    auto ob = be->alloc(static_cast<size_t>(C) * 4);
+    EXPECT_THROW(be->get_rows(kernels::make_tensor(ob.get(), DType::F32, C, 1), pw, ids), std::logic_error);
+  }
+}
+
+// A model's matrices are packed, its embedding table is not; a tied head gets its own
+// packed copy only when asked for, and a reduced-vocabulary head is packed too.
+TEST(PackedRows, ModelPacksItsMatricesNotTheEmbeddings) {
+  const std::string dir = ::testing::TempDir() + "packed_rows";
+  std::filesystem::create_directories(dir);
+  for (bool tied : {true, false}) {
+    test::TinyModelSpec spec;
+    spec.arch = "qwen2";
+    spec.weight_type = DType::Q5_0;
+    spec.embd_type = DType::Q8_0;
+    spec.tied_embeddings = tied;
+    const std::string path = dir + (tied ? "/tied.gguf" : "/untied.gguf");
+    test::write_tiny_model(path, spec);
+    auto be = kernels::make_cpu_backend(2);
+    const bool packs = be->packs_weights(DType::Q5_0);
+    auto m = Model::load(path, *be);
+    SCOPED_TRACE(std::string(tied ? "tied" : "untied") + (packs ? ", packing" : ", this CPU level has no packed kernel"));
+    const auto want = packs ? kernels::RowLayout::Packed : kernels::RowLayout::File;
+    for (const LayerWeights& L : m->layers)
+      for (const kernels::Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        EXPECT_EQ(w->layout, want);
+    EXPECT_EQ(m->tok_embd.layout, kernels::RowLayout::File);
+    const kernels::Tensor& head = m->head();
+    const bool head_packs = be->packs_weights(head.type);
+    EXPECT_EQ(head.layout, head_packs ? kernels::RowLayout::Packed : kernels::RowLayout::File);
+    EXPECT_EQ(&m->head(), &head);  // made once
+    if (tied) {
+      EXPECT_EQ(head.buf != m->tok_embd.buf, head_packs);
+    }
+    const auto subset = make_output_subset(*m, {1, 5, 9, 200});
+    EXPECT_EQ(subset->head.layout, head_packs ? kernels::RowLayout::Packed : kernels::RowLayout::File);
+  }
+}
+
+}  // namespace
+}  // namespace tandem
