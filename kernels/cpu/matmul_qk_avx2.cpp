@@ -56,6 +56,7 @@ static inline __m256i shuffle(__m256i v, const u8* ctl) {
 template <int TN>
 static inline void dot4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i sc, const Toks<TN>& x,
                         int64_t off, __m256i* isum) {
+  #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) {
     const int8_t* q = x.q[t] + off;
     const __m256i p = _mm256_add_epi16(_mm256_add_epi16(pair_dot(v0, loadu(q)), pair_dot(v1, loadu(q + 32))),
@@ -66,6 +67,7 @@ static inline void dot4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i 
 }
 template <int TN>
 static inline void dot2(__m256i v0, __m256i v1, __m256i sc, const Toks<TN>& x, int64_t off, __m256i* isum) {
+  #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) {
     const int8_t* q = x.q[t] + off;
     const __m256i p = _mm256_add_epi16(pair_dot(v0, loadu(q)), pair_dot(v1, loadu(q + 32)));
@@ -76,6 +78,7 @@ static inline void dot2(__m256i v0, __m256i v1, __m256i sc, const Toks<TN>& x, i
 
 template <int TN>
 static inline void zero(__m256i* v) {
+  #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) v[t] = _mm256_setzero_si256();
 }
 

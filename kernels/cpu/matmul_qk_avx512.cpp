@@ -65,6 +65,7 @@ static inline __m512i bit_sel(int lo_bit, int hi_bit) {
 // Lane bounds: maddubs pair sums at most 2*63*127 = 16002 (no saturation).
 template <int TN>
 static inline void block_dots(const __m512i* v, const __m512i* sc, const Toks<TN>& x, int64_t bi, __m256i* isum) {
+  #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) {
     const int8_t* q = x.q[t] + 256 * bi;
     __m512i s = _mm512_setzero_si512();
