@@ -15,6 +15,12 @@ namespace tandem::kernels {
 
 enum class DeviceKind { CPU, CUDA };
 
+// Bumped by a change that moves the backends' pass times (a new kernel, a new weight
+// layout): measured cost models carry it in their key (engine_calibration.cpp), so that
+// one measured before the change is measured again rather than steering the policies with
+// stale costs. 2: packed Q4_0..Q8_0 rows on the CPU, K-quant token loops unrolled.
+constexpr int kTimingRevision = 2;
+
 // An allocation in a backend's memory. Owned by whoever asked for it.
 class Buffer {
  public:

@@ -2,6 +2,9 @@
 
 #include <filesystem>
 
+#include "tandem/version.hpp"
+#include "kernels/backend.hpp"
+
 namespace tandem {
 
 std::string cost_model_key(const Engine& engine) {
@@ -14,7 +17,10 @@ std::string cost_model_key(const Engine& engine) {
     const fs::path abs = fs::absolute(path, ec);
     return abs.string() + ":" + std::to_string(ec ? 0 : size);
   };
-  std::string key = "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend;
+  // The engine's version and timing revision: pass times measured by another build of the
+  // kernels are not these.
+  std::string key = "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend +
+                    ";tandem=" + version_string() + ".t" + std::to_string(kernels::kTimingRevision);
   // A reduced draft vocabulary changes the draft's cost.
   if (i.draft_vocab > 0)
     key += ";draft_vocab=" + std::to_string(i.draft_vocab) + ":" +
