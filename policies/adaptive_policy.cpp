@@ -23,6 +23,7 @@ void AdaptivePolicy::reset() {
   probing_ = false;
   last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
   last_batch_ = 1;
+  tried_ = 0;
   if (own_overhead_) overhead_->reset();
 }
 
@@ -60,7 +61,9 @@ double AdaptivePolicy::probe_cost(const PolicyInput& in, int32_t k, int32_t batc
 bool AdaptivePolicy::may_start(const PolicyInput& in, int32_t k, int32_t batch) const {
   // Nothing to catch up, no length known, or no limit asked for.
   if (cfg_.draft_free || last_draft_pos_ > 0 || in.tokens_left <= 0 || cfg_.start_budget < 0.0) return true;
-  return probe_cost(in, k, batch) <= cfg_.start_budget * in.tokens_left;
+  // The first step, and the single-token steps it commits to (min_trials), all rejected.
+  const double committed = std::max(0, cfg_.min_trials - 1) * (costs_.c(batch) + costs_.r(1, batch) - 1.0);
+  return probe_cost(in, k, batch) + committed <= cfg_.start_budget * in.tokens_left;
 }
 
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
@@ -73,7 +76,9 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
     off_ = true;
     return 0;
   }
-  const int32_t k = best_k(est_.mean(), in.k_max, batch);
+  int32_t k = best_k(est_.mean(), in.k_max, batch);
+  // Started and not yet min_trials draft tokens tried: too little evidence to stop on.
+  if (k == 0 && !off_ && last_draft_pos_ > 0 && tried_ < cfg_.min_trials) k = 1;
   if (k > 0 && may_start(in, k, batch)) {
     if (off_) budget_ = cfg_.probe_budget;  // back on: probing is cheap again next time
     off_ = false;
@@ -115,6 +120,7 @@ void AdaptivePolicy::observe(const StepOutcome& o) {
   if (probing_ && o.accepted > 0) est_.fade(cfg_.probe_fade);
   probing_ = false;
   est_.observe(o.drafted, o.accepted);
+  tried_ += std::min(o.drafted, o.accepted + 1);
 }
 
 }  // namespace tandem

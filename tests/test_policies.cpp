@@ -276,6 +276,49 @@ TEST(AdaptivePolicy, StartsOnlyWhenTheFirstDraftRisksLittleOfWhatIsLeft) {
   EXPECT_GT(r.choose_k({4, 1, 40, 32}), 0);
 }
 
+// One rejected token right after starting is not enough to stop on: a sequence tries
+// min_trials draft tokens first (the Qwen pair's code prompts drew a rejection first and
+// stayed off for good, the catch-up outgrowing the probe budget), and start_budget covers
+// those single-token steps too.
+TEST(AdaptivePolicy, TriesAFewDraftTokensBeforeTurningOff) {
+  // Catch-up 0.5 · 0.2 = 0.1 target steps a token: once off, never probed again.
+  const CostModel m = linear_costs(0.5, 0.2);
+  ASSERT_EQ(AdaptivePolicy(m, cfg()).best_k(0.6, 4, 1), 0) << "the prior alone predicts no gain";
+  AdaptivePolicy p(m, cfg(0.9));
+  ASSERT_GT(p.choose_k({4, 1, 20, 0}), 0);
+  StepOutcome miss;
+  miss.drafted = 1;
+  p.observe(miss);  // α: (2 · 0.9) / 3 = 0.6, no gain predicted any more
+  ASSERT_EQ(p.best_k(p.alpha(), 4, 1), 0);
+  EXPECT_EQ(p.choose_k({4, 1, 21, 0}), 1) << "one rejection: keep trying";
+  p.observe(miss);
+  EXPECT_EQ(p.choose_k({4, 1, 22, 0}), 1) << "two: keep trying";
+  p.observe(miss);
+  EXPECT_EQ(p.choose_k({4, 1, 23, 0}), 0) << "three draft tokens tried, all rejected: off";
+  EXPECT_TRUE(p.off());
+  // A draft that agrees then stays on as α recovers.
+  p.reset();
+  ASSERT_GT(p.choose_k({4, 1, 20, 0}), 0);
+  p.observe(miss);
+  ASSERT_EQ(p.choose_k({4, 1, 21, 0}), 1);
+  StepOutcome hit;
+  hit.drafted = hit.accepted = 1;
+  for (int i = 0; i < 4; ++i) p.observe(hit), p.choose_k({4, 1, 22 + 2 * i, 0});
+  EXPECT_GT(p.choose_k({4, 1, 30, 0}), 0);
+  // The budget counts the committed steps: a start that fits alone but not with them waits.
+  // First step (k = 2 at the prior 0.9): catch-up over 10 tokens 0.5 · (1 + 0.2 · 9) = 1.4,
+  // the second draft step 0.5, r(2) − 1 = 0.4: 2.3; the two more single-token steps,
+  // 2 · (0.5 + 0.2) = 1.4: 3.7 in all.
+  AdaptivePolicy q(m, cfg(0.9));
+  EXPECT_EQ(q.choose_k({4, 1, 10, 120}), 0) << "3.7 > 2% of 120";
+  q.reset();
+  EXPECT_GT(q.choose_k({4, 1, 10, 200}), 0) << "3.7 <= 2% of 200";
+  AdaptiveConfig one = cfg(0.9);
+  one.min_trials = 1;
+  AdaptivePolicy r(m, one);
+  EXPECT_GT(r.choose_k({4, 1, 10, 120}), 0) << "2.3 <= 2% of 120 without the commitment";
+}
+
 // Step timings that exceed the cost model's predictions for speculative steps (sampling,
 // bookkeeping, longer contexts) turn an optimistic model's "on" into "off"; timings that
 // match it change nothing.
