@@ -149,83 +149,38 @@ static inline void dot_block_lanes(__m512i u, __m512i lanes, LoadX load_x, const
   }
 }
 
-template <class K, int TN>
-static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
-  const ActLayout& l = a.xl;
-  const int8_t* xq[TN];
-  const float* xd[TN];
-  const float* xs[TN];
-  for (int t = 0; t < TN; ++t) {
-    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
-    xq[t] = act_q(row);
-    xd[t] = act_d(row, l);
-    xs[t] = act_s(row, l);
-  }
-  // Two accumulators, even and odd pairs of a chunk, so that consecutive pairs' FMAs need
-  // not wait on each other.
-  __m512 acc[TN], acc2[TN], off[TN];
-  for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
-  const __m512i pair_lanes = K::pair_lanes();
-  // A chunk's scales (and mins) are gathered one chunk ahead: a gather's latency is long,
-  // and perf put about a quarter of the M = 1 kernel's samples on waiting for it at the
-  // start of each chunk. (Gathering the next row's first chunk at a row's end as well
-  // measured slower.)
-  auto chunk_blocks = [&](int64_t b0) { return l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16; };
-  __m512i dw_raw = gather_f16x16<K::kBytes>(wr, K::kD, chunk_blocks(0));
-  __m512i mw_raw = _mm512_setzero_si512();
-  if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(wr, K::kM, chunk_blocks(0));
-  for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
-    const int nblk = chunk_blocks(b0);
-    const u8* wb = wr + b0 * K::kBytes;
-    prefetch_ahead(wb, nblk * K::kBytes);
-    const __m512 dw = f16x16_to_ps(dw_raw);
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (K::kM >= 0) mw = f16x16_to_ps(mw_raw);
-    if (b0 + 16 < l.nb) {
-      dw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kD, chunk_blocks(b0 + 16));
-      if constexpr (K::kM >= 0)
-        mw_raw = gather_f16x16<K::kBytes>(wb + 16 * K::kBytes, K::kM, chunk_blocks(b0 + 16));
-    }
-    const __m512 cw = K::c16(dw, mw);
-    __m512 prod[TN];
-    for (int t = 0; t < TN; ++t) {
-      prod[t] = _mm512_mul_ps(dw, load16(xd[t] + b0, nblk));
-      if constexpr (!K::kSigned) off[t] = _mm512_fmadd_ps(cw, load16(xs[t] + b0, nblk), off[t]);
-    }
-    auto pair = [&](int j, __m512* to) {
-      dot_block_lanes<K, TN>(K::codes2(wb + j * K::kBytes), _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
-                             [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, to);
-    };
-    int j = 0;
-    for (; j + 4 <= nblk; j += 4) {
-      pair(j, acc);
-      pair(j + 2, acc2);
-    }
-    if (j + 2 <= nblk) pair(j, acc), j += 2;
-    if (j < nblk)  // the odd last block of a row, in the low half
-      dot_block_lanes<K, TN>(K::codes1(wb + j * K::kBytes), _mm512_set1_epi32(j),
-                             [&](int t) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(xq[t] + 32 * (b0 + j)), 0); },
-                             prod, acc2);
-  }
-  for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(_mm512_add_ps(acc[t], acc2[t])) + hsum512(off[t]);
-}
-
-// Tokens per pass over a row (as the AVX2 kernels).
-// (row_groups.hpp walks the tokens in these groups.)
+// Where row_group finds a chunk's fields: in the blocks of a file row, whose scales (and
+// mins) are gathered one chunk ahead (a gather's latency is long: perf put about a quarter
+// of the M = 1 kernel's samples on waiting for it at the start of each chunk; gathering the
+// next row's first chunk at a row's end as well measured slower)...
 template <class K>
-struct Groups {
-  static constexpr int kGroup = 4;
-  template <int TN>
-  static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
-    row_group<K, TN>(a, wr, r, t);
+struct FileRow {
+  const u8* w;
+  int64_t nb;
+  __m512i dw_raw, mw_raw = _mm512_setzero_si512();
+  int chunk_blocks(int64_t b0) const { return nb - b0 < 16 ? static_cast<int>(nb - b0) : 16; }
+  FileRow(const u8* wr, int64_t nb_) : w(wr), nb(nb_) {
+    dw_raw = gather_f16x16<K::kBytes>(w, K::kD, chunk_blocks(0));
+    if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(w, K::kM, chunk_blocks(0));
   }
+  void start_row() const {}
+  // The scales (and mins) of the chunk at block b0, as floats; gathers the next chunk's.
+  void scales(int64_t b0, int, __m512& dw, __m512& mw) {
+    prefetch_ahead(w + b0 * K::kBytes, chunk_blocks(b0) * K::kBytes);
+    dw = f16x16_to_ps(dw_raw);
+    if constexpr (K::kM >= 0) mw = f16x16_to_ps(mw_raw);
+    if (b0 + 16 < nb) {
+      const u8* next = w + (b0 + 16) * K::kBytes;
+      dw_raw = gather_f16x16<K::kBytes>(next, K::kD, chunk_blocks(b0 + 16));
+      if constexpr (K::kM >= 0) mw_raw = gather_f16x16<K::kBytes>(next, K::kM, chunk_blocks(b0 + 16));
+    }
+  }
+  __m512i codes2(int64_t bi) const { return K::codes2(w + bi * K::kBytes); }
+  __m512i codes1(int64_t bi) const { return K::codes1(w + bi * K::kBytes); }
 };
 
-
-// ---- packed rows (pack_q32.hpp) ----------------------------------------------------------
-// The same arithmetic in the same order as row_group (so the same bits), reading the
-// packed layout: a chunk's 16 scales in one load instead of a gather, a pair's codes in
-// one 256-bit load broadcast to both halves, its fifth bits one 64-bit word.
+// Packed rows (pack_q32.hpp): a chunk's 16 scales in one load instead of a gather, a pair's
+// codes in one 256-bit load broadcast to both halves, its fifth bits one 64-bit word.
 
 // n (<= 16) f16 values from p as 16 floats, zeros past n (a tail chunk reads nothing past
 // them). A masked load: copying the tail through the stack instead made the load wait for
@@ -262,10 +217,32 @@ static inline __m512i packed_codes1(const u8* qs, const u8* qh) {
   }
 }
 
-template <class K, int TN>
-static void row_group_packed(const Args& a, const u8* wr, int64_t r, int64_t t0) {
+// ...or in the field arrays of a packed row.
+template <class K>
+struct PackedRow {
+  const u8* w;
+  PackedQ32 p;
+  int row_bytes;
+  PackedRow(const u8* wr, int64_t nb) : w(wr), p(packed_q32(K::kType, nb)), row_bytes(static_cast<int>(nb) * K::kBytes) {}
+  // The whole row's bytes, 4 KB ahead, at once (prefetching per chunk over the codes alone
+  // left each row's scale arrays to demand misses, and 2 KB ahead was too close on Zen 4:
+  // three alternating runs of the 0.5B draft, T(1) 11.4-11.7 ms against 11.9-12.5 ms; 8 KB
+  // ahead gained nothing).
+  void start_row() const { prefetch_ahead(w + 2048, row_bytes); }
+  void scales(int64_t b0, int nblk, __m512& dw, __m512& mw) const {
+    dw = load_f16x16(w + p.d + 2 * b0, nblk);
+    if constexpr (K::kM >= 0) mw = load_f16x16(w + p.m + 2 * b0, nblk);
+  }
+  __m512i codes2(int64_t bi) const { return packed_codes2<K>(w + p.codes + bi * p.code_bytes, w + p.qh + 4 * bi); }
+  __m512i codes1(int64_t bi) const { return packed_codes1<K>(w + p.codes + bi * p.code_bytes, w + p.qh + 4 * bi); }
+};
+
+// One row against a group of TN tokens, the row's fields found through Row<K>.
+template <class K, template <class> class Row, int TN>
+static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {
   const ActLayout& l = a.xl;
-  const PackedQ32 p = packed_q32(K::kType, l.nb);
+  Row<K> w(wr, l.nb);
+  w.start_row();
   const int8_t* xq[TN];
   const float* xd[TN];
   const float* xs[TN];
@@ -275,31 +252,23 @@ static void row_group_packed(const Args& a, const u8* wr, int64_t r, int64_t t0)
     xd[t] = act_d(row, l);
     xs[t] = act_s(row, l);
   }
+  // Two accumulators, even and odd pairs of a chunk, so that consecutive pairs' FMAs need
+  // not wait on each other.
   __m512 acc[TN], acc2[TN], off[TN];
   for (int t = 0; t < TN; ++t) acc[t] = acc2[t] = off[t] = _mm512_setzero_ps();
   const __m512i pair_lanes = K::pair_lanes();
-  const u8* codes = wr + p.codes;
-  // The whole row's bytes, 4 KB ahead, at once (prefetching per chunk over the codes alone
-  // left each row's scale arrays to demand misses, and 2 KB ahead was too close on Zen 4:
-  // three alternating runs of the 0.5B draft, T(1) 11.4-11.7 ms against 11.9-12.5 ms; 8 KB
-  // ahead gained nothing).
-  prefetch_ahead(wr + 2048, static_cast<int>(l.nb) * K::kBytes);
   for (int64_t b0 = 0; b0 < l.nb; b0 += 16) {
     const int nblk = l.nb - b0 < 16 ? static_cast<int>(l.nb - b0) : 16;
-    const __m512 dw = load_f16x16(wr + p.d + 2 * b0, nblk);
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (K::kM >= 0) mw = load_f16x16(wr + p.m + 2 * b0, nblk);
+    __m512 dw, mw = _mm512_setzero_ps();
+    w.scales(b0, nblk, dw, mw);
     const __m512 cw = K::c16(dw, mw);
     __m512 prod[TN];
     for (int t = 0; t < TN; ++t) {
       prod[t] = _mm512_mul_ps(dw, load16(xd[t] + b0, nblk));
       if constexpr (!K::kSigned) off[t] = _mm512_fmadd_ps(cw, load16(xs[t] + b0, nblk), off[t]);
     }
-    const u8* qh = wr + p.qh + 4 * b0;
-    const u8* cb = codes + b0 * p.code_bytes;
     auto pair = [&](int j, __m512* to) {
-      dot_block_lanes<K, TN>(packed_codes2<K>(cb + j * p.code_bytes, qh + 4 * j),
-                             _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
+      dot_block_lanes<K, TN>(w.codes2(b0 + j), _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(j)),
                              [&](int t) { return loadu512(xq[t] + 32 * (b0 + j)); }, prod, to);
     };
     int j = 0;
@@ -308,20 +277,22 @@ static void row_group_packed(const Args& a, const u8* wr, int64_t r, int64_t t0)
       pair(j + 2, acc2);
     }
     if (j + 2 <= nblk) pair(j, acc), j += 2;
-    if (j < nblk)
-      dot_block_lanes<K, TN>(packed_codes1<K>(cb + j * p.code_bytes, qh + 4 * j), _mm512_set1_epi32(j),
+    if (j < nblk)  // the odd last block of a row, in the low half
+      dot_block_lanes<K, TN>(w.codes1(b0 + j), _mm512_set1_epi32(j),
                              [&](int t) { return _mm512_inserti64x4(_mm512_setzero_si512(), loadu(xq[t] + 32 * (b0 + j)), 0); },
                              prod, acc2);
   }
   for (int t = 0; t < TN; ++t) a.y[(t0 + t) * a.ldy + r] = hsum512(_mm512_add_ps(acc[t], acc2[t])) + hsum512(off[t]);
 }
 
-template <class K>
-struct PackedGroups {
+// Tokens per pass over a row (as the AVX2 kernels).
+// (row_groups.hpp walks the tokens in these groups.)
+template <class K, template <class> class Row>
+struct Groups {
   static constexpr int kGroup = 4;
   template <int TN>
   static void run(const Args& a, const u8* wr, int64_t r, int64_t t) {
-    row_group_packed<K, TN>(a, wr, r, t);
+    row_group<K, Row, TN>(a, wr, r, t);
   }
 };
 
@@ -329,22 +300,22 @@ struct PackedGroups {
 
 RowsFn rows_q32(DType t) {
   switch (t) {
-    case DType::Q4_0: return rows_by_groups<Groups<Q4_0>>;
-    case DType::Q4_1: return rows_by_groups<Groups<Q4_1>>;
-    case DType::Q5_0: return rows_by_groups<Groups<Q5_0>>;
-    case DType::Q5_1: return rows_by_groups<Groups<Q5_1>>;
-    case DType::Q8_0: return rows_by_groups<Groups<Q8_0>>;
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, FileRow>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, FileRow>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, FileRow>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, FileRow>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, FileRow>>;
     default: return nullptr;
   }
 }
 
 RowsFn rows_q32_packed(DType t) {
   switch (t) {
-    case DType::Q4_0: return rows_by_groups<PackedGroups<Q4_0>>;
-    case DType::Q4_1: return rows_by_groups<PackedGroups<Q4_1>>;
-    case DType::Q5_0: return rows_by_groups<PackedGroups<Q5_0>>;
-    case DType::Q5_1: return rows_by_groups<PackedGroups<Q5_1>>;
-    case DType::Q8_0: return rows_by_groups<PackedGroups<Q8_0>>;
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, PackedRow>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, PackedRow>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, PackedRow>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, PackedRow>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, PackedRow>>;
     default: return nullptr;
   }
 }
