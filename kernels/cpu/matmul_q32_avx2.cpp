@@ -301,28 +301,22 @@ struct Groups {
   }
 };
 
+// The kernels of every type, for rows in one layout.
+template <template <class> class Row>
+RowsFn rows_in(DType t) {
+  switch (t) {
+    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, Row>>;
+    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, Row>>;
+    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, Row>>;
+    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, Row>>;
+    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, Row>>;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
-RowsFn avx2_rows_q32(DType t) {
-  switch (t) {
-    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, FileRow>>;
-    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, FileRow>>;
-    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, FileRow>>;
-    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, FileRow>>;
-    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, FileRow>>;
-    default: return nullptr;
-  }
-}
-
-RowsFn avx2_rows_q32_packed(DType t) {
-  switch (t) {
-    case DType::Q4_0: return rows_by_groups<Groups<Q4_0, PackedRow>>;
-    case DType::Q4_1: return rows_by_groups<Groups<Q4_1, PackedRow>>;
-    case DType::Q5_0: return rows_by_groups<Groups<Q5_0, PackedRow>>;
-    case DType::Q5_1: return rows_by_groups<Groups<Q5_1, PackedRow>>;
-    case DType::Q8_0: return rows_by_groups<Groups<Q8_0, PackedRow>>;
-    default: return nullptr;
-  }
-}
+RowsFn avx2_rows_q32(DType t) { return rows_in<FileRow>(t); }
+RowsFn avx2_rows_q32_packed(DType t) { return rows_in<PackedRow>(t); }
 
 }  // namespace tandem::kernels::cpu::mm
