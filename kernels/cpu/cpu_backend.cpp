@@ -26,6 +26,8 @@ std::string CpuBackend::description() const {
   std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
                   "; chosen at start from the CPU features below, capped by TANDEM_ISA)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
+  s += packs_rows(DType::Q4_0) ? "\n  weight rows: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 packed at load (TANDEM_PACK=0 keeps them as stored)"
+                               : "\n  weight rows: as stored (no packed kernels at this level, or TANDEM_PACK=0)";
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
