@@ -17,8 +17,8 @@ std::string dims_str(const std::vector<int64_t>& d) {
 }  // namespace
 
 kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, int64_t cols, int64_t rows,
-                              std::unique_ptr<kernels::Buffer>& owner) {
-  if ((owner = be.pack_weight(t, host, rows, cols))) {
+                              std::unique_ptr<kernels::Buffer>& owner, bool pack) {
+  if (pack && (owner = be.pack_weight(t, host, rows, cols))) {
     kernels::Tensor w = kernels::make_tensor(owner.get(), t, cols, rows);
     w.layout = kernels::RowLayout::Packed;
     return w;
@@ -36,11 +36,7 @@ const kernels::Tensor& Model::head() const {
     if (output.layout == kernels::RowLayout::Packed || !backend_->packs_weights(output.type)) return;
     std::vector<uint8_t> host(output.bytes());
     backend_->download(host.data(), output, host.size());
-    std::unique_ptr<kernels::Buffer> buf;
-    const kernels::Tensor t = upload_matrix(*backend_, output.type, host.data(), output.cols(), output.rows(), buf);
-    if (t.layout != kernels::RowLayout::Packed) return;  // (packs_weights said yes: not expected)
-    head_buf_ = std::move(buf);
-    head_ = t;
+    head_ = upload_matrix(*backend_, output.type, host.data(), output.cols(), output.rows(), head_buf_);
   });
   return head_;
 }
@@ -70,14 +66,7 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
   if (matmul && requantizes(to, ti->type, cols)) {
     const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, *to);
     std::unique_ptr<kernels::Buffer> buf;
-    kernels::Tensor t;
-    if (pack) {
-      t = upload_matrix(*backend_, *to, q.data(), cols, rows, buf);
-    } else {
-      buf = backend_->alloc(q.size());
-      t = kernels::make_tensor(buf.get(), *to, cols, rows);
-      backend_->upload(t, q.data(), q.size());
-    }
+    const kernels::Tensor t = upload_matrix(*backend_, *to, q.data(), cols, rows, buf, pack);
     buffers_.push_back(std::move(buf));
     weight_bytes_ += q.size();
     return t;

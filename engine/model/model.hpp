@@ -71,8 +71,9 @@ class Model {
 };
 
 // A rows x cols matrix weight of type t (host memory, the file's layout) in a new backend
-// buffer (`owner`): packed for its matmul where the backend has a layout for t, else as is.
+// buffer (`owner`): packed for its matmul when `pack` and the backend has a layout for t,
+// else as is.
 kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, int64_t cols, int64_t rows,
-                              std::unique_ptr<kernels::Buffer>& owner);
+                              std::unique_ptr<kernels::Buffer>& owner, bool pack = true);
 
 }  // namespace tandem

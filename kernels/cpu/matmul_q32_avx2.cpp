@@ -56,11 +56,14 @@ static inline void high_bits2(uint32_t qa, uint32_t qb, __m256i& lo, __m256i& hi
                                          0x0202020202020202));
 }
 // Packed nibbles of blocks A and B -> (A 0-15 | B 0-15) and (A 16-31 | B 16-31).
-static inline void nibbles2(const u8* qa, const u8* qb, __m256i& lo, __m256i& hi) {
-  const __m256i q = _mm256_set_m128i(loadu128(qb), loadu128(qa));
+// (The nibble bytes of A then B, in one vector: what a packed row stores per pair.)
+static inline void split_nibbles(__m256i q, __m256i& lo, __m256i& hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   lo = _mm256_and_si256(q, m4);
   hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+}
+static inline void nibbles2(const u8* qa, const u8* qb, __m256i& lo, __m256i& hi) {
+  split_nibbles(_mm256_set_m128i(loadu128(qb), loadu128(qa)), lo, hi);
 }
 
 // The f16 at byte offset `off` of n (<= 8) consecutive blocks, as 8 floats (zeros past n).
@@ -173,10 +176,7 @@ struct PackedRow {
   // A pair's 32 nibble bytes are the file pair's (A's then B's): the lo/hi vectors of
   // nibbles2 in one load. Its fifth bits: 32-bit words A 0-15 | B 0-15, A 16-31 | B 16-31.
   void codes2(int64_t bi, __m256i& lo, __m256i& hi) const {
-    const __m256i q = loadu(w + p.codes + 16 * bi);
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    lo = _mm256_and_si256(q, m4);
-    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    split_nibbles(loadu(w + p.codes + 16 * bi), lo, hi);
     if constexpr (K::kHasQh) {
       lo = _mm256_or_si256(lo, high_bits(blk::u32_at(w + p.qh + 4 * bi)));
       hi = _mm256_or_si256(hi, high_bits(blk::u32_at(w + p.qh + 4 * bi + 4)));

@@ -57,12 +57,6 @@ static inline __m512i nibble_pair(__m256i q) {
   const __m512i z = _mm512_broadcast_i64x4(q);
   return _mm512_and_si512(_mm512_mask_mov_epi16(z, 0xffff0000u, _mm512_srli_epi16(z, 4)), _mm512_set1_epi8(0x0f));
 }
-// The fifth bits of a pair in pair order: 16-bit parts A 0-15, B 0-15, A 16-31, B 16-31
-// (the packed layout stores this word).
-static inline __mmask64 pair_bits(uint32_t qa, uint32_t qb) {
-  const uint64_t a = qa, b = qb;
-  return static_cast<__mmask64>((a & 0xffff) | (b & 0xffff) << 16 | (a >> 16) << 32 | (b >> 16) << 48);
-}
 static inline __m512i add_fifth(__m512i v, __mmask64 k) { return _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10)); }
 // One block's 16 nibble bytes (an odd last block) in natural order in the low half, zeros
 // above: elements 0-15 are the low nibbles, 16-31 the high ones.
@@ -81,7 +75,9 @@ struct NibbleCodes {
   static inline __m512i codes2(const u8* b) {
     const __m512i v =
         nibble_pair(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu128(b + Qs)), loadu128(b + Bytes + Qs), 1));
-    if constexpr (Qh >= 0) return add_fifth(v, pair_bits(blk::u32_at(b + Qh), blk::u32_at(b + Bytes + Qh)));
+    // The fifth bits in pair order: the word the packed layout stores.
+    if constexpr (Qh >= 0)
+      return add_fifth(v, static_cast<__mmask64>(pair_qh_word(blk::u32_at(b + Qh), blk::u32_at(b + Bytes + Qh))));
     return v;
   }
   // One block (the odd last block of a row).

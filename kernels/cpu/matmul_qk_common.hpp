@@ -16,9 +16,10 @@
 namespace tandem::kernels::cpu::mm::qk {
 
 // Every loop over a group's tokens is unrolled (`#pragma GCC unroll 8`): left to itself GCC
-// stopped fully unrolling them at 5 tokens, which kept the accumulators in memory and made the
-// fifth token of a verification cost twice what the others do (T(5) - T(4) = 8.2 ms against
-// 4.2-5.2 ms per token below, Qwen2.5 1.5B, AVX-512).
+// stopped fully unrolling them at 5 tokens and kept the accumulators and token pointers on
+// the stack (45 stack references in the 5-token AVX-512 kernel, 5 once unrolled). Qwen2.5
+// 1.5B, three alternating runs: T(5) 46.0-52.1 ms against 51.3-53.7 ms, T(4) 39.8-43.2
+// against 41.5-46.3.
 
 // The activations of a token group, at the current block.
 template <int TN>
@@ -69,8 +70,9 @@ static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float d
   }
 }
 
-// One row against a group of TN tokens: y[t][r] for the group.
-template <class K, int TN>
+// One row against a group of TN tokens: y[t][r] for the group. Weights are prefetched
+// avx2::kPrefetchBytes (2 KB, tuned on Zen 3) plus `Ahead` bytes ahead.
+template <class K, int TN, int Ahead = 0>
 static void row_group(const Args& a, const uint8_t* wr, int64_t r, int64_t t0) {
   const ActLayout& l = a.xl;
   Toks<TN> x;
@@ -85,14 +87,8 @@ static void row_group(const Args& a, const uint8_t* wr, int64_t r, int64_t t0) {
   __m256 acc[TN];
   #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();
-  // How far ahead weights are prefetched: 2 KB (avx2::kPrefetchBytes, tuned on Zen 3), or
-  // what the kernel set says (K::kPrefetchExtra more).
-  constexpr int64_t extra = [] {
-    if constexpr (requires { K::kPrefetchExtra; }) return int64_t{K::kPrefetchExtra};
-    else return int64_t{0};
-  }();
   for (int64_t bi = 0; bi < l.nb; ++bi) {
-    avx2::prefetch_ahead(wr + bi * K::kBytes + extra, K::kBytes);
+    avx2::prefetch_ahead(wr + bi * K::kBytes + Ahead, K::kBytes);
     K::template block<TN>(wr + bi * K::kBytes, x, bi, acc);
   }
   #pragma GCC unroll 8

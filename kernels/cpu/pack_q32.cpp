@@ -52,8 +52,7 @@ void convert(DType t, const uint8_t* src, uint8_t* dst, int64_t cols, bool pack)
     const size_t fa = static_cast<size_t>(b * f.bytes + f.qh), fb = fa + static_cast<size_t>(f.bytes);
     const size_t to = p.qh + 4 * static_cast<size_t>(b);
     if (pack) {
-      const uint64_t qa = blk::u32_at(src + fa), qb = blk::u32_at(src + fb);
-      const uint64_t w = (qa & 0xffff) | (qb & 0xffff) << 16 | (qa >> 16) << 32 | (qb >> 16) << 48;
+      const uint64_t w = pair_qh_word(blk::u32_at(src + fa), blk::u32_at(src + fb));
       std::memcpy(dst + to, &w, 8);
     } else {
       uint64_t w;

@@ -45,6 +45,13 @@ static inline PackedQ32 packed_q32(DType t, int64_t nb) {
   return p;
 }
 
+// The packed fifth-bit word of a pair of blocks from their file words: 16-bit parts A 0-15,
+// B 0-15, A 16-31, B 16-31.
+static inline uint64_t pair_qh_word(uint32_t qa, uint32_t qb) {
+  const uint64_t a = qa, b = qb;
+  return (a & 0xffff) | (b & 0xffff) << 16 | (a >> 16) << 32 | (b >> 16) << 48;
+}
+
 // One row of `cols` elements (a multiple of 32) between the file's layout and the packed
 // one; src and dst do not overlap. pack_q32.cpp; throws std::invalid_argument for a type
 // q32_packs refuses.
