@@ -1,6 +1,9 @@
-// The packed row layout of the 32-element block types (kernels/cpu/pack_q32.hpp): packing
-// round-trips, a packed matrix multiplies to the very bits of the file's layout at every
-// kernel level, and the backend and the model pack exactly the matrices matmul reads.
+// The packed row layout of the 32-element block types (kernels/cpu/pack_q32.hpp) and the
+// interleaved 16-row tiles of Q4_K and Q6_K (kernels/cpu/pack_qk.hpp): packing round-trips,
+// every field is where the layout says, a packed matrix multiplies to the very bits of the
+// file's layout at every level (Q32) or, interleaved, gives each row the same bits however
+// the rows are split, and the backend and the model pack exactly the matrices matmul reads.
+// (Interleaved products against the reference and batch invariance: test_quant.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,7 +15,10 @@
 #include "engine/model/model.hpp"
 #include "engine/model/output_subset.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cpu/fp16.hpp"
+#include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_q32.hpp"
+#include "kernels/cpu/pack_qk.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "tests/support/isa_levels.hpp"
@@ -28,6 +34,7 @@ using test::IsaGuard;
 using test::supported_isas;
 
 const DType kQ32[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+const DType kQK[] = {DType::Q4_K, DType::Q6_K};
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -51,6 +58,8 @@ bool packing_expected() {
   const char* v = std::getenv("TANDEM_PACK");
   return cpu::active_isa() != Isa::Scalar && !(v && std::string(v) == "0");
 }
+// Q4_K and Q6_K: only the AVX-512 level has interleaved kernels.
+bool interleaving_expected() { return packing_expected() && cpu::active_isa() == Isa::Avx512; }
 
 std::vector<uint8_t> packed_copy(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
   std::vector<uint8_t> p(w.size());
@@ -170,12 +179,12 @@ TEST(PackedRows, SharedCallMixesLayouts) {
 
 TEST(PackedRows, BackendPacksWhereItHasAKernel) {
   auto be = kernels::make_cpu_backend(2);
-  EXPECT_FALSE(be->packs_weights(DType::Q4_K));
-  EXPECT_FALSE(be->packs_weights(DType::F16));
+  for (DType t : {DType::Q5_K, DType::Q2_K, DType::F16}) EXPECT_FALSE(be->packs_weights(t)) << dtype_name(t);
   const int64_t R = 21, C = 96;
   const std::vector<uint8_t> w = test::random_blocks(DType::Q5_0, R * C, 3);
-  EXPECT_EQ(be->pack_weight(DType::Q4_K, w.data(), 1, 256), nullptr);
+  EXPECT_EQ(be->pack_weight(DType::Q5_K, w.data(), 1, 256), nullptr);
   for (DType t : kQ32) EXPECT_EQ(be->packs_weights(t), packing_expected()) << dtype_name(t);
+  for (DType t : kQK) EXPECT_EQ(be->packs_weights(t), interleaving_expected()) << dtype_name(t);
   std::unique_ptr<kernels::Buffer> pbuf;
   const kernels::Tensor pw = upload_matrix(*be, DType::Q5_0, w.data(), C, R, pbuf);
   EXPECT_EQ(pw.layout == kernels::RowLayout::Packed, be->packs_weights(DType::Q5_0));
@@ -211,19 +220,22 @@ TEST(PackedRows, BackendPacksWhereItHasAKernel) {
 TEST(PackedRows, ModelPacksItsMatricesNotTheEmbeddings) {
   const std::string dir = ::testing::TempDir() + "packed_rows";
   std::filesystem::create_directories(dir);
+  for (DType wt : {DType::Q5_0, DType::Q4_K})
   for (bool tied : {true, false}) {
     test::TinyModelSpec spec;
     spec.arch = "qwen2";
-    spec.weight_type = DType::Q5_0;
-    spec.embd_type = DType::Q8_0;
+    spec.weight_type = wt;
+    spec.embd_type = wt == DType::Q4_K ? DType::Q6_K : DType::Q8_0;
+    if (wt == DType::Q4_K) spec.n_embd = 256, spec.n_ff = 512;  // whole 256-element blocks
     spec.tied_embeddings = tied;
-    const std::string path = dir + (tied ? "/tied.gguf" : "/untied.gguf");
+    const std::string path = dir + "/" + dtype_name(wt) + (tied ? "-tied.gguf" : "-untied.gguf");
     test::write_tiny_model(path, spec);
     auto be = kernels::make_cpu_backend(2);
-    const bool packs = be->packs_weights(DType::Q5_0);
-    EXPECT_EQ(packs, packing_expected());
+    const bool packs = be->packs_weights(wt);
+    EXPECT_EQ(packs, wt == DType::Q4_K ? interleaving_expected() : packing_expected());
     auto m = Model::load(path, *be);
-    SCOPED_TRACE(std::string(tied ? "tied" : "untied") + (packs ? ", packing" : ", this CPU level has no packed kernel"));
+    SCOPED_TRACE(std::string(dtype_name(wt)) + (tied ? " tied" : " untied") +
+                 (packs ? ", packing" : ", this CPU level has no packed kernel"));
     const auto want = packs ? kernels::RowLayout::Packed : kernels::RowLayout::File;
     for (const LayerWeights& L : m->layers)
       for (const kernels::Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
@@ -241,5 +253,118 @@ TEST(PackedRows, ModelPacksItsMatricesNotTheEmbeddings) {
   }
 }
 
+
+// Interleaved tiles (pack_qk.hpp): whole groups of 16 rows become tiles, the rest stays as
+// stored, and unpacking gives every row back.
+TEST(InterleavedRows, RoundTripAndTileFields) {
+  cpu::ThreadPool pool(2);
+  for (DType t : kQK)
+    for (int64_t R : {16, 21, 48, 7})
+      for (int64_t nb : {1, 3}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " R=" + std::to_string(R) + " nb=" + std::to_string(nb));
+        const int64_t C = 256 * nb;
+        const size_t rb = row_bytes(t, C), bb = row_bytes(t, 256);
+        const std::vector<uint8_t> w = test::random_blocks(t, R * C, 40 + static_cast<uint64_t>(R * nb));
+        const std::vector<uint8_t> p = packed_copy(t, w, R, C);
+        const int64_t full = cpu::mm::qk_grouped_rows(R);
+        EXPECT_EQ(full, R / 16 * 16);
+        std::vector<uint8_t> back(rb);
+        for (int64_t r = 0; r < R; ++r) {
+          const uint8_t* want = &w[rb * static_cast<size_t>(r)];
+          if (r < full) {
+            const int64_t g = r / 16 * 16;
+            cpu::mm::unpack_qk_row(t, &p[rb * static_cast<size_t>(g)], static_cast<int>(r - g), back.data(), C);
+            ASSERT_EQ(0, std::memcmp(back.data(), want, rb)) << "row " << r;
+          } else {
+            ASSERT_EQ(0, std::memcmp(&p[rb * static_cast<size_t>(r)], want, rb)) << "tail row " << r << " moved";
+          }
+        }
+        // Fields: row r's block b keeps its f16 d at 2r of tile b, and (Q4_K) its 12 scale
+        // bytes 16 apart; the first 4 codes of element group 0 in the 4 bytes at 4r.
+        for (int64_t g = 0; g < full; g += 16)
+          for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* tile = &p[rb * static_cast<size_t>(g) + 16 * bb * static_cast<size_t>(b)];
+            for (int r = 0; r < 16; ++r) {
+              const uint8_t* blk = &w[rb * static_cast<size_t>(g + r) + bb * static_cast<size_t>(b)];
+              std::vector<float> deq(256);
+              cpu::dequantize_row_ref(t, blk, deq.data(), 256);
+              if (t == DType::Q4_K) {
+                ASSERT_EQ(cpu::blk::u16_at(tile + cpu::mm::tile_q4k::d + 2 * r), cpu::blk::u16_at(blk + cpu::blk::q4_k::d));
+                ASSERT_EQ(cpu::blk::u16_at(tile + cpu::mm::tile_q4k::dmin + 2 * r), cpu::blk::u16_at(blk + cpu::blk::q4_k::dmin));
+                for (int k = 0; k < 12; ++k)
+                  ASSERT_EQ(tile[cpu::mm::tile_q4k::scales + 16 * k + r], blk[cpu::blk::q4_k::scales + k]);
+                // Element i < 4 (low nibble) and 16 + i (high nibble) of group 0: the file's
+                // qs byte i (element i, low nibble) and byte 16 + i (element 16 + i).
+                for (int i = 0; i < 4; ++i) {
+                  const uint8_t code = tile[cpu::mm::tile_q4k::codes + 4 * r + i];
+                  ASSERT_EQ(code & 15, blk[cpu::blk::q4_k::qs + i] & 15);
+                  ASSERT_EQ(code >> 4, blk[cpu::blk::q4_k::qs + 16 + i] & 15);
+                }
+              } else {
+                ASSERT_EQ(cpu::blk::u16_at(tile + cpu::mm::tile_q6k::d + 2 * r), cpu::blk::u16_at(blk + cpu::blk::q6_k::d));
+                for (int s = 0; s < 16; ++s)
+                  ASSERT_EQ(tile[cpu::mm::tile_q6k::scales + 32 * (s / 2) + 2 * r + s % 2], blk[cpu::blk::q6_k::scales + s]);
+                // Element i < 4: low 4 bits in N0's low nibble, top 2 at bits 0-1 of H.
+                for (int i = 0; i < 4; ++i) {
+                  const int code = (tile[cpu::mm::tile_q6k::codes + 4 * r + i] & 15) |
+                                   (tile[cpu::mm::tile_q6k::codes + 128 + 4 * r + i] & 3) << 4;
+                  const float d = cpu::fp16_to_f32(cpu::blk::u16_at(blk + cpu::blk::q6_k::d));
+                  const auto sc = static_cast<int8_t>(blk[cpu::blk::q6_k::scales]);
+                  ASSERT_EQ(deq[static_cast<size_t>(i)], d * static_cast<float>(sc) * static_cast<float>(code - 32));
+                }
+              }
+            }
+          }
+      }
+  std::vector<uint8_t> buf(16 * 210);
+  EXPECT_THROW(cpu::mm::pack_qk_group(DType::Q5_K, buf.data(), 176, buf.data(), 256), std::invalid_argument);
+  EXPECT_THROW(cpu::mm::unpack_qk_row(DType::Q4_K, buf.data(), 16, buf.data(), 256), std::invalid_argument);
+}
+
+// A kernel level's RowsFn may be handed any row range (the driver hands whole groups, but
+// the contract is any split): a group cut by a range computes all its lanes and stores only
+// the range's, and every row gets the same bits however the rows are split.
+TEST(InterleavedRows, RowRangesInsideGroupsGiveTheSameBits) {
+  IsaGuard guard;
+  const int64_t R = 53, C = 512;  // 3 whole groups and 5 rows as stored
+  for (DType t : kQK)
+    for (Isa isa : supported_isas()) {
+      cpu::force_isa(isa);
+      const cpu::mm::IsaKernels* k = isa == Isa::Avx512   ? (cpu::mm::avx512_kernels_for_testing()
+                                                                  ? cpu::mm::avx512_kernels_for_testing()
+                                                                  : cpu::mm::avx512_kernels())
+                                     : isa == Isa::Avx2 ? cpu::mm::avx2_kernels()
+                                                        : &cpu::mm::scalar_kernels();
+      const cpu::mm::RowsFn fn = k && k->rows_packed ? k->rows_packed(t) : nullptr;
+      if (!fn) continue;  // this level multiplies packed K-quants through the scalar one
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
+      const std::vector<uint8_t> w = packed_copy(t, test::random_blocks(t, R * C, 77), R, C);
+      for (int64_t N : {1, 3, 9}) {
+        const std::vector<float> x = random_x(N * C, 9 + static_cast<uint64_t>(N));
+        const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::Family::QK, C);
+        std::vector<uint8_t> xq(l.row_bytes * static_cast<size_t>(N) + 64);
+        auto* xq64 = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq.data()) + 63) & ~uintptr_t{63});
+        for (int64_t i = 0; i < N; ++i) k->quant(t)(&x[static_cast<size_t>(i * C)], l, xq64 + l.row_bytes * static_cast<size_t>(i));
+        cpu::mm::Args a;
+        a.wt = t;
+        a.w = w.data();
+        a.w_stride = row_bytes(t, C);
+        a.R = R;
+        a.C = C;
+        a.xq = xq64;
+        a.xl = l;
+        a.ldy = R;
+        std::vector<float> whole(static_cast<size_t>(R * N), -1.0f), split(whole.size(), -2.0f);
+        a.y = whole.data();
+        fn(a, 0, R, 0, N);
+        a.y = split.data();
+        for (int64_t r0 : {0, 5, 16, 27, 45, 50}) {  // ranges [0,5) [5,16) [16,27) ...: cut inside groups
+          const int64_t r1 = r0 == 50 ? R : r0 == 0 ? 5 : r0 == 5 ? 16 : r0 == 16 ? 27 : r0 == 27 ? 45 : 50;
+          fn(a, r0, r1, 0, N);
+        }
+        for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(bits(split[i]), bits(whole[i])) << "N=" << N << " element " << i;
+      }
+    }
+}
 }  // namespace
 }  // namespace tandem

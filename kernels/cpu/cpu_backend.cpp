@@ -28,6 +28,7 @@ std::string CpuBackend::description() const {
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
   s += packs_rows(DType::Q4_0) ? "\n  weight rows: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 packed at load (TANDEM_PACK=0 keeps them as stored)"
                                : "\n  weight rows: as stored (no packed kernels at this level, or TANDEM_PACK=0)";
+  if (packs_rows(DType::Q4_K)) s += "\n  weight rows: Q4_K Q6_K interleaved 16 rows to a tile at load";
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
@@ -69,7 +70,7 @@ void CpuBackend::download(void* dst, const Tensor& src, size_t bytes) {
 bool CpuBackend::packs_weights(DType t) const { return packs_rows(t); }
 
 std::unique_ptr<Buffer> CpuBackend::pack_weight(DType t, const void* src, int64_t rows, int64_t cols) {
-  if (!packs_rows(t) || rows <= 0 || cols % 32 != 0) return nullptr;
+  if (!packs_rows(t) || rows <= 0 || cols % dtype_info(t).block_size != 0) return nullptr;
   const size_t rb = tandem::row_bytes(t, cols);
   auto buf = std::make_unique<HostBuffer>(rb * static_cast<size_t>(rows));
   pack_rows(pool_, t, src, rb, buf->data(), rows, cols);

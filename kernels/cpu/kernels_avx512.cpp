@@ -11,6 +11,7 @@ namespace TANDEM_AVX512_NS {
 RowsFn rows_q32(DType t);
 RowsFn rows_q32_packed(DType t);
 RowsFn rows_qk(DType t);
+RowsFn rows_qk_packed(DType t);
 QuantFn quant_qk_for(DType t);
 }  // namespace TANDEM_AVX512_NS
 
@@ -21,6 +22,11 @@ RowsFn rows(DType t) {
 }
 // The 32-block kernels read activations in the AVX2 kernels' pair order, quantized by the
 // AVX2 code (AVX-512 CPUs have AVX2), in file and packed layouts alike.
+// Packed weights: rows of the 32-element types, 16-row tiles of Q4_K and Q6_K.
+RowsFn rows_packed(DType t) {
+  if (RowsFn f = TANDEM_AVX512_NS::rows_qk_packed(t)) return f;
+  return TANDEM_AVX512_NS::rows_q32_packed(t);
+}
 QuantFn quant(DType t) {
   switch (family(t)) {
     case Family::Q32: return avx2_quant_q32_for(t);
@@ -32,12 +38,12 @@ QuantFn quant(DType t) {
 
 #if defined(TANDEM_AVX512_EMULATED)
 const IsaKernels* avx512_emulated_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed};
+  static const IsaKernels k{rows, quant, nullptr, rows_packed};
   return &k;
 }
 #else
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed};
+  static const IsaKernels k{rows, quant, nullptr, rows_packed};
   return &k;
 }
 #endif

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_q32.hpp"
+#include "kernels/cpu/pack_qk.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
@@ -85,6 +87,7 @@ const mm::IsaKernels* pick(Isa isa, DType t, bool packed) {
 struct Resolved {
   mm::Args args;  // xq filled in once the activations are quantized
   mm::RowsFn fn = nullptr;
+  bool packed = false;  // weights in the backend's packed layout
   int64_t R = 0, chunk = 1;
   int quant = -1;          // index into the call's distinct quantizers; -1: float family
   int64_t first_unit = 0;  // this matrix's first work unit in the call's numbering
@@ -133,10 +136,12 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     if (!kset) fail(std::string("no kernel for ") + (job.packed ? "packed " : "") + dtype_name(job.wt));
     Resolved& r = res[n_res++];
     r.fn = rows_of(*kset, job.wt, job.packed);
+    r.packed = job.packed;
     r.R = job.R;
     r.args.wt = job.wt;
     r.args.w = static_cast<const uint8_t*>(job.w);
     r.args.w_stride = job.w_stride;
+    r.args.R = job.R;
     r.args.C = C;
     r.args.x = x;
     r.args.ldx = ldx;
@@ -171,6 +176,10 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     const size_t rb = tandem::row_bytes(r.args.wt, C);
     const int64_t by_bytes = static_cast<int64_t>(std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, rb)));
     r.chunk = std::min(by_bytes, by_threads);
+    // Interleaved K-quant weights: chunks of whole 16-row groups (a chunk may end inside
+    // one, but then its kernel computes lanes it drops).
+    if (r.packed && mm::qk_packs(r.args.wt))
+      r.chunk = (r.chunk + mm::kQkGroupRows - 1) / mm::kQkGroupRows * mm::kQkGroupRows;
     r.first_unit = n_units;
     n_units += (r.R + r.chunk - 1) / r.chunk;
   }
@@ -242,16 +251,30 @@ static bool packing_allowed() {
 
 bool packs_rows(DType t) {
   const mm::IsaKernels* k = kernels_at(active_isa());
-  return packing_allowed() && mm::q32_packs(t) && active_isa() != Isa::Scalar && k && rows_of(*k, t, true);
+  return packing_allowed() && (mm::q32_packs(t) || mm::qk_packs(t)) && active_isa() != Isa::Scalar && k &&
+         rows_of(*k, t, true);
 }
 
 void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
                int64_t cols) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (mm::qk_packs(t)) {
+    if (rows < 0 || cols < 0 || cols % 256 != 0) fail("packing needs whole 256-element blocks");
+    const size_t rb = tandem::row_bytes(t, cols);
+    const int64_t groups = rows / mm::kQkGroupRows, G = mm::kQkGroupRows;
+    pool.run([&](int ith, int nth) {
+      for (int64_t g = ith; g < groups; g += nth)
+        mm::pack_qk_group(t, s + static_cast<size_t>(g * G) * src_stride, src_stride,
+                          d + static_cast<size_t>(g * G) * rb, cols);
+    });
+    for (int64_t r = groups * G; r < rows; ++r)  // the last rows % 16 stay as stored
+      std::memcpy(d + static_cast<size_t>(r) * rb, s + static_cast<size_t>(r) * src_stride, rb);
+    return;
+  }
   if (!mm::q32_packs(t)) fail(std::string("no packed row layout for ") + dtype_name(t));
   if (rows < 0 || cols < 0 || cols % 32 != 0) fail("packing needs whole 32-element blocks");
   const size_t rb = tandem::row_bytes(t, cols);
-  const auto* s = static_cast<const uint8_t*>(src);
-  auto* d = static_cast<uint8_t*>(dst);
   pool.run([&](int ith, int nth) {
     for (int64_t r = ith; r < rows; r += nth)
       mm::pack_q32_row(t, s + static_cast<size_t>(r) * src_stride, d + static_cast<size_t>(r) * rb, cols);

@@ -59,6 +59,7 @@ struct Args {
   DType wt = DType::F32;
   const uint8_t* w = nullptr;
   size_t w_stride = 0;
+  int64_t R = 0;  // rows of the whole matrix (the interleaved layout groups them from row 0)
   int64_t C = 0;
   const float* x = nullptr;  // Float family: activations as given
   int64_t ldx = 0;
@@ -82,7 +83,8 @@ struct IsaKernels {
   RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
   QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` or `rows_packed` handles (Float: unused)
   DequantFn dequant = nullptr;
-  // Kernels for weights in the packed row layout (pack_q32.hpp); nullptr: none here.
+  // Kernels for weights in the backend's packed layouts (pack_q32.hpp, pack_qk.hpp); nullptr:
+  // none here.
   RowsFn (*rows_packed)(DType t) = nullptr;
 };
 
@@ -100,7 +102,8 @@ const IsaKernels* avx512_kernels_for_testing();
 // Per-ISA entry points, defined in the files of that ISA.
 RowsFn scalar_rows(DType t);
 // Packed rows by unpacking each into the file layout for the scalar kernel: the fallback
-// (and reference) for every packed type at every level.
+// (and reference) for every packed type at every level, row-packed (Q32) and interleaved
+// (Q4_K, Q6_K) alike.
 void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void scalar_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
 void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row);

@@ -17,6 +17,7 @@
 #include "kernels/cpu/row_groups.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
 #include "kernels/cpu/matmul_qk_common.hpp"
+#include "kernels/cpu/matmul_qk_avx512_order.hpp"
 
 // Float rounding must be exactly what is written (no a*b+c contraction), the same for every
 // token-group size: SIMD kernel files are compiled with -ffp-contract=off (kernels/CMakeLists.txt).
@@ -29,10 +30,11 @@ using namespace avx512;
 using namespace qk;
 using u8 = uint8_t;
 
-// Chunk orders: code vector k holds natural chunks order[2k] (low half) and order[2k+1].
-constexpr int kNatural[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-constexpr int kNibbles[8] = {0, 2, 1, 3, 4, 6, 5, 7};  // Q4_K, Q5_K: qs bytes 0-63 and 64-127
-constexpr int kCrumbs[8] = {0, 4, 1, 5, 2, 6, 3, 7};   // Q2_K, Q3_K: bit pairs of qs bytes
+// Chunk orders (matmul_qk_avx512_order.hpp): code vector k holds natural chunks order[2k]
+// (low half) and order[2k+1].
+using qk512::kCrumbs;
+using qk512::kNatural;
+using qk512::kNibbles;
 
 // vpermw controls that spread group scales (int16, natural group order) over the 32 lanes
 // of a code vector's maddubs result: lane i covers codes 2i, 2i+1 of the vector.

@@ -7,6 +7,7 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/pack_q32.hpp"
+#include "kernels/cpu/pack_qk.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 
 namespace tandem::kernels::cpu::mm {
@@ -242,8 +243,17 @@ void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64
   const size_t rb = row_bytes(a.wt, a.C);
   thread_local std::vector<uint8_t> row;
   if (row.size() < rb) row.resize(rb);
+  const bool grouped = qk_packs(a.wt);
   for (int64_t r = r0; r < r1; ++r) {
-    unpack_q32_row(a.wt, a.w + static_cast<size_t>(r) * a.w_stride, row.data(), a.C);
+    const uint8_t* src = a.w + static_cast<size_t>(r) * a.w_stride;
+    if (!grouped) {
+      unpack_q32_row(a.wt, src, row.data(), a.C);
+    } else if (r < qk_grouped_rows(a.R)) {  // row r % 16 of the group that starts 16-aligned
+      const int64_t g = r / kQkGroupRows * kQkGroupRows;
+      unpack_qk_row(a.wt, a.w + static_cast<size_t>(g) * a.w_stride, static_cast<int>(r - g), row.data(), a.C);
+    } else {
+      std::memcpy(row.data(), src, rb);  // after the last whole group: as stored
+    }
     Args one = a;  // row r alone, as if it were a one-row matrix writing column r of y
     one.w = row.data();
     one.w_stride = rb;
@@ -252,7 +262,7 @@ void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64
   }
 }
 
-static RowsFn scalar_rows_packed_for(DType t) { return q32_packs(t) ? scalar_rows_packed : nullptr; }
+static RowsFn scalar_rows_packed_for(DType t) { return q32_packs(t) || qk_packs(t) ? scalar_rows_packed : nullptr; }
 
 QuantFn scalar_quant(DType t) {
   switch (family(t)) {

@@ -49,8 +49,10 @@ struct MatmulJob {
 };
 void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
                   int64_t N);
-// Weights in the packed row layout (kernels/cpu/pack_q32.hpp): the same bytes per row,
-// re-ordered so that the kernels load each field of 16 blocks at once. packs_rows says
+// Weights in the packed layouts: for the 32-element types (kernels/cpu/pack_q32.hpp) the
+// same bytes per row, re-ordered so that the kernels load each field of 16 blocks at once;
+// for Q4_K and Q6_K (kernels/cpu/pack_qk.hpp) groups of 16 rows interleaved, the same bytes
+// per group, the last R % 16 rows as stored. The matrix keeps its size. packs_rows says
 // whether the active kernel level has a packed kernel of its own for type t (at other
 // levels a packed matrix still multiplies, each row unpacked first: correct but slow, so
 // the backend packs only where this is true; never with TANDEM_PACK=0). pack_rows converts `rows` rows of `cols`

@@ -44,6 +44,21 @@ static inline __m512 _mm512_cvtph_ps(__m256i h) {
   const __m512 lo = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h)));
   return _mm512_insertf32x8(lo, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), 1);
 }
+static inline __m512i _mm512_srai_epi32(__m512i v, unsigned int n) {
+  const __m512i lo = _mm512_castsi256_si512(_mm256_srai_epi32(_mm512_castsi512_si256(v), static_cast<int>(n)));
+  return _mm512_inserti64x4(lo, _mm256_srai_epi32(_mm512_extracti64x4_epi64(v, 1), static_cast<int>(n)), 1);
+}
+static inline __m512i _mm512_cvtepu8_epi32(__m128i v) {
+  const __m512i lo = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(v));
+  return _mm512_inserti64x4(lo, _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), 1);
+}
+// Stores the lanes of v that k selects; writes nothing else.
+static inline void _mm512_mask_storeu_ps(void* p, __mmask16 k, __m512 v) {
+  float a[16];
+  _mm512_storeu_ps(a, v);
+  for (int i = 0; i < 16; ++i)
+    if ((k >> i) & 1) __builtin_memcpy(static_cast<char*>(p) + 4 * i, &a[i], 4);
+}
 // The first lanes of k (a prefix mask) from p, zeros above; reads nothing past them.
 static inline __m512 _mm512_maskz_loadu_ps(__mmask16 k, const void* p) {
   float v[16] = {};

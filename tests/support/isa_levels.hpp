@@ -3,6 +3,8 @@
 // AVX2, so that their arithmetic is checked on any machine. Header-only: the emulated set
 // is linked (and TANDEM_HAVE_AVX512_EMULATION defined) per test executable.
 #pragma once
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/matmul_impl.hpp"
@@ -10,10 +12,17 @@
 
 namespace tandem::test {
 
-// Installs the emulated AVX-512 kernels as the Avx512 level, once, on an AVX2 CPU.
+// Installs the emulated AVX-512 kernels as the Avx512 level, once, on an AVX2 CPU, or on
+// any CPU with TANDEM_TEST_AVX512_EMULATED=1 (to check the emulated build on an AVX-512
+// machine; the native kernels are then not the ones tested).
 inline bool avx512_emulated() {
   static const bool on = [] {
 #if defined(TANDEM_HAVE_AVX512_EMULATION)
+    const char* force = std::getenv("TANDEM_TEST_AVX512_EMULATED");
+    if (force && std::string(force) == "1") {
+      kernels::cpu::mm::install_avx512_kernels_for_testing(kernels::cpu::mm::avx512_emulated_kernels());
+      return false;  // the Avx512 level is already in supported_isas()
+    }
     if (kernels::cpu::detected_isa() == kernels::cpu::Isa::Avx2) {
       kernels::cpu::mm::install_avx512_kernels_for_testing(kernels::cpu::mm::avx512_emulated_kernels());
       return true;

@@ -1,0 +1,232 @@
+// AVX-512 VNNI kernels for Q4_K and Q6_K weights interleaved 16 rows to a tile
+// (pack_qk.hpp): lane r of every vector belongs to row r of the group.
+//
+// Per group of 4 codes: one vpdpbusd multiplies the 4 codes of all 16 rows by the same 4
+// activations (a broadcast 32-bit word) and adds them into each row's lane. A scale group's
+// integer sum then meets the rows' group scales in one vpmulld; the offsets (Q6_K's +32)
+// and mins (Q4_K) meet the activations' 16-element sums in vpdpwssd. Everything stays in
+// exact int32 until the block's float fold, so a token's result is the same bits whatever
+// tokens, rows or chains compute alongside it (integer sums do not depend on their order).
+// Bounds, activations |q| <= 127: Q4_K group sum <= 32*15*127 = 60960, times a scale <= 63,
+// 8 groups: 3.1e7; Q6_K group sum <= 16*63*127, times |scale| <= 128, 16 groups: 2.6e8.
+//
+// Rows outside whole groups (the last R % 16) are stored as in the file and go to the file
+// kernels of matmul_qk_avx512.cpp, whose activations these kernels share: Q4_K reads its
+// 32-element chunks in that kernel's nibble order.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/quant_blocks.hpp"
+#include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/matmul_qk_common.hpp"
+#include "kernels/cpu/matmul_qk_avx512_order.hpp"
+
+// Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
+
+namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
+RowsFn rows_qk(DType t);  // matmul_qk_avx512.cpp: rows in the file's layout
+
+namespace {
+
+using namespace avx512;
+using qk::Toks;
+using u8 = uint8_t;
+
+static inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+static inline __m512 f16x16(const u8* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// Calls f(std::integral_constant<int, J>) for J = 0..N-1: scale groups by constant index,
+// so lane extractions take immediates.
+template <class F, int... J>
+static inline void each(std::integer_sequence<int, J...>, F&& f) {
+  (f(std::integral_constant<int, J>{}), ...);
+}
+
+// Where natural 32-element chunk j of a Q4_K activation block is stored (matmul_qk_avx512
+// reads chunks in qk512::kNibbles order: stored chunk i is natural chunk kNibbles[i]).
+struct ChunkPos {
+  int v[8];
+  constexpr explicit ChunkPos(const int* order) : v() {
+    for (int i = 0; i < 8; ++i) v[order[i]] = i;
+  }
+};
+constexpr ChunkPos kQ4kPos(qk512::kNibbles);
+
+struct TileQ4K {
+  static constexpr int kBytes = tile_q4k::size;
+  template <int TN>
+  static inline void tile(const u8* w, const Toks<TN>& x, int64_t bi, __m512* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    // 16-byte lane k of z0 | z1 | z2: byte k (0-3 | 4-7 | 8-11) of the 16 rows' packed
+    // scales. Unpacked 16 rows at a time as in blk::unpack_k4_scales: lane j of sc_lo is
+    // scale j, of sc_hi scale 4 + j; the same for the mins.
+    const __m512i z0 = loadu512(w + tile_q4k::scales), z1 = loadu512(w + tile_q4k::scales + 64),
+                  z2 = loadu512(w + tile_q4k::scales + 128);
+    const __m512i sc_lo = _mm512_and_si512(z0, m6), mn_lo = _mm512_and_si512(z1, m6);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
+    const __m512i mn_hi =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+    __m512i iacc[TN], imin[TN];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) iacc[t] = imin[t] = _mm512_setzero_si512();
+    // Codes against activations, group by group; the mins after, in a pass of their own
+    // (together the two sets of accumulators do not fit in the registers).
+    each(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+      const u8* c = w + tile_q4k::codes + 256 * j;
+      __m512i lo[4], hi[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m512i z = loadu512(c + 64 * v);
+        lo[v] = _mm512_and_si512(z, m4);
+        hi[v] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+      }
+      #pragma GCC unroll 8
+      for (int t = 0; t < TN; ++t) {
+        const int8_t* q = x.q[t] + 256 * bi + 32 * kQ4kPos.v[j];
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast32(q + 4 * v));
+          // One chain per token when several tokens interleave; two for one or two tokens,
+          // whose single chain would wait on each vpdpbusd's latency.
+          if constexpr (TN <= 2) s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast32(q + 16 + 4 * v));
+          else s0 = _mm512_dpbusd_epi32(s0, hi[v], bcast32(q + 16 + 4 * v));
+        }
+        if constexpr (TN <= 2) s0 = _mm512_add_epi32(s0, s1);
+        iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(s0, sc));
+      }
+    });
+    each(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
+      constexpr int j = decltype(jc)::value;
+      const __m512i mn = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? mn_lo : mn_hi, j % 4));
+      const __m512i mpair = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // (min, min) int16 pairs
+      #pragma GCC unroll 8
+      for (int t = 0; t < TN; ++t) imin[t] = _mm512_dpwssd_epi32(imin[t], mpair, bcast32(x.bs[t] + 16 * bi + 2 * j));
+    });
+    const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) {
+      const __m512 dx = _mm512_set1_ps(x.d[t][bi]);
+      const __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmin, dx), a);
+    }
+  }
+};
+
+struct TileQ6K {
+  static constexpr int kBytes = tile_q6k::size;
+  template <int TN>
+  static inline void tile(const u8* w, const Toks<TN>& x, int64_t bi, __m512* acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512i iacc[TN], ioff[TN];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) iacc[t] = ioff[t] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p) {
+      // Scales 2p, 2p+1 of the 16 rows as int16 pairs (the offset term's vpdpwssd) and
+      // each as int32 (the group sums' vpmulld).
+      const __m512i pair =
+          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + tile_q6k::scales + 32 * p)));
+      const __m512i sc[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), _mm512_srai_epi32(pair, 16)};
+      #pragma GCC unroll 8
+      for (int t = 0; t < TN; ++t) ioff[t] = _mm512_dpwssd_epi32(ioff[t], pair, bcast32(x.bs[t] + 16 * bi + 2 * p));
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * p + h;
+        const u8* g = w + tile_q6k::codes + tile_q6k::group_bytes * j;
+        const __m512i n0 = loadu512(g), n1 = loadu512(g + 64), hb = loadu512(g + 128);
+        // Code u of each 4: low 4 bits from N0/N1, top 2 from bits 2u of H moved to bits 4-5.
+        const __m512i c[4] = {
+            _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30)),
+            _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(hb, m30)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30))};
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; ++t) {
+          const int8_t* q = x.q[t] + 256 * bi + 16 * j;
+          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast32(q));
+          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[1], bcast32(q + 4));
+          s0 = _mm512_dpbusd_epi32(s0, c[2], bcast32(q + 8));
+          s1 = _mm512_dpbusd_epi32(s1, c[3], bcast32(q + 12));
+          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc[h]));
+        }
+      }
+    }
+    const __m512 d = f16x16(w + tile_q6k::d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) {
+      const __m512i v = _mm512_sub_epi32(iacc[t], _mm512_slli_epi32(ioff[t], 5));  // codes are stored +32
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, _mm512_set1_ps(x.d[t][bi])), acc[t]);
+    }
+  }
+};
+
+// One group of 16 rows (its tiles from gw on) against tokens t0..t0+TN-1; lanes outside
+// `keep` are not stored. Weights are prefetched 4 KB ahead, as in the row kernels.
+template <class K, int TN>
+static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
+  const ActLayout& l = a.xl;
+  Toks<TN> x;
+  #pragma GCC unroll 8
+  for (int t = 0; t < TN; ++t) {
+    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+    x.q[t] = act_q(row);
+    x.d[t] = act_d(row, l);
+    x.bs[t] = act_bsums(row, l);
+    x.fs[t] = act_fsum(row, l);
+  }
+  __m512 acc[TN];
+  #pragma GCC unroll 8
+  for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t bi = 0; bi < l.nb; ++bi) {
+    const u8* tw = gw + static_cast<size_t>(bi) * K::kBytes;
+    avx2::prefetch_ahead(tw + 2048, K::kBytes);
+    K::template tile<TN>(tw, x, bi, acc);
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+}
+
+constexpr int kTokenGroup = 8;
+
+template <class K, int TN>
+static inline void token_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t, int64_t left) {
+  if constexpr (TN > 0) {
+    if (left == TN) return group_tokens<K, TN>(a, gw, g, keep, t);
+    token_tail<K, TN - 1>(a, gw, g, keep, t, left);
+  }
+}
+
+// A RowsFn: whole groups here (a range may start or end inside one: its other lanes are
+// computed and dropped), the rows after the last whole group by the file kernel.
+template <class K>
+void rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t full = qk_grouped_rows(a.R), end = std::min(r1, full);
+  for (int64_t g = r0 / kQkGroupRows * kQkGroupRows; g < end; g += kQkGroupRows) {
+    const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
+    const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kQkGroupRows) - g);
+    const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    int64_t t = t0;
+    for (; t + kTokenGroup <= t1; t += kTokenGroup) group_tokens<K, kTokenGroup>(a, gw, g, keep, t);
+    if (t < t1) token_tail<K, kTokenGroup - 1>(a, gw, g, keep, t, t1 - t);
+  }
+  if (r1 > full) rows_qk(a.wt)(a, std::max(r0, full), r1, t0, t1);
+}
+
+}  // namespace
+
+RowsFn rows_qk_packed(DType t) {
+  switch (t) {
+    case DType::Q4_K: return rows_packed<TileQ4K>;
+    case DType::Q6_K: return rows_packed<TileQ6K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS
