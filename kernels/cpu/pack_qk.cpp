@@ -1,6 +1,7 @@
 // Interleaving 16 rows of Q4_K or Q6_K into the CPU matmul's tiles and back (pack_qk.hpp).
-// Plain byte and bit moves, run once per weight at load; unpacking serves the scalar
-// fallback kernel and the tests.
+// Plain byte and bit moves. Packing runs once per weight at load, a loop per 16 codes;
+// unpacking, which serves the scalar fallback kernel and the tests, goes element by element
+// through the layout's definition, so the round-trip tests check one against the other.
 #include "kernels/cpu/pack_qk.hpp"
 
 #include <cstring>
@@ -32,69 +33,89 @@ Nibble q6k_high(int e) {
   return {blk::q6_k::qh + 32 * h + l, 2 * k};
 }
 
-int bits_at(const uint8_t* b, Nibble n, int width) { return (b[n.byte] >> n.shift) & ((1 << width) - 1); }
 void put_bits(uint8_t* b, Nibble n, int width, int v) {
   const int m = ((1 << width) - 1) << n.shift;
   b[n.byte] = static_cast<uint8_t>((b[n.byte] & ~m) | ((v << n.shift) & m));
 }
 
-// One tile <-> the 16 blocks it comes from (blocks[r] is row r's block). `pack` says which
-// way; every field is moved either way by the same loops.
-void q4k_tile(uint8_t* const* blocks, uint8_t* tile, bool pack) {
-  auto move = [&](uint8_t* file, uint8_t* t, int n) {
-    if (pack) std::memcpy(t, file, static_cast<size_t>(n));
-    else std::memcpy(file, t, static_cast<size_t>(n));
-  };
+// One tile back to the 16 blocks it came from (blocks[r] is row r's), element by element
+// from the layout's definition (pack_qk.hpp).
+void unpack_q4k(const uint8_t* tile, uint8_t* const* blocks) {
   for (int r = 0; r < G; ++r) {
     uint8_t* b = blocks[r];
-    move(b + blk::q4_k::d, tile + tile_q4k::d + 2 * r, 2);
-    move(b + blk::q4_k::dmin, tile + tile_q4k::dmin + 2 * r, 2);
-    for (int k = 0; k < 12; ++k) move(b + blk::q4_k::scales + k, tile + tile_q4k::scales + 16 * k + r, 1);
+    std::memcpy(b + blk::q4_k::d, tile + tile_q4k::d + 2 * r, 2);
+    std::memcpy(b + blk::q4_k::dmin, tile + tile_q4k::dmin + 2 * r, 2);
+    for (int k = 0; k < 12; ++k) b[blk::q4_k::scales + k] = tile[tile_q4k::scales + 16 * k + r];
     for (int j = 0; j < 8; ++j)
       for (int v = 0; v < 4; ++v)
         for (int i = 0; i < 4; ++i) {
-          uint8_t& t = tile[tile_q4k::codes + 256 * j + 64 * v + 4 * r + i];
-          const int lo = 32 * j + 4 * v + i, hi = lo + 16;
-          if (pack) {
-            t = static_cast<uint8_t>(bits_at(b, q4k_code(lo), 4) | bits_at(b, q4k_code(hi), 4) << 4);
-          } else {
-            put_bits(b, q4k_code(lo), 4, t & 15);
-            put_bits(b, q4k_code(hi), 4, t >> 4);
-          }
+          const uint8_t t = tile[tile_q4k::codes + 256 * j + 64 * v + 4 * r + i];
+          const int lo = 32 * j + 4 * v + i;  // low nibble; the high one is element lo + 16
+          put_bits(b, q4k_code(lo), 4, t & 15);
+          put_bits(b, q4k_code(lo + 16), 4, t >> 4);
         }
   }
 }
 
-void q6k_tile(uint8_t* const* blocks, uint8_t* tile, bool pack) {
+void unpack_q6k(const uint8_t* tile, uint8_t* const* blocks) {
   for (int r = 0; r < G; ++r) {
     uint8_t* b = blocks[r];
-    uint8_t* d = tile + tile_q6k::d + 2 * r;
-    if (pack) std::memcpy(d, b + blk::q6_k::d, 2);
-    else std::memcpy(b + blk::q6_k::d, d, 2);
-    for (int s = 0; s < 16; ++s) {
-      uint8_t& t = tile[tile_q6k::scales + 32 * (s / 2) + 2 * r + s % 2];
-      if (pack) t = b[blk::q6_k::scales + s];
-      else b[blk::q6_k::scales + s] = t;
-    }
+    std::memcpy(b + blk::q6_k::d, tile + tile_q6k::d + 2 * r, 2);
+    for (int s = 0; s < 16; ++s) b[blk::q6_k::scales + s] = tile[tile_q6k::scales + 32 * (s / 2) + 2 * r + s % 2];
     for (int j = 0; j < 16; ++j) {
-      uint8_t* g = tile + tile_q6k::codes + tile_q6k::group_bytes * j;
-      for (int i = 0; i < 4; ++i) {
-        uint8_t& n0 = g[4 * r + i];
-        uint8_t& n1 = g[64 + 4 * r + i];
-        uint8_t& h = g[128 + 4 * r + i];
-        if (pack) h = 0;
-        for (int u = 0; u < 4; ++u) {
+      const uint8_t* g = tile + tile_q6k::codes + tile_q6k::group_bytes * j;
+      for (int u = 0; u < 4; ++u)
+        for (int i = 0; i < 4; ++i) {
           const int e = 16 * j + 4 * u + i;
-          uint8_t& n = u < 2 ? n0 : n1;
-          const Nibble at{0, 4 * (u % 2)};
-          if (pack) {
-            put_bits(&n, at, 4, bits_at(b, q6k_low(e), 4));
-            h = static_cast<uint8_t>(h | bits_at(b, q6k_high(e), 2) << (2 * u));
-          } else {
-            put_bits(b, q6k_low(e), 4, bits_at(&n, at, 4));
-            put_bits(b, q6k_high(e), 2, (h >> (2 * u)) & 3);
-          }
+          const uint8_t n = g[(u < 2 ? 0 : 64) + 4 * r + i], h = g[128 + 4 * r + i];
+          put_bits(b, q6k_low(e), 4, (n >> (4 * (u % 2))) & 15);
+          put_bits(b, q6k_high(e), 2, (h >> (2 * u)) & 3);
         }
+    }
+  }
+}
+
+// The packers: the inverse of unpack_q4k / unpack_q6k, 16 codes a loop.
+// Q4_K group j (32 elements) is nibble j % 2 of qs bytes 32(j / 2) .. +31: its first 16
+// elements go to the low nibbles of the tile's 4 vectors, the next 16 to the high ones.
+void pack_q4k(const uint8_t* const* blocks, uint8_t* tile) {
+  for (int r = 0; r < G; ++r) {
+    const uint8_t* b = blocks[r];
+    std::memcpy(tile + tile_q4k::d + 2 * r, b + blk::q4_k::d, 2);
+    std::memcpy(tile + tile_q4k::dmin + 2 * r, b + blk::q4_k::dmin, 2);
+    for (int k = 0; k < 12; ++k) tile[tile_q4k::scales + 16 * k + r] = b[blk::q4_k::scales + k];
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* q = b + blk::q4_k::qs + 32 * (j / 2);
+      const int sh = 4 * (j % 2);
+      uint8_t* t = tile + tile_q4k::codes + 256 * j + 4 * r;
+      for (int m = 0; m < 16; ++m)  // m = 4v + i
+        t[64 * (m / 4) + m % 4] = static_cast<uint8_t>(((q[m] >> sh) & 15) | ((q[16 + m] >> sh) & 15) << 4);
+    }
+  }
+}
+// Q6_K group j (16 elements) lies in half h = j / 8, quarter k = (j % 8) / 2 of the block:
+// low 4 bits at nibble k >> 1 of ql[64h + 32(k & 1) + l], top 2 at bits 2k of qh[32h + l],
+// l = 16(j % 2) + m for its element m.
+void pack_q6k(const uint8_t* const* blocks, uint8_t* tile) {
+  for (int r = 0; r < G; ++r) {
+    const uint8_t* b = blocks[r];
+    std::memcpy(tile + tile_q6k::d + 2 * r, b + blk::q6_k::d, 2);
+    for (int s = 0; s < 16; ++s) tile[tile_q6k::scales + 32 * (s / 2) + 2 * r + s % 2] = b[blk::q6_k::scales + s];
+    for (int j = 0; j < 16; ++j) {
+      const int h = j / 8, k = (j % 8) / 2, l0 = 16 * (j % 2);
+      const uint8_t* ql = b + blk::q6_k::ql + 64 * h + 32 * (k & 1) + l0;
+      const uint8_t* qh = b + blk::q6_k::qh + 32 * h + l0;
+      const int lsh = 4 * (k >> 1), hsh = 2 * k;
+      uint8_t* g = tile + tile_q6k::codes + tile_q6k::group_bytes * j + 4 * r;
+      for (int i = 0; i < 4; ++i) {
+        int low[4], high[4];
+        for (int u = 0; u < 4; ++u) {
+          low[u] = (ql[4 * u + i] >> lsh) & 15;
+          high[u] = (qh[4 * u + i] >> hsh) & 3;
+        }
+        g[i] = static_cast<uint8_t>(low[0] | low[1] << 4);
+        g[64 + i] = static_cast<uint8_t>(low[2] | low[3] << 4);
+        g[128 + i] = static_cast<uint8_t>(high[0] | high[1] << 2 | high[2] << 4 | high[3] << 6);
       }
     }
   }
@@ -102,12 +123,13 @@ void q6k_tile(uint8_t* const* blocks, uint8_t* tile, bool pack) {
 
 struct TileKind {
   int block_bytes;
-  void (*tile)(uint8_t* const*, uint8_t*, bool);
+  void (*pack)(const uint8_t* const*, uint8_t*);
+  void (*unpack)(const uint8_t*, uint8_t* const*);
 };
 TileKind kind(DType t) {
   switch (t) {
-    case DType::Q4_K: return {blk::q4_k::size, q4k_tile};
-    case DType::Q6_K: return {blk::q6_k::size, q6k_tile};
+    case DType::Q4_K: return {blk::q4_k::size, pack_q4k, unpack_q4k};
+    case DType::Q6_K: return {blk::q6_k::size, pack_q6k, unpack_q6k};
     default: throw std::invalid_argument(std::string("no interleaved layout for ") + dtype_name(t));
   }
 }
@@ -118,13 +140,10 @@ void pack_qk_group(DType t, const uint8_t* src, size_t src_stride, uint8_t* dst,
   const TileKind k = kind(t);
   if (cols % 256 != 0) throw std::invalid_argument("interleaved rows need a multiple of 256 elements");
   const size_t tile = static_cast<size_t>(G * k.block_bytes);
-  uint8_t* rows[G];
+  const uint8_t* rows[G];
   for (int64_t b = 0; b < cols / 256; ++b) {
-    // The tile functions move both ways, so they take writable block pointers; packing
-    // only reads them.
-    for (int r = 0; r < G; ++r)
-      rows[r] = const_cast<uint8_t*>(src + static_cast<size_t>(r) * src_stride + static_cast<size_t>(b * k.block_bytes));
-    k.tile(rows, dst + tile * static_cast<size_t>(b), true);
+    for (int r = 0; r < G; ++r) rows[r] = src + static_cast<size_t>(r) * src_stride + static_cast<size_t>(b * k.block_bytes);
+    k.pack(rows, dst + tile * static_cast<size_t>(b));
   }
 }
 
@@ -133,14 +152,12 @@ void unpack_qk_row(DType t, const uint8_t* group, int i, uint8_t* dst, int64_t c
   if (cols % 256 != 0) throw std::invalid_argument("interleaved rows need a multiple of 256 elements");
   if (i < 0 || i >= G) throw std::invalid_argument("row outside its group");
   const size_t tile = static_cast<size_t>(G * k.block_bytes);
-  // All 16 blocks of a tile are rebuilt (the moves are per tile); row i's is kept. The
-  // tile is copied because the tile functions take it writable (packing writes it).
-  std::vector<uint8_t> blocks(tile), copy(tile);
+  // All 16 blocks of a tile are rebuilt (the moves are per tile); row i's is kept.
+  std::vector<uint8_t> blocks(tile);
   uint8_t* rows[G];
   for (int r = 0; r < G; ++r) rows[r] = blocks.data() + static_cast<size_t>(r * k.block_bytes);
   for (int64_t b = 0; b < cols / 256; ++b) {
-    std::memcpy(copy.data(), group + tile * static_cast<size_t>(b), tile);
-    k.tile(rows, copy.data(), false);
+    k.unpack(group + tile * static_cast<size_t>(b), rows);
     std::memcpy(dst + static_cast<size_t>(b * k.block_bytes), rows[i], static_cast<size_t>(k.block_bytes));
   }
 }
