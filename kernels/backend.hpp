@@ -30,9 +30,11 @@ class Buffer {
   virtual DeviceKind device() const = 0;
 };
 
-// How a matrix weight's bytes sit within each row: as the model file stores them, or in
-// the backend's own packed layout (Backend::pack_weight), which only matmul reads.
-enum class RowLayout : uint8_t { File, Packed };
+// How a matrix weight's bytes sit: as the model file stores them, or in one of the
+// backend's own layouts (Backend::pack_weight), which only matmul reads: each row's
+// fields re-ordered within the row (Packed), or groups of rows interleaved into tiles
+// within the group's bytes (Tiled).
+enum class RowLayout : uint8_t { File, Packed, Tiled };
 
 // A non-owning view of a 1..4-D array in a Buffer. ne[0] is the innermost (contiguous)
 // dimension; rows are packed (stride = row_bytes(type, ne[0])) unless nb1 says otherwise.
@@ -119,13 +121,16 @@ class Backend {
   };
   virtual void reserve_scratch(const ScratchNeeds& /*need*/) {}
 
-  // Matrix weights in the backend's own row layout, for the types its matmul multiplies
-  // faster that way (the CPU backend: the 32-element block types, kernels/cpu/pack_q32.hpp).
-  // packs_weights: whether it has one for type t. pack_weight: a new buffer holding `rows`
-  // rows of `cols` elements of type t from host memory `src` (the file's layout), re-ordered
-  // within each row (same size, same row stride); nullptr when type t stays as stored.
-  // Tensors over it carry RowLayout::Packed and serve only as matmul weights.
+  // Matrix weights in the backend's own layout, for the types its matmul multiplies faster
+  // that way (the CPU backend: packed rows of the 32-element block types,
+  // kernels/cpu/pack_q32.hpp; on AVX-512, 16-row tiles of those and of Q4_K and Q6_K,
+  // kernels/cpu/pack_tiles.hpp). packs_weights: whether it has one for type t; packed_layout:
+  // which. pack_weight: a new buffer holding `rows` rows of `cols` elements of type t from
+  // host memory `src` (the file's layout), re-ordered (same size, same row stride); nullptr
+  // when type t stays as stored. Tensors over it carry packed_layout(t) and serve only as
+  // matmul weights.
   virtual bool packs_weights(DType /*t*/) const { return false; }
+  virtual RowLayout packed_layout(DType /*t*/) const { return RowLayout::Packed; }
   virtual std::unique_ptr<Buffer> pack_weight(DType /*t*/, const void* /*src*/, int64_t /*rows*/,
                                               int64_t /*cols*/) {
     return nullptr;

@@ -1,9 +1,9 @@
 // The packed row layout of the 32-element block types (kernels/cpu/pack_q32.hpp) and the
-// interleaved 16-row tiles of Q4_K and Q6_K (kernels/cpu/pack_qk.hpp): packing round-trips,
-// every field is where the layout says, a packed matrix multiplies to the very bits of the
-// file's layout at every level (Q32) or, interleaved, gives each row the same bits however
+// 16-row tiles of those and of Q4_K and Q6_K (kernels/cpu/pack_tiles.hpp): packing
+// round-trips, every field is where the layout says, a packed matrix multiplies to the very
+// bits of the file's layout at every level, a tiled one gives each row the same bits however
 // the rows are split, and the backend and the model pack exactly the matrices matmul reads.
-// (Interleaved products against the reference and batch invariance: test_quant.cpp.)
+// (Tiled products against the reference and batch invariance: test_quant.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,7 +18,7 @@
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_q32.hpp"
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "tests/support/isa_levels.hpp"
@@ -34,7 +34,7 @@ using test::IsaGuard;
 using test::supported_isas;
 
 const DType kQ32[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
-const DType kQK[] = {DType::Q4_K, DType::Q6_K};
+const DType kTiled[] = {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -58,13 +58,19 @@ bool packing_expected() {
   const char* v = std::getenv("TANDEM_PACK");
   return cpu::active_isa() != Isa::Scalar && !(v && std::string(v) == "0");
 }
-// Q4_K and Q6_K: only the AVX-512 level has interleaved kernels.
-bool interleaving_expected() { return packing_expected() && cpu::active_isa() == Isa::Avx512; }
+// 16-row tiles: only the AVX-512 level has kernels for them (and then prefers them).
+bool tiling_expected() { return packing_expected() && cpu::active_isa() == Isa::Avx512; }
 
 std::vector<uint8_t> packed_copy(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
   std::vector<uint8_t> p(w.size());
   cpu::ThreadPool pool(2);
   cpu::pack_rows(pool, t, w.data(), row_bytes(t, cols), p.data(), rows, cols);
+  return p;
+}
+std::vector<uint8_t> tiled_copy(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> p(w.size());
+  cpu::ThreadPool pool(2);
+  cpu::tile_rows(pool, t, w.data(), row_bytes(t, cols), p.data(), rows, cols);
   return p;
 }
 
@@ -184,10 +190,18 @@ TEST(PackedRows, BackendPacksWhereItHasAKernel) {
   const std::vector<uint8_t> w = test::random_blocks(DType::Q5_0, R * C, 3);
   EXPECT_EQ(be->pack_weight(DType::Q5_K, w.data(), 1, 256), nullptr);
   for (DType t : kQ32) EXPECT_EQ(be->packs_weights(t), packing_expected()) << dtype_name(t);
-  for (DType t : kQK) EXPECT_EQ(be->packs_weights(t), interleaving_expected()) << dtype_name(t);
+  for (DType t : kTiled) {
+    EXPECT_EQ(be->packs_weights(t), tiling_expected() || (packing_expected() && cpu::mm::q32_packs(t))) << dtype_name(t);
+    if (be->packs_weights(t)) {
+      EXPECT_EQ(be->packed_layout(t), tiling_expected() ? kernels::RowLayout::Tiled : kernels::RowLayout::Packed);
+    }
+  }
   std::unique_ptr<kernels::Buffer> pbuf;
   const kernels::Tensor pw = upload_matrix(*be, DType::Q5_0, w.data(), C, R, pbuf);
-  EXPECT_EQ(pw.layout == kernels::RowLayout::Packed, be->packs_weights(DType::Q5_0));
+  EXPECT_EQ(pw.layout != kernels::RowLayout::File, be->packs_weights(DType::Q5_0));
+  if (be->packs_weights(DType::Q5_0)) {
+    EXPECT_EQ(pw.layout, be->packed_layout(DType::Q5_0));
+  }
   std::unique_ptr<kernels::Buffer> fbuf = be->alloc(w.size());
   const kernels::Tensor fw = kernels::make_tensor(fbuf.get(), DType::Q5_0, C, R);
   be->upload(fw, w.data(), w.size());
@@ -203,9 +217,22 @@ TEST(PackedRows, BackendPacksWhereItHasAKernel) {
   std::vector<float> a(static_cast<size_t>(N * R)), b(a.size());
   be->download(a.data(), y1, a.size() * 4);
   be->download(b.data(), y2, b.size() * 4);
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << i;
+  if (pw.layout == kernels::RowLayout::Tiled) {
+    // Tiles have kernels of their own (not the file's bits): the backend's product is the
+    // driver's for that layout, and rows 16-20 (after the whole group) the file's.
+    const std::vector<uint8_t> tw = tiled_copy(DType::Q5_0, w, R, C);
+    std::vector<float> want(a.size());
+    cpu::ThreadPool pool(2);
+    const cpu::MatmulJob job{DType::Q5_0, tw.data(), row_bytes(DType::Q5_0, C), R, want.data(), R, false, true};
+    cpu::matmul_multi(pool, &job, 1, C, xs.data(), C, N);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(a[i]), bits(want[i])) << i;
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t r = 16; r < R; ++r) ASSERT_EQ(bits(a[t * R + r]), bits(b[t * R + r])) << "token " << t << " row " << r;
+  } else {
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(bits(a[i]), bits(b[i])) << i;
+  }
 
-  if (pw.layout == kernels::RowLayout::Packed) {  // only matmul reads a packed weight
+  if (pw.layout != kernels::RowLayout::File) {  // only matmul reads a packed weight
     auto ib = be->alloc(4);
     const kernels::Tensor ids = kernels::make_tensor(ib.get(), DType::I32, 1);
     const int32_t id = 0;
@@ -232,48 +259,49 @@ TEST(PackedRows, ModelPacksItsMatricesNotTheEmbeddings) {
     test::write_tiny_model(path, spec);
     auto be = kernels::make_cpu_backend(2);
     const bool packs = be->packs_weights(wt);
-    EXPECT_EQ(packs, wt == DType::Q4_K ? interleaving_expected() : packing_expected());
+    EXPECT_EQ(packs, wt == DType::Q4_K ? tiling_expected() : packing_expected());
     auto m = Model::load(path, *be);
     SCOPED_TRACE(std::string(dtype_name(wt)) + (tied ? " tied" : " untied") +
                  (packs ? ", packing" : ", this CPU level has no packed kernel"));
-    const auto want = packs ? kernels::RowLayout::Packed : kernels::RowLayout::File;
+    const auto want = packs ? be->packed_layout(wt) : kernels::RowLayout::File;
     for (const LayerWeights& L : m->layers)
       for (const kernels::Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
         EXPECT_EQ(w->layout, want);
     EXPECT_EQ(m->tok_embd.layout, kernels::RowLayout::File);
     const kernels::Tensor& head = m->head();
     const bool head_packs = be->packs_weights(head.type);
-    EXPECT_EQ(head.layout, head_packs ? kernels::RowLayout::Packed : kernels::RowLayout::File);
+    EXPECT_EQ(head.layout, head_packs ? be->packed_layout(head.type) : kernels::RowLayout::File);
     EXPECT_EQ(&m->head(), &head);  // made once
     if (tied) {
       EXPECT_EQ(head.buf != m->tok_embd.buf, head_packs);
     }
     const auto subset = make_output_subset(*m, {1, 5, 9, 200});
-    EXPECT_EQ(subset->head.layout, head_packs ? kernels::RowLayout::Packed : kernels::RowLayout::File);
+    EXPECT_EQ(subset->head.layout, head_packs ? be->packed_layout(head.type) : kernels::RowLayout::File);
   }
 }
 
 
-// Interleaved tiles (pack_qk.hpp): whole groups of 16 rows become tiles, the rest stays as
-// stored, and unpacking gives every row back.
-TEST(InterleavedRows, RoundTripAndTileFields) {
+// Tiles (pack_tiles.hpp): whole groups of 16 rows become tiles, the rest stays as stored,
+// and unpacking gives every row back.
+TEST(TiledRows, RoundTripAndTileFields) {
   cpu::ThreadPool pool(2);
-  for (DType t : kQK)
+  for (DType t : kTiled)
     for (int64_t R : {16, 21, 48, 7})
       for (int64_t nb : {1, 3}) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " R=" + std::to_string(R) + " nb=" + std::to_string(nb));
         const int64_t C = 256 * nb;
-        const size_t rb = row_bytes(t, C), bb = row_bytes(t, 256);
+        const int64_t be = dtype_info(t).block_size;  // elements a block
+        const size_t rb = row_bytes(t, C), bb = row_bytes(t, be);
         const std::vector<uint8_t> w = test::random_blocks(t, R * C, 40 + static_cast<uint64_t>(R * nb));
-        const std::vector<uint8_t> p = packed_copy(t, w, R, C);
-        const int64_t full = cpu::mm::qk_grouped_rows(R);
+        const std::vector<uint8_t> p = tiled_copy(t, w, R, C);
+        const int64_t full = cpu::mm::tiled_rows(R);
         EXPECT_EQ(full, R / 16 * 16);
         std::vector<uint8_t> back(rb);
         for (int64_t r = 0; r < R; ++r) {
           const uint8_t* want = &w[rb * static_cast<size_t>(r)];
           if (r < full) {
             const int64_t g = r / 16 * 16;
-            cpu::mm::unpack_qk_row(t, &p[rb * static_cast<size_t>(g)], static_cast<int>(r - g), back.data(), C);
+            cpu::mm::untile_row(t, &p[rb * static_cast<size_t>(g)], static_cast<int>(r - g), back.data(), C);
             ASSERT_EQ(0, std::memcmp(back.data(), want, rb)) << "row " << r;
           } else {
             ASSERT_EQ(0, std::memcmp(&p[rb * static_cast<size_t>(r)], want, rb)) << "tail row " << r << " moved";
@@ -282,13 +310,33 @@ TEST(InterleavedRows, RoundTripAndTileFields) {
         // Fields: row r's block b keeps its f16 d at 2r of tile b, and (Q4_K) its 12 scale
         // bytes 16 apart; the first 4 codes of element group 0 in the 4 bytes at 4r.
         for (int64_t g = 0; g < full; g += 16)
-          for (int64_t b = 0; b < nb; ++b) {
+          for (int64_t b = 0; b < C / be; ++b) {
             const uint8_t* tile = &p[rb * static_cast<size_t>(g) + 16 * bb * static_cast<size_t>(b)];
             for (int r = 0; r < 16; ++r) {
               const uint8_t* blk = &w[rb * static_cast<size_t>(g + r) + bb * static_cast<size_t>(b)];
-              std::vector<float> deq(256);
-              cpu::dequantize_row_ref(t, blk, deq.data(), 256);
-              if (t == DType::Q4_K) {
+              std::vector<float> deq(static_cast<size_t>(be));
+              cpu::dequantize_row_ref(t, blk, deq.data(), be);
+              if (be == 32) {
+                // d (and m) per row; the qs bytes 4 a row per vector; fifth bits as masks.
+                const cpu::mm::Q32Tile q = cpu::mm::q32_tile(t);
+                ASSERT_EQ(q.size, 16 * static_cast<int>(bb));
+                ASSERT_EQ(cpu::blk::u16_at(tile + q.d + 2 * r), cpu::blk::u16_at(blk));  // d leads every 32-block
+                if (q.m >= 0) {
+                  ASSERT_EQ(cpu::blk::u16_at(tile + q.m + 2 * r), cpu::blk::u16_at(blk + 2));
+                }
+                const int vectors = t == DType::Q8_0 ? 8 : 4;
+                const size_t qs = bb - static_cast<size_t>(vectors * 4);  // qs ends every block
+                for (int v = 0; v < vectors; ++v)
+                  ASSERT_EQ(0, std::memcmp(tile + q.codes + 64 * v + 4 * r, blk + qs + 4 * v, 4));
+                if (q.qh >= 0) {
+                  const uint32_t qh = cpu::blk::u32_at(blk + (t == DType::Q5_0 ? cpu::blk::q5_0::qh : cpu::blk::q5_1::qh));
+                  for (int e = 0; e < 32; ++e) {
+                    uint64_t mask;
+                    std::memcpy(&mask, tile + q.qh + 8 * (e / 4), 8);
+                    ASSERT_EQ((mask >> (4 * r + e % 4)) & 1, (qh >> e) & 1) << "fifth bit of element " << e;
+                  }
+                }
+              } else if (t == DType::Q4_K) {
                 ASSERT_EQ(cpu::blk::u16_at(tile + cpu::mm::tile_q4k::d + 2 * r), cpu::blk::u16_at(blk + cpu::blk::q4_k::d));
                 ASSERT_EQ(cpu::blk::u16_at(tile + cpu::mm::tile_q4k::dmin + 2 * r), cpu::blk::u16_at(blk + cpu::blk::q4_k::dmin));
                 for (int k = 0; k < 12; ++k)
@@ -317,17 +365,17 @@ TEST(InterleavedRows, RoundTripAndTileFields) {
           }
       }
   std::vector<uint8_t> buf(16 * 210);
-  EXPECT_THROW(cpu::mm::pack_qk_group(DType::Q5_K, buf.data(), 176, buf.data(), 256), std::invalid_argument);
-  EXPECT_THROW(cpu::mm::unpack_qk_row(DType::Q4_K, buf.data(), 16, buf.data(), 256), std::invalid_argument);
+  EXPECT_THROW(cpu::mm::tile_group(DType::Q5_K, buf.data(), 176, buf.data(), 256), std::invalid_argument);
+  EXPECT_THROW(cpu::mm::untile_row(DType::Q4_K, buf.data(), 16, buf.data(), 256), std::invalid_argument);
 }
 
 // A kernel level's RowsFn may be handed any row range (the driver hands whole groups, but
 // the contract is any split): a group cut by a range computes all its lanes and stores only
 // the range's, and every row gets the same bits however the rows are split.
-TEST(InterleavedRows, RowRangesInsideGroupsGiveTheSameBits) {
+TEST(TiledRows, RowRangesInsideGroupsGiveTheSameBits) {
   IsaGuard guard;
   const int64_t R = 53, C = 512;  // 3 whole groups and 5 rows as stored
-  for (DType t : kQK)
+  for (DType t : kTiled)
     for (Isa isa : supported_isas()) {
       cpu::force_isa(isa);
       const cpu::mm::IsaKernels* k = isa == Isa::Avx512   ? (cpu::mm::avx512_kernels_for_testing()
@@ -335,10 +383,10 @@ TEST(InterleavedRows, RowRangesInsideGroupsGiveTheSameBits) {
                                                                   : cpu::mm::avx512_kernels())
                                      : isa == Isa::Avx2 ? cpu::mm::avx2_kernels()
                                                         : &cpu::mm::scalar_kernels();
-      const cpu::mm::RowsFn fn = k && k->rows_packed ? k->rows_packed(t) : nullptr;
-      if (!fn) continue;  // this level multiplies packed K-quants through the scalar one
+      const cpu::mm::RowsFn fn = k && k->rows_tiled ? k->rows_tiled(t) : nullptr;
+      if (!fn) continue;  // this level multiplies tiles through the scalar one
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
-      const std::vector<uint8_t> w = packed_copy(t, test::random_blocks(t, R * C, 77), R, C);
+      const std::vector<uint8_t> w = tiled_copy(t, test::random_blocks(t, R * C, 77), R, C);
       for (int64_t N : {1, 3, 9}) {
         const std::vector<float> x = random_x(N * C, 9 + static_cast<uint64_t>(N));
         const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::Family::QK, C);

@@ -14,7 +14,7 @@
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_q32.hpp"
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "tests/support/isa_levels.hpp"
@@ -291,7 +291,8 @@ struct Problem {
   int64_t R, C, N, ldx, ldy;
   size_t w_stride;
   std::vector<uint8_t> w;
-  std::vector<uint8_t> wp;  // w in the CPU backend's packed layout (pack_rows); empty for types without one
+  std::vector<uint8_t> wp;  // w in the CPU backend's packed rows (pack_rows); empty for types without them
+  std::vector<uint8_t> wt;  // w in its 16-row tiles (tile_rows); empty for types without them
   std::vector<float> x, want, wdeq;
 
   Problem(DType t_, int64_t R_, int64_t C_, int64_t N_, uint64_t seed, int pad = 0)
@@ -306,20 +307,31 @@ struct Problem {
     cpu::matmul_ref(t, w.data(), w_stride, R, C, x.data(), ldx, N, want.data(), ldy);
     wdeq.resize(static_cast<size_t>(R * C));
     for (int64_t r = 0; r < R; ++r) cpu::dequantize_row_ref(t, &w[w_stride * r], &wdeq[C * r], C);
-    if (pad == 0 && (cpu::mm::q32_packs(t) || cpu::mm::qk_packs(t))) {
-      static cpu::ThreadPool pack_pool(2);
+    static cpu::ThreadPool pack_pool(2);
+    if (pad == 0 && cpu::mm::q32_packs(t)) {
       wp.assign(rb * static_cast<size_t>(R), 0);
       cpu::pack_rows(pack_pool, t, w.data(), rb, wp.data(), R, C);
     }
+    if (pad == 0 && cpu::mm::has_tiles(t)) {
+      wt.assign(rb * static_cast<size_t>(R), 0);
+      cpu::tile_rows(pack_pool, t, w.data(), rb, wt.data(), R, C);
+    }
   }
 
-  // The same product from the packed layout (every level multiplies it: the levels
-  // without a packed kernel of their own through the scalar one, each row unpacked).
-  std::vector<float> run_packed(cpu::ThreadPool& pool) const {
+  // The same product from packed rows or tiles (every level multiplies them: the levels
+  // without kernels of their own for the layout through the scalar one, each row unpacked).
+  std::vector<float> run_layout(cpu::ThreadPool& pool, bool tiled) const {
     std::vector<float> y(static_cast<size_t>(ldy * N), 12345.0f);
-    const cpu::MatmulJob job{t, wp.data(), w_stride, R, y.data(), ldy, true};
+    const cpu::MatmulJob job{t, (tiled ? wt : wp).data(), w_stride, R, y.data(), ldy, !tiled, tiled};
     cpu::matmul_multi(pool, &job, 1, C, x.data(), ldx, N);
     return y;
+  }
+  // The layouts this type has, as (tiled?) flags.
+  std::vector<bool> layouts() const {
+    std::vector<bool> v;
+    if (!wp.empty()) v.push_back(false);
+    if (!wt.empty()) v.push_back(true);
+    return v;
   }
 
   std::vector<float> run(cpu::ThreadPool& pool) const {
@@ -359,9 +371,9 @@ TEST(Matmul, MatchesReferenceAllTypesIsasShapes) {
                            " C=" + std::to_string(C) + " N=" + std::to_string(N) +
                            " threads=" + std::to_string(pool->size()));
               p.check(p.run(*pool));
-              if (!p.wp.empty()) {
-                SCOPED_TRACE("packed layout");
-                p.check(p.run_packed(*pool));
+              for (bool tiled : p.layouts()) {
+                SCOPED_TRACE(tiled ? "tiled layout" : "packed rows");
+                p.check(p.run_layout(*pool, tiled));
               }
               if (HasFatalFailure()) return;
             }
@@ -384,9 +396,9 @@ TEST(Matmul, WideRowsAndLongBatches) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + cpu::isa_name(isa));
       for (const Problem* p : {&wide, &longb, &odd}) {
         p->check(p->run(pool));
-        if (!p->wp.empty()) {
-          SCOPED_TRACE("packed layout");
-          p->check(p->run_packed(pool));
+        for (bool tiled : p->layouts()) {
+          SCOPED_TRACE(tiled ? "tiled layout" : "packed rows");
+          p->check(p->run_layout(pool, tiled));
         }
       }
       if (HasFatalFailure()) return;
@@ -417,16 +429,17 @@ TEST(Matmul, BatchGivesBitIdenticalResultsToSingleTokens) {
           ASSERT_EQ(bits(batch1[i * p.ldy + r]), bits(single[r])) << "token " << i << " row " << r;
         }
       }
-      if (p.wp.empty()) continue;
-      // The packed layout: its own kernels, batch-invariant the same way.
-      const std::vector<float> pbatch = p.run_packed(pool2), pbatch1 = p.run_packed(pool1);
-      for (int64_t i = 0; i < p.N; ++i) {
-        std::vector<float> single(static_cast<size_t>(p.R));
-        const cpu::MatmulJob job{t, p.wp.data(), p.w_stride, p.R, single.data(), p.R, true};
-        cpu::matmul_multi(i % 2 ? pool1 : pool2, &job, 1, p.C, &p.x[i * p.ldx], p.ldx, 1);
-        for (int64_t r = 0; r < p.R; ++r) {
-          ASSERT_EQ(bits(pbatch[i * p.ldy + r]), bits(single[r])) << "packed: token " << i << " row " << r;
-          ASSERT_EQ(bits(pbatch1[i * p.ldy + r]), bits(single[r])) << "packed: token " << i << " row " << r;
+      // Packed rows and tiles: their own kernels, batch-invariant the same way.
+      for (bool tiled : p.layouts()) {
+        const std::vector<float> pbatch = p.run_layout(pool2, tiled), pbatch1 = p.run_layout(pool1, tiled);
+        for (int64_t i = 0; i < p.N; ++i) {
+          std::vector<float> single(static_cast<size_t>(p.R));
+          const cpu::MatmulJob job{t, (tiled ? p.wt : p.wp).data(), p.w_stride, p.R, single.data(), p.R, !tiled, tiled};
+          cpu::matmul_multi(i % 2 ? pool1 : pool2, &job, 1, p.C, &p.x[i * p.ldx], p.ldx, 1);
+          for (int64_t r = 0; r < p.R; ++r) {
+            ASSERT_EQ(bits(pbatch[i * p.ldy + r]), bits(single[r])) << (tiled ? "tiled" : "packed") << ": token " << i << " row " << r;
+            ASSERT_EQ(bits(pbatch1[i * p.ldy + r]), bits(single[r])) << (tiled ? "tiled" : "packed") << ": token " << i << " row " << r;
+          }
         }
       }
     }

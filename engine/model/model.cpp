@@ -20,7 +20,7 @@ kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, i
                               std::unique_ptr<kernels::Buffer>& owner, bool pack) {
   if (pack && (owner = be.pack_weight(t, host, rows, cols))) {
     kernels::Tensor w = kernels::make_tensor(owner.get(), t, cols, rows);
-    w.layout = kernels::RowLayout::Packed;
+    w.layout = be.packed_layout(t);
     return w;
   }
   const size_t bytes = row_bytes(t, cols) * static_cast<size_t>(rows);
@@ -33,7 +33,7 @@ kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, i
 const kernels::Tensor& Model::head() const {
   std::call_once(head_once_, [this] {
     head_ = output;
-    if (output.layout == kernels::RowLayout::Packed || !backend_->packs_weights(output.type)) return;
+    if (output.layout != kernels::RowLayout::File || !backend_->packs_weights(output.type)) return;
     std::vector<uint8_t> host(output.bytes());
     backend_->download(host.data(), output, host.size());
     head_ = upload_matrix(*backend_, output.type, host.data(), output.cols(), output.rows(), head_buf_);

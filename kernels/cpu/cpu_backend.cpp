@@ -26,9 +26,12 @@ std::string CpuBackend::description() const {
   std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
                   "; chosen at start from the CPU features below, capped by TANDEM_ISA)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
-  s += packs_rows(DType::Q4_0) ? "\n  weight rows: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 packed at load (TANDEM_PACK=0 keeps them as stored)"
-                               : "\n  weight rows: as stored (no packed kernels at this level, or TANDEM_PACK=0)";
-  if (packs_rows(DType::Q4_K)) s += "\n  weight rows: Q4_K Q6_K interleaved 16 rows to a tile at load";
+  if (tiles_rows(DType::Q4_0))
+    s += "\n  weights: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K in 16-row tiles at load (TANDEM_PACK=0 keeps them as stored)";
+  else if (packs_rows(DType::Q4_0))
+    s += "\n  weights: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 rows packed at load (TANDEM_PACK=0 keeps them as stored)";
+  else
+    s += "\n  weights: as stored (no packed kernels at this level, or TANDEM_PACK=0)";
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";
@@ -67,13 +70,15 @@ void CpuBackend::download(void* dst, const Tensor& src, size_t bytes) {
   std::memcpy(dst, hb->data() + src.offset, bytes);
 }
 
-bool CpuBackend::packs_weights(DType t) const { return packs_rows(t); }
+bool CpuBackend::packs_weights(DType t) const { return tiles_rows(t) || packs_rows(t); }
+RowLayout CpuBackend::packed_layout(DType t) const { return tiles_rows(t) ? RowLayout::Tiled : RowLayout::Packed; }
 
 std::unique_ptr<Buffer> CpuBackend::pack_weight(DType t, const void* src, int64_t rows, int64_t cols) {
-  if (!packs_rows(t) || rows <= 0 || cols % dtype_info(t).block_size != 0) return nullptr;
+  if (!packs_weights(t) || rows <= 0 || cols % dtype_info(t).block_size != 0) return nullptr;
   const size_t rb = tandem::row_bytes(t, cols);
   auto buf = std::make_unique<HostBuffer>(rb * static_cast<size_t>(rows));
-  pack_rows(pool_, t, src, rb, buf->data(), rows, cols);
+  if (tiles_rows(t)) tile_rows(pool_, t, src, rb, buf->data(), rows, cols);
+  else pack_rows(pool_, t, src, rb, buf->data(), rows, cols);
   return buf;
 }
 

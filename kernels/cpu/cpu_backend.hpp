@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   void fill_zero(const Tensor& dst) override;
   void synchronize() override {}
   bool packs_weights(DType t) const override;
+  RowLayout packed_layout(DType t) const override;
   std::unique_ptr<Buffer> pack_weight(DType t, const void* src, int64_t rows, int64_t cols) override;
 
   void get_rows(const Tensor& dst, const Tensor& table, const Tensor& ids) override;

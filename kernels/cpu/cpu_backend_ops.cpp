@@ -76,7 +76,7 @@ void CpuBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
   require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
   require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
   const MatmulJob job{w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
-                      static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed};
+                      static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed, w.layout == RowLayout::Tiled};
   cpu::matmul_multi(pool_, &job, 1, w.cols(), host_as<float>(x), static_cast<int64_t>(x.row_stride() / sizeof(float)),
                     x.rows());
 }
@@ -92,7 +92,7 @@ void CpuBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int
     require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
     require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
     jobs.push_back({w.type, host_ptr(w), w.row_stride(), w.rows(), host_as<float>(dst),
-                    static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed});
+                    static_cast<int64_t>(dst.row_stride() / sizeof(float)), w.layout == RowLayout::Packed, w.layout == RowLayout::Tiled});
   }
   // In batches of the driver's limit.
   constexpr size_t kMax = kMaxMatmulJobs;

@@ -11,7 +11,8 @@ namespace TANDEM_AVX512_NS {
 RowsFn rows_q32(DType t);
 RowsFn rows_q32_packed(DType t);
 RowsFn rows_qk(DType t);
-RowsFn rows_qk_packed(DType t);
+RowsFn rows_qk_tiles(DType t);
+RowsFn rows_q32_tiles(DType t);
 QuantFn quant_qk_for(DType t);
 }  // namespace TANDEM_AVX512_NS
 
@@ -22,10 +23,10 @@ RowsFn rows(DType t) {
 }
 // The 32-block kernels read activations in the AVX2 kernels' pair order, quantized by the
 // AVX2 code (AVX-512 CPUs have AVX2), in file and packed layouts alike.
-// Packed weights: rows of the 32-element types, 16-row tiles of Q4_K and Q6_K.
-RowsFn rows_packed(DType t) {
-  if (RowsFn f = TANDEM_AVX512_NS::rows_qk_packed(t)) return f;
-  return TANDEM_AVX512_NS::rows_q32_packed(t);
+// Weights in 16-row tiles: the K-quants and the 32-element types.
+RowsFn rows_tiled(DType t) {
+  if (RowsFn f = TANDEM_AVX512_NS::rows_qk_tiles(t)) return f;
+  return TANDEM_AVX512_NS::rows_q32_tiles(t);
 }
 QuantFn quant(DType t) {
   switch (family(t)) {
@@ -38,12 +39,12 @@ QuantFn quant(DType t) {
 
 #if defined(TANDEM_AVX512_EMULATED)
 const IsaKernels* avx512_emulated_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, rows_packed};
+  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed, rows_tiled};
   return &k;
 }
 #else
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, rows_packed};
+  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed, rows_tiled};
   return &k;
 }
 #endif

@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_q32.hpp"
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
@@ -65,15 +65,21 @@ const mm::IsaKernels* kernels_at(Isa isa) {
   return nullptr;
 }
 
-mm::RowsFn rows_of(const mm::IsaKernels& k, DType t, bool packed) {
-  if (packed) return k.rows_packed ? k.rows_packed(t) : nullptr;
+// The layout a job's weights are in.
+enum class Layout { File, Packed, Tiled };
+Layout layout_of(const MatmulJob& j) { return j.tiled ? Layout::Tiled : j.packed ? Layout::Packed : Layout::File; }
+const char* layout_name(Layout l) { return l == Layout::Tiled ? "tiled " : l == Layout::Packed ? "packed " : ""; }
+
+mm::RowsFn rows_of(const mm::IsaKernels& k, DType t, Layout layout) {
+  if (layout == Layout::Tiled) return k.rows_tiled ? k.rows_tiled(t) : nullptr;
+  if (layout == Layout::Packed) return k.rows_packed ? k.rows_packed(t) : nullptr;
   return k.rows ? k.rows(t) : nullptr;
 }
 
 // The best kernel set at or below `isa` that handles type t in that row layout (a level may
 // leave a type to the one below; the scalar level takes every packed type by unpacking).
 // Rows and activation quantizer must come from the same set.
-const mm::IsaKernels* pick(Isa isa, DType t, bool packed) {
+const mm::IsaKernels* pick(Isa isa, DType t, Layout packed) {
   for (int l = static_cast<int>(isa); l >= 0; --l) {
     const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
     if (k && rows_of(*k, t, packed)) return k;
@@ -87,7 +93,7 @@ const mm::IsaKernels* pick(Isa isa, DType t, bool packed) {
 struct Resolved {
   mm::Args args;  // xq filled in once the activations are quantized
   mm::RowsFn fn = nullptr;
-  bool packed = false;  // weights in the backend's packed layout
+  bool tiled = false;  // weights in 16-row tiles (pack_tiles.hpp)
   int64_t R = 0, chunk = 1;
   int quant = -1;          // index into the call's distinct quantizers; -1: float family
   int64_t first_unit = 0;  // this matrix's first work unit in the call's numbering
@@ -132,11 +138,13 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
       for (int64_t t = 0; t < N; ++t) std::fill(job.y + t * job.ldy, job.y + t * job.ldy + job.R, 0.0f);
       continue;
     }
-    const mm::IsaKernels* kset = pick(isa, job.wt, job.packed);
-    if (!kset) fail(std::string("no kernel for ") + (job.packed ? "packed " : "") + dtype_name(job.wt));
+    if (job.packed && job.tiled) fail("a weight is either packed or tiled");
+    const Layout wl = layout_of(job);
+    const mm::IsaKernels* kset = pick(isa, job.wt, wl);
+    if (!kset) fail(std::string("no kernel for ") + layout_name(wl) + dtype_name(job.wt));
     Resolved& r = res[n_res++];
-    r.fn = rows_of(*kset, job.wt, job.packed);
-    r.packed = job.packed;
+    r.fn = rows_of(*kset, job.wt, wl);
+    r.tiled = job.tiled;
     r.R = job.R;
     r.args.wt = job.wt;
     r.args.w = static_cast<const uint8_t*>(job.w);
@@ -178,8 +186,8 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     r.chunk = std::min(by_bytes, by_threads);
     // Interleaved K-quant weights: chunks of whole 16-row groups (a chunk may end inside
     // one, but then its kernel computes lanes it drops).
-    if (r.packed && mm::qk_packs(r.args.wt))
-      r.chunk = (r.chunk + mm::kQkGroupRows - 1) / mm::kQkGroupRows * mm::kQkGroupRows;
+    if (r.tiled)
+      r.chunk = (r.chunk + mm::kTileRows - 1) / mm::kTileRows * mm::kTileRows;
     r.first_unit = n_units;
     n_units += (r.R + r.chunk - 1) / r.chunk;
   }
@@ -251,27 +259,19 @@ static bool packing_allowed() {
 
 bool packs_rows(DType t) {
   const mm::IsaKernels* k = kernels_at(active_isa());
-  return packing_allowed() && (mm::q32_packs(t) || mm::qk_packs(t)) && active_isa() != Isa::Scalar && k &&
-         rows_of(*k, t, true);
+  return packing_allowed() && mm::q32_packs(t) && active_isa() != Isa::Scalar && k &&
+         rows_of(*k, t, Layout::Packed);
+}
+
+bool tiles_rows(DType t) {
+  const mm::IsaKernels* k = kernels_at(active_isa());
+  return packing_allowed() && mm::has_tiles(t) && active_isa() != Isa::Scalar && k && rows_of(*k, t, Layout::Tiled);
 }
 
 void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
                int64_t cols) {
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
-  if (mm::qk_packs(t)) {
-    if (rows < 0 || cols < 0 || cols % 256 != 0) fail("packing needs whole 256-element blocks");
-    const size_t rb = tandem::row_bytes(t, cols);
-    const int64_t groups = rows / mm::kQkGroupRows, G = mm::kQkGroupRows;
-    pool.run([&](int ith, int nth) {
-      for (int64_t g = ith; g < groups; g += nth)
-        mm::pack_qk_group(t, s + static_cast<size_t>(g * G) * src_stride, src_stride,
-                          d + static_cast<size_t>(g * G) * rb, cols);
-    });
-    for (int64_t r = groups * G; r < rows; ++r)  // the last rows % 16 stay as stored
-      std::memcpy(d + static_cast<size_t>(r) * rb, s + static_cast<size_t>(r) * src_stride, rb);
-    return;
-  }
   if (!mm::q32_packs(t)) fail(std::string("no packed row layout for ") + dtype_name(t));
   if (rows < 0 || cols < 0 || cols % 32 != 0) fail("packing needs whole 32-element blocks");
   const size_t rb = tandem::row_bytes(t, cols);
@@ -279,6 +279,22 @@ void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, vo
     for (int64_t r = ith; r < rows; r += nth)
       mm::pack_q32_row(t, s + static_cast<size_t>(r) * src_stride, d + static_cast<size_t>(r) * rb, cols);
   });
+}
+
+void tile_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
+               int64_t cols) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  if (!mm::has_tiles(t)) fail(std::string("no tiled layout for ") + dtype_name(t));
+  if (rows < 0 || cols < 0 || cols % dtype_info(t).block_size != 0) fail("tiling needs whole blocks");
+  const size_t rb = tandem::row_bytes(t, cols);
+  const int64_t G = mm::kTileRows, groups = rows / G;
+  pool.run([&](int ith, int nth) {
+    for (int64_t g = ith; g < groups; g += nth)
+      mm::tile_group(t, s + static_cast<size_t>(g * G) * src_stride, src_stride, d + static_cast<size_t>(g * G) * rb, cols);
+  });
+  for (int64_t r = groups * G; r < rows; ++r)  // the last rows % 16 stay as stored
+    std::memcpy(d + static_cast<size_t>(r) * rb, s + static_cast<size_t>(r) * src_stride, rb);
 }
 
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,

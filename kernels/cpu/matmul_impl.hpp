@@ -83,9 +83,10 @@ struct IsaKernels {
   RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
   QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` or `rows_packed` handles (Float: unused)
   DequantFn dequant = nullptr;
-  // Kernels for weights in the backend's packed layouts (pack_q32.hpp, pack_qk.hpp); nullptr:
-  // none here.
+  // Kernels for weights in the backend's packed row layout (pack_q32.hpp) and its 16-row
+  // tiles (pack_tiles.hpp); nullptr: none here.
   RowsFn (*rows_packed)(DType t) = nullptr;
+  RowsFn (*rows_tiled)(DType t) = nullptr;
 };
 
 // Kernel sets; levels above Scalar return nullptr when the binary was built without them.
@@ -101,10 +102,10 @@ const IsaKernels* avx512_kernels_for_testing();
 
 // Per-ISA entry points, defined in the files of that ISA.
 RowsFn scalar_rows(DType t);
-// Packed rows by unpacking each into the file layout for the scalar kernel: the fallback
-// (and reference) for every packed type at every level, row-packed (Q32) and interleaved
-// (Q4_K, Q6_K) alike.
+// Packed rows and tiled rows by unpacking each into the file layout for the scalar kernel:
+// the fallback (and reference) for every packed or tiled type at every level.
 void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+void scalar_rows_tiled(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void scalar_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
 void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row);
 

@@ -7,7 +7,7 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/pack_q32.hpp"
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 
 namespace tandem::kernels::cpu::mm {
@@ -238,31 +238,41 @@ RowsFn scalar_rows(DType t) {
   }
 }
 
-void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+// Each row unpacked into the file layout, then the scalar kernel as if it were a one-row
+// matrix writing column r of y.
+static void rows_unpacked(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1, bool tiled) {
   const RowsFn fn = scalar_rows(a.wt);
   const size_t rb = row_bytes(a.wt, a.C);
   thread_local std::vector<uint8_t> row;
   if (row.size() < rb) row.resize(rb);
-  const bool grouped = qk_packs(a.wt);
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* src = a.w + static_cast<size_t>(r) * a.w_stride;
-    if (!grouped) {
+    if (!tiled) {
       unpack_q32_row(a.wt, src, row.data(), a.C);
-    } else if (r < qk_grouped_rows(a.R)) {  // row r % 16 of the group that starts 16-aligned
-      const int64_t g = r / kQkGroupRows * kQkGroupRows;
-      unpack_qk_row(a.wt, a.w + static_cast<size_t>(g) * a.w_stride, static_cast<int>(r - g), row.data(), a.C);
+    } else if (r < tiled_rows(a.R)) {  // row r % 16 of the group that starts 16-aligned
+      const int64_t g = r / kTileRows * kTileRows;
+      untile_row(a.wt, a.w + static_cast<size_t>(g) * a.w_stride, static_cast<int>(r - g), row.data(), a.C);
     } else {
       std::memcpy(row.data(), src, rb);  // after the last whole group: as stored
     }
-    Args one = a;  // row r alone, as if it were a one-row matrix writing column r of y
+    Args one = a;
     one.w = row.data();
     one.w_stride = rb;
+    one.R = 1;
     one.y = a.y + r;
     fn(one, 0, 1, t0, t1);
   }
 }
 
-static RowsFn scalar_rows_packed_for(DType t) { return q32_packs(t) || qk_packs(t) ? scalar_rows_packed : nullptr; }
+void scalar_rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  rows_unpacked(a, r0, r1, t0, t1, false);
+}
+void scalar_rows_tiled(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  rows_unpacked(a, r0, r1, t0, t1, true);
+}
+
+static RowsFn scalar_rows_packed_for(DType t) { return q32_packs(t) ? scalar_rows_packed : nullptr; }
+static RowsFn scalar_rows_tiled_for(DType t) { return has_tiles(t) ? scalar_rows_tiled : nullptr; }
 
 QuantFn scalar_quant(DType t) {
   switch (family(t)) {
@@ -273,7 +283,7 @@ QuantFn scalar_quant(DType t) {
 }
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{scalar_rows, scalar_quant, no_fast_dequant, scalar_rows_packed_for};
+  static const IsaKernels k{scalar_rows, scalar_quant, no_fast_dequant, scalar_rows_packed_for, scalar_rows_tiled_for};
   return k;
 }
 

@@ -46,19 +46,25 @@ struct MatmulJob {
   float* y;
   int64_t ldy;
   bool packed = false;  // rows in the packed layout (pack_rows), not the file's
+  bool tiled = false;   // rows in 16-row tiles (tile_rows)
 };
 void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C, const float* x, int64_t ldx,
                   int64_t N);
-// Weights in the packed layouts: for the 32-element types (kernels/cpu/pack_q32.hpp) the
-// same bytes per row, re-ordered so that the kernels load each field of 16 blocks at once;
-// for Q4_K and Q6_K (kernels/cpu/pack_qk.hpp) groups of 16 rows interleaved, the same bytes
-// per group, the last R % 16 rows as stored. The matrix keeps its size. packs_rows says
-// whether the active kernel level has a packed kernel of its own for type t (at other
-// levels a packed matrix still multiplies, each row unpacked first: correct but slow, so
-// the backend packs only where this is true; never with TANDEM_PACK=0). pack_rows converts `rows` rows of `cols`
-// elements (src rows src_stride bytes apart; dst packed), split over the pool's threads.
+// Weights in the backend's own layouts, which the matrix keeps its size in:
+// - packed rows (kernels/cpu/pack_q32.hpp), the 32-element types: the same bytes per row,
+//   re-ordered so that the kernels load each field of 16 blocks at once;
+// - 16-row tiles (kernels/cpu/pack_tiles.hpp), Q4_K, Q6_K and the 32-element types: groups
+//   of 16 rows interleaved, the same bytes per group, the last R % 16 rows as stored.
+// packs_rows / tiles_rows say whether the active kernel level has kernels of its own for
+// type t in that layout (at other levels such a matrix still multiplies, each row unpacked
+// first: correct but slow, so the backend converts only where this is true, tiles first;
+// never with TANDEM_PACK=0). pack_rows / tile_rows convert `rows` rows of `cols` elements
+// (src rows src_stride bytes apart), split over the pool's threads.
 bool packs_rows(DType t);
+bool tiles_rows(DType t);
 void pack_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
+               int64_t cols);
+void tile_rows(ThreadPool& pool, DType t, const void* src, size_t src_stride, void* dst, int64_t rows,
                int64_t cols);
 // Reference: dequantize each row, then a double-accumulated dot product with exact x.
 void matmul_ref(DType wt, const void* w, size_t w_stride, int64_t R, int64_t C, const float* x,

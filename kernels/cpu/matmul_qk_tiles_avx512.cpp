@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for Q4_K and Q6_K weights interleaved 16 rows to a tile
-// (pack_qk.hpp): lane r of every vector belongs to row r of the group.
+// (pack_tiles.hpp): lane r of every vector belongs to row r of the group.
 //
 // Per group of 4 codes: one vpdpbusd multiplies the 4 codes of all 16 rows by the same 4
 // activations (a broadcast 32-bit word) and adds them into each row's lane. A scale group's
@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "kernels/cpu/matmul_impl.hpp"
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
 #include "kernels/cpu/matmul_qk_common.hpp"
@@ -207,10 +207,10 @@ static inline void token_tail(const Args& a, const u8* gw, int64_t g, __mmask16 
 // computed and dropped), the rows after the last whole group by the file kernel.
 template <class K>
 void rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t full = qk_grouped_rows(a.R), end = std::min(r1, full);
-  for (int64_t g = r0 / kQkGroupRows * kQkGroupRows; g < end; g += kQkGroupRows) {
+  const int64_t full = tiled_rows(a.R), end = std::min(r1, full);
+  for (int64_t g = r0 / kTileRows * kTileRows; g < end; g += kTileRows) {
     const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
-    const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kQkGroupRows) - g);
+    const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kTileRows) - g);
     const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
     int64_t t = t0;
     for (; t + kTokenGroup <= t1; t += kTokenGroup) group_tokens<K, kTokenGroup>(a, gw, g, keep, t);
@@ -221,7 +221,7 @@ void rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) 
 
 }  // namespace
 
-RowsFn rows_qk_packed(DType t) {
+RowsFn rows_qk_tiles(DType t) {
   switch (t) {
     case DType::Q4_K: return rows_packed<TileQ4K>;
     case DType::Q6_K: return rows_packed<TileQ6K>;

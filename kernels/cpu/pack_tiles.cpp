@@ -1,8 +1,8 @@
-// Interleaving 16 rows of Q4_K or Q6_K into the CPU matmul's tiles and back (pack_qk.hpp).
+// Interleaving 16 rows of a matrix into the CPU matmul's tiles and back (pack_tiles.hpp).
 // Plain byte and bit moves. Packing runs once per weight at load, a loop per 16 codes;
 // unpacking, which serves the scalar fallback kernel and the tests, goes element by element
 // through the layout's definition, so the round-trip tests check one against the other.
-#include "kernels/cpu/pack_qk.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
 
 #include <cstring>
 #include <stdexcept>
@@ -14,7 +14,7 @@
 namespace tandem::kernels::cpu::mm {
 namespace {
 
-constexpr int G = kQkGroupRows;
+constexpr int G = kTileRows;
 
 // Where element e (0-255) of a file block keeps its code bits.
 // Q4_K: 64-element chunk c uses qs bytes 32c..32c+31, low nibbles first, then high.
@@ -39,7 +39,7 @@ void put_bits(uint8_t* b, Nibble n, int width, int v) {
 }
 
 // One tile back to the 16 blocks it came from (blocks[r] is row r's), element by element
-// from the layout's definition (pack_qk.hpp).
+// from the layout's definition (pack_tiles.hpp).
 void unpack_q4k(const uint8_t* tile, uint8_t* const* blocks) {
   for (int r = 0; r < G; ++r) {
     uint8_t* b = blocks[r];
@@ -121,6 +121,62 @@ void pack_q6k(const uint8_t* const* blocks, uint8_t* tile) {
   }
 }
 
+// 32-element types. Where a file block keeps its fields (-1: absent).
+struct Q32File {
+  int bytes, d, m, qh, qs;
+};
+Q32File q32_file(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {blk::q4_0::size, blk::q4_0::d, -1, -1, blk::q4_0::qs};
+    case DType::Q4_1: return {blk::q4_1::size, blk::q4_1::d, blk::q4_1::m, -1, blk::q4_1::qs};
+    case DType::Q5_0: return {blk::q5_0::size, blk::q5_0::d, -1, blk::q5_0::qh, blk::q5_0::qs};
+    case DType::Q5_1: return {blk::q5_1::size, blk::q5_1::d, blk::q5_1::m, blk::q5_1::qh, blk::q5_1::qs};
+    default: return {blk::q8_0::size, blk::q8_0::d, -1, -1, blk::q8_0::qs};
+  }
+}
+
+// Codes: 4 bytes of each row per vector, as the file stores them (a 4-bit type's qs byte j
+// holds elements j and 16 + j); fifth bits: file bit e of row r to bit 4r + e % 4 of mask
+// e / 4.
+template <DType T>
+void pack_q32t(const uint8_t* const* blocks, uint8_t* tile) {
+  const Q32File f = q32_file(T);
+  const Q32Tile p = q32_tile(T);
+  const int vectors = T == DType::Q8_0 ? 8 : 4;
+  uint64_t masks[8] = {};
+  for (int r = 0; r < G; ++r) {
+    const uint8_t* b = blocks[r];
+    std::memcpy(tile + p.d + 2 * r, b + f.d, 2);
+    if (p.m >= 0) std::memcpy(tile + p.m + 2 * r, b + f.m, 2);
+    for (int v = 0; v < vectors; ++v) std::memcpy(tile + p.codes + 64 * v + 4 * r, b + f.qs + 4 * v, 4);
+    if (p.qh >= 0) {
+      const uint32_t qh = blk::u32_at(b + f.qh);
+      for (int g = 0; g < 8; ++g) masks[g] |= static_cast<uint64_t>((qh >> (4 * g)) & 15) << (4 * r);
+    }
+  }
+  if (p.qh >= 0) std::memcpy(tile + p.qh, masks, sizeof masks);
+}
+
+template <DType T>
+void unpack_q32t(const uint8_t* tile, uint8_t* const* blocks) {
+  const Q32File f = q32_file(T);
+  const Q32Tile p = q32_tile(T);
+  const int vectors = T == DType::Q8_0 ? 8 : 4;
+  uint64_t masks[8] = {};
+  if (p.qh >= 0) std::memcpy(masks, tile + p.qh, sizeof masks);
+  for (int r = 0; r < G; ++r) {
+    uint8_t* b = blocks[r];
+    std::memcpy(b + f.d, tile + p.d + 2 * r, 2);
+    if (p.m >= 0) std::memcpy(b + f.m, tile + p.m + 2 * r, 2);
+    for (int v = 0; v < vectors; ++v) std::memcpy(b + f.qs + 4 * v, tile + p.codes + 64 * v + 4 * r, 4);
+    if (p.qh >= 0) {
+      uint32_t qh = 0;
+      for (int e = 0; e < 32; ++e) qh |= static_cast<uint32_t>((masks[e / 4] >> (4 * r + e % 4)) & 1) << e;
+      std::memcpy(b + f.qh, &qh, 4);
+    }
+  }
+}
+
 struct TileKind {
   int block_bytes;
   void (*pack)(const uint8_t* const*, uint8_t*);
@@ -130,33 +186,42 @@ TileKind kind(DType t) {
   switch (t) {
     case DType::Q4_K: return {blk::q4_k::size, pack_q4k, unpack_q4k};
     case DType::Q6_K: return {blk::q6_k::size, pack_q6k, unpack_q6k};
+    case DType::Q4_0: return {blk::q4_0::size, pack_q32t<DType::Q4_0>, unpack_q32t<DType::Q4_0>};
+    case DType::Q4_1: return {blk::q4_1::size, pack_q32t<DType::Q4_1>, unpack_q32t<DType::Q4_1>};
+    case DType::Q5_0: return {blk::q5_0::size, pack_q32t<DType::Q5_0>, unpack_q32t<DType::Q5_0>};
+    case DType::Q5_1: return {blk::q5_1::size, pack_q32t<DType::Q5_1>, unpack_q32t<DType::Q5_1>};
+    case DType::Q8_0: return {blk::q8_0::size, pack_q32t<DType::Q8_0>, unpack_q32t<DType::Q8_0>};
     default: throw std::invalid_argument(std::string("no interleaved layout for ") + dtype_name(t));
   }
 }
 
+int64_t block_elements(DType t) { return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32; }
+
 }  // namespace
 
-void pack_qk_group(DType t, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t cols) {
+void tile_group(DType t, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t cols) {
   const TileKind k = kind(t);
-  if (cols % 256 != 0) throw std::invalid_argument("interleaved rows need a multiple of 256 elements");
+  const int64_t n = block_elements(t);
+  if (cols % n != 0) throw std::invalid_argument("tiled rows need whole blocks");
   const size_t tile = static_cast<size_t>(G * k.block_bytes);
   const uint8_t* rows[G];
-  for (int64_t b = 0; b < cols / 256; ++b) {
+  for (int64_t b = 0; b < cols / n; ++b) {
     for (int r = 0; r < G; ++r) rows[r] = src + static_cast<size_t>(r) * src_stride + static_cast<size_t>(b * k.block_bytes);
     k.pack(rows, dst + tile * static_cast<size_t>(b));
   }
 }
 
-void unpack_qk_row(DType t, const uint8_t* group, int i, uint8_t* dst, int64_t cols) {
+void untile_row(DType t, const uint8_t* group, int i, uint8_t* dst, int64_t cols) {
   const TileKind k = kind(t);
-  if (cols % 256 != 0) throw std::invalid_argument("interleaved rows need a multiple of 256 elements");
+  const int64_t n = block_elements(t);
+  if (cols % n != 0) throw std::invalid_argument("tiled rows need whole blocks");
   if (i < 0 || i >= G) throw std::invalid_argument("row outside its group");
   const size_t tile = static_cast<size_t>(G * k.block_bytes);
   // All 16 blocks of a tile are rebuilt (the moves are per tile); row i's is kept.
   std::vector<uint8_t> blocks(tile);
   uint8_t* rows[G];
   for (int r = 0; r < G; ++r) rows[r] = blocks.data() + static_cast<size_t>(r * k.block_bytes);
-  for (int64_t b = 0; b < cols / 256; ++b) {
+  for (int64_t b = 0; b < cols / n; ++b) {
     k.unpack(group + tile * static_cast<size_t>(b), rows);
     std::memcpy(dst + static_cast<size_t>(b * k.block_bytes), rows[i], static_cast<size_t>(k.block_bytes));
   }
