@@ -11,8 +11,8 @@
 // dot products per second, GOP = 10^9 operations (multiply or add) per second,
 // copyGB / readGB = GB copied / read per second.
 //
-// Types the CPU backend packs at load (kernels/cpu/quant.hpp: pack_rows) run a second time
-// in that layout, named TYPE-packed.
+// Types the CPU backend converts at load (kernels/cpu/quant.hpp: pack_rows, tile_rows) run
+// again in those layouts, named TYPE-packed and TYPE-tiled.
 //
 //   bench_matmul [--benchmark_filter=Q4_K] [--benchmark_min_time=0.3]
 //   TANDEM_THREADS=n  threads (default: the cores this process may use)
@@ -89,34 +89,41 @@ const std::vector<uint8_t>& weights(DType t) {
   return buf;
 }
 
-// The same buffer with every R x C matrix in it in the backend's packed layout (one
-// layout kept at a time, like weights()).
-const std::vector<uint8_t>& packed_weights(DType t, int64_t R, int64_t C) {
+enum class Layout { File, Packed, Tiled };
+
+// The same buffer with every R x C matrix in it in one of the backend's own layouts (one
+// kept at a time, like weights()).
+const std::vector<uint8_t>& converted_weights(DType t, int64_t R, int64_t C, Layout layout) {
   static DType have = DType::F32;
   static int64_t have_r = 0, have_c = 0;
+  static Layout have_l = Layout::File;
   static std::vector<uint8_t> buf;
-  if (buf.empty() || have != t || have_r != R || have_c != C) {
-    have = t, have_r = R, have_c = C;
+  if (buf.empty() || have != t || have_r != R || have_c != C || have_l != layout) {
+    have = t, have_r = R, have_c = C, have_l = layout;
     const auto& w = weights(t);
     const size_t rb = tandem::row_bytes(t, C), mat = rb * static_cast<size_t>(R);
     buf.assign(w.size(), 0);
-    for (size_t k = 0; (k + 1) * mat <= w.size(); ++k) cpu::pack_rows(pool(), t, w.data() + k * mat, rb, buf.data() + k * mat, R, C);
+    for (size_t k = 0; (k + 1) * mat <= w.size(); ++k) {
+      if (layout == Layout::Tiled) cpu::tile_rows(pool(), t, w.data() + k * mat, rb, buf.data() + k * mat, R, C);
+      else cpu::pack_rows(pool(), t, w.data() + k * mat, rb, buf.data() + k * mat, R, C);
+    }
   }
   return buf;
 }
 
-void BM_matmul(benchmark::State& st, DType t, int64_t R, int64_t C, bool cold, bool packed) {
+void BM_matmul(benchmark::State& st, DType t, int64_t R, int64_t C, bool cold, Layout layout) {
   const int64_t N = st.range(0);
   const size_t rb = tandem::row_bytes(t, C);
   const size_t mat = rb * static_cast<size_t>(R);
-  const auto& w = packed ? packed_weights(t, R, C) : weights(t);
+  const auto& w = layout == Layout::File ? weights(t) : converted_weights(t, R, C, layout);
   const size_t copies = cold ? w.size() / mat : 1;
   std::vector<float> x(static_cast<size_t>(N * C)), y(static_cast<size_t>(N * R));
   uint64_t s = 99;
   for (auto& v : x) v = static_cast<float>(static_cast<int64_t>(next_rand(s) % 2001) - 1000) * 1e-3f;
   size_t k = 0;
   for (auto _ : st) {
-    const cpu::MatmulJob job{t, w.data() + mat * k, rb, R, y.data(), R, packed};
+    const cpu::MatmulJob job{t, w.data() + mat * k, rb, R, y.data(), R, layout == Layout::Packed,
+                             layout == Layout::Tiled};
     cpu::matmul_multi(pool(), &job, 1, C, x.data(), C, N);
     benchmark::ClobberMemory();
     if (++k == copies) k = 0;
@@ -178,15 +185,17 @@ constexpr DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, 
 void register_all() {
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("read", BM_read)->UseRealTime()->Unit(benchmark::kMillisecond);
-  // Each type as stored and, where the backend packs it at load (cpu::packs_rows), packed.
+  // Each type as stored and in the backend's own layouts where this level has kernels for
+  // them (cpu::packs_rows, cpu::tiles_rows).
   for (bool cold : {true, false})
     for (DType t : kTypes)
-      for (bool packed : {false, true}) {
-        if (packed && !cpu::packs_rows(t)) continue;
+      for (Layout layout : {Layout::File, Layout::Packed, Layout::Tiled}) {
+        if (layout == Layout::Packed && !cpu::packs_rows(t)) continue;
+        if (layout == Layout::Tiled && !cpu::tiles_rows(t)) continue;
+        const char* tag = layout == Layout::Tiled ? "-tiled/" : layout == Layout::Packed ? "-packed/" : "/";
         for (const Shape& s : kShapes) {
-          const std::string name = std::string("matmul/") + tandem::dtype_name(t) + (packed ? "-packed/" : "/") + s.name +
-                                   (cold ? "/cold" : "/hot");
-          auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s.R, s.C, cold, packed);
+          const std::string name = std::string("matmul/") + tandem::dtype_name(t) + tag + s.name + (cold ? "/cold" : "/hot");
+          auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, s.R, s.C, cold, layout);
           b->ArgName("N")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond);
         }
       }
