@@ -6,11 +6,14 @@ tok/s and ratios per prompt set (code, chat, editing).
     python3 bench/spec_vs_llamacpp.py [--tandem build/release/apps/tandem] [-t 2] [-n 96]
                                       [-k 4] [--rounds 2] [--sets code,chat,edit]
                                       [--llama-dir ~/.cache/tandem/llama.cpp-b0.3.16]
+                                      [--draft-type q4_0]
 
 Configurations (greedy; each generation stops at the end-of-generation token or n tokens):
   tandem plain            tandem generate --draft none
   tandem spec k=K         tandem generate -md DRAFT --draft model --policy fixed --draft-max K
   tandem spec default     tandem generate -md DRAFT --draft model (the default policy)
+  tandem spec k=K TYPE    with --draft-type TYPE: the same draft file re-quantized to TYPE at
+                          load (tandem's --draft-type; `tandem tune` measures which pays)
   llama.cpp plain         llama-cli -no-cnv --temp 0 (its "eval time": decode only)
   llama.cpp spec k=K      llama-speculative-simple -md DRAFT --draft-max K (its other draft
                           settings at their defaults, as its users run it)
@@ -120,6 +123,7 @@ def main():
     ap.add_argument("--limit", type=int, default=4, help="prompts per set")
     ap.add_argument("--llama-dir", default=os.path.expanduser(f"~/.cache/tandem/llama.cpp-b{LLAMA_CPP_PYTHON}"))
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--draft-type", help="also run tandem spec k=K with the draft re-quantized to this type")
     a = ap.parse_args()
     for path in missing_paths(a):
         print(f"missing: {path}", file=sys.stderr)
@@ -134,6 +138,9 @@ def main():
         f"tandem spec k={a.k}": lambda p: run_tandem(tandem + spec + ["--policy", "fixed", "--draft-max", str(a.k),
                                                                      "-p", p]),
         "tandem spec default": lambda p: run_tandem(tandem + spec + ["-p", p]),
+        **({f"tandem spec k={a.k} {a.draft_type}": lambda p: run_tandem(
+            tandem + spec + ["--draft-type", a.draft_type, "--policy", "fixed", "--draft-max", str(a.k), "-p", p])}
+           if a.draft_type else {}),
         "llama.cpp plain": lambda p: run_llama([bins["llama-cli"], "-m", a.target, "-no-cnv", "-p", p, "-n", str(a.n),
                                                 "-t", t, "--temp", "0", "-c", "4096", "-ngl", "0"]),
         f"llama.cpp spec k={a.k}": lambda p: run_llama(
@@ -166,13 +173,16 @@ def main():
     k = a.k
     print(f"\n{os.path.basename(a.target)} with {os.path.basename(a.draft)}, {a.threads} threads, n = {a.n}, "
           f"k = {k}, greedy, {a.rounds} rounds alternating, llama.cpp from llama-cpp-python {LLAMA_CPP_PYTHON}\n")
+    typed = f"tandem spec k={k} {a.draft_type}" if a.draft_type else None
+    extra = (f" | {a.draft_type} draft / plain | {a.draft_type} draft / llama.cpp spec" if typed else "")
     print("| set | " + " | ".join(names) + " | tandem spec / plain | tandem spec / llama.cpp spec | "
-          "llama.cpp spec / plain |")
-    print("|---|" + "---|" * (len(names) + 3))
+          "llama.cpp spec / plain" + extra + " |")
+    print("|---|" + "---|" * (len(names) + 3 + (2 if typed else 0)))
     for row in rows:
         ts, tp, ls, lp = row[f"tandem spec k={k}"], row["tandem plain"], row[f"llama.cpp spec k={k}"], row["llama.cpp plain"]
         cells = " | ".join(f"{row[c]:.2f}" for c in names)
-        print(f"| {row['set']} | {cells} | {ts / tp:.2f}x | {ts / ls:.2f}x | {ls / lp:.2f}x |")
+        more = f" | {row[typed] / tp:.2f}x | {row[typed] / ls:.2f}x" if typed else ""
+        print(f"| {row['set']} | {cells} | {ts / tp:.2f}x | {ts / ls:.2f}x | {ls / lp:.2f}x{more} |")
     print("\n(tok/s; acceptance: " + ", ".join(
         f"{row['set']}: tandem {row[f'tandem spec k={k} acceptance'] or 0:.2f}, llama.cpp "
         f"{row[f'llama.cpp spec k={k} acceptance'] or 0:.2f}" for row in rows) + ")")

@@ -16,15 +16,16 @@
 // The integer sums are exact, so a token's result is the same bits whatever tokens or rows
 // are computed alongside it.
 //
-// Rows after the last whole group are stored as in the file and go to the row kernels,
-// whose activations these kernels share (pair order for the 4- and 5-bit types).
-#include <algorithm>
+// Rows after the last whole group are stored as in the file and go to the row kernels
+// (tile_groups.hpp), whose activations these kernels share (pair order for the 4- and 5-bit
+// types).
 #include <cstring>
 
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/tile_groups.hpp"
 
 // Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
 
@@ -63,6 +64,8 @@ static inline int64_t act_pos(int64_t b, int e, int64_t nb) {
   return 64 * (b / 2) + 16 * (b % 2) + (e < 16 ? e : 16 + e);
 }
 
+// One group of 16 rows (its tiles from gw on) against tokens t0..t0+TN-1; lanes outside
+// `keep` are not stored.
 template <DType T, int TN>
 static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
   using K = Q32T<T>;
@@ -129,30 +132,19 @@ static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep,
   for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
 }
 
-constexpr int kTokenGroup = 8;
-
-template <DType T, int TN>
-static inline void token_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return group_tokens<T, TN>(a, gw, g, keep, t);
-    token_tail<T, TN - 1>(a, gw, g, keep, t, left);
+template <DType T>
+struct TileGroups {
+  static constexpr int kGroup = 8;
+  template <int TN>
+  static void run(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
+    group_tokens<T, TN>(a, gw, g, keep, t0);
   }
-}
+};
 
-// A RowsFn: whole groups here (a range may start or end inside one: its other lanes are
-// computed and dropped), the rows after the last whole group by the row kernel.
+// A RowsFn (tile_groups.hpp): whole groups here, the rows after them by the row kernel.
 template <DType T>
 void rows_tiles(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t full = tiled_rows(a.R), end = std::min(r1, full);
-  for (int64_t g = r0 / kTileRows * kTileRows; g < end; g += kTileRows) {
-    const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
-    const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kTileRows) - g);
-    const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    int64_t t = t0;
-    for (; t + kTokenGroup <= t1; t += kTokenGroup) group_tokens<T, kTokenGroup>(a, gw, g, keep, t);
-    if (t < t1) token_tail<T, kTokenGroup - 1>(a, gw, g, keep, t, t1 - t);
-  }
-  if (r1 > full) rows_q32(a.wt)(a, std::max(r0, full), r1, t0, t1);
+  rows_by_tiles<TileGroups<T>>(a, r0, r1, t0, t1, rows_q32(a.wt));
 }
 
 }  // namespace

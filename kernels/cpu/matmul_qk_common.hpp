@@ -72,8 +72,9 @@ static inline void fold_imin(const __m256i* isum, __m256i mins, float d, float d
 
 // One row against a group of TN tokens: y[t][r] for the group. Weights are prefetched
 // avx2::kPrefetchBytes (2 KB, tuned on Zen 3) plus `Ahead` bytes ahead.
-template <class K, int TN, int Ahead = 0>
-static void row_group(const Args& a, const uint8_t* wr, int64_t r, int64_t t0) {
+// The activations of tokens t0..t0+TN-1.
+template <int TN>
+static inline Toks<TN> toks_at(const Args& a, int64_t t0) {
   const ActLayout& l = a.xl;
   Toks<TN> x;
   #pragma GCC unroll 8
@@ -84,6 +85,13 @@ static void row_group(const Args& a, const uint8_t* wr, int64_t r, int64_t t0) {
     x.bs[t] = act_bsums(row, l);
     x.fs[t] = act_fsum(row, l);
   }
+  return x;
+}
+
+template <class K, int TN, int Ahead = 0>
+static void row_group(const Args& a, const uint8_t* wr, int64_t r, int64_t t0) {
+  const ActLayout& l = a.xl;
+  const Toks<TN> x = toks_at<TN>(a, t0);
   __m256 acc[TN];
   #pragma GCC unroll 8
   for (int t = 0; t < TN; ++t) acc[t] = _mm256_setzero_ps();

@@ -13,7 +13,6 @@
 // Rows outside whole groups (the last R % 16) are stored as in the file and go to the file
 // kernels of matmul_qk_avx512.cpp, whose activations these kernels share: Q4_K reads its
 // 32-element chunks in that kernel's nibble order.
-#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -23,6 +22,7 @@
 #include "kernels/cpu/simd_avx512.hpp"
 #include "kernels/cpu/matmul_qk_common.hpp"
 #include "kernels/cpu/matmul_qk_avx512_order.hpp"
+#include "kernels/cpu/tile_groups.hpp"
 
 // Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
 
@@ -169,62 +169,37 @@ struct TileQ6K {
 
 // One group of 16 rows (its tiles from gw on) against tokens t0..t0+TN-1; lanes outside
 // `keep` are not stored. Weights are prefetched 4 KB ahead, as in the row kernels.
-template <class K, int TN>
-static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
-  const ActLayout& l = a.xl;
-  Toks<TN> x;
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) {
-    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
-    x.q[t] = act_q(row);
-    x.d[t] = act_d(row, l);
-    x.bs[t] = act_bsums(row, l);
-    x.fs[t] = act_fsum(row, l);
-  }
-  __m512 acc[TN];
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t bi = 0; bi < l.nb; ++bi) {
-    const u8* tw = gw + static_cast<size_t>(bi) * K::kBytes;
-    avx2::prefetch_ahead(tw + 2048, K::kBytes);
-    K::template tile<TN>(tw, x, bi, acc);
-  }
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
-}
-
-constexpr int kTokenGroup = 8;
-
-template <class K, int TN>
-static inline void token_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t, int64_t left) {
-  if constexpr (TN > 0) {
-    if (left == TN) return group_tokens<K, TN>(a, gw, g, keep, t);
-    token_tail<K, TN - 1>(a, gw, g, keep, t, left);
-  }
-}
-
-// A RowsFn: whole groups here (a range may start or end inside one: its other lanes are
-// computed and dropped), the rows after the last whole group by the file kernel.
 template <class K>
-void rows_packed(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t full = tiled_rows(a.R), end = std::min(r1, full);
-  for (int64_t g = r0 / kTileRows * kTileRows; g < end; g += kTileRows) {
-    const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
-    const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kTileRows) - g);
-    const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    int64_t t = t0;
-    for (; t + kTokenGroup <= t1; t += kTokenGroup) group_tokens<K, kTokenGroup>(a, gw, g, keep, t);
-    if (t < t1) token_tail<K, kTokenGroup - 1>(a, gw, g, keep, t, t1 - t);
+struct TileGroups {
+  static constexpr int kGroup = 8;
+  template <int TN>
+  static void run(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
+    const Toks<TN> x = qk::toks_at<TN>(a, t0);
+    __m512 acc[TN];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t bi = 0; bi < a.xl.nb; ++bi) {
+      const u8* tw = gw + static_cast<size_t>(bi) * K::kBytes;
+      avx2::prefetch_ahead(tw + 2048, K::kBytes);
+      K::template tile<TN>(tw, x, bi, acc);
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
-  if (r1 > full) rows_qk(a.wt)(a, std::max(r0, full), r1, t0, t1);
+};
+
+// A RowsFn (tile_groups.hpp): whole groups here, the rows after them by the file kernel.
+template <class K>
+void rows_tiles(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  rows_by_tiles<TileGroups<K>>(a, r0, r1, t0, t1, rows_qk(a.wt));
 }
 
 }  // namespace
 
 RowsFn rows_qk_tiles(DType t) {
   switch (t) {
-    case DType::Q4_K: return rows_packed<TileQ4K>;
-    case DType::Q6_K: return rows_packed<TileQ6K>;
+    case DType::Q4_K: return rows_tiles<TileQ4K>;
+    case DType::Q6_K: return rows_tiles<TileQ6K>;
     default: return nullptr;
   }
 }

@@ -12,25 +12,15 @@
 namespace tandem::kernels::cpu::mm {
 namespace {
 
-// Where a file block keeps its fields (-1: absent).
-struct FileBlock {
-  int bytes, d, m, qh, qs;
-};
-FileBlock file_block(DType t) {
-  switch (t) {
-    case DType::Q4_0: return {blk::q4_0::size, blk::q4_0::d, -1, -1, blk::q4_0::qs};
-    case DType::Q4_1: return {blk::q4_1::size, blk::q4_1::d, blk::q4_1::m, -1, blk::q4_1::qs};
-    case DType::Q5_0: return {blk::q5_0::size, blk::q5_0::d, -1, blk::q5_0::qh, blk::q5_0::qs};
-    case DType::Q5_1: return {blk::q5_1::size, blk::q5_1::d, blk::q5_1::m, blk::q5_1::qh, blk::q5_1::qs};
-    case DType::Q8_0: return {blk::q8_0::size, blk::q8_0::d, -1, -1, blk::q8_0::qs};
-    default: throw std::invalid_argument(std::string("no packed row layout for ") + dtype_name(t));
-  }
+blk::Q32Fields file_block(DType t) {
+  if (!q32_packs(t)) throw std::invalid_argument(std::string("no packed row layout for ") + dtype_name(t));
+  return blk::q32_fields(t);
 }
 
 // Moves every field between a file row (blocks) and a packed row (arrays); `pack` says
 // which way. Only the fifth bits of block pairs are re-ordered; the rest is copied.
 void convert(DType t, const uint8_t* src, uint8_t* dst, int64_t cols, bool pack) {
-  const FileBlock f = file_block(t);
+  const blk::Q32Fields f = file_block(t);
   if (cols % 32 != 0) throw std::invalid_argument("packed rows need a multiple of 32 elements");
   const int64_t nb = cols / 32;
   const PackedQ32 p = packed_q32(t, nb);

@@ -121,26 +121,13 @@ void pack_q6k(const uint8_t* const* blocks, uint8_t* tile) {
   }
 }
 
-// 32-element types. Where a file block keeps its fields (-1: absent).
-struct Q32File {
-  int bytes, d, m, qh, qs;
-};
-Q32File q32_file(DType t) {
-  switch (t) {
-    case DType::Q4_0: return {blk::q4_0::size, blk::q4_0::d, -1, -1, blk::q4_0::qs};
-    case DType::Q4_1: return {blk::q4_1::size, blk::q4_1::d, blk::q4_1::m, -1, blk::q4_1::qs};
-    case DType::Q5_0: return {blk::q5_0::size, blk::q5_0::d, -1, blk::q5_0::qh, blk::q5_0::qs};
-    case DType::Q5_1: return {blk::q5_1::size, blk::q5_1::d, blk::q5_1::m, blk::q5_1::qh, blk::q5_1::qs};
-    default: return {blk::q8_0::size, blk::q8_0::d, -1, -1, blk::q8_0::qs};
-  }
-}
-
+// 32-element types (blk::q32_fields: where a file block keeps its fields).
 // Codes: 4 bytes of each row per vector, as the file stores them (a 4-bit type's qs byte j
 // holds elements j and 16 + j); fifth bits: file bit e of row r to bit 4r + e % 4 of mask
 // e / 4.
 template <DType T>
 void pack_q32t(const uint8_t* const* blocks, uint8_t* tile) {
-  const Q32File f = q32_file(T);
+  const blk::Q32Fields f = blk::q32_fields(T);
   const Q32Tile p = q32_tile(T);
   const int vectors = T == DType::Q8_0 ? 8 : 4;
   uint64_t masks[8] = {};
@@ -159,7 +146,7 @@ void pack_q32t(const uint8_t* const* blocks, uint8_t* tile) {
 
 template <DType T>
 void unpack_q32t(const uint8_t* tile, uint8_t* const* blocks) {
-  const Q32File f = q32_file(T);
+  const blk::Q32Fields f = blk::q32_fields(T);
   const Q32Tile p = q32_tile(T);
   const int vectors = T == DType::Q8_0 ? 8 : 4;
   uint64_t masks[8] = {};

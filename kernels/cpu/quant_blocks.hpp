@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/dtype.hpp"
 
 namespace tandem::kernels::cpu::blk {
 
@@ -45,6 +46,21 @@ namespace q5_1 { constexpr int d = 0, m = 2, qh = 4, qs = 8, size = 24; }
 namespace q8_0 { constexpr int d = 0, qs = 2, size = 34; }
 namespace q2_k { constexpr int scales = 0, qs = 16, d = 80, dmin = 82, size = 84; }
 namespace q3_k { constexpr int hmask = 0, qs = 32, scales = 96, d = 108, size = 110; }
+// Where a 32-element block keeps its fields (-1: absent; bytes 0 for another type).
+struct Q32Fields {
+  int bytes, d, m, qh, qs;
+};
+static inline Q32Fields q32_fields(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {q4_0::size, q4_0::d, -1, -1, q4_0::qs};
+    case DType::Q4_1: return {q4_1::size, q4_1::d, q4_1::m, -1, q4_1::qs};
+    case DType::Q5_0: return {q5_0::size, q5_0::d, -1, q5_0::qh, q5_0::qs};
+    case DType::Q5_1: return {q5_1::size, q5_1::d, q5_1::m, q5_1::qh, q5_1::qs};
+    case DType::Q8_0: return {q8_0::size, q8_0::d, -1, -1, q8_0::qs};
+    default: return {0, -1, -1, -1, -1};
+  }
+}
+
 namespace q4_k { constexpr int d = 0, dmin = 2, scales = 4, qs = 16, size = 144; }
 namespace q5_k { constexpr int d = 0, dmin = 2, scales = 4, qh = 16, qs = 48, size = 176; }
 namespace q6_k { constexpr int ql = 0, qh = 128, scales = 192, d = 208, size = 210; }
