@@ -37,14 +37,6 @@ namespace {
 using namespace avx512;
 using u8 = uint8_t;
 
-static inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-static inline __m512 f16x16(const u8* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 template <DType T>
 struct Q32T {

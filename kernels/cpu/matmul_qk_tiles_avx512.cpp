@@ -35,14 +35,6 @@ using namespace avx512;
 using qk::Toks;
 using u8 = uint8_t;
 
-static inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-static inline __m512 f16x16(const u8* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 // Calls f(std::integral_constant<int, J>) for J = 0..N-1: scale groups by constant index,
 // so lane extractions take immediates.
 template <class F, int... J>

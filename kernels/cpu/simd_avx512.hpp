@@ -93,6 +93,16 @@ static inline __m512i _mm512_mask_i32gather_epi32(__m512i src, __mmask16 k, __m5
 #endif
 
 static inline __m512i loadu512(const void* p) { return _mm512_loadu_si512(p); }
+// The 32-bit word at p in every lane.
+static inline __m512i bcast32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+// 16 f16 at p as floats.
+static inline __m512 f16x16(const void* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+}
 
 // Horizontal sum in a fixed order (results must not depend on the caller).
 static inline float hsum512(__m512 v) {
