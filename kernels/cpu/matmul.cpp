@@ -77,12 +77,13 @@ mm::RowsFn rows_of(const mm::IsaKernels& k, DType t, Layout layout) {
 }
 
 // The best kernel set at or below `isa` that handles type t in that row layout (a level may
-// leave a type to the one below; the scalar level takes every packed type by unpacking).
+// leave a type to the one below; the scalar level takes every packed or tiled type by
+// unpacking).
 // Rows and activation quantizer must come from the same set.
-const mm::IsaKernels* pick(Isa isa, DType t, Layout packed) {
+const mm::IsaKernels* pick(Isa isa, DType t, Layout layout) {
   for (int l = static_cast<int>(isa); l >= 0; --l) {
     const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
-    if (k && rows_of(*k, t, packed)) return k;
+    if (k && rows_of(*k, t, layout)) return k;
   }
   return nullptr;
 }
@@ -184,8 +185,8 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     const size_t rb = tandem::row_bytes(r.args.wt, C);
     const int64_t by_bytes = static_cast<int64_t>(std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, rb)));
     r.chunk = std::min(by_bytes, by_threads);
-    // Interleaved K-quant weights: chunks of whole 16-row groups (a chunk may end inside
-    // one, but then its kernel computes lanes it drops).
+    // Tiled weights: chunks of whole 16-row groups (a chunk could end inside one, but then
+    // its kernel would compute lanes it drops).
     if (r.tiled)
       r.chunk = (r.chunk + mm::kTileRows - 1) / mm::kTileRows * mm::kTileRows;
     r.first_unit = n_units;

@@ -3,16 +3,17 @@
 // activations. For Q4_K, Q6_K and the 32-element types; only its matmul reads it
 // (Backend::pack_weight), and only its AVX-512 kernels multiply it fast.
 //
-// Why, for the K-quants: a row-at-a-time K-quant kernel spends two multiply instructions per 64 codes and
-// token (vpmaddubsw, then vpdpwssd to apply the group scales, which differ from group to
-// group along a row). With 16 rows in the lanes of one vector, the 32 (Q4_K) or 16 (Q6_K)
-// codes of a group are summed by plain vpdpbusd, and the group scale, which now varies by
-// lane, is applied once per group with one vpmulld: about 1.25 multiplies per 64 codes and
-// token. Verification passes (4-9 tokens) are bound by that arithmetic, not by memory.
+// Why, for the K-quants: a row-at-a-time kernel spends two multiply instructions per 64
+// codes and token (vpmaddubsw, then vpdpwssd to apply the group scales, which differ from
+// group to group along a row). With 16 rows in the lanes of one vector, the 32 (Q4_K) or 16
+// (Q6_K) codes of a group are summed by plain vpdpbusd, and the group scale, which now
+// varies by lane, is applied once per group with one vpmulld: about 1.25 multiplies per 64
+// codes and token. Verification passes (4-9 tokens) are bound by that arithmetic, not by
+// memory.
 //
 // A matrix's rows go in groups of 16; group g takes the bytes of its rows in the file
-// (rows 16g..16g+15, so every group keeps its size and place) as one tile per 256-element
-// block, tile after tile. The last R % 16 rows stay as stored. Tile fields (r = row in
+// (rows 16g..16g+15, so every group keeps its size and place) as one tile per block, tile
+// after tile. The last R % 16 rows stay as stored. Tile fields (r = row in
 // the group, 0-15):
 //   Q4_K (16 x 144 bytes):
 //     d[16] f16 | dmin[16] f16 | scales[12][16] (byte k of row r's 12 packed 6-bit scale
