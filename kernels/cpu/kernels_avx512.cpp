@@ -21,13 +21,14 @@ RowsFn rows(DType t) {
   if (RowsFn f = TANDEM_AVX512_NS::rows_qk(t)) return f;
   return TANDEM_AVX512_NS::rows_q32(t);
 }
-// The 32-block kernels read activations in the AVX2 kernels' pair order, quantized by the
-// AVX2 code (AVX-512 CPUs have AVX2), in file and packed layouts alike.
 // Weights in 16-row tiles: the K-quants and the 32-element types.
 RowsFn rows_tiled(DType t) {
   if (RowsFn f = TANDEM_AVX512_NS::rows_qk_tiles(t)) return f;
   return TANDEM_AVX512_NS::rows_q32_tiles(t);
 }
+// The 32-block kernels read activations in the AVX2 kernels' pair order, quantized by the
+// AVX2 code (AVX-512 CPUs have AVX2), in file, packed and tiled layouts alike; each tiled
+// kernel reads the activations of its type's row kernel.
 QuantFn quant(DType t) {
   switch (family(t)) {
     case Family::Q32: return avx2_quant_q32_for(t);

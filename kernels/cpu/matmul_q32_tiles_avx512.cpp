@@ -58,78 +58,75 @@ static inline int64_t act_pos(int64_t b, int e, int64_t nb) {
 
 // One group of 16 rows (its tiles from gw on) against tokens t0..t0+TN-1; lanes outside
 // `keep` are not stored.
-template <DType T, int TN>
-static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
-  using K = Q32T<T>;
-  const Q32Tile p = q32_tile(T);
-  const ActLayout& l = a.xl;
-  const int8_t* xq[TN];
-  const float* xd[TN];
-  const float* xs[TN];
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) {
-    const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
-    xq[t] = act_q(row);
-    xd[t] = act_d(row, l);
-    xs[t] = act_s(row, l);
-  }
-  __m512 acc[TN];
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
-  const __m512i m4 = _mm512_set1_epi8(0x0f), x80 = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < l.nb; ++b) {
-    const u8* w = gw + static_cast<size_t>(b) * static_cast<size_t>(p.size);
-    avx2::prefetch_ahead(w + 2048, p.size);
-    // Code vector k: elements 4k..4k+3 of the 16 rows (k = 0..7).
-    __m512i c[8];
-    if constexpr (K::kSigned) {
-      for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(loadu512(w + p.codes + 64 * k), x80);
-    } else {
-      for (int v = 0; v < 4; ++v) {
-        const __m512i z = loadu512(w + p.codes + 64 * v);
-        c[v] = _mm512_and_si512(z, m4);
-        c[4 + v] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-      }
-      if constexpr (K::kFifth) {
-        uint64_t masks[8];
-        std::memcpy(masks, w + p.qh, sizeof masks);
-        for (int k = 0; k < 8; ++k)
-          c[k] = _mm512_mask_add_epi8(c[k], static_cast<__mmask64>(masks[k]), c[k], _mm512_set1_epi8(0x10));
-      }
-    }
-    const __m512 dw = f16x16(w + p.d);
-    __m512 mw = _mm512_setzero_ps();
-    if constexpr (K::kMin) mw = f16x16(w + p.m);
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; ++t) {
-      const int8_t* q = xq[t];
-      // Two chains (integer sums: the order does not change the result).
-      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-      for (int k = 0; k < 8; k += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, c[k], bcast32(q + act_pos<T>(b, 4 * k, l.nb)));
-        s1 = _mm512_dpbusd_epi32(s1, c[k + 1], bcast32(q + act_pos<T>(b, 4 * k + 4, l.nb)));
-      }
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-      const float dx = xd[t][b], s = xs[t][b];
-      if constexpr (K::kMin) {
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(dx)), dw, acc[t]);
-        acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s), acc[t]);
-      } else {
-        const __m512 v = _mm512_fmadd_ps(f, _mm512_set1_ps(dx), _mm512_set1_ps(-K::kOffset * s));
-        acc[t] = _mm512_fmadd_ps(v, dw, acc[t]);
-      }
-    }
-  }
-  #pragma GCC unroll 8
-  for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
-}
-
 template <DType T>
 struct TileGroups {
   static constexpr int kGroup = 8;
   template <int TN>
   static void run(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0) {
-    group_tokens<T, TN>(a, gw, g, keep, t0);
+    using K = Q32T<T>;
+    const Q32Tile p = q32_tile(T);
+    const ActLayout& l = a.xl;
+    const int8_t* xq[TN];
+    const float* xd[TN];
+    const float* xs[TN];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) {
+      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      xq[t] = act_q(row);
+      xd[t] = act_d(row, l);
+      xs[t] = act_s(row, l);
+    }
+    __m512 acc[TN];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), x80 = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t b = 0; b < l.nb; ++b) {
+      const u8* w = gw + static_cast<size_t>(b) * static_cast<size_t>(p.size);
+      avx2::prefetch_ahead(w + 2048, p.size);
+      // Code vector k: elements 4k..4k+3 of the 16 rows (k = 0..7).
+      __m512i c[8];
+      if constexpr (K::kSigned) {
+        for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(loadu512(w + p.codes + 64 * k), x80);
+      } else {
+        for (int v = 0; v < 4; ++v) {
+          const __m512i z = loadu512(w + p.codes + 64 * v);
+          c[v] = _mm512_and_si512(z, m4);
+          c[4 + v] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+        }
+        if constexpr (K::kFifth) {
+          uint64_t masks[8];
+          std::memcpy(masks, w + p.qh, sizeof masks);
+          for (int k = 0; k < 8; ++k)
+            c[k] = _mm512_mask_add_epi8(c[k], static_cast<__mmask64>(masks[k]), c[k], _mm512_set1_epi8(0x10));
+        }
+      }
+      const __m512 dw = f16x16(w + p.d);
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (K::kMin) mw = f16x16(w + p.m);
+      int64_t pos[8];  // where each code vector's 4 activations are, the same for every token
+      for (int k = 0; k < 8; ++k) pos[k] = act_pos<T>(b, 4 * k, l.nb);
+      #pragma GCC unroll 8
+      for (int t = 0; t < TN; ++t) {
+        const int8_t* q = xq[t];
+        // Two chains (integer sums: the order does not change the result).
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, c[k], bcast32(q + pos[k]));
+          s1 = _mm512_dpbusd_epi32(s1, c[k + 1], bcast32(q + pos[k + 1]));
+        }
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+        const float dx = xd[t][b], s = xs[t][b];
+        if constexpr (K::kMin) {
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(dx)), dw, acc[t]);
+          acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s), acc[t]);
+        } else {
+          const __m512 v = _mm512_fmadd_ps(f, _mm512_set1_ps(dx), _mm512_set1_ps(-K::kOffset * s));
+          acc[t] = _mm512_fmadd_ps(v, dw, acc[t]);
+        }
+      }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 

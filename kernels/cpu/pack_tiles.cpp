@@ -164,53 +164,55 @@ void unpack_q32t(const uint8_t* tile, uint8_t* const* blocks) {
   }
 }
 
+// A type's tile movers, and its block's elements and bytes.
 struct TileKind {
-  int block_bytes;
   void (*pack)(const uint8_t* const*, uint8_t*);
   void (*unpack)(const uint8_t*, uint8_t* const*);
+  int64_t elements = 0;
+  size_t block_bytes = 0;
 };
-TileKind kind(DType t) {
+TileKind kind(DType t, int64_t cols) {
+  TileKind k;
   switch (t) {
-    case DType::Q4_K: return {blk::q4_k::size, pack_q4k, unpack_q4k};
-    case DType::Q6_K: return {blk::q6_k::size, pack_q6k, unpack_q6k};
-    case DType::Q4_0: return {blk::q4_0::size, pack_q32t<DType::Q4_0>, unpack_q32t<DType::Q4_0>};
-    case DType::Q4_1: return {blk::q4_1::size, pack_q32t<DType::Q4_1>, unpack_q32t<DType::Q4_1>};
-    case DType::Q5_0: return {blk::q5_0::size, pack_q32t<DType::Q5_0>, unpack_q32t<DType::Q5_0>};
-    case DType::Q5_1: return {blk::q5_1::size, pack_q32t<DType::Q5_1>, unpack_q32t<DType::Q5_1>};
-    case DType::Q8_0: return {blk::q8_0::size, pack_q32t<DType::Q8_0>, unpack_q32t<DType::Q8_0>};
-    default: throw std::invalid_argument(std::string("no interleaved layout for ") + dtype_name(t));
+    case DType::Q4_K: k = {pack_q4k, unpack_q4k}; break;
+    case DType::Q6_K: k = {pack_q6k, unpack_q6k}; break;
+    case DType::Q4_0: k = {pack_q32t<DType::Q4_0>, unpack_q32t<DType::Q4_0>}; break;
+    case DType::Q4_1: k = {pack_q32t<DType::Q4_1>, unpack_q32t<DType::Q4_1>}; break;
+    case DType::Q5_0: k = {pack_q32t<DType::Q5_0>, unpack_q32t<DType::Q5_0>}; break;
+    case DType::Q5_1: k = {pack_q32t<DType::Q5_1>, unpack_q32t<DType::Q5_1>}; break;
+    case DType::Q8_0: k = {pack_q32t<DType::Q8_0>, unpack_q32t<DType::Q8_0>}; break;
+    default: throw std::invalid_argument(std::string("no tiled layout for ") + dtype_name(t));
   }
+  k.elements = dtype_info(t).block_size;
+  k.block_bytes = dtype_info(t).type_size;
+  if (cols % k.elements != 0) throw std::invalid_argument("tiled rows need whole blocks");
+  return k;
 }
-
-int64_t block_elements(DType t) { return t == DType::Q4_K || t == DType::Q6_K ? 256 : 32; }
 
 }  // namespace
 
 void tile_group(DType t, const uint8_t* src, size_t src_stride, uint8_t* dst, int64_t cols) {
-  const TileKind k = kind(t);
-  const int64_t n = block_elements(t);
-  if (cols % n != 0) throw std::invalid_argument("tiled rows need whole blocks");
-  const size_t tile = static_cast<size_t>(G * k.block_bytes);
+  const TileKind k = kind(t, cols);
+  const size_t tile = G * k.block_bytes;
   const uint8_t* rows[G];
-  for (int64_t b = 0; b < cols / n; ++b) {
-    for (int r = 0; r < G; ++r) rows[r] = src + static_cast<size_t>(r) * src_stride + static_cast<size_t>(b * k.block_bytes);
+  for (int64_t b = 0; b < cols / k.elements; ++b) {
+    const size_t at = static_cast<size_t>(b) * k.block_bytes;
+    for (int r = 0; r < G; ++r) rows[r] = src + static_cast<size_t>(r) * src_stride + at;
     k.pack(rows, dst + tile * static_cast<size_t>(b));
   }
 }
 
 void untile_row(DType t, const uint8_t* group, int i, uint8_t* dst, int64_t cols) {
-  const TileKind k = kind(t);
-  const int64_t n = block_elements(t);
-  if (cols % n != 0) throw std::invalid_argument("tiled rows need whole blocks");
+  const TileKind k = kind(t, cols);
   if (i < 0 || i >= G) throw std::invalid_argument("row outside its group");
-  const size_t tile = static_cast<size_t>(G * k.block_bytes);
+  const size_t tile = G * k.block_bytes;
   // All 16 blocks of a tile are rebuilt (the moves are per tile); row i's is kept.
   std::vector<uint8_t> blocks(tile);
   uint8_t* rows[G];
-  for (int r = 0; r < G; ++r) rows[r] = blocks.data() + static_cast<size_t>(r * k.block_bytes);
-  for (int64_t b = 0; b < cols / n; ++b) {
+  for (int r = 0; r < G; ++r) rows[r] = blocks.data() + static_cast<size_t>(r) * k.block_bytes;
+  for (int64_t b = 0; b < cols / k.elements; ++b) {
     k.unpack(group + tile * static_cast<size_t>(b), rows);
-    std::memcpy(dst + static_cast<size_t>(b * k.block_bytes), rows[i], static_cast<size_t>(k.block_bytes));
+    std::memcpy(dst + static_cast<size_t>(b) * k.block_bytes, rows[i], k.block_bytes);
   }
 }
 

@@ -30,8 +30,8 @@
 //     with element 4v + i in the low nibble and 16 + 4v + i in the high one (the file's qs
 //     bytes 4v..4v+3 as stored); Q8_0 [8 g][16 r][4 i], element 4g + i
 //   (The 32-element types' row kernels pay a scale permute, a conversion and an FMA per
-//   block pair and token; a tile's 16 rows meet their scales as one vector: about 3
-//   instructions per 512 products instead of 4 per 64.)
+//   block pair (64 products) and token; a tile's 16 rows meet their scales as one vector:
+//   a conversion and two FMAs per 512 products.)
 // Everything a byte move of the file's fields; codes keep their offsets.
 //
 // Everything here is `static` (see quant_blocks.hpp): SIMD kernel files include it too.

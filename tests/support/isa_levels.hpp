@@ -19,9 +19,9 @@ inline bool avx512_emulated() {
   static const bool on = [] {
 #if defined(TANDEM_HAVE_AVX512_EMULATION)
     const char* force = std::getenv("TANDEM_TEST_AVX512_EMULATED");
-    if (force && std::string(force) == "1") {
+    if (kernels::cpu::detected_isa() == kernels::cpu::Isa::Avx512 && force && std::string(force) == "1") {
       kernels::cpu::mm::install_avx512_kernels_for_testing(kernels::cpu::mm::avx512_emulated_kernels());
-      return false;  // the Avx512 level is already in supported_isas()
+      return false;  // the detected Avx512 level is already in supported_isas()
     }
     if (kernels::cpu::detected_isa() == kernels::cpu::Isa::Avx2) {
       kernels::cpu::mm::install_avx512_kernels_for_testing(kernels::cpu::mm::avx512_emulated_kernels());
