@@ -231,10 +231,13 @@ def sigterm_in_flight(server, tally):
         except Exception as e:  # noqa: BLE001
             tally.add("failed", why=f"stream at SIGTERM: {type(e).__name__}: {e}")
 
+    # SIGTERM only once the scheduler has accepted all 16: a request that reaches the
+    # server after the signal is rightly answered 503, which is not what this checks.
+    base = server.metrics().get("tandem_requests_total", 0)
     with cf.ThreadPoolExecutor(16) as ex:
         futs = [ex.submit(one, i) for i in range(16)]
         deadline = time.time() + 120
-        while time.time() < deadline and server.metrics().get("tandem_running_sequences", 0) < 1:
+        while time.time() < deadline and server.metrics().get("tandem_requests_total", 0) - base < 16:
             time.sleep(0.05)
         in_flight = server.metrics().get("tandem_running_sequences", 0) + server.metrics().get("tandem_queue_length", 0)
         server.proc.send_signal(signal.SIGTERM)
