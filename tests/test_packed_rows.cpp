@@ -59,8 +59,13 @@ bool packing_expected() {
   const char* v = std::getenv("TANDEM_PACK");
   return cpu::active_isa() != Isa::Scalar && !(v && std::string(v) == "0");
 }
-// 16-row tiles: only the AVX-512 level has kernels for them (and then prefers them).
-bool tiling_expected() { return packing_expected() && cpu::active_isa() == Isa::Avx512; }
+// 16-row tiles, preferred to packed rows where a level has kernels for them: AVX-512 for
+// every tiled type, AVX2 for Q4_0, Q4_1 and Q4_K (matmul_*_tiles_avx2.cpp say why).
+bool tiling_expected(DType t) {
+  if (!packing_expected() || !cpu::mm::has_tiles(t)) return false;
+  return cpu::active_isa() == Isa::Avx512 ||
+         (cpu::active_isa() == Isa::Avx2 && (t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q4_K));
+}
 
 std::vector<uint8_t> packed_copy(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols) {
   std::vector<uint8_t> p(w.size());
@@ -192,9 +197,9 @@ TEST(PackedRows, BackendPacksWhereItHasAKernel) {
   EXPECT_EQ(be->pack_weight(DType::Q5_K, w.data(), 1, 256), nullptr);
   for (DType t : kQ32) EXPECT_EQ(be->packs_weights(t), packing_expected()) << dtype_name(t);
   for (DType t : kTiled) {
-    EXPECT_EQ(be->packs_weights(t), tiling_expected() || (packing_expected() && cpu::mm::q32_packs(t))) << dtype_name(t);
+    EXPECT_EQ(be->packs_weights(t), tiling_expected(t) || (packing_expected() && cpu::mm::q32_packs(t))) << dtype_name(t);
     if (be->packs_weights(t)) {
-      EXPECT_EQ(be->packed_layout(t), tiling_expected() ? kernels::RowLayout::Tiled : kernels::RowLayout::Packed);
+      EXPECT_EQ(be->packed_layout(t), tiling_expected(t) ? kernels::RowLayout::Tiled : kernels::RowLayout::Packed);
     }
   }
   std::unique_ptr<kernels::Buffer> pbuf;
@@ -260,7 +265,7 @@ TEST(PackedRows, ModelPacksItsMatricesNotTheEmbeddings) {
     test::write_tiny_model(path, spec);
     auto be = kernels::make_cpu_backend(2);
     const bool packs = be->packs_weights(wt);
-    EXPECT_EQ(packs, wt == DType::Q4_K ? tiling_expected() : packing_expected());
+    EXPECT_EQ(packs, wt == DType::Q4_K ? tiling_expected(wt) : packing_expected());
     auto m = Model::load(path, *be);
     SCOPED_TRACE(std::string(dtype_name(wt)) + (tied ? " tied" : " untied") +
                  (packs ? ", packing" : ", this CPU level has no packed kernel"));

@@ -26,12 +26,17 @@ std::string CpuBackend::description() const {
   std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
                   "; chosen at start from the CPU features below, capped by TANDEM_ISA)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
-  if (tiles_rows(DType::Q4_0))
-    s += "\n  weights: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K in 16-row tiles at load (TANDEM_PACK=0 keeps them as stored)";
-  else if (packs_rows(DType::Q4_0))
-    s += "\n  weights: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 rows packed at load (TANDEM_PACK=0 keeps them as stored)";
-  else
+  std::string tiled, packed;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    if (tiles_rows(t)) tiled += std::string(" ") + dtype_name(t);
+    else if (packs_rows(t)) packed += std::string(" ") + dtype_name(t);
+  }
+  if (tiled.empty() && packed.empty())
     s += "\n  weights: as stored (no packed kernels at this level, or TANDEM_PACK=0)";
+  else
+    s += "\n  weights:" + (tiled.empty() ? std::string() : tiled + " in 16-row tiles") +
+         (packed.empty() ? std::string() : (tiled.empty() ? "" : ";") + packed + " rows packed") +
+         " at load (TANDEM_PACK=0 keeps them as stored)";
   s += "\n  cpu features:";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) s += " avx2";

@@ -16,10 +16,16 @@ QuantFn avx2_quant(DType t) {
     default: return nullptr;
   }
 }
+// Weights in 16-row tiles: Q4_K, Q4_0, Q4_1 (the other types keep their packed or file
+// rows at this level: matmul_*_tiles_avx2.cpp say why).
+RowsFn avx2_rows_tiled(DType t) {
+  if (RowsFn f = avx2_rows_qk_tiles(t)) return f;
+  return avx2_rows_q32_tiles(t);
+}
 }  // namespace
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant, avx2_rows_q32_packed};
+  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant, avx2_rows_q32_packed, avx2_rows_tiled};
   return &k;
 }
 

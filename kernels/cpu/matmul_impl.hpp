@@ -113,6 +113,8 @@ RowsFn avx2_rows_float(DType t);
 RowsFn avx2_rows_q32(DType t);
 RowsFn avx2_rows_q32_packed(DType t);
 RowsFn avx2_rows_qk(DType t);
+RowsFn avx2_rows_qk_tiles(DType t);   // Q4_K in 16-row tiles
+RowsFn avx2_rows_q32_tiles(DType t);  // Q4_0, Q4_1 in 16-row tiles
 QuantFn avx2_quant_qk_for(DType t);  // K-quant activations in the order each kernel reads
 QuantFn avx2_quant_q32_for(DType t);  // 32-block activations in the order each kernel reads
 void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);

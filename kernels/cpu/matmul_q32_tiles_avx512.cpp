@@ -21,6 +21,7 @@
 // types).
 #include <cstring>
 
+#include "kernels/cpu/act_order.hpp"
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
@@ -46,15 +47,6 @@ struct Q32T {
   // The value of code 0 is -kOffset * d (types without a min).
   static constexpr float kOffset = kSigned ? 128.0f : kFifth ? 16.0f : 8.0f;
 };
-
-// Where element e of block b of a token's codes is (the row kernels' activation order):
-// Q8_0 natural; the 4- and 5-bit types in pairs of blocks A, B as A 0-15, B 0-15, A 16-31,
-// B 16-31, an odd last block natural.
-template <DType T>
-static inline int64_t act_pos(int64_t b, int e, int64_t nb) {
-  if (T == DType::Q8_0 || (b == nb - 1 && nb % 2 == 1)) return 32 * b + e;
-  return 64 * (b / 2) + 16 * (b % 2) + (e < 16 ? e : 16 + e);
-}
 
 // One group of 16 rows (its tiles from gw on) against tokens t0..t0+TN-1; lanes outside
 // `keep` are not stored.
@@ -104,7 +96,7 @@ struct TileGroups {
       __m512 mw = _mm512_setzero_ps();
       if constexpr (K::kMin) mw = f16x16(w + p.m);
       int64_t pos[8];  // where each code vector's 4 activations are, the same for every token
-      for (int k = 0; k < 8; ++k) pos[k] = act_pos<T>(b, 4 * k, l.nb);
+      for (int k = 0; k < 8; ++k) pos[k] = act_order::q32(T, b, 4 * k, l.nb);
       #pragma GCC unroll 8
       for (int t = 0; t < TN; ++t) {
         const int8_t* q = xq[t];

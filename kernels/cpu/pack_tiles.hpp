@@ -1,7 +1,8 @@
 // The CPU backend's tiled layout (RowLayout::Tiled): 16 rows of a matrix side by side, so
 // that one AVX-512 VNNI instruction (vpdpbusd) multiplies 4 codes of 16 rows by the same 4
 // activations. For Q4_K, Q6_K and the 32-element types; only its matmul reads it
-// (Backend::pack_weight), and only its AVX-512 kernels multiply it fast.
+// (Backend::pack_weight). The AVX-512 kernels multiply every such type; the AVX2 ones
+// (no vpdpbusd: vpmaddubsw on each 8-row half) Q4_K, Q4_0 and Q4_1, where tiles pay there.
 //
 // Why, for the K-quants: a row-at-a-time kernel spends two multiply instructions per 64
 // codes and token (vpmaddubsw, then vpdpwssd to apply the group scales, which differ from
@@ -67,7 +68,7 @@ constexpr int d = 0, scales = 32, codes = 288, group_bytes = 192, size = 16 * 21
 struct Q32Tile {
   int d = 0, m = -1, qh = -1, codes = 0, size = 0;
 };
-static inline Q32Tile q32_tile(DType t) {
+static constexpr Q32Tile q32_tile(DType t) {
   Q32Tile p;
   const bool has_m = t == DType::Q4_1 || t == DType::Q5_1, has_qh = t == DType::Q5_0 || t == DType::Q5_1;
   int o = 32;
