@@ -28,7 +28,8 @@ struct TuneArgs {
   std::string draft_mode;  // "", "model", "ngram"
   std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
   std::string draft_vocabs;  // "" → automatic (see add_tune)
-  std::string draft_types;   // "" → the --draft-type given (keep by default)
+  std::string draft_types;   // "" → default_draft_types
+  bool draft_type_given = false;  // --draft-type was on the command line
   int32_t n_tokens = 64, reps = 1, ar_every = 3, calib_reps = 5;
   uint64_t seed = 1;
   float alpha_prior = 0.0f;
@@ -99,8 +100,8 @@ int run_tune_command(const TuneArgs& a) {
   // re-quantized as it loads (engine/model/requantize.hpp).
   std::vector<std::string> types = {"keep"};
   if (o.mode == DraftMode::Model)
-    types = parse_draft_type_list(a.draft_types.empty() ? (load.draft_type.empty() ? "keep" : load.draft_type)
-                                                        : a.draft_types);
+    types = a.draft_types.empty() ? default_draft_types(a.draft_type_given, load.draft_type)
+                                  : parse_draft_type_list(a.draft_types);
   load.draft_type = types.front();
   auto engine = Engine::load(load);
   print_backend_note(engine->info());
@@ -217,7 +218,7 @@ Command add_tune(CLI::App& app) {
                   "vocabularies above 64k tokens, else the whole one)");
   sub->add_option("--draft-types", a->draft_types,
                   "Draft weight types to compare, e.g. keep,q4_0,q8_0 (each loads the draft re-quantized to it; "
-                  "default: the --draft-type given)");
+                  "default: keep,q4_0, or the --draft-type given)");
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
   sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
       ->check(CLI::ExistingFile);
@@ -242,7 +243,10 @@ Command add_tune(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print the report as JSON (the default when stdout is not a terminal)");
   sub->add_flag("--table", a->table, "Print the table even when stdout is not a terminal");
   sub->add_flag("-q,--quiet", a->quiet, "No progress output");
-  return {sub, [a] { return run_tune_command(*a); }};
+  return {sub, [a, sub] {
+            a->draft_type_given = sub->get_option("--draft-type")->count() > 0;
+            return run_tune_command(*a);
+          }};
 }
 
 }  // namespace tandem::cli

@@ -326,6 +326,11 @@ TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));
   for (const char* bad : {"", "q4_k", "keep,", "f16"})
     EXPECT_THROW(parse_draft_type_list(bad), std::invalid_argument) << bad;
+  // Unasked, tune compares the stored weights with Q4_0; --draft-type narrows it to one.
+  EXPECT_EQ(default_draft_types(false, "keep"), (std::vector<std::string>{"keep", "q4_0"}));
+  EXPECT_EQ(default_draft_types(true, "Q8_0"), (std::vector<std::string>{"q8_0"}));
+  EXPECT_EQ(default_draft_types(true, "keep"), (std::vector<std::string>{"keep"}));
+  EXPECT_EQ(default_draft_types(true, ""), (std::vector<std::string>{"keep"}));
   const auto& result = measured;
   const std::vector<float> temps = {0.0f, 0.7f};
   // q4_0 with 16384 tokens is best on average; keep with 16384 best at T = 0 alone.

@@ -356,6 +356,11 @@ DraftVariant best_draft_variant(const std::vector<ConfigResult>& results, const 
   return best;
 }
 
+std::vector<std::string> default_draft_types(bool draft_type_given, const std::string& draft_type) {
+  if (draft_type_given) return parse_draft_type_list(draft_type.empty() ? "keep" : draft_type);
+  return {"keep", "q4_0"};
+}
+
 std::vector<std::string> parse_draft_type_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s + ",");
