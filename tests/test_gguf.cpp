@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
+#include <unistd.h>
 
 #include "engine/gguf/gguf.hpp"
 #include "engine/gguf/gguf_writer.hpp"
@@ -285,6 +288,53 @@ TEST_P(GgufAlignment, DataHonoursAlignment) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Alignments, GgufAlignment, ::testing::Values(1u, 8u, 32u, 64u, 4096u));
+
+// Resident pages of this process (/proc/self/statm, second field), in bytes.
+size_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  size_t total = 0, resident = 0;
+  in >> total >> resident;
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// release(): a packed model does not hold its weights twice (engine/model/model.cpp), and
+// the bytes stay readable and unchanged after it.
+TEST(Gguf, ReleasedTensorLeavesResidentMemoryAndStaysReadable) {
+  const std::string path = test::scratch_dir("gguf-release") + "/m.gguf";
+  const size_t n = 24u << 20;  // 24 MiB of F32
+  const auto big = pattern(n, 7), small = pattern(4 * 16, 8);
+  {
+    Writer w;
+    w.add_tensor("small", DType::F32, {16}, small.data(), small.size());
+    w.add_tensor("big", DType::F32, {static_cast<int64_t>(n / 4)}, big.data(), big.size());
+    w.write(path);
+  }
+  const auto f = File::open(path);
+  const gguf::TensorInfo* t = f->find_tensor("big");
+  ASSERT_NE(t, nullptr);
+  auto checksum = [&] {
+    uint64_t h = 0;
+    const uint8_t* p = f->tensor_data(*t);
+    for (size_t i = 0; i < t->nbytes; ++i) h = h * 1099511628211ull + p[i];
+    return h;
+  };
+  const uint64_t before = checksum();  // every page of it resident now
+  const size_t rss_read = resident_bytes();
+  f->release(*t);
+  const size_t rss_released = resident_bytes();
+  EXPECT_GT(rss_read, rss_released + (16u << 20)) << "the tensor's pages left the resident set";
+  EXPECT_EQ(checksum(), before) << "read back from the file";
+  EXPECT_EQ(std::memcmp(f->tensor_data(*f->find_tensor("small")), small.data(), small.size()), 0);
+  // Bytes that are not a mapping of ours (from_memory) are the caller's: dropping their
+  // pages would zero anonymous memory, so release leaves them alone.
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto m = File::from_memory(bytes.data(), bytes.size());
+  const gguf::TensorInfo* mt = m->find_tensor("big");
+  ASSERT_NE(mt, nullptr);
+  m->release(*mt);
+  EXPECT_EQ(std::memcmp(m->tensor_data(*mt), big.data(), big.size()), 0);
+}
 
 TEST(Gguf, EmptyFileWithNoKeysOrTensors) {
   const std::string path = test::scratch_dir("gguf-empty") + "/m.gguf";

@@ -108,6 +108,12 @@ class File {
   const TensorInfo* find_tensor(std::string_view name) const;  // nullptr if absent
   // Start of the tensor's bytes inside the mapping (valid while the File lives).
   const uint8_t* tensor_data(const TensorInfo& t) const;
+  // The tensor's bytes now live elsewhere (a backend's packed or re-quantized copy) and will
+  // not be read through the mapping again: the whole pages inside them leave the process's
+  // resident memory (madvise MADV_DONTNEED), so a tiled model does not hold its weights
+  // twice. Reading them later stays correct, only slower: the mapping is read-only and
+  // private, so a read faults the file's bytes back in. Nothing for a from_memory File.
+  void release(const TensorInfo& t) const;
 
  private:
   struct Kv {

@@ -393,4 +393,12 @@ const uint8_t* File::tensor_data(const TensorInfo& t) const {
   return base_ + data_start_ + t.offset;
 }
 
+void File::release(const TensorInfo& t) const {
+  if (!mapped_) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(tensor_data(t)), end = begin + t.nbytes;
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace tandem::gguf

@@ -37,6 +37,10 @@ const kernels::Tensor& Model::head() const {
     std::vector<uint8_t> host(output.bytes());
     backend_->download(host.data(), output, host.size());
     head_ = upload_matrix(*backend_, output.type, host.data(), output.cols(), output.rows(), head_buf_);
+    // A tied embedding stays mapped for its row lookups, which fault back in only the rows
+    // they read; the whole table the download above touched can go.
+    if (const gguf::TensorInfo* ti = file_->find_tensor("token_embd.weight"); ti && config_.tied_embeddings)
+      file_->release(*ti);
   });
   return head_;
 }
@@ -69,6 +73,7 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
     const kernels::Tensor t = upload_matrix(*backend_, *to, q.data(), cols, rows, buf, pack);
     buffers_.push_back(std::move(buf));
     weight_bytes_ += q.size();
+    file_->release(*ti);  // read once, into q
     return t;
   }
   if (pack && backend_->packs_weights(ti->type)) {
@@ -76,6 +81,7 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
     const kernels::Tensor t = upload_matrix(*backend_, ti->type, file_->tensor_data(*ti), cols, rows, buf);
     buffers_.push_back(std::move(buf));
     weight_bytes_ += ti->nbytes;
+    file_->release(*ti);  // the backend holds its own copy (packed, or as stored)
     return t;
   }
   buffers_.push_back(backend_->wrap_host(file_->tensor_data(*ti), ti->nbytes));
