@@ -13,6 +13,7 @@
 #include <random>
 
 #include "kernels/backend.hpp"
+#include "kernels/cpu/activation_impl.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -102,6 +103,51 @@ TEST(CpuOps, GatedActivations) {
       EXPECT_NEAR(y[i], a * u[i], 1e-5);
     }
   }
+}
+
+// Both twins of the gated activations (activation_impl.hpp) against double precision, over
+// g from -100 to 100 and special values. Bounds, with u the float unit roundoff: SiLU, the
+// vector exp's ~2e-7 (4u) relative error plus 3 roundings: 12u of |y|; GELU, 8u of |y| plus
+// 4u of |g u| (the scalar twin's 1 + tanh(z) cancels where tanh(z) is near -1: there its
+// error is up to 2u of |g u|, the sigmoid form's less). A floor of 1e-38 |g u| covers the
+// far tail (g below about -87), where exp(-g) overflows: libm's to inf (y = 0), the vector
+// exp's to its clamp, 2.4e38 (y = g u / 2.4e38); the true value is below 5e-39 |g u|.
+TEST(CpuOps, GatedActivationTwinsMatchDouble) {
+  constexpr double kU = 1.0 / (1 << 24);
+  std::vector<float> g, u;
+  for (int i = -4000; i <= 4000; ++i) g.push_back(static_cast<float>(i) * 0.025f);  // -100 .. 100
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 88.0f, -88.0f, 90.0f, -90.0f, 1e4f, -1e4f}) g.push_back(x);
+  const auto r = randn(g.size(), 21);
+  for (size_t i = 0; i < g.size(); ++i) u.push_back(0.5f + std::fabs(r[i]));
+  std::vector<std::pair<const char*, cpu::GatedActFn>> twins = {{"scalar", cpu::gated_act_row_scalar}};
+  if (cpu::detected_isa() >= cpu::Isa::Avx2) twins.push_back({"avx2", cpu::gated_act_row_avx2});
+  for (auto [name, fn] : twins)
+    for (Activation act : {Activation::SiLU, Activation::GeluTanh}) {
+      SCOPED_TRACE(std::string(name) + (act == Activation::SiLU ? " silu" : " gelu"));
+      std::vector<float> y(g.size());
+      fn(g.data(), u.data(), y.data(), static_cast<int64_t>(g.size()), act);
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double x = g[i], gu = std::fabs(x * u[i]);
+        const double a = act == Activation::SiLU
+                             ? x / (1 + std::exp(-x))
+                             : 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        const double want = a * u[i];
+        const double tol = (act == Activation::SiLU ? 12 * kU * std::fabs(want) : 8 * kU * std::fabs(want) + 4 * kU * gu) +
+                           1e-38 * gu;
+        ASSERT_LE(std::fabs(y[i] - want), tol) << "g = " << x;
+      }
+      // Each element's result is its own: the same bits alone as anywhere in a row (the
+      // vector kernel's tail runs on a padded copy).
+      for (int64_t n : {1, 7, 8, 9, 37}) {
+        std::vector<float> row(static_cast<size_t>(n));
+        fn(g.data() + 3, u.data() + 3, row.data(), n, act);
+        for (int64_t i = 0; i < n; ++i) {
+          float one = 0.0f;
+          fn(g.data() + 3 + i, u.data() + 3 + i, &one, 1, act);
+          ASSERT_EQ(std::memcmp(&one, &row[static_cast<size_t>(i)], 4), 0) << "n = " << n << ", element " << i;
+        }
+      }
+    }
 }
 
 // Pinned workers each run on exactly one CPU; unpinned ones keep the process's set.

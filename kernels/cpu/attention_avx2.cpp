@@ -16,26 +16,6 @@ namespace {
 using attn_detail::kMaxHeadDim;
 constexpr int kTile = 8;
 
-// exp(x) for 8 floats, x <= 0 in use (scores minus their running max). Cephes-style:
-// x = n*ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n through the
-// exponent bits. Relative error about 2e-7; inputs below -87.3 give ~1e-38 (callers mask).
-static inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365447504019f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 // Dot products of q with the 8 rows k[0..7] (hd floats each), as one vector of 8 scores.
 static inline __m256 scores8(const float* q, const float (*k)[kMaxHeadDim], int hd) {
   __m256 s[kTile];
@@ -99,7 +79,7 @@ void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int3
         }
         st.m[g] = tmax;
       }
-      const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
+      const __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
       st.l[g] += avx2::hsum(p);
       // Weights broadcast once per tile (not per FMA: that would be a second load each).
       alignas(32) float pv[kTile];

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/activation_impl.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/host_buffer.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -141,22 +142,10 @@ void CpuBackend::gated_act(const Tensor& dst, const Tensor& gate, const Tensor& 
   check_binary("gated_act", dst, gate, up);
   require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
   const int64_t n = gate.cols();
+  // AVX2: the vector exp (activation_avx2.cpp); the scalar level: libm (activation.cpp).
+  const GatedActFn fn = active_isa() >= Isa::Avx2 ? gated_act_row_avx2 : gated_act_row_scalar;
   for_rows(pool_, gate.rows(), n, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* g = row_f32(gate, r);
-      const float* u = row_f32(up, r);
-      float* y = row_f32(dst, r);
-      if (act == Activation::SiLU) {
-        for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      } else {
-        // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        constexpr float kC = 0.7978845608028654f;
-        for (int64_t i = 0; i < n; ++i) {
-          const float x = g[i];
-          y[i] = 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x))) * u[i];
-        }
-      }
-    }
+    for (int64_t r = r0; r < r1; ++r) fn(row_f32(gate, r), row_f32(up, r), row_f32(dst, r), n, act);
   });
 }
 
