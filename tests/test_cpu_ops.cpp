@@ -88,6 +88,42 @@ TEST(CpuOps, RopeRotatesPairsOrHalves) {
   }
 }
 
+// The backend keeps the last positions' cos/sin per (theta, dims) (cpu_backend_ops.cpp):
+// calls that alternate thetas, dims and positions, as layers of Gemma 3 and the draft and
+// target passes do, still get exactly the rotation computed afresh.
+TEST(CpuOps, RopeAnglesReusedOnlyForTheSameCall) {
+  Host h;
+  const int n_heads = 2, hd = 8;
+  struct Call {
+    float theta;
+    int dims;
+    std::vector<int32_t> pos;
+  };
+  const std::vector<Call> calls = {{10000.0f, 8, {3, 4}}, {1e6f, 8, {3, 4}},  {10000.0f, 8, {3, 4}}, {10000.0f, 8, {4, 5}},
+                                   {10000.0f, 4, {4, 5}}, {1e6f, 8, {4, 5}},  {500.0f, 8, {4, 5}},   {10000.0f, 8, {4, 5}},
+                                   {10000.0f, 8, {4}},    {10000.0f, 8, {4, 5, 6}}};
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Call& c = calls[k];
+    const int n = static_cast<int>(c.pos.size()), half = c.dims / 2;
+    const auto x = randn(static_cast<size_t>(n) * n_heads * hd, 30 + static_cast<uint32_t>(k));
+    Tensor tx = h.f32(x, n_heads * hd), tp = h.i32(c.pos, n);
+    h.be->rope(tx, tp, n_heads, hd, c.dims, c.theta, RopeStyle::NeoX);
+    const auto y = h.get(tx);
+    for (int t = 0; t < n; ++t)
+      for (int hh = 0; hh < n_heads; ++hh)
+        for (int i = 0; i < half; ++i) {
+          const double ang = static_cast<double>(c.pos[static_cast<size_t>(t)]) *
+                             std::pow(static_cast<double>(c.theta), -2.0 * i / c.dims);
+          const float cf = static_cast<float>(std::cos(ang)), sf = static_cast<float>(std::sin(ang));
+          const size_t base = (static_cast<size_t>(t) * n_heads + hh) * hd;
+          const float x0 = x[base + i], x1 = x[base + i + half];
+          const float want0 = x0 * cf - x1 * sf, want1 = x0 * sf + x1 * cf;
+          ASSERT_EQ(std::memcmp(&y[base + i], &want0, 4), 0) << "call " << k;
+          ASSERT_EQ(std::memcmp(&y[base + i + half], &want1, 4), 0) << "call " << k;
+        }
+  }
+}
+
 TEST(CpuOps, GatedActivations) {
   Host h;
   auto g = randn(40, 4, 2.0f), u = randn(40, 5);

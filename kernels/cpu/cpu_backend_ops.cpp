@@ -15,6 +15,49 @@
 namespace tandem::kernels::cpu {
 namespace {
 
+// cos and sin of every (position, frequency) pair of a rope call, [t][i] interleaved: angle
+// pos * theta^(-2i/d), in double, rounded to float. A forward pass rotates q and k of every
+// layer at the same positions (2 x n_layer calls, with one theta, or two for Gemma 3's local
+// and global layers), so the table of the last positions is kept per (theta, dims), per
+// thread: the values are the ones each call would compute, only not recomputed.
+struct RopeAngles {
+  float theta = 0.0f;
+  int rope_dims = 0;
+  std::vector<double> inv_freq;
+  std::vector<int32_t> pos;
+  std::vector<float> cs;
+};
+thread_local RopeAngles t_rope[2];
+thread_local int t_rope_next = 0;
+
+const float* rope_angles(const int32_t* pos, int64_t n, int rope_dims, float theta) {
+  RopeAngles* e = nullptr;
+  for (RopeAngles& r : t_rope)
+    if (r.rope_dims == rope_dims && r.theta == theta) e = &r;
+  const int half = rope_dims / 2;
+  if (!e) {
+    e = &t_rope[t_rope_next];
+    t_rope_next = (t_rope_next + 1) % 2;
+    e->theta = theta;
+    e->rope_dims = rope_dims;
+    e->inv_freq.resize(static_cast<size_t>(half));
+    for (int i = 0; i < half; ++i) e->inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / rope_dims);
+    e->pos.clear();
+    e->cs.clear();
+  }
+  if (e->pos.size() == static_cast<size_t>(n) && std::equal(pos, pos + n, e->pos.begin())) return e->cs.data();
+  e->pos.assign(pos, pos + n);
+  e->cs.resize(static_cast<size_t>(n) * half * 2);
+  for (int64_t t = 0; t < n; ++t)
+    for (int i = 0; i < half; ++i) {
+      const double ang = static_cast<double>(pos[t]) * e->inv_freq[i];
+      e->cs[2 * (t * half + i)] = static_cast<float>(std::cos(ang));
+      e->cs[2 * (t * half + i) + 1] = static_cast<float>(std::sin(ang));
+    }
+  return e->cs.data();
+}
+
+
 void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::logic_error(std::string("cpu backend: ") + op + ": " + what);
 }
@@ -157,14 +200,11 @@ void CpuBackend::rope(const Tensor& x, const Tensor& positions, int n_heads, int
   require(rope_dims > 0 && rope_dims <= head_dim && rope_dims % 2 == 0, "rope", "bad rope_dims");
   const int32_t* pos = host_as<int32_t>(positions);
   const int half = rope_dims / 2;
-  // Inverse frequencies theta^(-2i/d), computed in double once per call.
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / rope_dims);
+  const float* cs = rope_angles(pos, x.rows(), rope_dims, theta);
   for (int64_t t = 0; t < x.rows(); ++t) {
     float* row = row_f32(x, t);
     for (int i = 0; i < half; ++i) {
-      const double ang = static_cast<double>(pos[t]) * inv_freq[i];
-      const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+      const float c = cs[2 * (t * half + i)], s = cs[2 * (t * half + i) + 1];
       for (int h = 0; h < n_heads; ++h) {
         float* v = row + static_cast<size_t>(h) * head_dim;
         const int a = style == RopeStyle::NeoX ? i : 2 * i;
