@@ -24,7 +24,22 @@ void AdaptivePolicy::reset() {
   last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
   last_batch_ = 1;
   tried_ = 0;
+  conf_sum_ = conf_w_ = 0.0;
+  conf_seen_ = 0;
   if (own_overhead_) overhead_->reset();
+}
+
+bool AdaptivePolicy::wants_confidence() const {
+  // Only the first start reads it: nothing to catch up (n-gram) or no limit asked for
+  // starts at once anyway.
+  return cfg_.confidence_tokens > 0 && !cfg_.draft_free && cfg_.start_budget >= 0.0 && last_draft_pos_ == 0;
+}
+
+void AdaptivePolicy::observe_confidence(double p_top) {
+  if (!(p_top >= 0.0 && p_top <= 1.0)) return;
+  conf_sum_ = cfg_.confidence_decay * conf_sum_ + p_top;
+  conf_w_ = cfg_.confidence_decay * conf_w_ + 1.0;
+  ++conf_seen_;
 }
 
 double AdaptivePolicy::overhead() const {
@@ -62,8 +77,15 @@ bool AdaptivePolicy::may_start(const PolicyInput& in, int32_t k, int32_t batch) 
   // Nothing to catch up, no length known, or no limit asked for.
   if (cfg_.draft_free || last_draft_pos_ > 0 || in.tokens_left <= 0 || cfg_.start_budget < 0.0) return true;
   // The first step, and the single-token steps it commits to (min_trials), all rejected.
-  const double committed = std::max(0, cfg_.min_trials - 1) * (costs_.c(batch) + costs_.r(1, batch) - 1.0);
-  return probe_cost(in, k, batch) + committed <= cfg_.start_budget * in.tokens_left;
+  const double first = probe_cost(in, k, batch);
+  const double risk = first + std::max(0, cfg_.min_trials - 1) * (costs_.c(batch) + costs_.r(1, batch) - 1.0);
+  if (risk <= cfg_.start_budget * in.tokens_left) return true;
+  if (!confident()) return false;
+  // In target steps: plain decoding takes tokens_left of them, speculation at the speed the
+  // confidence predicts tokens_left / s.
+  double s = 1.0;
+  if (best_k(confidence(), in.k_max, batch, &s) == 0) return false;
+  return in.tokens_left * (1.0 - 1.0 / s) - first >= cfg_.confidence_odds * risk;
 }
 
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
@@ -76,7 +98,10 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
     off_ = true;
     return 0;
   }
-  int32_t k = best_k(est_.mean(), in.k_max, batch);
+  // Before the draft first runs, the target's confidence (once seen long enough) stands in
+  // for the acceptance prior.
+  const bool unstarted = last_draft_pos_ == 0 && !cfg_.draft_free;
+  int32_t k = best_k(unstarted && confident() ? confidence() : est_.mean(), in.k_max, batch);
   // Started and not yet min_trials draft tokens tried: too little evidence to stop on.
   if (k == 0 && !off_ && last_draft_pos_ > 0 && tried_ < cfg_.min_trials) k = 1;
   if (k > 0 && may_start(in, k, batch)) {

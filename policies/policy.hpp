@@ -41,6 +41,11 @@ class SpeculationPolicy {
   // evidence): the draft model then reads the prompt only once the policy first asks for a
   // draft, so a sequence that never speculates never pays the draft's prompt pass.
   virtual bool may_start_off() const { return false; }
+  // True when the policy would like the target's confidence at this plain step (before its
+  // draft has ever run): the caller then computes the probability of the target's most likely
+  // next token (top_probability, at the request's temperature) and passes it on.
+  virtual bool wants_confidence() const { return false; }
+  virtual void observe_confidence(double /*p_top*/) {}
 };
 
 // Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"

@@ -276,6 +276,65 @@ TEST(AdaptivePolicy, StartsOnlyWhenTheFirstDraftRisksLittleOfWhatIsLeft) {
   EXPECT_GT(r.choose_k({4, 1, 40, 32}), 0);
 }
 
+// Before the draft runs, the target's top-token probability stands in for α: a sure target
+// starts the draft on an output too short for start_budget alone, an unsure one does not,
+// and neither before confidence_tokens of them were seen. The start needs the predicted
+// gain over what is left to cover the first step's cost plus what it risks.
+TEST(AdaptivePolicy, StartsOnTheTargetsConfidenceWhenThePredictedGainCoversTheRisk) {
+  // As above: catch-up over 40 tokens 1.47 target steps; at the prior 0.9 k = 4 (first step
+  // 1.47 + 3 · 0.3 + 0.4 = 2.77, with the two committed steps 2 · 0.4 more: 3.57), well over
+  // 2% of 32 tokens.
+  const CostModel m = linear_costs(0.3, 0.1);
+  AdaptivePolicy p(m, cfg(0.6));
+  ASSERT_TRUE(p.wants_confidence());
+  EXPECT_LT(p.confidence(), 0.0) << "nothing seen yet";
+  for (int i = 0; i < 3; ++i) {
+    p.observe_confidence(0.95);
+    EXPECT_EQ(p.choose_k({4, 1, 40 + i, 32 - i}), 0) << "only " << i + 1 << " confidences seen";
+  }
+  p.observe_confidence(0.95);
+  EXPECT_NEAR(p.confidence(), 0.95, 1e-12);
+  // α = 0.95: k = 4 predicts (1 − 0.95^5) / 0.05 / (4 · 0.3 + 1.4) = 1.74, so 29 tokens
+  // save 29 · (1 − 1 / 1.74) = 12.3 steps: less 2.77, over 3.57.
+  const int32_t k = p.choose_k({4, 1, 43, 29});
+  EXPECT_EQ(k, 4) << "a sure target: start, k from its confidence";
+  EXPECT_FALSE(p.wants_confidence()) << "started: the draft's own acceptance takes over";
+
+  // Unsure (0.3): no k pays, whatever is left.
+  AdaptivePolicy q(m, cfg(0.6));
+  for (int i = 0; i < 8; ++i) q.observe_confidence(0.3);
+  EXPECT_EQ(q.choose_k({4, 1, 48, 1000}), 0);
+  EXPECT_TRUE(q.wants_confidence());
+  // Sure but too little left: 8 tokens save 8 · 0.43 = 3.4 steps, less 2.77, under 3.57.
+  AdaptivePolicy r(m, cfg(0.6));
+  for (int i = 0; i < 8; ++i) r.observe_confidence(0.95);
+  EXPECT_EQ(r.choose_k({4, 1, 48, 8}), 0);
+  // The estimate follows the recent tokens: unsure ones after sure ones pull it down.
+  for (int i = 0; i < 12; ++i) r.observe_confidence(0.2);
+  EXPECT_LT(r.confidence(), 0.35);
+  EXPECT_EQ(r.choose_k({4, 1, 60, 29}), 0);
+  // Stricter odds, or the rule off, and the same sure target waits.
+  AdaptiveConfig strict = cfg(0.6);
+  strict.confidence_odds = 4.0;  // 12.3 − 2.77 < 4 · 3.57
+  AdaptiveConfig never = cfg(0.6);
+  never.confidence_tokens = 0;
+  for (const AdaptiveConfig& c : {strict, never}) {
+    AdaptivePolicy t(m, c);
+    for (int i = 0; i < 8; ++i) t.observe_confidence(0.95);
+    EXPECT_EQ(t.choose_k({4, 1, 43, 29}), 0);
+  }
+  EXPECT_FALSE(AdaptivePolicy(m, never).wants_confidence());
+  // Values that are not probabilities are ignored.
+  AdaptivePolicy u(m, cfg(0.6));
+  u.observe_confidence(std::nan(""));
+  u.observe_confidence(1.5);
+  EXPECT_LT(u.confidence(), 0.0);
+  // reset() forgets them.
+  p.reset();
+  EXPECT_LT(p.confidence(), 0.0);
+  EXPECT_TRUE(p.wants_confidence());
+}
+
 // One rejected token right after starting is not enough to stop on: a sequence tries
 // min_trials draft tokens first (the Qwen pair's code prompts drew a rejection first and
 // stayed off for good, the catch-up outgrowing the probe budget), and start_budget covers

@@ -447,6 +447,32 @@ TEST(SamplerEdge, AllNaNOrMinusInfThrows) {
   }
 }
 
+// The target's confidence a policy reads before its draft runs: the top token's softmax
+// probability at a temperature, against a double-precision reference; NaN counts as -inf,
+// and logits with no finite maximum give 0 (no signal) rather than a throw.
+TEST(SamplerEdge, TopProbabilityMatchesADoubleReference) {
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    std::vector<float> logits = random_logits(151936, seed, 4.0f);
+    logits[777] += 12.0f * static_cast<float>(seed - 1);  // from flat to sure
+    for (size_t i = 5; i < logits.size(); i += 1001) logits[i] = kNaN;
+    for (float t : {1.0f, 0.7f, 1.6f, 0.0f}) {
+      const double inv_t = t > 0.0f ? 1.0 / t : 1.0;
+      double m = -1e300, z = 0.0;
+      for (float x : logits)
+        if (!std::isnan(x)) m = std::max(m, static_cast<double>(x));
+      for (float x : logits)
+        if (!std::isnan(x)) z += std::exp((x - m) * inv_t);
+      const double ref = 1.0 / z;
+      EXPECT_NEAR(top_probability(logits, t), ref, 1e-5 * ref) << "seed " << seed << " T " << t;
+    }
+  }
+  EXPECT_DOUBLE_EQ(top_probability(std::vector<float>(10, 0.5f), 1.0f), 0.1);
+  EXPECT_DOUBLE_EQ(top_probability(std::vector<float>{-kInf, 3.0f, -kInf}, 1.0f), 1.0);
+  EXPECT_EQ(top_probability(std::vector<float>{kNaN, -kInf}, 1.0f), 0.0);
+  EXPECT_EQ(top_probability(std::vector<float>{1.0f, kInf}, 1.0f), 0.0);
+  EXPECT_EQ(top_probability(std::vector<float>{}, 1.0f), 0.0);
+}
+
 TEST(SamplerEdge, TopPZeroKeepsOnlyTheTopToken) {
   const std::vector<float> logits = random_logits(5000, 11, 1.0f);
   for (int32_t k : {0, 40}) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine/runtime/engine_access.hpp"
@@ -487,6 +488,61 @@ TEST(Speculative, AStopInsideAcceptedDraftsLeavesNoKVPastTheCommittedTokens) {
     }
   }
   EXPECT_GT(past_stop, 0) << "no run had drafts accepted past its stop";
+}
+
+// A policy that keeps the draft off until it has seen `wait` target confidences, then
+// drafts k_max: what a sequence hands a policy waiting to start.
+class ConfidenceSpy final : public SpeculationPolicy {
+ public:
+  explicit ConfidenceSpy(size_t wait) : wait_(wait) {}
+  std::string name() const override { return "spy"; }
+  bool may_start_off() const override { return true; }
+  bool wants_confidence() const override { return !started_; }
+  void observe_confidence(double p) override { seen.push_back(p); }
+  int32_t choose_k(const PolicyInput& in) override {
+    started_ = started_ || seen.size() >= wait_;
+    return started_ ? in.k_max : 0;
+  }
+  void reset() override { seen.clear(), started_ = false; }
+  std::vector<double> seen;
+
+ private:
+  size_t wait_;
+  bool started_ = false;
+};
+
+// Each plain step before the draft is first asked for hands the policy the target's top
+// probability at that position (checked against the logprob of the greedy token, computed
+// elsewhere: token_logprobs) while the policy asks for it; the output stays the target's.
+TEST(Speculative, APolicyWaitingToStartSeesTheTargetsConfidenceAtEachPlainStep) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target);
+  const EngineParts parts = EngineAccess::parts(*e);
+  const int32_t n_vocab = parts.target.model().config().n_vocab;
+  const auto prompt = prompt_of(9, 4);
+  GenerateOptions g = greedy(20);
+  g.logprobs = 0;
+  const auto plain = e->generate_tokens(prompt, g);
+  ASSERT_EQ(plain.logprobs.size(), plain.tokens.size());
+  std::vector<int32_t> script = prompt;  // a draft that proposes the target's own output
+  script.insert(script.end(), plain.tokens.begin(), plain.tokens.end());
+  g.logprobs = -1;
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 3;
+  for (size_t wait : {size_t{5}, size_t{1000}}) {
+    ScriptProposer proposer(script);
+    ConfidenceSpy spy(wait);
+    SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &spy);
+    test::drive_to_end(run, parts.target);
+    EXPECT_EQ(run.result().tokens, plain.tokens) << wait;
+    const size_t expect = std::min(wait, plain.tokens.size());
+    ASSERT_EQ(spy.seen.size(), expect) << "one per plain step until the policy starts the draft";
+    for (size_t i = 0; i < expect; ++i) {
+      const double ref = std::exp(static_cast<double>(plain.logprobs[i].chosen.logprob));
+      EXPECT_NEAR(spy.seen[i], ref, 1e-4 * ref + 1e-7) << "token " << i;
+    }
+    if (wait < plain.tokens.size()) EXPECT_GT(run.result().speculative.accepted_tokens, 0);
+  }
 }
 
 // The real pair: Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B.

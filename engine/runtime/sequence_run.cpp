@@ -213,6 +213,13 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     throw std::logic_error("SequenceRun::finish_step: wrong number of logits");
   const auto tv = Clock::now();
   const VerifyResult v = verify(logits);
+  // A plain step before the draft was first asked for: how sure the target is of this token
+  // is what a policy waiting to start reads (AdaptivePolicy: starting on confidence). Not
+  // paid once the draft has run, nor by policies that do not ask.
+  if (draft_deferred_ && prop_.tokens.empty() && policy_->wants_confidence()) {
+    const float t = opts_.sampling.greedy() ? 1.0f : opts_.sampling.temperature;
+    policy_->observe_confidence(top_probability(logits.first(static_cast<size_t>(n_vocab_)), t));
+  }
   record_step(v, target_ms, ms_since(tv));
   // The cache keeps pending + accepted drafts; the rejected tail is rolled back.
   kv_.truncate(step_base_len_ + 1 + v.n_accepted);

@@ -498,6 +498,19 @@ double log_sum_exp(std::span<const float> w) {
   return static_cast<double>(m) + std::log(sum_double(e));
 }
 
+double top_probability(std::span<const float> logits, float temperature) {
+  const float m = max_value(logits);
+  if (!std::isfinite(m)) return 0.0;
+  const float inv_t = temperature > 0.0f && std::isfinite(temperature) ? 1.0f / temperature : 1.0f;
+  std::vector<float>& e = scratch().w;
+  e.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float d = (logits[i] - m) * inv_t;  // <= 0, or NaN
+    e[i] = exp_nonpos(d >= -100.0f ? d : -100.0f);  // NaN → -100 → 0 (below FLT_MIN)
+  }
+  return 1.0 / sum_double(e);  // the top token's own weight is exp(0) = 1
+}
+
 int32_t sample(const Distribution& d, Rng& rng) {
   if (d.ids.empty() || d.ids.size() != d.probs.size())
     throw std::invalid_argument("sample: empty or malformed distribution");

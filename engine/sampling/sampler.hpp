@@ -58,6 +58,13 @@ void penalised_logits(std::span<const float> logits, const SamplingParams& p, st
 // log-softmax of logprobs. Throws std::invalid_argument when max(w) is not finite.
 double log_sum_exp(std::span<const float> w);
 
+// The probability of the most likely token under softmax(logits / temperature), penalties
+// and truncation left out: how sure the model is of its next token, the signal a policy reads
+// before the draft has run (the draft tends to agree where the target is sure). NaN counts
+// as -inf; 0 when no logit is finite (no signal), and for temperature <= 0 the temperature-1
+// softmax's (greedy decoding picks the same token either way).
+double top_probability(std::span<const float> logits, float temperature);
+
 // Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
 // Throws std::invalid_argument on an empty distribution.
 int32_t sample(const Distribution& d, Rng& rng);
