@@ -3,7 +3,9 @@
 // vocabulary (Qwen2.5) with the sampler's cuts on (tandem's defaults) and off (OpenAI's
 // defaults: temperature only, the whole vocabulary in the distribution). Also the extra cost
 // of logprobs (GenerateOptions::logprobs) per token: a greedy request's log-softmax over the
-// vocabulary, and a sampled one's from the distribution verification already has.
+// vocabulary, and a sampled one's from the distribution verification already has. And the
+// target's confidence (top_probability) that the adaptive policies read at each plain step
+// before a sequence's draft first runs.
 //
 //   build/release/bench/bench_sampling [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -78,6 +80,12 @@ void BM_LogprobsSampled(benchmark::State& st) {
   st.counters["support"] = static_cast<double>(d.size());
 }
 
+void BM_TopProbability(benchmark::State& st) {
+  const auto l = logits();
+  for (auto _ : st) benchmark::DoNotOptimize(tandem::top_probability(l, 1.0f));
+}
+
+BENCHMARK(BM_TopProbability)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LogprobsGreedy)->ArgName("top")->Arg(0)->Arg(5)->Arg(20)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LogprobsSampled)->ArgNames({"top", "cuts"})->Args({5, 0})->Args({20, 1})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MakeDistribution)->ArgName("cuts")->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond);

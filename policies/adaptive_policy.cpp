@@ -26,13 +26,17 @@ void AdaptivePolicy::reset() {
   tried_ = 0;
   conf_sum_ = conf_w_ = 0.0;
   conf_seen_ = 0;
+  waited_ = 0;
   if (own_overhead_) overhead_->reset();
 }
 
 bool AdaptivePolicy::wants_confidence() const {
   // Only the first start reads it: nothing to catch up (n-gram) or no limit asked for
   // starts at once anyway.
-  return cfg_.confidence_tokens > 0 && !cfg_.draft_free && cfg_.start_budget >= 0.0 && last_draft_pos_ == 0;
+  // starts at once anyway. Reading it costs about 1% of a target step (an exp over the
+  // vocabulary), so after the first 2·confidence_tokens only every fourth plain step pays it.
+  if (cfg_.confidence_tokens <= 0 || cfg_.draft_free || cfg_.start_budget < 0.0 || last_draft_pos_ > 0) return false;
+  return conf_seen_ < 2 * cfg_.confidence_tokens || waited_ % 4 == 0;
 }
 
 void AdaptivePolicy::observe_confidence(double p_top) {
@@ -101,6 +105,7 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
   // Before the draft first runs, the target's confidence (once seen long enough) stands in
   // for the acceptance prior.
   const bool unstarted = last_draft_pos_ == 0 && !cfg_.draft_free;
+  if (unstarted) ++waited_;
   int32_t k = best_k(unstarted && confident() ? confidence() : est_.mean(), in.k_max, batch);
   // Started and not yet min_trials draft tokens tried: too little evidence to stop on.
   if (k == 0 && !off_ && last_draft_pos_ > 0 && tried_ < cfg_.min_trials) k = 1;

@@ -133,6 +133,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   int32_t tried_ = 0;           // draft tokens tried (accepted, and the first rejected) since starting
   double conf_sum_ = 0.0, conf_w_ = 0.0;  // decayed sums of target confidences before the start
   int32_t conf_seen_ = 0;                 // how many were observed
+  int32_t waited_ = 0;                    // steps asked about before the start
   std::shared_ptr<OverheadTracker> overhead_;
   bool own_overhead_ = false;
 };

@@ -304,7 +304,6 @@ TEST(AdaptivePolicy, StartsOnTheTargetsConfidenceWhenThePredictedGainCoversTheRi
   AdaptivePolicy q(m, cfg(0.6));
   for (int i = 0; i < 8; ++i) q.observe_confidence(0.3);
   EXPECT_EQ(q.choose_k({4, 1, 48, 1000}), 0);
-  EXPECT_TRUE(q.wants_confidence());
   // Sure but too little left: 8 tokens save 8 · 0.43 = 3.4 steps, less 2.77, under 3.57.
   AdaptivePolicy r(m, cfg(0.6));
   for (int i = 0; i < 8; ++i) r.observe_confidence(0.95);
@@ -324,6 +323,15 @@ TEST(AdaptivePolicy, StartsOnTheTargetsConfidenceWhenThePredictedGainCoversTheRi
     EXPECT_EQ(t.choose_k({4, 1, 43, 29}), 0);
   }
   EXPECT_FALSE(AdaptivePolicy(m, never).wants_confidence());
+  // Reading it costs an exp over the vocabulary: every plain step for the first
+  // 2 · confidence_tokens, then every fourth.
+  AdaptivePolicy w(m, cfg(0.6));
+  int wanted = 0;
+  for (int i = 0; i < 40; ++i) {
+    if (w.wants_confidence()) w.observe_confidence(0.3), ++wanted;
+    ASSERT_EQ(w.choose_k({4, 1, 40 + i, 100 - i}), 0);
+  }
+  EXPECT_EQ(wanted, 8 + 8);
   // Values that are not probabilities are ignored.
   AdaptivePolicy u(m, cfg(0.6));
   u.observe_confidence(std::nan(""));

@@ -541,7 +541,9 @@ TEST(Speculative, APolicyWaitingToStartSeesTheTargetsConfidenceAtEachPlainStep) 
       const double ref = std::exp(static_cast<double>(plain.logprobs[i].chosen.logprob));
       EXPECT_NEAR(spy.seen[i], ref, 1e-4 * ref + 1e-7) << "token " << i;
     }
-    if (wait < plain.tokens.size()) EXPECT_GT(run.result().speculative.accepted_tokens, 0);
+    if (wait < plain.tokens.size()) {
+      EXPECT_GT(run.result().speculative.accepted_tokens, 0);
+    }
   }
 }
 

@@ -505,8 +505,7 @@ double top_probability(std::span<const float> logits, float temperature) {
   std::vector<float>& e = scratch().w;
   e.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const float d = (logits[i] - m) * inv_t;  // <= 0, or NaN
-    e[i] = exp_nonpos(d >= -100.0f ? d : -100.0f);  // NaN → -100 → 0 (below FLT_MIN)
+    e[i] = exp_nonpos((scrub_nan(logits[i]) - m) * inv_t);  // NaN → -inf → 0
   }
   return 1.0 / sum_double(e);  // the top token's own weight is exp(0) = 1
 }
