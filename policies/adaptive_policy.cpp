@@ -32,7 +32,6 @@ void AdaptivePolicy::reset() {
 
 bool AdaptivePolicy::wants_confidence() const {
   // Only the first start reads it: nothing to catch up (n-gram) or no limit asked for
-  // starts at once anyway.
   // starts at once anyway. Reading it costs about 1% of a target step (an exp over the
   // vocabulary), so after the first 2·confidence_tokens only every fourth plain step pays it.
   if (cfg_.confidence_tokens <= 0 || cfg_.draft_free || cfg_.start_budget < 0.0 || last_draft_pos_ > 0) return false;

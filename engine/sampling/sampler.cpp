@@ -489,25 +489,26 @@ void penalised_logits(std::span<const float> logits, const SamplingParams& p, st
   apply_penalties(out, p, history, scratch().counts);
 }
 
+// Σ exp((w_i − m) · inv_t) over the vocabulary, m = max(w) finite, NaN counting as -inf: the
+// sampler's vectorised exp into the scratch row, then its fixed-order double sum.
+static double sum_exp_from_max(std::span<const float> w, float m, float inv_t) {
+  std::vector<float>& e = scratch().w;
+  e.resize(w.size());
+  for (size_t i = 0; i < w.size(); ++i) e[i] = exp_nonpos((scrub_nan(w[i]) - m) * inv_t);
+  return sum_double(e);
+}
+
 double log_sum_exp(std::span<const float> w) {
   const float m = max_value(w);
   if (!std::isfinite(m)) throw std::invalid_argument("log_sum_exp: the largest value is not finite");
-  std::vector<float>& e = scratch().w;
-  e.resize(w.size());
-  for (size_t i = 0; i < w.size(); ++i) e[i] = exp_nonpos(w[i] - m);
-  return static_cast<double>(m) + std::log(sum_double(e));
+  return static_cast<double>(m) + std::log(sum_exp_from_max(w, m, 1.0f));
 }
 
 double top_probability(std::span<const float> logits, float temperature) {
   const float m = max_value(logits);
   if (!std::isfinite(m)) return 0.0;
   const float inv_t = temperature > 0.0f && std::isfinite(temperature) ? 1.0f / temperature : 1.0f;
-  std::vector<float>& e = scratch().w;
-  e.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    e[i] = exp_nonpos((scrub_nan(logits[i]) - m) * inv_t);  // NaN → -inf → 0
-  }
-  return 1.0 / sum_double(e);  // the top token's own weight is exp(0) = 1
+  return 1.0 / sum_exp_from_max(logits, m, inv_t);  // the top token's own weight is exp(0) = 1
 }
 
 int32_t sample(const Distribution& d, Rng& rng) {

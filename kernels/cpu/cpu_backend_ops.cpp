@@ -57,7 +57,6 @@ const float* rope_angles(const int32_t* pos, int64_t n, int rope_dims, float the
   return e->cs.data();
 }
 
-
 void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::logic_error(std::string("cpu backend: ") + op + ": " + what);
 }
