@@ -2,7 +2,7 @@
 // target pass over n tokens (speculative verification of n-1 drafts) relative to one token.
 //
 //   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256] [--json]
-//                 [--type keep|q4_0|q4_1|q5_0|q5_1|q8_0]
+//                 [--type keep|q4_0|q4_1|q5_0|q5_1|q8_0] [--only N]
 //
 // --type re-quantizes the matrix weights as they load (what --draft-type does to a draft:
 // engine/model/requantize.hpp), to time a draft of that type.
@@ -11,6 +11,8 @@
 // same ids. --json prints one object (prefill_tok_s, t_ms[n-1], ...) instead of the table.
 // Last, decode against its roofline: the GB/s of weights one pass reads at T(1), next to the
 // machine's streaming read bandwidth (bench/read_bandwidth.hpp), measured right after T(1).
+//
+// --only N times n = N alone (to profile one pass size under perf): no ratios, no roofline.
 //
 // Each T(n) is the median of `reps` passes of n new tokens appended at position `ctx`
 // (the cache already holds ctx tokens), then rolled back, so every n sees the same state.
@@ -29,13 +31,14 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string path, type = "keep";
-  int threads = 0, nmax = 16, reps = 5, ctx = 256;
+  int threads = 0, nmin = 1, nmax = 16, reps = 5, ctx = 256;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
     if (!std::strcmp(argv[i], "-m")) path = next();
     else if (!std::strcmp(argv[i], "-t")) threads = std::stoi(next());
     else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--only")) nmin = nmax = std::stoi(next());  // one n (for profiling)
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else if (!std::strcmp(argv[i], "--json")) json = true;
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
   double t1 = 0, read_gbs = 0;
   using tandem::kernels::cpu::ThreadPool;
   ThreadPool read_pool(threads > 0 ? threads : ThreadPool::default_threads());
-  for (int n = 1; n <= nmax; ++n) {
+  for (int n = nmin; n <= nmax; ++n) {
     std::vector<double> times;
     std::vector<int32_t> run(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + i * 31) % std::min(vocab, 30000);
@@ -95,24 +98,25 @@ int main(int argc, char** argv) {
       read_gbs = tandem::bench::read_bandwidth_gbs(read_pool);  // right after T(1), as the machine is now
     }
     medians.push_back(med);
-    if (!json) std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
+    if (!json && t1 > 0) std::printf("| %d | %.2f | %.2f | %.1f |\n", n, med, med / t1, n * 1000.0 / med);
+    if (!json && t1 == 0) std::printf("| %d | %.2f | - | %.1f |\n", n, med, n * 1000.0 / med);
   }
   // Decode against its roofline: the bytes one pass reads (every weight but an untied
   // embedding, of which a pass reads one row per token) over T(1), next to the machine's
   // streaming read bandwidth measured right after T(1), with as many threads.
   const bool tied = model->output.buf == model->tok_embd.buf && model->output.offset == model->tok_embd.offset;
   const size_t pass_bytes = model->weight_bytes() - (tied ? 0 : model->tok_embd.bytes());
-  const double decode_gbs = static_cast<double>(pass_bytes) / (t1 / 1000.0) / 1e9;
-  if (!json)
+  const double decode_gbs = t1 > 0 ? static_cast<double>(pass_bytes) / (t1 / 1000.0) / 1e9 : 0.0;
+  if (!json && t1 > 0)
     std::printf("\ndecode (n = 1) reads %.1f MB of weights per pass: %.1f GB/s, %.0f%% of the streaming read "
                 "bandwidth (%.1f GB/s, median of 7 reads of 256 MB right after T(1), %d threads)\n",
                 pass_bytes / 1e6, decode_gbs, 100.0 * decode_gbs / read_gbs, read_gbs, read_pool.size());
   if (json) {
     std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
                 "\"pass_bytes\": %zu, \"decode_gbs\": %.3f, \"read_gbs\": %.3f, "
-                "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"t_ms\": [",
+                "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"n_first\": %d, \"t_ms\": [",
                 path.c_str(), type.c_str(), model->weight_bytes(), be->name().c_str(), ctx, pass_bytes, decode_gbs,
-                read_gbs, prefill_ms, ctx * 1000.0 / prefill_ms);
+                read_gbs, prefill_ms, ctx * 1000.0 / prefill_ms, nmin);
     for (size_t i = 0; i < medians.size(); ++i) std::printf("%s%.4f", i ? ", " : "", medians[i]);
     std::printf("]}\n");
   }
