@@ -218,7 +218,7 @@ Command add_tune(CLI::App& app) {
                   "vocabularies above 64k tokens, else the whole one)");
   sub->add_option("--draft-types", a->draft_types,
                   "Draft weight types to compare, e.g. keep,q4_0,q8_0 (each loads the draft re-quantized to it; "
-                  "default: keep,q4_0, or the --draft-type given)");
+                  "default: auto,keep, or the --draft-type given)");
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default) or ngram");
   sub->add_option("--prompts", a->prompts_file, "Prompts: .jsonl ({\"prompt\", \"category\"}) or one per line")
       ->check(CLI::ExistingFile);

@@ -86,9 +86,10 @@ void add_draft_vocab_options(CLI::App& sub, LoadOptions& load) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub.add_option("--draft-type", load.draft_type,
-                 "Re-quantize the draft's matrix weights at load: keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0. "
-                 "A cheaper draft may accept less; outputs are unchanged")
-      ->check(CLI::IsMember({"keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
+                 "Re-quantize the draft's matrix weights at load: auto (Q4_0 for those stored above 5 bits per "
+                 "weight), keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0. A cheaper draft may accept less; "
+                 "outputs are unchanged")
+      ->check(CLI::IsMember({"auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
       ->capture_default_str();
   sub.add_option("--draft-vocab-counts", load.draft_vocab_counts,
                  "Token counts that rank the draft vocabulary (written by `tandem draft-vocab`; "

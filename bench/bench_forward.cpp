@@ -2,7 +2,7 @@
 // target pass over n tokens (speculative verification of n-1 drafts) relative to one token.
 //
 //   bench_forward -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256] [--json]
-//                 [--type keep|q4_0|q4_1|q5_0|q5_1|q8_0] [--only N]
+//                 [--type keep|auto|q4_0|q4_1|q5_0|q5_1|q8_0] [--only N]
 //
 // --type re-quantizes the matrix weights as they load (what --draft-type does to a draft:
 // engine/model/requantize.hpp), to time a draft of that type.
@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto be = tandem::kernels::make_cpu_backend(threads);
-  tandem::WeightOptions weights;
-  weights.matmul_type = tandem::parse_weight_type(type);
+  const tandem::WeightOptions weights = tandem::parse_weight_options(type);
   auto model = tandem::Model::load(path, *be, weights);
   tandem::KVCacheOptions o;
   o.max_tokens = ctx + nmax + 16;

@@ -14,6 +14,9 @@ Configurations (greedy; each generation stops at the end-of-generation token or 
   tandem spec default     tandem generate -md DRAFT --draft model (the default policy)
   tandem spec k=K TYPE    with --draft-type TYPE: the same draft file re-quantized to TYPE at
                           load (tandem's --draft-type; `tandem tune` measures which pays)
+The tandem spec runs without --draft-type load the draft as tandem does by default
+(--draft-type auto: its matrices stored above 5 bits per weight re-quantized to Q4_0);
+--draft-type keep adds a column with the draft as stored.
   llama.cpp plain         llama-cli -no-cnv --temp 0 (its "eval time": decode only)
   llama.cpp spec k=K      llama-speculative-simple -md DRAFT --draft-max K (its other draft
                           settings at their defaults, as its users run it)

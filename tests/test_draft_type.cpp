@@ -22,20 +22,55 @@ namespace tandem {
 namespace {
 
 TEST(DraftType, NamesParseInAnyCaseAndBadOnesAreRefused) {
-  EXPECT_EQ(parse_weight_type("keep"), std::nullopt);
-  EXPECT_EQ(parse_weight_type(""), std::nullopt);
-  EXPECT_EQ(parse_weight_type("q4_0"), DType::Q4_0);
-  EXPECT_EQ(parse_weight_type("Q8_0"), DType::Q8_0);
-  EXPECT_EQ(parse_weight_type("q5_1"), DType::Q5_1);
-  EXPECT_EQ(weight_type_name(DType::Q4_1), "q4_1");
-  EXPECT_EQ(weight_type_name(std::nullopt), "keep");
+  auto type_of = [](const std::string& s) { return parse_weight_options(s).matmul_type; };
+  EXPECT_EQ(type_of("keep"), std::nullopt);
+  EXPECT_EQ(type_of(""), std::nullopt);
+  EXPECT_EQ(type_of("q4_0"), DType::Q4_0);
+  EXPECT_EQ(type_of("Q8_0"), DType::Q8_0);
+  EXPECT_EQ(type_of("q5_1"), DType::Q5_1);
+  EXPECT_FALSE(parse_weight_options("q4_0").wide_only);
+  for (const char* a : {"auto", "AUTO"}) {
+    const WeightOptions w = parse_weight_options(a);
+    EXPECT_EQ(w.matmul_type, DType::Q4_0) << a;
+    EXPECT_TRUE(w.wide_only) << a;
+    EXPECT_EQ(weight_options_name(w), "auto");
+  }
+  EXPECT_EQ(weight_options_name(parse_weight_options("Q4_1")), "q4_1");
+  EXPECT_EQ(weight_options_name(WeightOptions{}), "keep");
+  EXPECT_FALSE(names_explicit_weight_type("auto"));
+  EXPECT_FALSE(names_explicit_weight_type("keep"));
+  EXPECT_FALSE(names_explicit_weight_type(""));
+  EXPECT_TRUE(names_explicit_weight_type("q8_0"));
   try {
-    parse_weight_type("q4_k");
+    parse_weight_options("q4_k");
     ADD_FAILURE() << "q4_k accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("q4_0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_weight_type("f32"), std::invalid_argument);
+  EXPECT_THROW(parse_weight_options("f32"), std::invalid_argument);
+  EXPECT_THROW(names_explicit_weight_type("q3_k"), std::invalid_argument);
+}
+
+// "auto" takes the quantized types above 5 bits per weight, and only those: the ones that
+// decode slowest per weight. 4-bit types would only lose precision; float ones stay exact.
+TEST(DraftType, AutoReQuantizesTheWideQuantizedMatricesOnly) {
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q6_K, DType::Q8_0})
+    EXPECT_TRUE(wide_quantized(t)) << dtype_name(t);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q2_K,
+                  DType::Q3_K})
+    EXPECT_FALSE(wide_quantized(t)) << dtype_name(t);
+  const WeightOptions a = parse_weight_options("auto");
+  EXPECT_TRUE(requantizes(a, DType::Q8_0, 64));
+  EXPECT_TRUE(requantizes(a, DType::Q6_K, 256));
+  EXPECT_FALSE(requantizes(a, DType::Q4_K, 256));
+  EXPECT_FALSE(requantizes(a, DType::F16, 64));
+  EXPECT_FALSE(requantizes(a, DType::Q8_0, 48));  // rows of partial 32-blocks keep their type
+  const WeightOptions q = parse_weight_options("q4_0");
+  EXPECT_TRUE(requantizes(q, DType::F16, 64));
+  EXPECT_TRUE(requantizes(q, DType::Q4_K, 256));
+  EXPECT_FALSE(requantizes(q, DType::Q4_0, 64));
+  EXPECT_FALSE(requantizes(WeightOptions{}, DType::Q8_0, 64));
 }
 
 // Each row is the reference quantization of the row's dequantized values, whatever the
@@ -128,6 +163,54 @@ TEST(DraftType, GreedySpeculationIsLosslessWithEveryType) {
   expect_lossless(*reduced, "q4_0 with a reduced draft vocabulary");
 }
 
+// The default ("auto") through the engine: a Q8_0 draft's matrices become Q4_0, a Q4_1
+// draft's and the F16 close draft's stay as stored; greedy speculation stays lossless.
+TEST(DraftType, TheDefaultAutoTakesOnlyTheWideDrafts) {
+  const std::string dir = test::scratch_dir("draft_type_auto");
+  auto draft_of = [&](DType t) {
+    test::TinyModelSpec d;
+    d.arch = "qwen2";
+    d.tied_embeddings = false;
+    d.seed = 12;
+    d.weight_type = t;
+    const std::string path = dir + "/draft_" + dtype_name(t) + ".gguf";
+    test::write_tiny_model(path, d);
+    return path;
+  };
+  struct Case {
+    std::string draft;
+    DType stored, loaded;
+  };
+  const Case cases[] = {{draft_of(DType::Q8_0), DType::Q8_0, DType::Q4_0},
+                        {draft_of(DType::Q5_0), DType::Q5_0, DType::Q4_0},
+                        {draft_of(DType::Q4_1), DType::Q4_1, DType::Q4_1},
+                        {pair().close_draft, DType::F16, DType::F16}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.draft);
+    LoadOptions o;  // draft_type left at its default
+    EXPECT_EQ(o.draft_type, "auto");
+    o.model_path = pair().target;
+    o.draft_model_path = c.draft;
+    o.threads = 1;
+    o.context = 96;
+    auto e = Engine::load(o);
+    EXPECT_EQ(e->info().draft_type, "auto");
+    const Model& d = EngineAccess::parts(*e).draft->model();
+    for (const LayerWeights& L : d.layers)
+      for (const kernels::Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        EXPECT_EQ(w->type, c.loaded) << "stored " << dtype_name(c.stored);
+    EXPECT_EQ(d.output.type, c.loaded);
+    EXPECT_EQ(EngineAccess::parts(*e).target.model().layers[0].wq.type, DType::F32);  // the target as stored
+    for (uint32_t seed : {1u, 2u}) {
+      const auto prompt = test::random_prompt(10, seed, 7);
+      const GenerateResult plain = e->generate_tokens(prompt, greedy(24, DraftMode::None));
+      const GenerateResult spec = e->generate_tokens(prompt, greedy(24, DraftMode::Model));
+      EXPECT_EQ(spec.tokens, plain.tokens) << "seed " << seed;
+      EXPECT_GT(spec.speculative.drafted_tokens, 0);
+    }
+  }
+}
+
 TEST(DraftType, GreedySpeculationIsLosslessOnEmulatedCuda) {
   auto e = load("q8_0", "cuda-emulated");
   EXPECT_EQ(e->info().draft_type, "q8_0");
@@ -140,6 +223,10 @@ TEST(DraftType, BadSettingsAreRefusedAtLoad) {
   o.model_path = pair().target;
   o.draft_type = "q4_0";  // no draft model
   EXPECT_THROW(Engine::load(o), std::invalid_argument);
+  for (const char* fine : {"auto", "keep"}) {  // the default, and "as stored", need no draft
+    o.draft_type = fine;
+    EXPECT_NO_THROW(Engine::load(o)) << fine;
+  }
   // Through the C API: the type in the load parameters and in the model info.
   tandem_load_params p;
   ASSERT_EQ(tandem_load_params_init(&p, sizeof p), TANDEM_OK);
@@ -154,6 +241,11 @@ TEST(DraftType, BadSettingsAreRefusedAtLoad) {
   info.struct_size = sizeof info;
   ASSERT_EQ(tandem_engine_info(engine, &info), TANDEM_OK);
   EXPECT_STREQ(info.draft_type, "q8_0");
+  tandem_engine_free(engine);
+  p.draft_type = nullptr;  // the default: auto
+  ASSERT_EQ(tandem_engine_load(&p, &engine), TANDEM_OK) << tandem_last_error();
+  ASSERT_EQ(tandem_engine_info(engine, &info), TANDEM_OK);
+  EXPECT_STREQ(info.draft_type, "auto");
   tandem_engine_free(engine);
   p.draft_type = "q3_k";
   EXPECT_NE(tandem_engine_load(&p, &engine), TANDEM_OK);

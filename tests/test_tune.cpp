@@ -324,10 +324,12 @@ TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
 // (type, vocabulary) pair for the load, and the config file carrying the type.
 TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));
+  EXPECT_EQ(parse_draft_type_list("AUTO,keep"), (std::vector<std::string>{"auto", "keep"}));
   for (const char* bad : {"", "q4_k", "keep,", "f16"})
     EXPECT_THROW(parse_draft_type_list(bad), std::invalid_argument) << bad;
-  // Unasked, tune compares the stored weights with Q4_0; --draft-type narrows it to one.
-  EXPECT_EQ(default_draft_types(false, "keep"), (std::vector<std::string>{"keep", "q4_0"}));
+  // Unasked, tune compares the default (auto) with the stored weights; --draft-type narrows
+  // it to one.
+  EXPECT_EQ(default_draft_types(false, "auto"), (std::vector<std::string>{"auto", "keep"}));
   EXPECT_EQ(default_draft_types(true, "Q8_0"), (std::vector<std::string>{"q8_0"}));
   EXPECT_EQ(default_draft_types(true, "keep"), (std::vector<std::string>{"keep"}));
   EXPECT_EQ(default_draft_types(true, ""), (std::vector<std::string>{"keep"}));
@@ -356,10 +358,11 @@ TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(c.draft_type, "q4_0");
   LoadOptions load;
   apply_config_load(c, {}, load);
-  EXPECT_EQ(load.draft_type, "keep") << "no draft model";
+  EXPECT_EQ(load.draft_type, "auto") << "no draft model";
   load.draft_model_path = "draft.gguf";
   ExplicitFlags given;
   given.draft_type = true;
+  load.draft_type = "keep";
   apply_config_load(c, given, load);
   EXPECT_EQ(load.draft_type, "keep") << "--draft-type wins";
   apply_config_load(c, {}, load);
@@ -367,6 +370,11 @@ TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"draft_type\": \"q9\"}"), std::runtime_error);
   // A config file from before draft types loads as "keep".
   EXPECT_EQ(config_from_json("{\"format\": \"tandem-config\"}").draft_type, "keep");
+  // A config measured with the stored weights keeps them, though the default is auto.
+  LoadOptions fresh;
+  fresh.draft_model_path = "draft.gguf";
+  apply_config_load(config_from_json("{\"format\": \"tandem-config\", \"draft_type\": \"keep\"}"), {}, fresh);
+  EXPECT_EQ(fresh.draft_type, "keep");
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ TandemConfig config_from_json(const std::string& text) {
     if (const auto* x = o.if_contains("draft_vocab_counts")) c.draft_vocab_counts = json::value_to<std::string>(*x);
     if (const auto* x = o.if_contains("draft_type")) {
       try {
-        c.draft_type = weight_type_name(parse_weight_type(json::value_to<std::string>(*x)));
+        c.draft_type = weight_options_name(parse_weight_options(json::value_to<std::string>(*x)));
       } catch (const std::invalid_argument& e) {
         throw std::runtime_error(e.what());
       }
@@ -186,7 +186,7 @@ void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given,
 
 void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOptions& load) {
   if (load.draft_model_path.empty()) return;
-  if (!given.draft_type && c.draft_type != "keep") load.draft_type = c.draft_type;
+  if (!given.draft_type) load.draft_type = c.draft_type;  // "keep" too: the default is "auto"
   if (given.draft_vocab || c.draft_vocab == 0) return;
   load.draft_vocab = c.draft_vocab;
   if (load.draft_vocab_counts.empty()) load.draft_vocab_counts = c.draft_vocab_counts;

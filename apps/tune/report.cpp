@@ -258,7 +258,7 @@ void print_table(const TuneReport& r, std::FILE* out) {
                "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
                "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0); vocab: the "
                "draft's reduced vocabulary (/type: its re-quantized weights).\n\n");
-  if (r.draft_type != "keep") std::fprintf(out, "recommended draft weights: --draft-type %s\n", r.draft_type.c_str());
+  if (r.draft_type != "auto") std::fprintf(out, "recommended draft weights: --draft-type %s\n", r.draft_type.c_str());
   if (r.draft_vocab > 0)
     std::fprintf(out, "recommended draft vocabulary: --draft-vocab %d%s%s\n", r.draft_vocab,
                  r.draft_vocab_counts.empty() ? "" : " --draft-vocab-counts ", r.draft_vocab_counts.c_str());

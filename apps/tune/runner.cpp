@@ -358,7 +358,7 @@ DraftVariant best_draft_variant(const std::vector<ConfigResult>& results, const 
 
 std::vector<std::string> default_draft_types(bool draft_type_given, const std::string& draft_type) {
   if (draft_type_given) return parse_draft_type_list(draft_type.empty() ? "keep" : draft_type);
-  return {"keep", "q4_0"};
+  return {"auto", "keep"};
 }
 
 std::vector<std::string> parse_draft_type_list(const std::string& s) {
@@ -367,7 +367,7 @@ std::vector<std::string> parse_draft_type_list(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) throw std::invalid_argument("draft types: an empty item in '" + s + "'");
-    const std::string name = weight_type_name(parse_weight_type(item));  // throws for unknown ones
+    const std::string name = weight_options_name(parse_weight_options(item));  // throws for unknown ones
     if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
   }
   if (out.empty()) throw std::invalid_argument("draft types: none given");

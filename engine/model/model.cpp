@@ -66,11 +66,11 @@ kernels::Tensor Model::bind(const std::string& name, std::vector<int64_t> dims, 
     throw std::runtime_error(file_->path() + ": tensor '" + name + "' rows of " + std::to_string(dims[0]) +
                              " elements are not a whole number of " + info.name + " blocks");
   const int64_t cols = dims[0], rows = dims.size() > 1 ? dims[1] : 1;
-  const std::optional<DType> to = weights_.matmul_type;
-  if (matmul && requantizes(to, ti->type, cols)) {
-    const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, *to);
+  if (matmul && requantizes(weights_, ti->type, cols)) {
+    const DType to = *weights_.matmul_type;
+    const std::vector<uint8_t> q = requantize_rows(ti->type, file_->tensor_data(*ti), rows, cols, to);
     std::unique_ptr<kernels::Buffer> buf;
-    const kernels::Tensor t = upload_matrix(*backend_, *to, q.data(), cols, rows, buf, pack);
+    const kernels::Tensor t = upload_matrix(*backend_, to, q.data(), cols, rows, buf, pack);
     buffers_.push_back(std::move(buf));
     weight_bytes_ += q.size();
     file_->release(*ti);  // read once, into q

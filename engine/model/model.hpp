@@ -10,6 +10,7 @@
 
 #include "engine/gguf/gguf.hpp"
 #include "engine/model/model_config.hpp"
+#include "engine/model/requantize.hpp"
 #include "kernels/backend.hpp"
 
 namespace tandem {
@@ -22,12 +23,6 @@ struct LayerWeights {
   kernels::Tensor ffn_norm, w_gate, w_up, w_down;
 };
 
-// How the weights go onto the backend.
-struct WeightOptions {
-  // Re-quantize the matrix weights (attention, feed-forward, the output head; the embedding
-  // too when it is the head) to this type as they load (requantize.hpp); nullopt: as stored.
-  std::optional<DType> matmul_type;
-};
 
 class Model {
  public:
@@ -39,7 +34,7 @@ class Model {
   const gguf::File& file() const { return *file_; }
   kernels::Backend& backend() const { return *backend_; }
   size_t weight_bytes() const { return weight_bytes_; }  // as on the backend (re-quantized ones at their new size)
-  std::optional<DType> matmul_type() const { return weights_.matmul_type; }
+  const WeightOptions& weights() const { return weights_; }  // how the matrices were loaded
 
   // The matrices (wq ... w_down, output) are in the backend's packed row layout where it
   // has one (Backend::pack_weight): they serve only as matmul weights.

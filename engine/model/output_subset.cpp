@@ -28,9 +28,9 @@ std::shared_ptr<const OutputSubset> make_output_subset(const Model& model, std::
   for (size_t i = 0; i < ids.size(); ++i) std::memcpy(host.data() + i * row, src + static_cast<size_t>(ids[i]) * row, row);
   // A re-quantized model's head is in its new type (Model::load did the same to the whole).
   DType type = ti->type;
-  if (requantizes(model.matmul_type(), type, c.n_embd)) {
-    host = requantize_rows(type, host.data(), static_cast<int64_t>(ids.size()), c.n_embd, *model.matmul_type());
-    type = *model.matmul_type();
+  if (requantizes(model.weights(), type, c.n_embd)) {
+    host = requantize_rows(type, host.data(), static_cast<int64_t>(ids.size()), c.n_embd, *model.weights().matmul_type);
+    type = *model.weights().matmul_type;
   }
 
   auto s = std::make_shared<OutputSubset>();

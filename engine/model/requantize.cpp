@@ -18,15 +18,38 @@ std::string lower(std::string s) {
 }
 }  // namespace
 
-std::optional<DType> parse_weight_type(const std::string& s) {
+WeightOptions parse_weight_options(const std::string& s) {
   const std::string v = lower(s);
-  if (v.empty() || v == "keep") return std::nullopt;
+  WeightOptions w;
+  if (v.empty() || v == "keep") return w;
+  if (v == "auto") {
+    w.matmul_type = DType::Q4_0;
+    w.wide_only = true;
+    return w;
+  }
   for (DType t : kChoices)
-    if (v == lower(dtype_name(t))) return t;
-  throw std::invalid_argument("unknown draft weight type '" + s + "' (use keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
+    if (v == lower(dtype_name(t))) {
+      w.matmul_type = t;
+      return w;
+    }
+  throw std::invalid_argument("unknown draft weight type '" + s + "' (use auto, keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
 }
 
-std::string weight_type_name(std::optional<DType> t) { return t ? lower(dtype_name(*t)) : "keep"; }
+std::string weight_options_name(const WeightOptions& w) {
+  if (!w.matmul_type) return "keep";
+  if (w.wide_only) return "auto";
+  return lower(dtype_name(*w.matmul_type));
+}
+
+bool names_explicit_weight_type(const std::string& s) {
+  const WeightOptions w = parse_weight_options(s);
+  return w.matmul_type && !w.wide_only;
+}
+
+bool wide_quantized(DType t) {
+  const DTypeInfo& i = dtype_info(t);
+  return i.block_size > 1 && static_cast<double>(i.type_size) * 8.0 / i.block_size > 5.0;
+}
 
 std::vector<uint8_t> requantize_rows(DType from, const void* src, int64_t rows, int64_t cols, DType to,
                                      int threads) {

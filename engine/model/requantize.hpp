@@ -12,16 +12,35 @@
 
 namespace tandem {
 
-// "keep" (or empty) → nullopt: weights as the file stores them; else one of q4_0, q4_1,
-// q5_0, q5_1, q8_0 (any case). Throws std::invalid_argument naming the choices.
-std::optional<DType> parse_weight_type(const std::string& s);
-std::string weight_type_name(std::optional<DType> t);  // "keep" or "q4_0", ...
+// How a model's matrix weights go onto the backend: as stored, or re-quantized as they load
+// (attention, feed-forward, the output head; the embedding too when it is the head).
+struct WeightOptions {
+  std::optional<DType> matmul_type;  // nullopt: every matrix as stored
+  // Only the matrices stored in a quantized type wider than 5 bits per weight (Q5_0, Q5_1,
+  // Q5_K, Q6_K, Q8_0) take matmul_type: what "auto" asks of a draft. They decode slowest per
+  // weight; 4-bit matrices gain nothing from re-quantizing and would only lose precision,
+  // and float matrices (F32, F16, BF16) were chosen to stay exact (a draft made to agree).
+  bool wide_only = false;
+};
 
-// Whether a matrix of rows of `cols` elements stored as `from` is re-quantized to `to`:
-// a type is asked for, it differs, and the rows are whole 32-element blocks (else the
-// matrix keeps its type).
-inline bool requantizes(std::optional<DType> to, DType from, int64_t cols) {
-  return to && *to != from && cols % 32 == 0;
+// "keep" (or empty) → as stored; "auto" → Q4_0 for the wide matrices only; q4_0, q4_1,
+// q5_0, q5_1, q8_0 (any case) → every matrix of another type. Throws std::invalid_argument
+// naming the choices.
+WeightOptions parse_weight_options(const std::string& s);
+std::string weight_options_name(const WeightOptions& w);  // "keep", "auto", "q4_0", ...
+
+// Whether the string names a re-quantization other than the default "auto": "keep" and
+// "auto" do not (a load with no draft model accepts them). Throws for unknown names.
+bool names_explicit_weight_type(const std::string& s);
+
+// Whether `t` is a quantized type of more than 5 bits per weight (what "auto" re-quantizes).
+bool wide_quantized(DType t);
+
+// Whether a matrix of rows of `cols` elements stored as `from` is re-quantized: a type is
+// asked for, it differs, the rows are whole 32-element blocks (else the matrix keeps its
+// type), and under wide_only `from` is a wide quantized type.
+inline bool requantizes(const WeightOptions& w, DType from, int64_t cols) {
+  return w.matmul_type && *w.matmul_type != from && cols % 32 == 0 && (!w.wide_only || wide_quantized(from));
 }
 
 // Rows x cols weights of type `from` (any weight type; cols a multiple of 32) as `to`

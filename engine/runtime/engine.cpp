@@ -62,13 +62,11 @@ void Engine::Impl::load_models() {
   if (opts.draft_model_path.empty()) {
     if (opts.draft_vocab != 0 || !opts.draft_vocab_counts.empty())
       throw std::invalid_argument("a reduced draft vocabulary (draft_vocab) needs a draft model");
-    if (parse_weight_type(opts.draft_type))
+    if (names_explicit_weight_type(opts.draft_type))
       throw std::invalid_argument("a draft weight type (draft_type " + opts.draft_type + ") needs a draft model");
     return;
   }
-  WeightOptions draft_weights;
-  draft_weights.matmul_type = parse_weight_type(opts.draft_type);
-  draft = Model::load(opts.draft_model_path, *backend, draft_weights);
+  draft = Model::load(opts.draft_model_path, *backend, parse_weight_options(opts.draft_type));
   draft_tokenizer = Tokenizer::from_gguf(draft->file());
   const std::string why = vocab_incompatibility(*tokenizer, *draft_tokenizer);
   if (!why.empty())
@@ -154,7 +152,7 @@ ModelInfo Engine::info() const {
     i.draft_name = impl_->draft->config().name;
     i.draft_vocab = impl_->draft_vocab;
     i.draft_vocab_ranking = impl_->opts.draft_vocab_counts.empty() ? "token ids" : impl_->opts.draft_vocab_counts;
-    i.draft_type = weight_type_name(impl_->draft->matmul_type());
+    i.draft_type = weight_options_name(impl_->draft->weights());
     i.draft_weight_bytes = impl_->draft->weight_bytes();
   }
   return i;

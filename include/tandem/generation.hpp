@@ -40,10 +40,12 @@ struct LoadOptions {
   // the token ids' order (a BPE vocabulary's merge order). Needs a draft model.
   int32_t draft_vocab = 0;
   std::string draft_vocab_counts;
-  // The draft's matrix weights re-quantized at load: "keep" (as stored), or q4_0, q4_1,
-  // q5_0, q5_1, q8_0. A cheaper type makes the draft faster and may lower its acceptance;
-  // outputs are unchanged (the target verifies). Needs a draft model.
-  std::string draft_type = "keep";
+  // The draft's matrix weights re-quantized at load: "auto" (those stored in a quantized type
+  // above 5 bits per weight, Q5_0/Q5_1/Q5_K/Q6_K/Q8_0, become Q4_0; 4-bit and float ones stay),
+  // "keep" (as stored), or q4_0, q4_1, q5_0, q5_1, q8_0 for every matrix. A cheaper type makes
+  // the draft faster and may lower its acceptance; outputs are unchanged (the target
+  // verifies). An explicit type needs a draft model.
+  std::string draft_type = "auto";
 };
 
 struct GenerateOptions {
@@ -121,7 +123,7 @@ struct ModelInfo {
   // came from ("token ids", or the counts file's path).
   int32_t draft_vocab = 0;
   std::string draft_vocab_ranking;
-  std::string draft_type;  // the draft's matrix weights: "keep" or the type they were re-quantized to
+  std::string draft_type;  // the draft's matrix weights: "keep", "auto" or the type they were re-quantized to
   size_t draft_weight_bytes = 0;  // the draft's weights as loaded (after re-quantization)
 };
 

@@ -90,8 +90,10 @@ typedef struct tandem_load_params {
   int32_t draft_vocab;            /* the draft computes logits over its N most frequent tokens only
                                      (FR-Spec; outputs unchanged); 0 → the whole vocabulary */
   const char* draft_vocab_counts; /* NULL → rank by token id; else a counts file (`tandem draft-vocab`) */
-  const char* draft_type;         /* NULL or "keep" → the draft's weights as stored; "q4_0", "q4_1", "q5_0",
-                                     "q5_1", "q8_0": its matrix weights re-quantized at load (outputs unchanged) */
+  const char* draft_type;         /* NULL or "auto" → the draft's matrices stored above 5 bits per weight
+                                     (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) re-quantized to Q4_0 at load; "keep" → as
+                                     stored; "q4_0", "q4_1", "q5_0", "q5_1", "q8_0": every matrix re-quantized
+                                     to it (outputs unchanged either way) */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's
@@ -201,7 +203,7 @@ typedef struct tandem_model_info {
   const char* backend_note;      /* why device "auto" chose the CPU (one line), else "" */
   /* appended after 0.1.0 (older callers pass a shorter struct_size): */
   int32_t draft_vocab;           /* the draft's reduced vocabulary size; 0 → the whole one */
-  const char* draft_type;        /* "keep", or the type the draft's matrix weights were re-quantized to; "" without a draft */
+  const char* draft_type;        /* "keep", "auto", or the type the draft's matrix weights were re-quantized to; "" without a draft */
 } tandem_model_info;
 
 /* Called on the generating thread for every generated token, with the text it completed
