@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import tandem
 
 
@@ -58,13 +60,23 @@ def test_ngram_speculation_is_lossless(smollm2: tandem.Engine) -> None:
 
 def test_draft_model_speculation_is_lossless(smollm2_path: str, smollm2: tandem.Engine) -> None:
     plain = smollm2.generate("Write a haiku about rain.", max_tokens=24, temperature=0, ignore_eos=True)
-    with tandem.Engine.load(smollm2_path, draft=smollm2_path, threads=2) as e:
+    # draft_type="keep": the draft's weights as stored, the same as the target's (the default,
+    # "auto", would re-quantize the file's Q8_0/Q6_K matrices to Q4_0 for the draft).
+    with tandem.Engine.load(smollm2_path, draft=smollm2_path, threads=2, draft_type="keep") as e:
+        assert e.info.draft_type == "keep"
         spec = e.generate("Write a haiku about rain.", max_tokens=24, temperature=0, ignore_eos=True)
     assert spec.tokens == plain.tokens
     m = spec.speculative
     assert m.draft_forwards > 0 and m.drafted_tokens > 0
     # The model drafting for itself agrees with itself almost always.
     assert m.acceptance_rate > 0.8
+    # The default: a cheaper draft (auto), the same output.
+    with tandem.Engine.load(smollm2_path, draft=smollm2_path, threads=2) as e:
+        assert e.info.draft_type == "auto" and e.info.draft_vocab == 0
+        auto = e.generate("Write a haiku about rain.", max_tokens=24, temperature=0, ignore_eos=True)
+        assert auto.tokens == plain.tokens and auto.speculative.drafted_tokens > 0
+        with pytest.raises(tandem.InvalidArgumentError, match="auto"):
+            tandem.Engine.load(smollm2_path, draft=smollm2_path, threads=2, draft_type="q3_k")  # type: ignore[typeddict-item]
 
 
 def test_chat_and_stream(smollm2: tandem.Engine) -> None:

@@ -36,6 +36,10 @@ class LoadParams(Structure):
         ("device", c_char_p),
         ("pin_threads", c_int32),
         ("gpu_mem_bytes", c_uint64),
+        # appended after 0.1.0 (struct_size tells the library which fields are there)
+        ("draft_vocab", c_int32),
+        ("draft_vocab_counts", c_char_p),
+        ("draft_type", c_char_p),
     ]
 
 
@@ -117,6 +121,9 @@ class ModelInfo(Structure):
         ("weight_bytes", c_uint64),
         ("kv_bytes", c_uint64),
         ("backend_note", c_char_p),
+        # appended after 0.1.0
+        ("draft_vocab", c_int32),
+        ("draft_type", c_char_p),
     ]
 
 

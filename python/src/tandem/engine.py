@@ -26,7 +26,8 @@ _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repeti
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
                  "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max")
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema"}
-_LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes"})
+_LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
+                        "draft_vocab_counts", "draft_type"})
 
 
 def _check(status: int) -> int:
@@ -172,6 +173,15 @@ class Engine:
             p.pin_threads = int(bool(options["pin_threads"]))
         if "gpu_mem_bytes" in options:
             p.gpu_mem_bytes = options["gpu_mem_bytes"]
+        if "draft_vocab" in options:
+            p.draft_vocab = options["draft_vocab"]
+        counts_b = type_b = None  # kept alive until the load returns
+        if "draft_vocab_counts" in options:
+            counts_b = os.fsencode(options["draft_vocab_counts"])
+            p.draft_vocab_counts = counts_b
+        if "draft_type" in options:
+            type_b = options["draft_type"].encode()
+            p.draft_type = type_b
         handle = c_void_p()
         _check(lib.tandem_engine_load(byref(p), byref(handle)))
         return cls(handle, default)
@@ -235,7 +245,8 @@ class Engine:
                 path=s(i.path), architecture=s(i.architecture), name=s(i.name), backend=s(i.backend),
                 backend_note=s(i.backend_note), draft_path=s(i.draft_path), draft_name=s(i.draft_name),
                 n_vocab=i.n_vocab, n_layer=i.n_layer, n_embd=i.n_embd, n_head=i.n_head, n_head_kv=i.n_head_kv,
-                context=i.context, weight_bytes=i.weight_bytes, kv_bytes=i.kv_bytes)
+                context=i.context, weight_bytes=i.weight_bytes, kv_bytes=i.kv_bytes, draft_vocab=i.draft_vocab,
+                draft_type=s(i.draft_type))
         return self._info
 
     def cancel(self) -> None:

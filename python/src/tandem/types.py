@@ -14,6 +14,12 @@ class LoadOptions(TypedDict, total=False):
     kv_type: Literal["f16", "f32"]
     pin_threads: bool     # bind each CPU worker thread to one core
     gpu_mem_bytes: int    # CUDA: device memory for models, caches and scratch; 0: 90% of free
+    draft_vocab: int      # the draft's logits over its N most frequent tokens only (FR-Spec); 0: all
+    draft_vocab_counts: str  # a counts file (`tandem draft-vocab`) ranking them; default: token id order
+    # The draft's matrix weights at load: "auto" (default: those stored above 5 bits per weight
+    # become Q4_0), "keep" (as stored), or "q4_0", "q4_1", "q5_0", "q5_1", "q8_0" for all.
+    # Outputs are unchanged either way: the target verifies.
+    draft_type: Literal["auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
 
 
 class SamplingOptions(TypedDict, total=False):
@@ -104,6 +110,8 @@ class ModelInfo:
     context: int                      # max tokens per sequence
     weight_bytes: int
     kv_bytes: int
+    draft_vocab: int                  # the draft's reduced vocabulary; 0: the whole one
+    draft_type: str                   # "keep", "auto" or the type the draft was re-quantized to; "" without one
 
 
 Message = dict[str, str]  # {"role": ..., "content": ...}, as OpenAI's chat API writes them
