@@ -179,6 +179,40 @@ TEST(Quantize, ReferenceMatchesGgufPyBitForBit) {
   }
 }
 
+// The dispatched quantizer (what re-quantizing a draft at load runs) writes the reference's
+// blocks at every kernel level: the quantizer cases, random rows, and the blocks the fast
+// path hands back to the reference (NaN, infinities, a scale whose inverse overflows).
+TEST(Quantize, DispatchedQuantizerIsTheReferenceBitForBit) {
+  std::vector<float> x = quantizer_cases(3);
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int i = 0; i < 32 * 64; ++i) x.push_back(u(g));
+  for (int i = 0; i < 32; ++i) x.push_back(i == 9 ? 2.5f : i == 4 ? -2.5f : u(g));  // equal magnitudes: the first wins
+  for (int i = 0; i < 32; ++i) x.push_back(i == 0 ? -0.0f : 0.0f);
+  for (int i = 0; i < 32; ++i) x.push_back(1e-44f * static_cast<float>(i % 3));  // subnormal: 1/d overflows
+  for (int i = 0; i < 32; ++i) x.push_back(i == 7 ? std::nanf("") : 1.0f);
+  for (int i = 0; i < 32; ++i) x.push_back(i == 0 ? -INFINITY : 0.5f);
+  for (int i = 0; i < 32; ++i) x.push_back(3e38f * (i % 2 ? 1.0f : -0.75f));
+  const int64_t n = static_cast<int64_t>(x.size());
+  struct Restore {
+    ~Restore() { cpu::force_isa(cpu::detected_isa()); }
+  } restore;
+  for (Isa isa : test::supported_isas()) {
+    cpu::force_isa(isa);
+    for (DType t : kQuantizable) {
+      SCOPED_TRACE(cpu::isa_name(isa) + " " + dtype_name(t));
+      const size_t bytes = static_cast<size_t>(n / 32) * dtype_info(t).type_size;
+      std::vector<uint8_t> want(bytes), got(bytes, 0xAA);
+      cpu::quantize_row_ref(t, x.data(), want.data(), n);
+      cpu::quantize_row(t, x.data(), got.data(), n);
+      for (int64_t b = 0; b < n / 32; ++b)
+        ASSERT_EQ(0, std::memcmp(got.data() + b * dtype_info(t).type_size, want.data() + b * dtype_info(t).type_size,
+                                 dtype_info(t).type_size))
+            << "block " << b;
+    }
+  }
+}
+
 // Quantize, dequantize: every value within one step of the block's scale (half a step but
 // for the clipped extreme of the symmetric types), and quantizing the result again gives
 // the same blocks (the codes are a fixed point).

@@ -66,7 +66,7 @@ std::vector<uint8_t> requantize_rows(DType from, const void* src, int64_t rows, 
     std::vector<float> tmp(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
       kernels::cpu::dequantize_row(from, in + static_cast<size_t>(r) * in_row, tmp.data(), cols);
-      kernels::cpu::quantize_row_ref(to, tmp.data(), out.data() + static_cast<size_t>(r) * out_row, cols);
+      kernels::cpu::quantize_row(to, tmp.data(), out.data() + static_cast<size_t>(r) * out_row, cols);
     }
   };
   std::vector<std::thread> pool;

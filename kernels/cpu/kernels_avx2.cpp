@@ -25,7 +25,7 @@ RowsFn avx2_rows_tiled(DType t) {
 }  // namespace
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant, avx2_rows_q32_packed, avx2_rows_tiled};
+  static const IsaKernels k{avx2_rows, avx2_quant, avx2_dequant, avx2_rows_q32_packed, avx2_rows_tiled, avx2_quantize};
   return &k;
 }
 

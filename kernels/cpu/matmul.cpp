@@ -320,4 +320,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   dequantize_row_ref(t, src, dst, n);
 }
 
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  for (int l = static_cast<int>(active_isa()); l > 0; --l) {
+    const mm::IsaKernels* k = kernels_at(static_cast<Isa>(l));
+    if (k && k->quantize && k->quantize(t, src, dst, n)) return;
+  }
+  quantize_row_ref(t, src, dst, n);
+}
+
 }  // namespace tandem::kernels::cpu

@@ -78,6 +78,9 @@ using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64
 using QuantFn = void (*)(const float* x, const ActLayout& l, uint8_t* row);
 // Dequantizes n elements; returns false when this ISA has no fast path for the type.
 using DequantFn = bool (*)(DType t, const void* src, float* dst, int64_t n);
+// Quantizes n floats to weight blocks as quantize_row_ref does, bit for bit; returns false
+// when this ISA has no fast path for the type.
+using QuantizeFn = bool (*)(DType t, const float* src, void* dst, int64_t n);
 
 struct IsaKernels {
   RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
@@ -87,6 +90,7 @@ struct IsaKernels {
   // tiles (pack_tiles.hpp); nullptr: none here.
   RowsFn (*rows_packed)(DType t) = nullptr;
   RowsFn (*rows_tiled)(DType t) = nullptr;
+  QuantizeFn quantize = nullptr;  // weights (re-quantized at load), not activations
 };
 
 // Kernel sets; levels above Scalar return nullptr when the binary was built without them.
@@ -120,5 +124,6 @@ QuantFn avx2_quant_q32_for(DType t);  // 32-block activations in the order each 
 void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
 void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row);  // natural order
 bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
+bool avx2_quantize(DType t, const float* src, void* dst, int64_t n);  // Q4_0
 
 }  // namespace tandem::kernels::cpu::mm

@@ -23,6 +23,9 @@ void dequantize_row_ref(DType t, const void* src, float* dst, int64_t n);
 // reference quantization, bit for bit gguf-py's. n a multiple of 32; throws for other types.
 bool can_quantize_to(DType t);
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n);
+// Fastest available (dispatched) quantization, the reference's bits: re-quantizing a draft
+// at load (Q4_0 vectorised; the other types are the reference).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // Fastest available (dispatched) dequantization; same results as the reference. Used for
 // embedding lookups.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
