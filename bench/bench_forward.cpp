@@ -10,7 +10,9 @@
 // tokens (ctx + 31 i) mod min(vocab, 30000): bench/compare_llamacpp.py feeds llama.cpp the
 // same ids. --json prints one object (prefill_tok_s, t_ms[n-1], ...) instead of the table.
 // Last, decode against its roofline: the GB/s of weights one pass reads at T(1), next to the
-// machine's streaming read bandwidth (bench/read_bandwidth.hpp), measured right after T(1).
+// machine's streaming read bandwidth (bench/read_bandwidth.hpp), measured right after T(1);
+// and the largest pass against its own: multiply-adds per second next to the int8 peak
+// (bench/int8_peak.hpp).
 //
 // --only N times n = N alone (to profile one pass size under perf): no ratios, no roofline.
 //
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/int8_peak.hpp"
 #include "bench/read_bandwidth.hpp"
 #include "engine/model/requantize.hpp"
 #include "engine/model/transformer.hpp"
@@ -110,12 +113,30 @@ int main(int argc, char** argv) {
     std::printf("\ndecode (n = 1) reads %.1f MB of weights per pass: %.1f GB/s, %.0f%% of the streaming read "
                 "bandwidth (%.1f GB/s, median of 7 reads of 256 MB right after T(1), %d threads)\n",
                 pass_bytes / 1e6, decode_gbs, 100.0 * decode_gbs / read_gbs, read_gbs, read_pool.size());
+  // Verification against its compute roofline: the multiply-adds of the largest pass (n per
+  // matrix weight, the head's included) over its time, next to the int8 multiply-add peak
+  // measured right after, with as many threads.
+  int64_t macs_per_token = static_cast<int64_t>(model->config().n_vocab) * model->config().n_embd;
+  for (const tandem::LayerWeights& L : model->layers)
+    for (const tandem::kernels::Tensor* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      macs_per_token += w->ne[0] * w->ne[1];
+  const int n_last = nmax;
+  const double gmacs = static_cast<double>(macs_per_token) * n_last / (medians.back() / 1000.0) / 1e9;
+  const double peak = tandem::bench::int8_peak_gmacs(read_pool);
+  if (!json)
+    std::printf("T(%d) does %.2f G multiply-adds: %.0f G/s, %.0f%% of the int8 multiply-add peak (%.0f G/s, %s, "
+                "median of 5, %d threads)\n",
+                n_last, static_cast<double>(macs_per_token) * n_last / 1e9, gmacs, 100.0 * gmacs / peak, peak,
+                tandem::kernels::cpu::active_isa() == tandem::kernels::cpu::Isa::Avx512 ? "vpdpbusd zmm"
+                                                                                          : "vpmaddubsw ymm",
+                read_pool.size());
   if (json) {
     std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
                 "\"pass_bytes\": %zu, \"decode_gbs\": %.3f, \"read_gbs\": %.3f, "
-                "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"n_first\": %d, \"t_ms\": [",
+                "\"prefill_ms\": %.3f, \"prefill_tok_s\": %.3f, \"macs_per_token\": %lld, \"int8_peak_gmacs\": %.1f, "
+                "\"n_first\": %d, \"t_ms\": [",
                 path.c_str(), type.c_str(), model->weight_bytes(), be->name().c_str(), ctx, pass_bytes, decode_gbs,
-                read_gbs, prefill_ms, ctx * 1000.0 / prefill_ms, nmin);
+                read_gbs, prefill_ms, ctx * 1000.0 / prefill_ms, static_cast<long long>(macs_per_token), peak, nmin);
     for (size_t i = 0; i < medians.size(); ++i) std::printf("%s%.4f", i ? ", " : "", medians[i]);
     std::printf("]}\n");
   }
