@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
@@ -660,6 +662,73 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
       }
     }
   }
+}
+
+// The speculation policy and the cost model through the C API (fields and a function
+// appended in session 16): every policy keeps the plain greedy tokens; an adaptive policy
+// that expects nothing to be accepted drafts less than fixed k; bad values are refused; the
+// calibration measures once and then comes from its cache.
+TEST(CApi, PoliciesAndCalibration) {
+  tandem_generate_params d;
+  ASSERT_EQ(tandem_generate_params_init(&d, sizeof d), TANDEM_OK);
+  EXPECT_EQ(d.policy, nullptr);  // "fixed", as GenerateOptions
+  EXPECT_EQ(tandem::GenerateOptions{}.speculative.policy, "fixed");
+  EXPECT_EQ(d.alpha_prior, 0.0f);
+  EXPECT_EQ(d.start_budget, 0.0f);
+
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  const std::string cache = dir() + "/costs.json";
+  std::remove(cache.c_str());
+  int32_t cached = -1;
+  ASSERT_EQ(tandem_engine_calibrate(e.get(), 2, cache.c_str(), &cached), TANDEM_OK) << tandem_last_error();
+  EXPECT_EQ(cached, 0);
+  ASSERT_EQ(tandem_engine_calibrate(e.get(), 2, cache.c_str(), &cached), TANDEM_OK) << tandem_last_error();
+  EXPECT_EQ(cached, 1) << "the second calibration reads the cache file";
+  ASSERT_EQ(tandem_engine_calibrate(e.get(), 2, "", nullptr), TANDEM_OK) << tandem_last_error();  // no cache
+
+  tandem_generate_params gp = greedy(32);
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr plain(r);
+  auto run = [&](const char* policy, float alpha_prior) {
+    tandem_generate_params p = greedy(32);
+    p.draft_mode = TANDEM_DRAFT_MODEL;
+    p.policy = policy;
+    p.alpha_prior = alpha_prior;
+    tandem_result* out = nullptr;
+    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &p, nullptr, nullptr, &out), TANDEM_OK)
+        << policy << ": " << tandem_last_error();
+    return ResultPtr(out);
+  };
+  for (const char* policy : {"fixed", "confidence", "adaptive", "goodput", ""}) {
+    ResultPtr spec = run(policy, 0.0f);
+    ASSERT_TRUE(spec);
+    EXPECT_EQ(tokens_of(spec.get()), tokens_of(plain.get())) << policy;
+  }
+  ResultPtr fixed = run("fixed", 0.0f), hopeless = run("adaptive", 0.01f);
+  ASSERT_TRUE(fixed && hopeless);
+  EXPECT_EQ(tokens_of(hopeless.get()), tokens_of(plain.get()));
+  EXPECT_LT(hopeless->spec_drafted_tokens, fixed->spec_drafted_tokens)
+      << "an adaptive policy expecting 1% acceptance should draft less than fixed k";
+
+  gp = greedy(4);
+  gp.draft_mode = TANDEM_DRAFT_MODEL;
+  gp.policy = "medusa";
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("goodput"), std::string::npos) << tandem_last_error();
+  gp.policy = "goodput";
+  gp.alpha_prior = 1.5f;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  gp.alpha_prior = 0.0f;
+  gp.start_budget = std::nanf("");
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_engine_calibrate(e.get(), -1, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_engine_calibrate(nullptr, 2, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
 }
 
 // A reduced draft vocabulary through the C API (fields appended after 0.1.0): greedy tokens are

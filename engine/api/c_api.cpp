@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/api/c_api_internal.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 
 namespace tandem::capi {
 namespace {
@@ -90,6 +91,23 @@ tandem_status tandem_engine_cancel(tandem_engine* engine) {
   return guarded(TANDEM_ERR_INTERNAL, [&] {
     if (tandem_status s = check_engine(engine, "tandem_engine_cancel")) return s;
     engine->engine->cancel();
+    return TANDEM_OK;
+  });
+}
+
+tandem_status tandem_engine_calibrate(tandem_engine* engine, int32_t k_max, const char* cache_path,
+                                      int32_t* out_from_cache) {
+  using namespace tandem::capi;
+  constexpr const char* fn = "tandem_engine_calibrate";
+  return guarded(TANDEM_ERR_RUNTIME, [&] {
+    if (tandem_status s = check_engine(engine, fn)) return s;
+    if (k_max < 0 || k_max > 32) return invalid(fn, "k_max must be in 0..32 (0: 8)");
+    tandem::CalibrationOptions co;
+    co.k_max = k_max > 0 ? k_max : 8;
+    co.cache_path = cache_path ? std::string(cache_path) : tandem::default_cost_cache_path();
+    bool cached = false;
+    engine->engine->set_cost_model(tandem::calibrate_cost_model(*engine->engine, co, &cached));
+    if (out_from_cache) *out_from_cache = cached ? 1 : 0;
     return TANDEM_OK;
   });
 }

@@ -1,8 +1,10 @@
 // C API: parameter structs — defaults, and conversion to the C++ options.
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "engine/api/c_api_internal.hpp"
+#include "policies/factory.hpp"
 
 namespace tandem::capi {
 namespace {
@@ -42,6 +44,9 @@ tandem_generate_params default_generate_params() {
   p.ngram_max = d.speculative.ngram_max;
   p.verify_mode = d.speculative.verify == VerifyMode::Coupled ? TANDEM_VERIFY_COUPLED : TANDEM_VERIFY_REJECTION;
   p.logprobs = d.logprobs;
+  p.policy = nullptr;  // d.speculative.policy: "fixed"
+  p.alpha_prior = d.speculative.alpha_prior;
+  p.start_budget = d.speculative.start_budget;
   return p;
 }
 
@@ -134,6 +139,18 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.logprobs must be -1 (none) or in 0.." +
                                 std::to_string(TANDEM_MAX_TOP_LOGPROBS));
   o.logprobs = p.logprobs;
+  if (p.policy && *p.policy) {
+    if (!is_policy_name(p.policy))
+      throw std::invalid_argument(std::string("tandem_generate_params.policy '") + p.policy +
+                                  "' is not a policy (use fixed, confidence, adaptive or goodput)");
+    o.speculative.policy = p.policy;
+  }
+  if (!(p.alpha_prior >= 0.0f && p.alpha_prior <= 1.0f))
+    throw std::invalid_argument("tandem_generate_params.alpha_prior must be in [0, 1]");
+  if (!std::isfinite(p.start_budget))
+    throw std::invalid_argument("tandem_generate_params.start_budget must be finite");
+  o.speculative.alpha_prior = p.alpha_prior;
+  o.speculative.start_budget = p.start_budget;
   return o;
 }
 

@@ -136,6 +136,16 @@ typedef struct tandem_generate_params {
    * (after penalties, temperature, top-k, top-p, min-p; cut tokens have -INFINITY), whatever
    * the speculation; greedy requests get the log-softmax of the penalised logits. */
   int32_t logprobs;
+  /* How many tokens to draft at each step. NULL or "" → "fixed" (always draft_max);
+   * "confidence" (drafting stops below draft_p_min, 0.5 when 0); "adaptive" (k from the
+   * acceptance seen so far and the engine's cost model, speculation off where it would be
+   * slower); "goodput" (adaptive, k shrinking as the batch grows: the CLI's and the server's
+   * default). The adaptive ones use the cost model tandem_engine_calibrate installs, else
+   * assumed costs. Outputs are the same under every policy. */
+  const char* policy;
+  float alpha_prior;             /* adaptive/goodput: acceptance expected before any evidence; 0 → 0.6 */
+  float start_budget;            /* adaptive/goodput: share of the output still to come a sequence's first
+                                    draft may risk were nothing accepted; 0 → 0.02; < 0 → no limit */
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20
@@ -237,6 +247,15 @@ TANDEM_API tandem_status tandem_engine_info(const tandem_engine* engine, tandem_
  * are unaffected); they return TANDEM_CANCELLED at their next token. A long prompt's
  * prefill is not interrupted. Safe from any thread, e.g. a signal-watching thread. */
 TANDEM_API tandem_status tandem_engine_cancel(tandem_engine* engine);
+/* Measures this engine's target and draft forward passes (a few seconds), or takes them from
+ * the cost cache when it holds this engine's models, backend and threads, and installs the
+ * cost model the "adaptive" and "goodput" policies use (what `tandem generate` does before
+ * its first request). k_max: the longest draft to cover (0 → 8). cache_path: NULL → the
+ * default ($TANDEM_CACHE, else $XDG_CACHE_HOME/tandem, else ~/.cache/tandem, +
+ * /cost_models.json); "" → no cache. Waits for a running generation. *out_from_cache (may
+ * be NULL) is set to 1 when the cache had it. */
+TANDEM_API tandem_status tandem_engine_calibrate(tandem_engine* engine, int32_t k_max, const char* cache_path,
+                                                 int32_t* out_from_cache);
 
 /* ---- generation ---------------------------------------------------------------------
  * params NULL → defaults. callback may be NULL. out_result may be NULL when only the

@@ -97,6 +97,26 @@ def test_sampling_is_seeded(tiny: tandem.Engine) -> None:
     assert a.tokens == b.tokens
 
 
+def test_policies_and_calibration(tiny_path: str, tmp_path) -> None:
+    # The speculation policy per call, and the cost model the adaptive ones decide with.
+    with tandem.Engine.load(tiny_path, draft=tiny_path, threads=1) as e:
+        cache = str(tmp_path / "costs.json")
+        assert e.calibrate(k_max=2, cache_path=cache) is False
+        assert e.calibrate(k_max=2, cache_path=cache) is True
+        plain = e.generate(REPETITIVE, **greedy(24), draft="none")
+        for policy in ("fixed", "confidence", "adaptive", "goodput"):
+            r = e.generate(REPETITIVE, **greedy(24), policy=policy)
+            assert r.tokens == plain.tokens, policy
+        fixed = e.generate(REPETITIVE, **greedy(24), policy="fixed")
+        hopeless = e.generate(REPETITIVE, **greedy(24), policy="adaptive", alpha_prior=0.01)
+        assert hopeless.tokens == plain.tokens
+        assert hopeless.speculative.drafted_tokens < fixed.speculative.drafted_tokens
+        with pytest.raises(tandem.InvalidArgumentError, match="policy"):
+            e.generate("x", max_tokens=2, policy="medusa")  # type: ignore[typeddict-item]
+        with pytest.raises(tandem.InvalidArgumentError, match="alpha_prior"):
+            e.generate("x", max_tokens=2, policy="goodput", alpha_prior=2.0)
+
+
 @pytest.mark.parametrize("draft", ["ngram", "model"])
 def test_speculation_gives_the_plain_greedy_tokens(tiny_path: str, draft: str) -> None:
     # The model drafting for itself: a plumbing test of the draft-model path.

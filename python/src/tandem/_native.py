@@ -70,6 +70,9 @@ class GenerateParams(Structure):
         ("verify_mode", c_int32),
         ("grammar", c_char_p),
         ("logprobs", c_int32),
+        ("policy", c_char_p),
+        ("alpha_prior", c_float),
+        ("start_budget", c_float),
     ]
 
 
@@ -158,6 +161,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     fn("tandem_engine_free", None, c_void_p)
     fn("tandem_engine_info", c_status, c_void_p, POINTER(ModelInfo))
     fn("tandem_engine_cancel", c_status, c_void_p)
+    fn("tandem_engine_calibrate", c_status, c_void_p, c_int32, c_char_p, POINTER(c_int32))
     fn("tandem_generate", c_status, c_void_p, c_char_p, POINTER(GenerateParams), StreamFn, c_void_p,
        POINTER(POINTER(Result)))
     fn("tandem_generate_tokens", c_status, c_void_p, POINTER(c_int32), c_size_t, POINTER(GenerateParams), StreamFn,

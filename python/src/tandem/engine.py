@@ -24,8 +24,9 @@ _FINISH: dict[int, FinishReason] = {0: "stop", 1: "length", 2: "cancelled"}
 # Sampling options copied into tandem_generate_params as they are (bools become 0/1).
 _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "repetition_window",
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
-                 "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max")
-_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema"}
+                 "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget")
+_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
+_POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
                         "draft_vocab_counts", "draft_type"})
 
@@ -253,6 +254,17 @@ class Engine:
         """Cancels every generation running or waiting on this engine now (from any thread)."""
         self._call(lambda h: _check(N.lib().tandem_engine_cancel(h)))
 
+    def calibrate(self, k_max: int = 0, cache_path: str | os.PathLike[str] | None = None) -> bool:
+        """Measures the target's and the draft's forward passes (a few seconds), or takes them
+        from the cost cache, and installs the cost model the "adaptive" and "goodput" policies
+        decide with (what `tandem generate` does before its first request). k_max: the longest
+        draft to cover (0: 8); cache_path: None for the default cache file, "" for none.
+        Returns True when the cache had it."""
+        path_b = None if cache_path is None else os.fsencode(cache_path)
+        cached = ctypes.c_int32(0)
+        self._call(lambda h: _check(N.lib().tandem_engine_calibrate(h, k_max, path_b, byref(cached))))
+        return bool(cached.value)
+
     # ---- tokenizer --------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of `text`; add_special prepends BOS etc. as the model's metadata says."""
@@ -358,6 +370,13 @@ class Engine:
         if verify not in _VERIFY_MODES:
             raise InvalidArgumentError(f"verify must be one of {', '.join(_VERIFY_MODES)}, not {verify!r}")
         p.verify_mode = _VERIFY_MODES[verify]
+        policy = sampling.get("policy")
+        if policy is not None:
+            if policy not in _POLICIES:
+                raise InvalidArgumentError(f"policy must be one of {', '.join(_POLICIES)}, not {policy!r}")
+            policy_b = policy.encode()
+            keep.append(policy_b)
+            p.policy = policy_b
         stop = sampling.get("stop")
         if stop is not None:
             stops = [stop] if isinstance(stop, str) else list(stop)

@@ -48,6 +48,11 @@ class SamplingOptions(TypedDict, total=False):
     ngram_min: int
     ngram_max: int
     verify: Literal["coupled", "rejection"]  # default "coupled"
+    # How many tokens to draft per step: "fixed" (default: always draft_max), "confidence",
+    # "adaptive", "goodput" (the CLI's default; Engine.calibrate gives them this machine's costs).
+    policy: Literal["fixed", "confidence", "adaptive", "goodput"]
+    alpha_prior: float                # adaptive/goodput: acceptance expected before evidence (0: 0.6)
+    start_budget: float               # adaptive/goodput: output share a first draft may risk (0: 0.02; < 0: any)
     # Constrained output (docs/constrained.md), at most one: a GBNF grammar, or the JSON
     # documents valid against a JSON Schema (a dict or its JSON text; {} → any JSON object).
     grammar: str
