@@ -215,6 +215,29 @@ TEST(DraftType, GreedySpeculationIsLosslessOnEmulatedCuda) {
   auto e = load("q8_0", "cuda-emulated");
   EXPECT_EQ(e->info().draft_type, "q8_0");
   expect_lossless(*e, "q8_0 on cuda-emulated");
+  // auto on the device: a Q8_0 draft's matrices go up as Q4_0.
+  test::TinyModelSpec d;
+  d.arch = "qwen2";
+  d.tied_embeddings = false;
+  d.seed = 12;
+  d.weight_type = DType::Q8_0;
+  const std::string q8 = test::scratch_dir("draft_type_auto_cuda") + "/draft_q8_0.gguf";
+  test::write_tiny_model(q8, d);
+  LoadOptions o;
+  o.model_path = pair().target;
+  o.draft_model_path = q8;
+  o.threads = 1;
+  o.context = 96;
+  o.device = "cuda-emulated";
+  auto a = Engine::load(o);
+  EXPECT_EQ(a->info().draft_type, "auto");
+  EXPECT_EQ(EngineAccess::parts(*a).draft->model().layers[0].w_up.type, DType::Q4_0);
+  for (uint32_t seed : {1u, 2u}) {
+    const auto prompt = test::random_prompt(10, seed, 7);
+    EXPECT_EQ(a->generate_tokens(prompt, greedy(24, DraftMode::Model)).tokens,
+              a->generate_tokens(prompt, greedy(24, DraftMode::None)).tokens)
+        << "seed " << seed;
+  }
 }
 
 TEST(DraftType, BadSettingsAreRefusedAtLoad) {

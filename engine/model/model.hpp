@@ -23,7 +23,6 @@ struct LayerWeights {
   kernels::Tensor ffn_norm, w_gate, w_up, w_down;
 };
 
-
 class Model {
  public:
   // Throws std::runtime_error (or gguf::Error) with the file name and the problem.
