@@ -112,7 +112,7 @@ def test_policies_and_calibration(tiny_path: str, tmp_path) -> None:
         assert hopeless.tokens == plain.tokens
         assert hopeless.speculative.drafted_tokens < fixed.speculative.drafted_tokens
         with pytest.raises(tandem.InvalidArgumentError, match="policy"):
-            e.generate("x", max_tokens=2, policy="medusa")  # type: ignore[typeddict-item]
+            e.generate("x", max_tokens=2, policy="medusa")  # type: ignore[arg-type]
         with pytest.raises(tandem.InvalidArgumentError, match="alpha_prior"):
             e.generate("x", max_tokens=2, policy="goodput", alpha_prior=2.0)
 
