@@ -131,8 +131,7 @@ int run_tune_command(const TuneArgs& a) {
     co.force = a.recalibrate && announce;
     progress.phase_start();
     co.progress = [&](double f) { progress.update("calibrating", f, "forward passes"); };
-    bool cached = false;
-    engine->set_cost_model(calibrate_cost_model(*engine, co, &cached));
+    const bool cached = calibrate_and_install(*engine, co);
     if (announce && cached && !a.quiet)
       std::fprintf(stderr, "cost model: cached in %s (--recalibrate to measure again)\n", co.cache_path.c_str());
   };

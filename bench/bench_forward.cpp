@@ -127,9 +127,7 @@ int main(int argc, char** argv) {
     std::printf("T(%d) does %.2f G multiply-adds: %.0f G/s, %.0f%% of the int8 multiply-add peak (%.0f G/s, %s, "
                 "median of 5, %d threads)\n",
                 n_last, static_cast<double>(macs_per_token) * n_last / 1e9, gmacs, 100.0 * gmacs / peak, peak,
-                tandem::kernels::cpu::active_isa() == tandem::kernels::cpu::Isa::Avx512 ? "vpdpbusd zmm"
-                                                                                          : "vpmaddubsw ymm",
-                read_pool.size());
+                tandem::bench::int8_peak_instruction(), read_pool.size());
   if (json) {
     std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
                 "\"pass_bytes\": %zu, \"decode_gbs\": %.3f, \"read_gbs\": %.3f, "

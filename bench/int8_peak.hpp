@@ -51,10 +51,16 @@ __attribute__((target("avx2"))) inline int64_t int8_macs_avx2(int64_t iters, int
   return iters * 8 * 32;
 }
 
+// Whether the peak is measured with vpdpbusd: at the kernels' AVX-512 level (which needs VNNI).
+inline bool int8_peak_uses_vnni() {
+  return kernels::cpu::active_isa() == kernels::cpu::Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
+}
+inline const char* int8_peak_instruction() { return int8_peak_uses_vnni() ? "vpdpbusd zmm" : "vpmaddubsw ymm"; }
+
 // Multiply-adds per second (1e9) with all of the pool's threads, median of `reps` runs of
 // about 50 ms each, at the kernels' active level (AVX-512 VNNI or AVX2).
 inline double int8_peak_gmacs(kernels::cpu::ThreadPool& pool, int reps = 5) {
-  const bool vnni = kernels::cpu::active_isa() == kernels::cpu::Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
+  const bool vnni = int8_peak_uses_vnni();
   const int64_t iters = vnni ? 4'000'000 : 6'000'000;
   std::vector<int32_t> sink(static_cast<size_t>(std::max(64, pool.size())));
   std::vector<double> g;

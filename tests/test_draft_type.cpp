@@ -109,6 +109,19 @@ const test::TinyPair& pair() {
   return p;
 }
 
+// A draft over pair()'s vocabulary with its matrices stored as `t` (random blocks: it
+// rarely agrees, which the tests below do not need), written once into `dir`.
+std::string typed_draft(const std::string& dir, DType t) {
+  test::TinyModelSpec d;
+  d.arch = "qwen2";
+  d.tied_embeddings = false;
+  d.seed = 12;
+  d.weight_type = t;
+  const std::string path = dir + "/draft_" + dtype_name(t) + ".gguf";
+  test::write_tiny_model(path, d);
+  return path;
+}
+
 std::unique_ptr<Engine> load(const std::string& type, const std::string& device = "cpu", int32_t vocab = 0) {
   LoadOptions o;
   o.model_path = pair().target;
@@ -167,16 +180,7 @@ TEST(DraftType, GreedySpeculationIsLosslessWithEveryType) {
 // draft's and the F16 close draft's stay as stored; greedy speculation stays lossless.
 TEST(DraftType, TheDefaultAutoTakesOnlyTheWideDrafts) {
   const std::string dir = test::scratch_dir("draft_type_auto");
-  auto draft_of = [&](DType t) {
-    test::TinyModelSpec d;
-    d.arch = "qwen2";
-    d.tied_embeddings = false;
-    d.seed = 12;
-    d.weight_type = t;
-    const std::string path = dir + "/draft_" + dtype_name(t) + ".gguf";
-    test::write_tiny_model(path, d);
-    return path;
-  };
+  auto draft_of = [&](DType t) { return typed_draft(dir, t); };
   struct Case {
     std::string draft;
     DType stored, loaded;
@@ -216,13 +220,7 @@ TEST(DraftType, GreedySpeculationIsLosslessOnEmulatedCuda) {
   EXPECT_EQ(e->info().draft_type, "q8_0");
   expect_lossless(*e, "q8_0 on cuda-emulated");
   // auto on the device: a Q8_0 draft's matrices go up as Q4_0.
-  test::TinyModelSpec d;
-  d.arch = "qwen2";
-  d.tied_embeddings = false;
-  d.seed = 12;
-  d.weight_type = DType::Q8_0;
-  const std::string q8 = test::scratch_dir("draft_type_auto_cuda") + "/draft_q8_0.gguf";
-  test::write_tiny_model(q8, d);
+  const std::string q8 = typed_draft(test::scratch_dir("draft_type_auto_cuda"), DType::Q8_0);
   LoadOptions o;
   o.model_path = pair().target;
   o.draft_model_path = q8;

@@ -204,8 +204,7 @@ std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, cons
   CalibrationOptions co;
   co.k_max = std::max(1, so.draft_max);
   co.cache_path = default_cost_cache_path();
-  bool cached = false;
-  engine.set_cost_model(calibrate_cost_model(engine, co, &cached));
+  const bool cached = calibrate_and_install(engine, co);
   return cached ? "cost model: cached in " + co.cache_path : "cost model: measured now, cached in " + co.cache_path;
 }
 

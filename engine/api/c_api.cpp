@@ -105,8 +105,7 @@ tandem_status tandem_engine_calibrate(tandem_engine* engine, int32_t k_max, cons
     tandem::CalibrationOptions co;
     co.k_max = k_max > 0 ? k_max : 8;
     co.cache_path = cache_path ? std::string(cache_path) : tandem::default_cost_cache_path();
-    bool cached = false;
-    engine->engine->set_cost_model(tandem::calibrate_cost_model(*engine->engine, co, &cached));
+    const bool cached = tandem::calibrate_and_install(*engine->engine, co);
     if (out_from_cache) *out_from_cache = cached ? 1 : 0;
     return TANDEM_OK;
   });

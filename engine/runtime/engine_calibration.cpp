@@ -45,4 +45,10 @@ std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const Calibratio
   return calibrate_cost_model(timer, opts, from_cache);
 }
 
+bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts) {
+  bool cached = false;
+  engine.set_cost_model(calibrate_cost_model(engine, opts, &cached));
+  return cached;
+}
+
 }  // namespace tandem

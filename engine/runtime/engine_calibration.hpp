@@ -31,4 +31,8 @@ std::string cost_model_key(const Engine& engine);
 std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts,
                                                 bool* from_cache = nullptr);
 
+// calibrate_cost_model, then Engine::set_cost_model with the result; true when it came
+// from the cache.
+bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts);
+
 }  // namespace tandem
