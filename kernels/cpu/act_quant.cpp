@@ -41,9 +41,11 @@ ActLayout act_layout(Family f, int64_t C) {
   const size_t nb = static_cast<size_t>(l.nb);
   if (f == Family::QK) {
     l.fsum_off = l.aux_off + sizeof(int16_t) * 16 * nb;
-    l.row_bytes = l.fsum_off + sizeof(float) * 8 * nb;
+    l.bs32_off = l.fsum_off + sizeof(float) * 8 * nb;
+    l.row_bytes = l.bs32_off + sizeof(int16_t) * 8 * nb;
   } else {
     l.fsum_off = l.aux_off + sizeof(float) * nb;
+    l.bs32_off = l.fsum_off;
     l.row_bytes = l.fsum_off;
   }
   l.row_bytes = (l.row_bytes + 63) & ~size_t{63};
@@ -79,6 +81,7 @@ void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   float* d = reinterpret_cast<float*>(row + l.d_off);
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
   float* fs = reinterpret_cast<float*>(row + l.fsum_off);
+  int16_t* bs32 = reinterpret_cast<int16_t*>(row + l.bs32_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     d[b] = quant_block(x + 256 * b, 256, q + 256 * b);
     for (int g = 0; g < 16; ++g) {
@@ -86,7 +89,10 @@ void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
       for (int i = 0; i < 16; ++i) sum += q[256 * b + 16 * g + i];
       bs[16 * b + g] = static_cast<int16_t>(sum);
     }
-    for (int j = 0; j < 8; ++j) fs[8 * b + j] = d[b] * static_cast<float>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+    for (int j = 0; j < 8; ++j) {
+      bs32[8 * b + j] = static_cast<int16_t>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+      fs[8 * b + j] = d[b] * static_cast<float>(bs32[8 * b + j]);
+    }
   }
 }
 

@@ -57,6 +57,7 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   float* d = reinterpret_cast<float*>(row + l.d_off);
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
   float* fs = reinterpret_cast<float*>(row + l.fsum_off);
+  int16_t* bs32 = reinterpret_cast<int16_t*>(row + l.bs32_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     const float* xb = x + 256 * b;
     const float amax = amax_of(xb, 256);
@@ -69,7 +70,10 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
       bs[16 * b + 2 * g + 1] = static_cast<int16_t>(hsum_i32(hi));
     }
     d[b] = nz ? amax / 127.0f : 0.0f;
-    for (int j = 0; j < 8; ++j) fs[8 * b + j] = d[b] * static_cast<float>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+    for (int j = 0; j < 8; ++j) {
+      bs32[8 * b + j] = static_cast<int16_t>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+      fs[8 * b + j] = d[b] * static_cast<float>(bs32[8 * b + j]);
+    }
   }
 }
 

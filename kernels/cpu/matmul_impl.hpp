@@ -12,6 +12,8 @@
 //   aux Q32: float s[nb] = d * sum(q of the block)   (applies the weight's offset/min)
 //       QK:  int16 bsums[nb*16] = sums of q over each 16 elements (applies K-quant mins)
 //   fsum QK: float[nb*8] = d * sums of q over each 32 elements (mins of Q4_K/Q5_K in float)
+//   bs32 QK: int16[nb*8] = sums of q over each 32 elements (|sum| <= 4064): two groups'
+//            sums as one 32-bit word meet two groups' Q4_K mins in one vpdpwssd
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +38,7 @@ struct ActLayout {
   int64_t C = 0;
   int64_t nb = 0;  // blocks per row
   int block = 0;   // 32 or 256
-  size_t d_off = 0, aux_off = 0, fsum_off = 0, row_bytes = 0;
+  size_t d_off = 0, aux_off = 0, fsum_off = 0, bs32_off = 0, row_bytes = 0;
 };
 ActLayout act_layout(Family f, int64_t C);
 
@@ -52,6 +54,9 @@ static inline const int16_t* act_bsums(const uint8_t* row, const ActLayout& l) {
 }
 static inline const float* act_fsum(const uint8_t* row, const ActLayout& l) {
   return reinterpret_cast<const float*>(row + l.fsum_off);
+}
+static inline const int16_t* act_bsums32(const uint8_t* row, const ActLayout& l) {
+  return reinterpret_cast<const int16_t*>(row + l.bs32_off);
 }
 
 // Everything a kernel needs for one matmul call.

@@ -103,8 +103,8 @@ struct TileGroups {
         // Two chains (integer sums: the order does not change the result).
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
         for (int k = 0; k < 8; k += 2) {
-          s0 = _mm512_dpbusd_epi32(s0, c[k], bcast32(q + pos[k]));
-          s1 = _mm512_dpbusd_epi32(s1, c[k + 1], bcast32(q + pos[k + 1]));
+          s0 = dpbusd_bcast(s0, c[k], q + pos[k]);
+          s1 = dpbusd_bcast(s1, c[k + 1], q + pos[k + 1]);
         }
         const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
         const float dx = xd[t][b], s = xs[t][b];

@@ -28,6 +28,7 @@ struct Toks {
   const float* d[TN];
   const int16_t* bs[TN];
   const float* fs[TN];
+  const int16_t* bs32[TN];
 };
 
 // Adding one block's integer sums to the float accumulators, three ways.
@@ -84,6 +85,7 @@ static inline Toks<TN> toks_at(const Args& a, int64_t t0) {
     x.d[t] = act_d(row, l);
     x.bs[t] = act_bsums(row, l);
     x.fs[t] = act_fsum(row, l);
+    x.bs32[t] = act_bsums32(row, l);
   }
   return x;
 }

@@ -6,7 +6,7 @@
 // in int16 (each lane <= 8*2*15*127 = 30480), and one vpmaddwd with the rows' (scale,
 // scale) pairs turns them into int32: 9 multiplies per 256 products, against 10 for the
 // row kernel, which also folds and reduces every row on its own. The mins meet the
-// activations' 16-element sums in vpmaddwd. Everything stays in exact int32 until the
+// activations' 32-element sums, two groups to a vpmaddwd. Everything stays in exact int32 until the
 // block's float fold, so a token's result is the same bits whatever tokens or rows are
 // computed alongside it.
 //
@@ -91,11 +91,12 @@ struct TileQ4K {
           iacc[t] = _mm256_add_epi32(iacc[t], _mm256_madd_epi16(_mm256_add_epi16(s0, s1), sp));
         }
       }
-      for (int j = 0; j < 8; ++j) {  // mins: (min, min) pairs against the group's two 16-sums
-        const __m256i mp = u8_pairs(h ? _mm_unpackhi_epi64(mn[j], mn[j]) : mn[j]);
+      for (int k = 0; k < 4; ++k) {  // mins: row r's (min 2k, min 2k+1) against groups 2k, 2k+1's 32-sums
+        const __m256i mp = _mm256_cvtepu8_epi16(h ? _mm_unpackhi_epi8(mn[2 * k], mn[2 * k + 1])
+                                                  : _mm_unpacklo_epi8(mn[2 * k], mn[2 * k + 1]));
         #pragma GCC unroll 8
         for (int t = 0; t < TN; ++t)
-          imin[t] = _mm256_add_epi32(imin[t], _mm256_madd_epi16(mp, bcast32(x.bs[t] + 16 * bi + 2 * j)));
+          imin[t] = _mm256_add_epi32(imin[t], _mm256_madd_epi16(mp, bcast32(x.bs32[t] + 8 * bi + 2 * k)));
       }
       const __m256 d = f16x8(w + tile_q4k::d + 16 * h), dmin = f16x8(w + tile_q4k::dmin + 16 * h);
       #pragma GCC unroll 8

@@ -4,7 +4,9 @@
 // Per group of 4 codes: one vpdpbusd multiplies the 4 codes of all 16 rows by the same 4
 // activations (a broadcast 32-bit word) and adds them into each row's lane. A scale group's
 // integer sum then meets the rows' group scales in one vpmulld; the offsets (Q6_K's +32)
-// and mins (Q4_K) meet the activations' 16-element sums in vpdpwssd. Everything stays in
+// meet the activations' 16-element sums in vpdpwssd, and the mins (Q4_K) their 32-element
+// sums, two groups to a vpdpwssd. The activations are read by the multiply-adds themselves
+// (dpbusd_bcast: an embedded broadcast, no separate vpbroadcastd). Everything stays in
 // exact int32 until the block's float fold, so a token's result is the same bits whatever
 // tokens, rows or chains compute alongside it (integer sums do not depend on their order).
 // Bounds, activations |q| <= 127: Q4_K group sum <= 32*15*127 = 60960, times a scale <= 63,
@@ -86,23 +88,41 @@ struct TileQ4K {
         const int8_t* q = x.q[t] + 256 * bi + 32 * kQ4kPos.v[j];
         __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
         for (int v = 0; v < 4; ++v) {
-          s0 = _mm512_dpbusd_epi32(s0, lo[v], bcast32(q + 4 * v));
+          s0 = dpbusd_bcast(s0, lo[v], q + 4 * v);
           // One chain per token when several tokens interleave; two for one or two tokens,
           // whose single chain would wait on each vpdpbusd's latency.
-          if constexpr (TN <= 2) s1 = _mm512_dpbusd_epi32(s1, hi[v], bcast32(q + 16 + 4 * v));
-          else s0 = _mm512_dpbusd_epi32(s0, hi[v], bcast32(q + 16 + 4 * v));
+          if constexpr (TN <= 2) s1 = dpbusd_bcast(s1, hi[v], q + 16 + 4 * v);
+          else s0 = dpbusd_bcast(s0, hi[v], q + 16 + 4 * v);
         }
         if constexpr (TN <= 2) s0 = _mm512_add_epi32(s0, s1);
         iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(s0, sc));
       }
     });
-    each(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
-      constexpr int j = decltype(jc)::value;
-      const __m512i mn = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? mn_lo : mn_hi, j % 4));
-      const __m512i mpair = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));  // (min, min) int16 pairs
-      #pragma GCC unroll 8
-      for (int t = 0; t < TN; ++t) imin[t] = _mm512_dpwssd_epi32(imin[t], mpair, bcast32(x.bs[t] + 16 * bi + 2 * j));
-    });
+    // The mins two groups at a time: 32-bit lane r of mp[k] holds row r's mins 2k and 2k+1
+    // as int16, to meet the activations' 32-element sums of groups 2k and 2k+1 (bs32, one
+    // 32-bit word) in one vpdpwssd.
+    __m512i mp[4];
+    {
+      const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));  // mins 0, 2, 4, 6
+      const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));  // mins 1, 3, 5, 7
+      // 16-byte lane k: rows 0-7 (lo) or 8-15 (hi) of mins 2k, 2k+1 byte by byte.
+      const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
+      // [lo k, hi k] side by side for k = 0, 1 and then 2, 3.
+      const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
+                    p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
+                    q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
+      mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
+      mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
+      mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
+      mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; ++t) {
+      const int16_t* s = x.bs32[t] + 8 * bi;
+      imin[t] = dpwssd_bcast(dpwssd_bcast(imin[t], mp[0], s), mp[1], s + 2);
+      imin[t] = dpwssd_bcast(dpwssd_bcast(imin[t], mp[2], s + 4), mp[3], s + 6);
+    }
     const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
     #pragma GCC unroll 8
     for (int t = 0; t < TN; ++t) {
@@ -128,7 +148,7 @@ struct TileQ6K {
           _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + tile_q6k::scales + 32 * p)));
       const __m512i sc[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), _mm512_srai_epi32(pair, 16)};
       #pragma GCC unroll 8
-      for (int t = 0; t < TN; ++t) ioff[t] = _mm512_dpwssd_epi32(ioff[t], pair, bcast32(x.bs[t] + 16 * bi + 2 * p));
+      for (int t = 0; t < TN; ++t) ioff[t] = dpwssd_bcast(ioff[t], pair, x.bs[t] + 16 * bi + 2 * p);
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * p + h;
         const u8* g = w + tile_q6k::codes + tile_q6k::group_bytes * j;
@@ -142,10 +162,10 @@ struct TileQ6K {
         #pragma GCC unroll 8
         for (int t = 0; t < TN; ++t) {
           const int8_t* q = x.q[t] + 256 * bi + 16 * j;
-          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], bcast32(q));
-          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c[1], bcast32(q + 4));
-          s0 = _mm512_dpbusd_epi32(s0, c[2], bcast32(q + 8));
-          s1 = _mm512_dpbusd_epi32(s1, c[3], bcast32(q + 12));
+          __m512i s0 = dpbusd_bcast(_mm512_setzero_si512(), c[0], q);
+          __m512i s1 = dpbusd_bcast(_mm512_setzero_si512(), c[1], q + 4);
+          s0 = dpbusd_bcast(s0, c[2], q + 8);
+          s1 = dpbusd_bcast(s1, c[3], q + 12);
           iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc[h]));
         }
       }

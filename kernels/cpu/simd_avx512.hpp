@@ -48,6 +48,10 @@ static inline __m512i _mm512_srai_epi32(__m512i v, unsigned int n) {
   const __m512i lo = _mm512_castsi256_si512(_mm256_srai_epi32(_mm512_castsi512_si256(v), static_cast<int>(n)));
   return _mm512_inserti64x4(lo, _mm256_srai_epi32(_mm512_extracti64x4_epi64(v, 1), static_cast<int>(n)), 1);
 }
+static inline __m512i _mm512_cvtepu8_epi16(__m256i v) {
+  const __m512i lo = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)));
+  return _mm512_inserti64x4(lo, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)), 1);
+}
 static inline __m512i _mm512_cvtepu8_epi32(__m128i v) {
   const __m512i lo = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(v));
   return _mm512_inserti64x4(lo, _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)), 1);
@@ -98,6 +102,27 @@ static inline __m512i bcast32(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
+}
+// vpdpbusd(acc, u, the 32-bit word at p in every lane), with the word read by the
+// instruction itself (an embedded {1to16} broadcast). GCC does not fold _mm512_set1_epi32
+// of a load into vpdpbusd: it issues a separate vpbroadcastd, one more vector operation per
+// vpdpbusd in the tile kernels, whose broadcasts are as many as their multiply-adds.
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i u, const void* p) {
+#if defined(TANDEM_AVX512_EMULATED)
+  return _mm512_dpbusd_epi32(acc, u, bcast32(p));
+#else
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+#endif
+}
+// vpdpwssd(acc, a, the 32-bit word at p in every lane), the word read by the instruction.
+static inline __m512i dpwssd_bcast(__m512i acc, __m512i a, const void* p) {
+#if defined(TANDEM_AVX512_EMULATED)
+  return _mm512_dpwssd_epi32(acc, a, bcast32(p));
+#else
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+#endif
 }
 // 16 f16 at p as floats.
 static inline __m512 f16x16(const void* p) {
