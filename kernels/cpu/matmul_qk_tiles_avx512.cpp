@@ -154,19 +154,27 @@ struct TileQ6K {
         const u8* g = w + tile_q6k::codes + tile_q6k::group_bytes * j;
         const __m512i n0 = loadu512(g), n1 = loadu512(g + 64), hb = loadu512(g + 128);
         // Code u of each 4: low 4 bits from N0/N1, top 2 from bits 2u of H moved to bits 4-5.
-        const __m512i c[4] = {
-            _mm512_or_si512(_mm512_and_si512(n0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30)),
-            _mm512_or_si512(_mm512_and_si512(n1, m4), _mm512_and_si512(hb, m30)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30))};
+        // hi6(low, h) = bits 4-5 from h, the rest from low (whose bits 4-7 are clear): one
+        // vpternlogd for the and-or.
+        const auto hi6 = [&](__m512i low, __m512i h) { return _mm512_ternarylogic_epi32(low, h, m30, 0xD8); };
+        const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
+                              hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
+                              hi6(_mm512_and_si512(n1, m4), hb),
+                              hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
         #pragma GCC unroll 8
         for (int t = 0; t < TN; ++t) {
           const int8_t* q = x.q[t] + 256 * bi + 16 * j;
+          // One chain per token when several tokens interleave, two for one or two (as in Q4_K).
           __m512i s0 = dpbusd_bcast(_mm512_setzero_si512(), c[0], q);
-          __m512i s1 = dpbusd_bcast(_mm512_setzero_si512(), c[1], q + 4);
-          s0 = dpbusd_bcast(s0, c[2], q + 8);
-          s1 = dpbusd_bcast(s1, c[3], q + 12);
-          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc[h]));
+          if constexpr (TN <= 2) {
+            __m512i s1 = dpbusd_bcast(_mm512_setzero_si512(), c[1], q + 4);
+            s0 = dpbusd_bcast(s0, c[2], q + 8);
+            s1 = dpbusd_bcast(s1, c[3], q + 12);
+            s0 = _mm512_add_epi32(s0, s1);
+          } else {
+            s0 = dpbusd_bcast(dpbusd_bcast(dpbusd_bcast(s0, c[1], q + 4), c[2], q + 8), c[3], q + 12);
+          }
+          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(s0, sc[h]));
         }
       }
     }
