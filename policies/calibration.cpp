@@ -118,7 +118,8 @@ std::shared_ptr<CostModel> calibrate_cost_model(PassTimer& timer, const Calibrat
   m->reps = opts.reps;
   m->warmup = opts.warmup;
   m->created = utc_now();
-  if (!opts.cache_path.empty()) save_cached_cost_model(opts.cache_path, *m);
+  if (!opts.cache_path.empty())
+    save_cached_cost_model(opts.cache_path, *m, [&timer](const std::string& k) { return timer.key_is_live(k); });
   return m;
 }
 

@@ -210,12 +210,19 @@ std::shared_ptr<CostModel> load_cached_cost_model(const std::string& path, const
   }
 }
 
-void save_cached_cost_model(const std::string& path, const CostModel& model) {
+void save_cached_cost_model(const std::string& path, const CostModel& model, const CostKeyFilter& keep) {
   json::value v = read_json_file(path);
   if (!v.is_object()) v = json::object{{"format", "tandem-cost-models"}, {"version", 1}};
   json::object& o = v.as_object();
   if (!o.contains("models") || !o["models"].is_object()) o["models"] = json::object{};
-  o["models"].as_object()[model.key()] = json::parse(model.to_json());
+  json::object& models = o["models"].as_object();
+  if (keep) {
+    std::vector<std::string> stale;
+    for (const auto& e : models)
+      if (e.key() != model.key() && !keep(std::string(e.key()))) stale.emplace_back(e.key());
+    for (const std::string& k : stale) models.erase(k);
+  }
+  models[model.key()] = json::parse(model.to_json());
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
   // Write then rename, so a concurrent reader never sees half a file.

@@ -84,7 +84,10 @@ class CostModel {
 std::string default_cost_cache_path();  // $TANDEM_CACHE or $XDG_CACHE_HOME/tandem or ~/.cache/tandem, + /cost_models.json
 // The model stored under `key`, or null (no file, no such key, unreadable entry).
 std::shared_ptr<CostModel> load_cached_cost_model(const std::string& path, const std::string& key);
-// Adds or replaces the model's entry; creates the directory. Throws on I/O errors.
-void save_cached_cost_model(const std::string& path, const CostModel& model);
+// Adds or replaces the model's entry; creates the directory. Throws on I/O errors. The other
+// entries for which `keep` (when given) says false are dropped: keys nothing can look up any
+// more (models deleted or changed, another build's timings), which would otherwise pile up.
+using CostKeyFilter = std::function<bool(const std::string& key)>;
+void save_cached_cost_model(const std::string& path, const CostModel& model, const CostKeyFilter& keep = {});
 
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 
 #include "policies/acceptance_estimator.hpp"
 #include "policies/adaptive_policy.hpp"
@@ -16,6 +17,8 @@
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"
+#include "tandem/version.hpp"
+#include "kernels/backend.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"
 
@@ -159,6 +162,33 @@ TEST(CostModel, CacheFileKeepsOneModelPerKey) {
   EXPECT_EQ(load_cached_cost_model(path, "a"), nullptr);
   save_cached_cost_model(path, CostModel("a", {t}, {}));  // a damaged file is replaced
   EXPECT_NE(load_cached_cost_model(path, "a"), nullptr);
+}
+
+TEST(CostModel, CacheDropsTheEntriesTheFilterRefuses) {
+  const std::string path = test::scratch_dir("cost-cache-prune") + "/cost_models.json";
+  PassCurve t{1, {1, 2}, {10, 12}};
+  for (const char* k : {"old-1", "old-2", "kept"}) save_cached_cost_model(path, CostModel(k, {t}, {}));
+  // The entry being saved stays whatever the filter says; the refused others go.
+  save_cached_cost_model(path, CostModel("new", {t}, {}), [](const std::string& k) { return k.rfind("old", 0) != 0 && k != "new"; });
+  EXPECT_EQ(load_cached_cost_model(path, "old-1"), nullptr);
+  EXPECT_EQ(load_cached_cost_model(path, "old-2"), nullptr);
+  EXPECT_NE(load_cached_cost_model(path, "kept"), nullptr);
+  EXPECT_NE(load_cached_cost_model(path, "new"), nullptr);
+}
+
+TEST(CostModel, LiveKeysNeedTheirFilesAsMeasuredAndThisBuild) {
+  const std::string dir = test::scratch_dir("cost-keys");
+  const std::string f = dir + "/model.gguf";
+  std::ofstream(f) << "12345";  // 5 bytes
+  const std::string tag = std::string("tandem=") + version_string() + ".t" + std::to_string(kernels::kTimingRevision);
+  const std::string live = "target=" + f + ":5;draft=-;backend=cpu (avx2, 2 threads);" + tag;
+  EXPECT_TRUE(cost_model_key_is_live(live));
+  EXPECT_TRUE(cost_model_key_is_live("target=" + f + ":5;draft=" + f + ":5;backend=cpu;" + tag + ";draft_type=auto"));
+  EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":6;draft=-;backend=cpu;" + tag));  // the file changed
+  EXPECT_FALSE(cost_model_key_is_live("target=" + dir + "/gone.gguf:5;draft=-;backend=cpu;" + tag));
+  EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + dir + "/gone.gguf:9;backend=cpu;" + tag));
+  EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=-;backend=cpu;tandem=0.0.1.t1"));  // another build
+  EXPECT_TRUE(cost_model_key_is_live("a key of another format"));
 }
 
 // ---- acceptance estimate ---------------------------------------------------------------
@@ -719,9 +749,31 @@ TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
   co.cache_path = cache;
   double last = 0;
   co.progress = [&](double f) { last = f; };
+  // Entries nothing can look up any more are dropped when the new model is saved: one for a
+  // model file that is gone, one of another build; a key of another format stays.
+  {
+    PassCurve t{1, {1, 2}, {10, 12}};
+    const std::string here = cost_model_key(*e);
+    const std::string gone = "target=" + test::scratch_dir("policies-calib-gone") + "/x.gguf:7;draft=-;backend=cpu;" +
+                             here.substr(here.find("tandem="));
+    std::string other_build = here;
+    other_build.replace(other_build.find("tandem="), 7, "tandem=0.0.0-old.t0;was=");
+    for (const std::string& k : {gone, other_build, std::string("foreign")}) save_cached_cost_model(cache, CostModel(k, {t}, {}));
+    ASSERT_NE(load_cached_cost_model(cache, gone), nullptr);
+    ASSERT_NE(load_cached_cost_model(cache, other_build), nullptr);
+  }
   bool from_cache = true;
   const auto m = calibrate_cost_model(*e, co, &from_cache);
   EXPECT_FALSE(from_cache);
+  {
+    const std::string here = cost_model_key(*e);
+    EXPECT_NE(load_cached_cost_model(cache, here), nullptr);
+    EXPECT_NE(load_cached_cost_model(cache, "foreign"), nullptr);
+    std::ifstream in(cache);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("x.gguf"), std::string::npos);
+    EXPECT_EQ(text.find("0.0.0-old"), std::string::npos);
+  }
   EXPECT_DOUBLE_EQ(last, 1.0);
   EXPECT_EQ(m->key(), cost_model_key(*e));
   EXPECT_TRUE(m->has_draft());

@@ -1,11 +1,38 @@
 #include "engine/runtime/engine_calibration.hpp"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "tandem/version.hpp"
 #include "kernels/backend.hpp"
 
 namespace tandem {
+
+namespace {
+std::string build_tag() { return std::string("tandem=") + version_string() + ".t" + std::to_string(kernels::kTimingRevision); }
+
+// The value of `name=` in a ';'-separated key, or nullopt.
+std::optional<std::string> key_field(const std::string& key, const std::string& name) {
+  size_t at = 0;
+  while (at <= key.size()) {
+    const size_t end = std::min(key.find(';', at), key.size());
+    if (key.compare(at, name.size() + 1, name + "=") == 0) return key.substr(at + name.size() + 1, end - at - name.size() - 1);
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+// "PATH:SIZE" (or "-"): the file is there with that size.
+bool file_part_live(const std::string& part) {
+  if (part == "-") return true;
+  const size_t colon = part.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(part.substr(0, colon), ec);
+  return !ec && std::to_string(size) == part.substr(colon + 1);
+}
+}  // namespace
 
 std::string cost_model_key(const Engine& engine) {
   namespace fs = std::filesystem;
@@ -19,8 +46,7 @@ std::string cost_model_key(const Engine& engine) {
   };
   // The engine's version and timing revision: pass times measured by another build of the
   // kernels are not these.
-  std::string key = "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend +
-                    ";tandem=" + version_string() + ".t" + std::to_string(kernels::kTimingRevision);
+  std::string key = "target=" + part(i.path) + ";draft=" + part(i.draft_path) + ";backend=" + i.backend + ";" + build_tag();
   // A reduced draft vocabulary changes the draft's cost.
   if (i.draft_vocab > 0)
     key += ";draft_vocab=" + std::to_string(i.draft_vocab) + ":" +
@@ -30,7 +56,16 @@ std::string cost_model_key(const Engine& engine) {
   return key;
 }
 
+
+bool cost_model_key_is_live(const std::string& key) {
+  const auto target = key_field(key, "target"), draft = key_field(key, "draft"), tag = key_field(key, "tandem");
+  if (!target || !draft || !tag) return true;  // not ours to judge
+  return "tandem=" + *tag == build_tag() && file_part_live(*target) && file_part_live(*draft);
+}
+
 std::string EnginePassTimer::key() const { return cost_model_key(engine_); }
+
+bool EnginePassTimer::key_is_live(const std::string& other) const { return cost_model_key_is_live(other); }
 
 bool EnginePassTimer::has_draft() const { return !engine_.info().draft_path.empty(); }
 

@@ -13,6 +13,7 @@ class EnginePassTimer final : public PassTimer {
  public:
   explicit EnginePassTimer(Engine& engine) : engine_(engine) {}
   std::string key() const override;
+  bool key_is_live(const std::string& other) const override;
   bool has_draft() const override;
   std::vector<std::vector<double>> time_passes(bool draft, int32_t batch, std::span<const int32_t> n_values,
                                                int32_t context, int32_t reps) override;
@@ -24,6 +25,10 @@ class EnginePassTimer final : public PassTimer {
 // The identity of an engine's cost model: target and draft paths with their file sizes, and
 // the backend's name (which carries the kernel ISA and the thread count).
 std::string cost_model_key(const Engine& engine);
+// Whether a cost-model key (cost_model_key's format) can still be looked up by this build:
+// its target and draft files exist with the sizes it names, and it carries this build's
+// version and timing revision. Keys of another format are kept.
+bool cost_model_key_is_live(const std::string& key);
 
 // Measures the engine's target (and draft, if loaded) passes, or loads them from the cache
 // when it holds this engine's key and covers k_max. Does not install the model: pass it to
