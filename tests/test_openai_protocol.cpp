@@ -89,7 +89,8 @@ TEST(OpenAIRequest, EveryField) {
   const ParsedRequest r = chat(chat_with(
       R"("max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":20,"min_p":0.1,"seed":42,"stop":["a","bb"],)"
       R"("stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,)"
-      R"("n":1,"repetition_penalty":1.1,"ignore_eos":true,"speculative":{"mode":"none","draft_max":6,"draft_min":1,"policy":"adaptive"},)"
+      R"("n":1,"repetition_penalty":1.1,"ignore_eos":true,"speculative":{"mode":"none","draft_max":6,"draft_min":1,"policy":"adaptive",)"
+      R"("alpha_prior":0.8,"start_budget":-1},)"
       R"("user":"someone","logprobs":false,"tools":[],"response_format":{"type":"text"})"));
   EXPECT_EQ(r.opts.max_tokens, 7);
   EXPECT_TRUE(r.max_tokens_given);
@@ -109,6 +110,8 @@ TEST(OpenAIRequest, EveryField) {
   EXPECT_EQ(r.opts.speculative.draft_max, 6);
   EXPECT_EQ(r.opts.speculative.draft_min, 1);
   EXPECT_EQ(r.opts.speculative.policy, "adaptive");
+  EXPECT_FLOAT_EQ(r.opts.speculative.alpha_prior, 0.8f);
+  EXPECT_FLOAT_EQ(r.opts.speculative.start_budget, -1.0f);
 }
 
 TEST(OpenAIRequest, MaxCompletionTokensWinsAndIntegralFloatsAreIntegers) {
@@ -329,6 +332,13 @@ TEST(OpenAIRequest, Speculative) {
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"draft_max":0})")).param, "speculative.draft_max");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"draft_max":33})")).param, "speculative.draft_max");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"policy":"yolo"})")).param, "speculative.policy");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"alpha_prior":1.5})")).param, "speculative.alpha_prior");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"alpha_prior":-0.1})")).param, "speculative.alpha_prior");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"alpha_prior":"high"})")).param, "speculative.alpha_prior");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"start_budget":1e300})")).param, "speculative.start_budget");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"start_budget":[0.1]})")).param, "speculative.start_budget");
+  // Left out, the policy's own defaults (0) stay.
+  EXPECT_FLOAT_EQ(chat(chat_with(R"("speculative":{"policy":"goodput"})")).opts.speculative.alpha_prior, 0.0f);
   ProtocolConfig c = config();
   c.has_draft_model = true;
   EXPECT_EQ(parse_request(Endpoint::Chat, chat_with(R"("speculative":{"mode":"model"})"), c).opts.speculative.mode,

@@ -308,6 +308,7 @@ void parse_sampling(const json::object& o, SamplingParams& s) {
 
 // Extension: "speculative": {"mode": "ngram"|"model"|"none", "draft_max": K,
 //                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput",
+//                            "alpha_prior": A, "start_budget": B,
 //                            "verify": "rejection"|"coupled"}.
 void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float temperature, SpeculativeOptions& sp) {
   sp = cfg.speculative_for(temperature);
@@ -342,6 +343,18 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
       throw bad_request("'speculative.policy' must be fixed, confidence, adaptive or goodput", "speculative.policy",
                         "invalid_value");
     sp.policy = *p;
+  }
+  // The adaptive policies' knobs (SpeculativeOptions): 0 keeps the policy's default.
+  if (auto a = get_number(so, "alpha_prior", "speculative")) {
+    if (!(*a >= 0.0 && *a <= 1.0))
+      throw bad_request("'speculative.alpha_prior' must be in [0, 1]", "speculative.alpha_prior", "invalid_value");
+    sp.alpha_prior = static_cast<float>(*a);
+  }
+  if (auto b = get_number(so, "start_budget", "speculative")) {
+    if (!std::isfinite(*b) || *b > 1e6 || *b < -1e6)
+      throw bad_request("'speculative.start_budget' must be a finite number (< 0: no limit)", "speculative.start_budget",
+                        "invalid_value");
+    sp.start_budget = static_cast<float>(*b);
   }
   if (auto m = get_string(so, "verify", "speculative")) {
     if (*m != "rejection" && *m != "coupled")
