@@ -132,6 +132,30 @@ def test_speculation_gives_the_plain_greedy_tokens(tiny_path: str, draft: str) -
             assert e.info.draft_path == tiny_path and m.draft_forwards > 0 and m.accepted_tokens > 0
 
 
+def test_reduced_draft_vocabulary(tiny: tandem.Engine, tiny_path: str, tmp_path) -> None:
+    # FR-Spec through the package: the draft's head over its N first-ranked tokens, the
+    # target's greedy tokens unchanged; ranked by token ids or by a counts file.
+    plain = tiny.generate(REPETITIVE, **greedy(24))
+    with tandem.Engine.load(tiny_path, draft=tiny_path, threads=1, draft_vocab=160) as e:
+        assert e.info.draft_vocab == 160
+        r = e.generate(REPETITIVE, **greedy(24), draft_max=4)
+        assert r.tokens == plain.tokens and r.speculative.drafted_tokens > 0
+    counts = tmp_path / "counts.txt"
+    ranked = sorted(set(REPETITIVE) | set(plain.tokens))
+    counts.write_text("tandem-token-counts 1 320\n" + "".join(f"{t} {1000 - i}\n" for i, t in enumerate(ranked)))
+    with tandem.Engine.load(tiny_path, draft=tiny_path, threads=1, draft_vocab=len(ranked),
+                            draft_vocab_counts=str(counts)) as e:
+        assert e.info.draft_vocab == len(ranked)
+        r = e.generate(REPETITIVE, **greedy(24), draft_max=4)
+        # Every token the target picks is in the draft's vocabulary, so the self-draft agrees.
+        assert r.tokens == plain.tokens and r.speculative.accepted_tokens > 0
+    with pytest.raises(tandem.InvalidArgumentError, match="draft model"):
+        tandem.Engine.load(tiny_path, threads=1, draft_vocab=64)
+    counts.write_text("tandem-token-counts 1 999\n1 5\n")  # counts for another vocabulary
+    with pytest.raises(tandem.TandemError, match="999"):
+        tandem.Engine.load(tiny_path, draft=tiny_path, threads=1, draft_vocab=64, draft_vocab_counts=str(counts))
+
+
 def test_stream_matches_generate(tiny: tandem.Engine) -> None:
     ref = tiny.generate("Stream me", **greedy(20))
     s = tiny.stream("Stream me", **greedy(20))
