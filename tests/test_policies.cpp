@@ -14,6 +14,7 @@
 #include "policies/adaptive_policy.hpp"
 #include "engine/runtime/engine_calibration.hpp"
 #include "engine/runtime/scheduler.hpp"
+#include "policies/calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"
@@ -189,6 +190,51 @@ TEST(CostModel, LiveKeysNeedTheirFilesAsMeasuredAndThisBuild) {
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + dir + "/gone.gguf:9;backend=cpu;" + tag));
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=-;backend=cpu;tandem=0.0.1.t1"));  // another build
   EXPECT_TRUE(cost_model_key_is_live("a key of another format"));
+}
+
+// A timer whose passes take what the test says: the freshness check of a cached model.
+class ScriptedTimer final : public PassTimer {
+ public:
+  double ms = 1.0;                // what every pass takes now
+  std::vector<double> first;      // if set: the first passes timed (after the warm-up)
+  std::string key() const override { return "scripted"; }
+  bool has_draft() const override { return false; }
+  std::vector<std::vector<double>> time_passes(bool, int32_t, std::span<const int32_t> n, int32_t, int32_t reps) override {
+    std::vector<std::vector<double>> out(n.size());
+    for (auto& v : out)
+      for (int32_t r = 0; r < reps; ++r) v.push_back(taken_ < first.size() ? first[taken_++] : ms);
+    return out;
+  }
+  size_t taken_ = 0;  // of `first`
+};
+
+TEST(Calibration, ACachedModelIsKeptUnlessTheMachineReallyChanged) {
+  const std::string path = test::scratch_dir("cost-fresh") + "/costs.json";
+  CalibrationOptions co;
+  co.k_max = 1;
+  co.extra_n = {};
+  co.reps = 1;
+  co.warmup = 0;
+  co.cache_path = path;
+  auto cached_with = [&](double cached_ms, double now_ms, std::vector<double> first = {}) {
+    save_cached_cost_model(path, CostModel("scripted", {PassCurve{1, {1, 2}, {cached_ms, cached_ms * 1.1}}}, {}));
+    ScriptedTimer t;
+    t.ms = now_ms;
+    t.first = std::vector<double>{now_ms};  // the warm-up pass
+    t.first.insert(t.first.end(), first.begin(), first.end());
+    bool from_cache = false;
+    calibrate_cost_model(t, co, &from_cache);
+    return from_cache;
+  };
+  EXPECT_TRUE(cached_with(20.0, 26.0));    // 30% off: within the tolerance (0.35)
+  EXPECT_FALSE(cached_with(20.0, 28.0));   // 40% off: measured again
+  EXPECT_FALSE(cached_with(20.0, 12.0));   // faster as well
+  EXPECT_TRUE(cached_with(0.15, 0.23));    // 53% off, but 0.08 ms: timer noise at this size
+  EXPECT_FALSE(cached_with(0.15, 0.40));   // 0.25 ms off
+  // One noisy moment (the first median of 3 is off) does not throw the model away; the
+  // median of 9 more decides.
+  EXPECT_TRUE(cached_with(20.0, 21.0, {40.0, 40.0, 21.0}));
+  EXPECT_FALSE(cached_with(20.0, 40.0, {21.0, 40.0, 40.0}));
 }
 
 // ---- acceptance estimate ---------------------------------------------------------------
