@@ -42,9 +42,7 @@ bool still_fresh(PassTimer& timer, const CostModel& m, bool with_draft, const Ca
     timer.time_passes(draft, 1, one, opts.context, 1);  // warm-up
     const double cached = c->at(1.0);
     auto within = [&](int32_t reps) {
-      std::vector<double> ms = timer.time_passes(draft, 1, one, opts.context, reps)[0];
-      std::sort(ms.begin(), ms.end());
-      const double now = ms[ms.size() / 2];
+      const double now = median(timer.time_passes(draft, 1, one, opts.context, reps)[0]);
       return cached > 0 && now > 0 && std::abs(now - cached) <= opts.stale_tolerance * cached + kTimingSlackMs;
     };
     // A median of 3 first; outside the tolerance, a median of 9 more decides, so that one

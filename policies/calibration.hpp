@@ -22,8 +22,8 @@ class PassTimer {
   virtual std::string key() const = 0;
   // Whether another cache entry's key can still be looked up (its models are there and
   // unchanged, it is this build's): entries for which this says false are dropped when a
-  // new measurement is saved. Keeps everything by default.
-  virtual bool key_is_live(const std::string& other) const { return !other.empty(); }
+  // new measurement is saved. Keeps every entry by default.
+  virtual bool key_is_live(const std::string&) const { return true; }
   virtual bool has_draft() const = 0;
   // `batch` sequences holding `context` tokens each get n new tokens in ONE pass; returns
   // ms[i][r] for n = n_values[i] and repetition r (as Engine::time_forward_passes).

@@ -195,17 +195,17 @@ TEST(CostModel, LiveKeysNeedTheirFilesAsMeasuredAndThisBuild) {
 // A timer whose passes take what the test says: the freshness check of a cached model.
 class ScriptedTimer final : public PassTimer {
  public:
-  double ms = 1.0;                // what every pass takes now
-  std::vector<double> first;      // if set: the first passes timed (after the warm-up)
+  double ms = 1.0;                // what every pass takes once `first` is used up
+  std::vector<double> first;      // the first passes timed, the warm-up included
   std::string key() const override { return "scripted"; }
   bool has_draft() const override { return false; }
   std::vector<std::vector<double>> time_passes(bool, int32_t, std::span<const int32_t> n, int32_t, int32_t reps) override {
     std::vector<std::vector<double>> out(n.size());
     for (auto& v : out)
-      for (int32_t r = 0; r < reps; ++r) v.push_back(taken_ < first.size() ? first[taken_++] : ms);
+      for (int32_t r = 0; r < reps; ++r) v.push_back(taken < first.size() ? first[taken++] : ms);
     return out;
   }
-  size_t taken_ = 0;  // of `first`
+  size_t taken = 0;  // of `first`
 };
 
 TEST(Calibration, ACachedModelIsKeptUnlessTheMachineReallyChanged) {
