@@ -190,6 +190,8 @@ TEST(CostModel, LiveKeysNeedTheirFilesAsMeasuredAndThisBuild) {
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + dir + "/gone.gguf:9;backend=cpu;" + tag));
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=-;backend=cpu;tandem=0.0.1.t1"));  // another build
   EXPECT_TRUE(cost_model_key_is_live("a key of another format"));
+  // Ours, from a build before keys carried the build: never looked up again.
+  EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + f + ":5;backend=cpu"));
 }
 
 // A timer whose passes take what the test says: the freshness check of a cached model.

@@ -59,7 +59,10 @@ std::string cost_model_key(const Engine& engine) {
 
 bool cost_model_key_is_live(const std::string& key) {
   const auto target = key_field(key, "target"), draft = key_field(key, "draft"), tag = key_field(key, "tandem");
-  if (!target || !draft || !tag) return true;  // not ours to judge
+  if (!target || !draft) return true;  // not ours to judge
+  // Our format without the build: written by a tandem from before keys carried it, which
+  // this build never looks up.
+  if (!tag) return false;
   return "tandem=" + *tag == build_tag() && file_part_live(*target) && file_part_live(*draft);
 }
 
