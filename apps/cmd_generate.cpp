@@ -60,6 +60,7 @@ int run_generate(const GenerateArgs& args) {
   } else if (!a.draft_mode.empty() && a.draft_mode != "none") {
     throw std::invalid_argument("--draft must be model, ngram or none");
   }
+  gen.record_steps = a.json;  // --json lists every step (the trace `bench_policies replay` reads)
   const std::string costs = ensure_cost_model(*engine, gen.speculative, config.get());
   if (a.verbose && !costs.empty()) std::fprintf(stderr, "%s\n", costs.c_str());
   StreamCallback cb;
@@ -116,6 +117,9 @@ int run_generate(const GenerateArgs& args) {
       sp["target_ms"] = m.target_ms;
       sp["verify_ms"] = m.verify_ms;
       sp["cost_ratio_c"] = m.cost_ratio();
+      boost::json::array steps;  // [drafted, accepted] per decoding step; drafted 0: a plain step
+      for (const SpeculativeStep& s : m.steps) steps.push_back(boost::json::array{s.drafted, s.accepted});
+      sp["steps"] = std::move(steps);
       o["speculative"] = sp;
     }
     std::printf("%s\n", boost::json::serialize(o).c_str());

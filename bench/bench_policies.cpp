@@ -10,18 +10,36 @@
 //   bench_policies cost-model -m TARGET.gguf [-md DRAFT.gguf] [-k 8] [--reps 5] [-t N]
 //       Calibrates (always measuring; no cache) and prints T(n), r(k), c, the draft's
 //       catch-up cost and the predicted speedup S(α, k) table.
+//
+//   bench_policies replay TRACES.jsonl (--costs C,R1,R2,... | --cost-cache FILE --match S)
+//                         [-n 96] [-k 4] [--fixed-max 6] [--prior 0.6,...] [--weight 2,...]
+//                         [--decay 0.95,...] [--start-budget -1]
+//       Plays the goodput policy (every combination of the listed priors, prior weights and
+//       decays) and every fixed k against recorded greedy runs (bench/record_traces.py) under
+//       one cost model (policies/replay.hpp): speedup over plain decoding per prompt set, and
+//       each policy's share of the best fixed k's. Deterministic: what a change to the policy
+//       does, without the several percent run-to-run noise of measured runs.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <boost/json.hpp>
+#include <fstream>
+#include <map>
+#include <sstream>
+
 #include "engine/gguf/gguf.hpp"
 #include "engine/gguf/gguf_writer.hpp"
 #include "engine/runtime/engine_calibration.hpp"
+#include "policies/adaptive_policy.hpp"
 #include "policies/cost_model.hpp"
+#include "policies/replay.hpp"
 #include "tandem/engine.hpp"
 
 namespace {
@@ -149,6 +167,161 @@ int cost_model(int argc, char** argv) {
   return 0;
 }
 
+std::vector<double> number_list(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) v.push_back(std::stod(item));
+  if (v.empty()) throw std::invalid_argument("empty list '" + s + "'");
+  return v;
+}
+
+// The cost model of the first entry of a cost cache file whose key contains `match`.
+tandem::CostModel cached_costs(const std::string& path, const std::string& match) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::stringstream text;
+  text << f.rdbuf();
+  const auto root = boost::json::parse(text.str());
+  const auto* models = root.as_object().if_contains("models");
+  if (models && models->is_object())
+    for (const auto& [key, entry] : models->as_object())
+      if (std::string(key).find(match) != std::string::npos)
+        if (auto m = tandem::load_cached_cost_model(path, std::string(key))) return *m;
+  throw std::runtime_error("no cost model in " + path + " with '" + match + "' in its key");
+}
+
+struct Trace {
+  std::string set;
+  tandem::AgreementTrace agreement;
+};
+
+std::vector<Trace> read_traces(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::vector<Trace> out;
+  int line_no = 0;
+  for (std::string line; std::getline(f, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const auto o = boost::json::parse(line).as_object();
+      std::vector<tandem::SpeculativeStep> steps;
+      for (const auto& s : o.at("steps").as_array()) {
+        const auto& pair = s.as_array();
+        steps.push_back({static_cast<int32_t>(pair.at(0).to_number<int64_t>()),
+                         static_cast<int32_t>(pair.at(1).to_number<int64_t>())});
+      }
+      out.push_back({std::string(o.at("set").as_string()),
+                     tandem::AgreementTrace::from_steps(steps, static_cast<int32_t>(o.at("n_generated").to_number<int64_t>()),
+                                                        static_cast<int32_t>(o.at("prompt_tokens").to_number<int64_t>()))});
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(line_no) + ": " + e.what());
+    }
+  }
+  if (out.empty()) throw std::runtime_error(path + " holds no traces");
+  return out;
+}
+
+int replay_policies(int argc, char** argv) {
+  std::string traces_path = argv[2], costs_arg, cache, match;
+  int32_t n = 96, k_max = 4, fixed_max = 6;
+  std::vector<double> priors{0.6}, weights{2.0}, decays{0.95};
+  double start_budget = -1.0;
+  for (int i = 3; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (!std::strcmp(argv[i], "--costs")) costs_arg = next();
+    else if (!std::strcmp(argv[i], "--cost-cache")) cache = next();
+    else if (!std::strcmp(argv[i], "--match")) match = next();
+    else if (!std::strcmp(argv[i], "-n")) n = std::stoi(next());
+    else if (!std::strcmp(argv[i], "-k")) k_max = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--fixed-max")) fixed_max = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--prior")) priors = number_list(next());
+    else if (!std::strcmp(argv[i], "--weight")) weights = number_list(next());
+    else if (!std::strcmp(argv[i], "--decay")) decays = number_list(next());
+    else if (!std::strcmp(argv[i], "--start-budget")) start_budget = std::stod(next());
+    else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  tandem::CostModel costs;
+  if (!costs_arg.empty()) {
+    const auto v = number_list(costs_arg);  // c, then r(1), r(2), ...
+    std::vector<double> r{1.0};
+    r.insert(r.end(), v.begin() + 1, v.end());
+    costs = tandem::CostModel::from_ratios(v[0], r);
+  } else if (!cache.empty()) {
+    costs = cached_costs(cache, match);
+  } else {
+    throw std::invalid_argument("replay needs --costs or --cost-cache");
+  }
+  const auto traces = read_traces(traces_path);
+  std::vector<std::string> sets;
+  for (const auto& t : traces)
+    if (std::find(sets.begin(), sets.end(), t.set) == sets.end()) sets.push_back(t.set);
+
+  std::printf("cost model: %s; c = %.3f, r(1..%d) =", costs.key().c_str(), costs.c(), fixed_max);
+  for (int k = 1; k <= fixed_max; ++k) std::printf(" %.3f", costs.r(k));
+  std::printf("\n%zu traces, %d tokens each at most, policies with k <= %d\n\n", traces.size(), n, k_max);
+
+  struct Row {
+    std::string name;
+    std::function<std::unique_ptr<tandem::SpeculationPolicy>()> make;
+    int32_t k;
+  };
+  std::vector<Row> rows;
+  for (int k = 1; k <= fixed_max; ++k)
+    rows.push_back({"fixed k=" + std::to_string(k), [] { return std::make_unique<tandem::FixedPolicy>(); }, k});
+  for (double p : priors)
+    for (double w : weights)
+      for (double d : decays) {
+        tandem::AdaptiveConfig cfg;
+        cfg.alpha_prior = p;
+        cfg.prior_weight = w;
+        cfg.decay = d;
+        cfg.start_budget = start_budget;
+        cfg.batch_aware = true;
+        cfg.measure_overhead = false;
+        char name[96];
+        std::snprintf(name, sizeof name, "goodput prior %.2f weight %g decay %.3f", p, w, d);
+        rows.push_back({name, [cfg, &costs] { return std::make_unique<tandem::AdaptivePolicy>(costs, cfg); }, k_max});
+      }
+  std::printf("| policy |");
+  for (const auto& s : sets) std::printf(" %s | / best fixed |", s.c_str());
+  std::printf(" steps per k (all sets) | bounded steps |\n|---|");
+  for (size_t i = 0; i < sets.size(); ++i) std::printf("---|---|");
+  std::printf("---|---|\n");
+  std::map<std::string, double> best;
+  std::vector<std::vector<double>> speed(rows.size());
+  std::vector<std::vector<int64_t>> hist(rows.size());
+  std::vector<int32_t> unknown(rows.size(), 0);
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    for (const auto& s : sets) {
+      double tokens = 0, cost = 0;
+      for (const auto& t : traces) {
+        if (t.set != s) continue;
+        auto pol = rows[ri].make();
+        const auto r = tandem::replay(*pol, t.agreement, costs, rows[ri].k, n);
+        tokens += r.tokens;
+        cost += r.cost;
+        unknown[ri] += r.unknown;
+        if (hist[ri].size() < r.steps_per_k.size()) hist[ri].resize(r.steps_per_k.size(), 0);
+        for (size_t k = 0; k < r.steps_per_k.size(); ++k) hist[ri][k] += r.steps_per_k[k];
+      }
+      speed[ri].push_back(cost > 0 ? tokens / cost : 0.0);
+      if (rows[ri].name.rfind("fixed", 0) == 0) best[s] = std::max(best[s], speed[ri].back());
+    }
+  }
+  for (size_t ri = 0; ri < rows.size(); ++ri) {
+    std::printf("| %s |", rows[ri].name.c_str());
+    for (size_t si = 0; si < sets.size(); ++si) std::printf(" %.3f× | %.3f |", speed[ri][si], speed[ri][si] / best[sets[si]]);
+    std::printf(" ");
+    for (size_t k = 0; k < hist[ri].size(); ++k) std::printf("%s%lld", k ? "/" : "", static_cast<long long>(hist[ri][k]));
+    std::printf(" | %d |\n", unknown[ri]);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,13 +332,16 @@ int main(int argc, char** argv) {
       return adversarial_draft(argv[2], argv[3], seed);
     }
     if (argc >= 2 && !std::strcmp(argv[1], "cost-model")) return cost_model(argc, argv);
+    if (argc >= 3 && !std::strcmp(argv[1], "replay")) return replay_policies(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
   std::fprintf(stderr,
                "usage: %s adversarial-draft IN.gguf OUT.gguf [--seed S]\n"
-               "       %s cost-model -m TARGET.gguf [-md DRAFT.gguf] [-k 8] [--reps 5] [-t N]\n",
-               argv[0], argv[0]);
+               "       %s cost-model -m TARGET.gguf [-md DRAFT.gguf] [-k 8] [--reps 5] [-t N]\n"
+               "       %s replay TRACES.jsonl (--costs C,R1,R2,... | --cost-cache FILE --match S) [-n 96] [-k 4]\n"
+               "              [--fixed-max 6] [--prior 0.6,...] [--weight 2,...] [--decay 0.95,...] [--start-budget -1]\n",
+               argv[0], argv[0], argv[0]);
   return 2;
 }

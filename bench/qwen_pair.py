@@ -32,3 +32,21 @@ def tandem_json(cmd):
     if p.returncode != 0:
         raise RuntimeError(f"tandem failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
     return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+
+
+def prompt_sets(names, limit):
+    """Prompt sets by name, at most `limit` each, in ChatML: the categories of prompts.jsonl
+    (code, chat, summarise) and "edit" (prompts_edit.jsonl)."""
+    sets = {n: [] for n in names}
+    with open(os.path.join(HERE, "prompts.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if r.get("category") in sets:
+                    sets[r["category"]].append(CHATML.format(r["prompt"]))
+    if "edit" in sets:
+        with open(os.path.join(HERE, "prompts_edit.jsonl")) as f:
+            for line in f:
+                if line.strip():
+                    sets["edit"].append(json.loads(line)["prompt"])  # already in ChatML
+    return {n: p[:limit] for n, p in sets.items() if p}

@@ -36,25 +36,9 @@ import sys
 import tarfile
 import tempfile
 
-from qwen_pair import CHATML, HERE, add_pair_args, missing_paths, tandem_json
+from qwen_pair import HERE, add_pair_args, missing_paths, prompt_sets, tandem_json
 
 LLAMA_CPP_PYTHON = "0.3.16"
-
-
-def prompt_sets(names, limit):
-    sets = {n: [] for n in names}
-    with open(os.path.join(HERE, "prompts.jsonl")) as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if r.get("category") in sets:
-                    sets[r["category"]].append(CHATML.format(r["prompt"]))
-    if "edit" in sets:
-        with open(os.path.join(HERE, "prompts_edit.jsonl")) as f:
-            for line in f:
-                if line.strip():
-                    sets["edit"].append(json.loads(line)["prompt"])  # already in ChatML
-    return {n: p[:limit] for n, p in sets.items() if p}
 
 
 # ---- llama.cpp from source ----------------------------------------------------------------

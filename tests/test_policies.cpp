@@ -12,6 +12,7 @@
 
 #include "policies/acceptance_estimator.hpp"
 #include "policies/adaptive_policy.hpp"
+#include "policies/replay.hpp"
 #include "engine/runtime/engine_calibration.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "policies/calibration.hpp"
@@ -717,6 +718,39 @@ TEST(PoliciesInEngine, OutputIsTheTargetsAndAFarDraftIsTurnedOff) {
   auto e = load(fx.target, fx.far_draft);
   GenerateOptions bad = greedy(8, "bogus");
   EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+}
+
+// The step trace (GenerateOptions::record_steps) is what the counters sum, and a recorded
+// fixed-k run replays to itself (policies/replay.hpp).
+TEST(PoliciesInEngine, RecordedStepsAddUpAndReplay) {
+  const auto& fx = fixture();
+  const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
+  auto e = load(fx.target, fx.close_draft);
+  GenerateOptions g = greedy(40, "fixed", 4);
+  const auto unrecorded = e->generate_tokens(prompt, g);
+  EXPECT_TRUE(unrecorded.speculative.steps.empty());
+  g.record_steps = true;
+  const auto r = e->generate_tokens(prompt, g);
+  EXPECT_EQ(r.tokens, unrecorded.tokens);
+  const auto& m = r.speculative;
+  int64_t drafts = 0, drafted = 0, accepted = 0, tokens = 1;
+  for (const SpeculativeStep& s : m.steps) {
+    drafts += s.drafted > 0;
+    drafted += s.drafted;
+    accepted += s.accepted;
+    tokens += s.accepted + 1;
+  }
+  EXPECT_EQ(drafts, m.drafts);
+  EXPECT_EQ(drafted, m.drafted_tokens);
+  EXPECT_EQ(accepted, m.accepted_tokens);
+  EXPECT_EQ(tokens, static_cast<int64_t>(r.tokens.size()));
+  EXPECT_GT(accepted, 0);
+  const auto trace = AgreementTrace::from_steps(m.steps, static_cast<int32_t>(r.tokens.size()),
+                                                static_cast<int32_t>(prompt.size()));
+  FixedPolicy fixed;
+  const auto replayed = replay(fixed, trace, linear_costs(0.1, 0.05), 4, static_cast<int32_t>(r.tokens.size()));
+  EXPECT_EQ(replayed.steps_per_k, m.steps_per_k);
+  EXPECT_EQ(replayed.unknown, 0);
 }
 
 // Issue 16 (never slower): a policy that is off from the start (a draft too dear to pay

@@ -32,6 +32,7 @@ void SpeculativeMetrics::merge(const SpeculativeMetrics& o) {
   verify_ms += o.verify_ms;
   draft_prefill_tokens += o.draft_prefill_tokens;
   draft_prefill_ms += o.draft_prefill_ms;
+  steps.insert(steps.end(), o.steps.begin(), o.steps.end());
 }
 
 }  // namespace tandem

@@ -72,6 +72,8 @@ struct GenerateOptions {
   // draw from no distribution) get the log-softmax of the penalised logits at temperature 1.
   // Asking for them keeps a request's logits on the host (no device-side verification).
   int32_t logprobs = -1;
+  // Keep every decoding step's drafted and accepted counts (SpeculativeMetrics::steps).
+  bool record_steps = false;
 };
 
 inline constexpr int32_t kMaxTopLogprobs = 20;

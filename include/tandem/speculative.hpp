@@ -63,6 +63,13 @@ struct SpeculativeOptions {
   float start_budget = 0.0f;
 };
 
+// One decoding step of a sequence: draft tokens verified (0: a plain step) and how many of
+// them the target accepted.
+struct SpeculativeStep {
+  int32_t drafted = 0;
+  int32_t accepted = 0;
+};
+
 // Counters in the form users compare across engines (vLLM's spec_decode_* counters).
 struct SpeculativeMetrics {
   int64_t drafts = 0;           // verification steps that carried at least one draft token
@@ -84,6 +91,9 @@ struct SpeculativeMetrics {
   // context tokens it read, and their time. Not in draft_ms or draft_forwards.
   int64_t draft_prefill_tokens = 0;
   double draft_prefill_ms = 0.0;
+  // Every decoding step in order, only when the request asked (GenerateOptions::record_steps):
+  // the trace `bench_policies replay` plays policies against.
+  std::vector<SpeculativeStep> steps;
 
   double acceptance_rate() const { return drafted_tokens ? double(accepted_tokens) / drafted_tokens : 0.0; }
   // Tokens produced per draft step, counting the corrected/bonus token.
