@@ -4,7 +4,7 @@ speculative run per prompt that drafts far ahead (fixed k = 16 by default), whos
 (`tandem generate --json`, speculative.steps) say how many draft tokens any step would get
 accepted at every position of the output (policies/replay.hpp).
 
-    python3 bench/record_traces.py [-o traces.jsonl] [--sets code,chat,summarise,edit]
+    python3 bench/record_traces.py [-o traces.jsonl] [--sets code,chat,summarise,edit | --prompts-file F]
                                    [--limit 8] [-n 200] [--draft-max 16] [-t 2] [--extra "..."]
     build/release/bench/bench_policies replay traces.jsonl --cost-cache ~/.cache/tandem/cost_models.json \\
         --match "draft_type=auto" -n 96 --weight 2,6
@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from qwen_pair import add_pair_args, missing_paths, prompt_sets, tandem_json
+from qwen_pair import CHATML, add_pair_args, missing_paths, prompt_sets, tandem_json
 
 
 def main():
@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--draft-max", type=int, default=16, help="k of the recording run (policies replayed with k above it "
                     "see lower bounds where a whole draft was accepted)")
     ap.add_argument("--extra", default="", help="more flags for tandem generate (draft settings)")
+    ap.add_argument("--prompts-file", help="instead of --sets: every prompt of this JSON-lines file (its \"category\" "
+                    "names the set), in ChatML, e.g. bench/prompts_vocab.jsonl")
     a = ap.parse_args()
     for path in missing_paths(a):
         print(f"missing: {path}", file=sys.stderr)
@@ -39,7 +41,16 @@ def main():
     base += a.extra.split() if a.extra else []
     count = 0
     with open(a.out, "w") as f:
-        for name, prompts in prompt_sets(a.sets.split(","), a.limit).items():
+        if a.prompts_file:
+            sets = {}
+            with open(a.prompts_file) as pf:
+                for line in pf:
+                    if line.strip():
+                        r = json.loads(line)
+                        sets.setdefault(r.get("category", "other"), []).append(CHATML.format(r["prompt"]))
+        else:
+            sets = prompt_sets(a.sets.split(","), a.limit)
+        for name, prompts in sets.items():
             for p in prompts:
                 j = tandem_json(base + ["-p", p])
                 sp = j["speculative"]
