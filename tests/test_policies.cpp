@@ -191,6 +191,12 @@ TEST(CostModel, LiveKeysNeedTheirFilesAsMeasuredAndThisBuild) {
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + dir + "/gone.gguf:9;backend=cpu;" + tag));
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=-;backend=cpu;tandem=0.0.1.t1"));  // another build
   EXPECT_TRUE(cost_model_key_is_live("a key of another format"));
+  // A draft vocabulary ranked by token ids, or by a counts file that must still be there.
+  const std::string both = "target=" + f + ":5;draft=" + f + ":5;backend=cpu;" + tag;
+  EXPECT_TRUE(cost_model_key_is_live(both + ";draft_vocab=16384:ids;draft_type=auto"));
+  EXPECT_TRUE(cost_model_key_is_live(both + ";draft_vocab=16384:" + f + ":5"));
+  EXPECT_FALSE(cost_model_key_is_live(both + ";draft_vocab=16384:" + f + ":6"));
+  EXPECT_FALSE(cost_model_key_is_live(both + ";draft_vocab=16384:" + dir + "/gone.counts:5;draft_type=q4_0"));
   // Ours, from a build before keys carried the build: never looked up again.
   EXPECT_FALSE(cost_model_key_is_live("target=" + f + ":5;draft=" + f + ":5;backend=cpu"));
 }

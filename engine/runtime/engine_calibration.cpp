@@ -63,7 +63,15 @@ bool cost_model_key_is_live(const std::string& key) {
   // Our format without the build: written by a tandem from before keys carried it, which
   // this build never looks up.
   if (!tag) return false;
-  return "tandem=" + *tag == build_tag() && file_part_live(*target) && file_part_live(*draft);
+  if ("tandem=" + *tag != build_tag() || !file_part_live(*target) || !file_part_live(*draft)) return false;
+  // A draft vocabulary ranked by a counts file ("N:PATH:SIZE"; "N:ids" needs no file).
+  if (const auto vocab = key_field(key, "draft_vocab")) {
+    const size_t colon = vocab->find(':');
+    if (colon == std::string::npos) return false;
+    const std::string ranking = vocab->substr(colon + 1);
+    if (ranking != "ids" && !file_part_live(ranking)) return false;
+  }
+  return true;
 }
 
 std::string EnginePassTimer::key() const { return cost_model_key(engine_); }
