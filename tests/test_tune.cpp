@@ -163,6 +163,15 @@ TEST(Tune, EndToEndOnTinyModels) {
     EXPECT_LE(c.alpha(), 1.0);
     EXPECT_GT(c.ar_pass_ms(), 0.0);
     EXPECT_GT(c.predicted(*rep.costs), 0.0);
+    // Replayed over the greedy fixed k = 3 runs' steps: every greedy configuration but the
+    // confidence policy's (its p_min needs the draft's probabilities); no sampled one.
+    if (c.temp == 0.0f && c.policy != "confidence") {
+      EXPECT_GT(c.replayed, 0.0) << c.policy << " k=" << c.k;
+      EXPECT_LE(c.replayed, c.k + 1.0) << c.policy << " k=" << c.k;
+    } else {
+      EXPECT_EQ(c.replayed, 0.0) << c.policy << " k=" << c.k << " T=" << c.temp;
+    }
+    EXPECT_TRUE(c.metrics.steps.empty()) << "the recorded steps are not kept in the metrics";
     if (c.policy == "fixed" && c.temp == 0.0f) {
       EXPECT_GT(c.metrics.accepted_tokens, 0) << "the F16 copy should agree with its F32 original";
       EXPECT_EQ(c.acceptance_per_position().size(), static_cast<size_t>(c.k));
@@ -178,7 +187,7 @@ TEST(Tune, EndToEndOnTinyModels) {
   ASSERT_EQ(results.size(), rep.results.size());
   for (const char* key : {"temp", "policy", "k", "speedup", "alpha", "acceptance_rate", "mean_accepted_length", "c",
                           "r_model", "predicted_speedup", "predicted_speedup_r1", "gap", "acceptance_per_position",
-                          "steps_per_k", "speedup_per_category"})
+                          "steps_per_k", "speedup_per_category", "replayed_speedup"})
     EXPECT_TRUE(results[0].as_object().contains(key)) << key;
   EXPECT_TRUE(o_.at("cost_model").is_object());
   EXPECT_EQ(o_.at("recommendations").as_array().size(), 2u);
@@ -189,7 +198,8 @@ TEST(Tune, EndToEndOnTinyModels) {
   std::getline(csv, line);
   const auto header = split_line(line);
   for (const char* col : {"temp", "policy", "k", "speedup", "e2e_speedup", "cpu_speedup", "alpha", "c", "r_model",
-                          "predicted_speedup", "gap", "acceptance_per_position", "draft_vocab", "draft_type"})
+                          "predicted_speedup", "gap", "acceptance_per_position", "draft_vocab", "draft_type",
+                          "replayed_speedup"})
     EXPECT_NE(std::find(header.begin(), header.end(), col), header.end()) << col;
   int rows = 0;
   while (std::getline(csv, line)) {

@@ -104,6 +104,11 @@ std::string report_json(const TuneReport& r) {
       e["predicted_speedup"] = nullptr;
       e["gap"] = nullptr;
     }
+    if (c.replayed > 0.0) {
+      e["replayed_speedup"] = c.replayed;
+    } else {
+      e["replayed_speedup"] = nullptr;
+    }
     e["steps_per_k"] = json::value_from(c.metrics.steps_per_k);
     e["steps_off_fraction"] = c.steps_off_fraction();
     json::object cats;
@@ -136,7 +141,7 @@ std::string report_csv(const TuneReport& r) {
       "temp,policy,k,tokens,tokens_per_s,ar_tokens_per_s,speedup,e2e_speedup,cpu_speedup,min_prompt_speedup,"
       "acceptance_rate,"
       "alpha,mean_accepted_length,c,r_model,r_measured,predicted_speedup_r1,predicted_speedup,gap,"
-      "steps_off_fraction,acceptance_per_position,draft_vocab,draft_type\n";
+      "steps_off_fraction,acceptance_per_position,draft_vocab,draft_type,replayed_speedup\n";
   for (const ConfigResult& c : r.results) {
     std::string acc;
     for (double a : c.acceptance_per_position()) {
@@ -151,7 +156,8 @@ std::string report_csv(const TuneReport& r) {
          (cm ? fmt(r_model(c, *r.costs), 4) : "") + "," + fmt(c.r_measured(), 4) + "," + fmt(c.predicted_r1(), 4) +
          "," + (cm ? fmt(c.predicted(*r.costs), 4) : "") + "," +
          (cm ? fmt(c.speedup() - c.predicted(*r.costs), 4) : "") + "," + fmt(c.steps_off_fraction(), 4) + "," + acc +
-         "," + std::to_string(c.draft_vocab) + "," + c.draft_type + "\n";
+         "," + std::to_string(c.draft_vocab) + "," + c.draft_type + "," + (c.replayed > 0.0 ? fmt(c.replayed, 4) : "") +
+         "\n";
   }
   return s;
 }
@@ -236,19 +242,20 @@ std::string draft_variant(const ConfigResult& c) {
 void print_table(const TuneReport& r, std::FILE* out) {
   std::fprintf(out, "target %s\ndraft  %s\nbackend %s, %d tokens per run, %zu prompts x %d\n\n", r.target.c_str(),
                r.draft.c_str(), r.backend.c_str(), r.n_tokens, r.prompts.size(), r.reps);
-  std::fprintf(out, "%-5s %11s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s\n", "temp",
+  std::fprintf(out, "%-5s %11s %-10s %2s %7s %7s %7s %6s %6s %6s %6s %6s %5s %5s %5s %5s %6s %6s %6s %5s %6s\n", "temp",
                "vocab", "policy", "k", "tok/s", "plain", "speedup", "worst", "e2e", "cpu", "acc", "alpha", "E", "c", "r(k)", "r_ms", "S(r=1)", "S_pred",
-               "gap", "off%");
+               "gap", "off%", "replay");
   for (const ConfigResult& c : r.results) {
     const bool cm = r.costs != nullptr;
     const std::string off = policy_uses_cost_model(c.policy) ? fmt(100.0 * c.steps_off_fraction(), 1) : "-";
     std::fprintf(out,
-                 "%-5.2f %11s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s\n",
+                 "%-5.2f %11s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s %6s\n",
                  c.temp, draft_variant(c).c_str(), c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
                  c.min_prompt_speedup(), c.e2e_speedup(), c.cpu_speedup(), c.metrics.acceptance_rate(), c.alpha(), c.metrics.mean_accepted_length(),
                  c.c(), cm ? fmt(r_model(c, *r.costs), 2).c_str() : "-", c.r_measured(), c.predicted_r1(),
                  cm ? fmt(c.predicted(*r.costs), 2).c_str() : "-",
-                 cm ? fmt(c.speedup() - c.predicted(*r.costs), 2).c_str() : "-", off.c_str());
+                 cm ? fmt(c.speedup() - c.predicted(*r.costs), 2).c_str() : "-", off.c_str(),
+                 c.replayed > 0.0 ? fmt(c.replayed, 3).c_str() : "-");
   }
   std::fprintf(out,
                "\nspeedup: decode tokens/s over plain decoding of the same prompts, run in between; worst: the "
@@ -257,7 +264,9 @@ void print_table(const TuneReport& r, std::FILE* out) {
                "accepted length;\nc: draft forward / plain target pass; r(k): cost model, r_ms: measured "
                "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
                "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0); vocab: the "
-               "draft's reduced vocabulary (/type: its re-quantized weights).\n\n");
+               "draft's reduced vocabulary (/type: its re-quantized weights);\nreplay: greedy, the speedup the "
+               "configuration gets replayed over the fixed k = max runs' acceptance under the cost model\n(no timing "
+               "noise; started at once, no overhead beyond the passes; bench_policies replay).\n\n");
   if (r.draft_type != "auto") std::fprintf(out, "recommended draft weights: --draft-type %s\n", r.draft_type.c_str());
   if (r.draft_vocab > 0)
     std::fprintf(out, "recommended draft vocabulary: --draft-vocab %d%s%s\n", r.draft_vocab,

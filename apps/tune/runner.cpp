@@ -13,6 +13,7 @@
 
 #include "engine/model/requantize.hpp"
 #include "policies/factory.hpp"
+#include "policies/replay.hpp"
 
 namespace tandem::cli {
 namespace json = boost::json;
@@ -66,6 +67,7 @@ double cpu_ms() {
 struct Run {
   double decode_ms = 0.0, total_ms = 0.0, cpu_decode_ms = 0.0;
   int64_t tokens = 0;  // decode tokens
+  int32_t prompt_tokens = 0;
   SpeculativeMetrics m;
 };
 
@@ -82,6 +84,7 @@ Run generate(Engine& e, const std::string& prompt, const GenerateOptions& g) {
   out.decode_ms = r.timings.decode_ms;
   out.total_ms = r.timings.prefill_ms + r.timings.decode_ms;
   out.tokens = std::max(0, r.timings.n_generated - 1);
+  out.prompt_tokens = r.timings.n_prompt;
   out.m = r.speculative;
   return out;
 }
@@ -90,6 +93,30 @@ struct Config {
   std::string policy;
   int32_t k;
 };
+
+constexpr int32_t kReplayRecordK = 16;  // k of the greedy run whose steps replay reads
+
+// Replays every greedy configuration that replay can model over the recorded traces.
+void replay_greedy(TuneReport& rep, const TuneOptions& o, const std::vector<AgreementTrace>& traces) {
+  if (!rep.costs || traces.empty() || o.mode != DraftMode::Model) return;
+  for (ConfigResult& c : rep.results) {
+    if (c.temp > 0.0f || c.policy == "confidence") continue;  // p_min needs the draft's probabilities
+    SpeculativeOptions so;
+    so.mode = o.mode;
+    so.policy = c.policy;
+    so.draft_max = c.k;
+    so.alpha_prior = o.alpha_prior;
+    so.start_budget = -1.0f;  // a trace has no target confidences to start on: start at once
+    double tokens = 0.0, cost = 0.0;
+    for (const AgreementTrace& t : traces) {
+      auto policy = make_policy(effective_options(so), rep.costs.get());
+      const ReplayResult r = replay(*policy, t, *rep.costs, c.k, o.n_tokens);
+      tokens += r.tokens;
+      cost += r.cost;
+    }
+    c.replayed = cost > 0.0 ? tokens / cost : 0.0;
+  }
+}
 
 }  // namespace
 
@@ -438,11 +465,17 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
   }
   const int64_t C = static_cast<int64_t>(configs.size());
   const int64_t ar_runs = 1 + (C + o.ar_every - 1) / o.ar_every;
+  // Replay needs a cost model and greedy outputs of a draft model.
+  const bool replays = rep.costs && o.mode == DraftMode::Model;
+  const int64_t greedy_temps = std::count_if(o.temps.begin(), o.temps.end(), [](float t) { return t <= 0.0f; });
+  const int64_t recordings = replays ? greedy_temps * static_cast<int64_t>(rep.prompts.size()) : 0;
   const int64_t total =
-      static_cast<int64_t>(o.temps.size()) * o.reps * static_cast<int64_t>(rep.prompts.size()) * (C + ar_runs);
+      static_cast<int64_t>(o.temps.size()) * o.reps * static_cast<int64_t>(rep.prompts.size()) * (C + ar_runs) +
+      recordings;
   int64_t done = 0;
   const auto t_start = Clock::now();
 
+  std::vector<AgreementTrace> traces;  // per prompt, from the greedy recording runs
   for (float temp : o.temps) {
     const size_t first = rep.results.size();
     for (const Config& c : configs) {
@@ -455,6 +488,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
       rep.results.push_back(std::move(r));
     }
     for (int32_t pass = 0; pass < o.reps; ++pass) {
+      const bool record = replays && temp <= 0.0f && pass == 0;
       for (size_t pi = 0; pi < rep.prompts.size(); ++pi) {
         const TunePrompt& prompt = rep.prompts[pi];
         GenerateOptions base;
@@ -473,6 +507,20 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
           step("plain");
           return r;
         };
+        if (record) {
+          // Untimed: one greedy run that drafts further ahead than any configuration, whose
+          // steps say what every k would get accepted at every position (policies/replay.hpp).
+          // Recorded at the largest k measured, the tail of every wholly accepted draft would
+          // only be a lower bound for k close to it.
+          GenerateOptions g = base;
+          g.speculative.mode = o.mode;
+          g.speculative.policy = "fixed";
+          g.speculative.draft_max = std::max(k_top, kReplayRecordK);
+          g.record_steps = true;
+          const Run run = generate(engine, prompt.text, g);
+          traces.push_back(AgreementTrace::from_steps(run.m.steps, static_cast<int32_t>(run.tokens + 1), run.prompt_tokens));
+          step("recording the draft's agreement");
+        }
         Run ar_before = plain();
         std::vector<std::pair<size_t, Run>> group;
         for (size_t ci = 0; ci < configs.size(); ++ci) {
@@ -516,6 +564,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
       }
     }
   }
+  replay_greedy(rep, o, traces);
   rep.recommendations = recommend(rep.results, rep.temps);
   rep.elapsed_s = std::chrono::duration<double>(Clock::now() - t_start).count();
   return rep;

@@ -63,6 +63,12 @@ struct ConfigResult {
   double cpu_decode_ms = 0.0, ar_cpu_decode_ms = 0.0;
   double ar_target_ms = 0.0;                  // the plain runs' target passes, for T_target(1)
   int64_t ar_target_passes = 0;
+  // Greedy runs with a cost model: the speedup replaying this configuration predicts over
+  // the draft's agreement recorded with one far-drafting greedy run per prompt (fixed k = 16,
+  // untimed; policies/replay.hpp): no timing noise, the cost model's pass times only, a
+  // policy started at once. 0 where not replayed (sampling, the confidence policy, n-gram
+  // drafts, no cost model).
+  double replayed = 0.0;
   struct Prompt {
     std::string category;
     double speedup = 0.0;
