@@ -293,22 +293,17 @@ int replay_policies(int argc, char** argv) {
   std::printf("---|---|\n");
   std::map<std::string, double> best;
   std::vector<std::vector<double>> speed(rows.size());
-  std::vector<std::vector<int64_t>> hist(rows.size());
-  std::vector<int32_t> unknown(rows.size(), 0);
+  std::vector<tandem::ReplayResult> total(rows.size());  // over every set
   for (size_t ri = 0; ri < rows.size(); ++ri) {
     for (const auto& s : sets) {
-      double tokens = 0, cost = 0;
+      tandem::ReplayResult set;
       for (const auto& t : traces) {
         if (t.set != s) continue;
         auto pol = rows[ri].make();
-        const auto r = tandem::replay(*pol, t.agreement, costs, rows[ri].k, n);
-        tokens += r.tokens;
-        cost += r.cost;
-        unknown[ri] += r.unknown;
-        if (hist[ri].size() < r.steps_per_k.size()) hist[ri].resize(r.steps_per_k.size(), 0);
-        for (size_t k = 0; k < r.steps_per_k.size(); ++k) hist[ri][k] += r.steps_per_k[k];
+        set.add(tandem::replay(*pol, t.agreement, costs, rows[ri].k, n));
       }
-      speed[ri].push_back(cost > 0 ? tokens / cost : 0.0);
+      total[ri].add(set);
+      speed[ri].push_back(set.speedup());
       if (rows[ri].name.rfind("fixed", 0) == 0) best[s] = std::max(best[s], speed[ri].back());
     }
   }
@@ -316,8 +311,9 @@ int replay_policies(int argc, char** argv) {
     std::printf("| %s |", rows[ri].name.c_str());
     for (size_t si = 0; si < sets.size(); ++si) std::printf(" %.3f× | %.3f |", speed[ri][si], speed[ri][si] / best[sets[si]]);
     std::printf(" ");
-    for (size_t k = 0; k < hist[ri].size(); ++k) std::printf("%s%lld", k ? "/" : "", static_cast<long long>(hist[ri][k]));
-    std::printf(" | %d |\n", unknown[ri]);
+    const auto& hist = total[ri].steps_per_k;
+    for (size_t k = 0; k < hist.size(); ++k) std::printf("%s%lld", k ? "/" : "", static_cast<long long>(hist[k]));
+    std::printf(" | %d |\n", total[ri].unknown);
   }
   return 0;
 }

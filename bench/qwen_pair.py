@@ -34,17 +34,21 @@ def tandem_json(cmd):
     return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
 
 
-def prompt_sets(names, limit):
+def prompt_sets(names, limit, path=None):
     """Prompt sets by name, at most `limit` each, in ChatML: the categories of prompts.jsonl
-    (code, chat, summarise) and "edit" (prompts_edit.jsonl)."""
-    sets = {n: [] for n in names}
-    with open(os.path.join(HERE, "prompts.jsonl")) as f:
+    (code, chat, summarise) and "edit" (prompts_edit.jsonl); or, with `path` and names None,
+    every category of that JSON-lines file (limit None: all)."""
+    sets = {n: [] for n in names} if names is not None else {}
+    with open(path or os.path.join(HERE, "prompts.jsonl")) as f:
         for line in f:
             if line.strip():
                 r = json.loads(line)
-                if r.get("category") in sets:
-                    sets[r["category"]].append(CHATML.format(r["prompt"]))
-    if "edit" in sets:
+                cat = r.get("category", "other")
+                if names is None:
+                    sets.setdefault(cat, [])
+                if cat in sets:
+                    sets[cat].append(CHATML.format(r["prompt"]))
+    if path is None and "edit" in sets:
         with open(os.path.join(HERE, "prompts_edit.jsonl")) as f:
             for line in f:
                 if line.strip():

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from qwen_pair import CHATML, add_pair_args, missing_paths, prompt_sets, tandem_json
+from qwen_pair import add_pair_args, missing_paths, prompt_sets, tandem_json
 
 
 def main():
@@ -41,16 +41,9 @@ def main():
     base += a.extra.split() if a.extra else []
     count = 0
     with open(a.out, "w") as f:
-        if a.prompts_file:
-            sets = {}
-            with open(a.prompts_file) as pf:
-                for line in pf:
-                    if line.strip():
-                        r = json.loads(line)
-                        sets.setdefault(r.get("category", "other"), []).append(CHATML.format(r["prompt"]))
-        else:
-            sets = prompt_sets(a.sets.split(","), a.limit)
-        for name, prompts in sets.items():
+        # A prompts file: every prompt of every category in it.
+        names, limit = (None, None) if a.prompts_file else (a.sets.split(","), a.limit)
+        for name, prompts in prompt_sets(names, limit, a.prompts_file).items():
             for p in prompts:
                 j = tandem_json(base + ["-p", p])
                 sp = j["speculative"]

@@ -24,7 +24,7 @@ AgreementTrace AgreementTrace::from_steps(std::span<const SpeculativeStep> steps
     const bool stopped = s.accepted < s.drafted;
     for (int32_t j = 0; j <= s.accepted && g + j < n_generated; ++j) {
       t.agree[static_cast<size_t>(g + j)] = s.accepted - j;
-      t.exact[static_cast<size_t>(g + j)] = stopped && s.drafted > 0;
+      t.exact[static_cast<size_t>(g + j)] = stopped;
     }
     g += s.accepted + 1;
   }
@@ -35,6 +35,14 @@ AgreementTrace AgreementTrace::from_steps(std::span<const SpeculativeStep> steps
     throw std::invalid_argument("replay: the steps cover " + std::to_string(g) + " tokens, the run generated " +
                                 std::to_string(n_generated));
   return t;
+}
+
+void ReplayResult::add(const ReplayResult& o) {
+  tokens += o.tokens;
+  cost += o.cost;
+  unknown += o.unknown;
+  if (steps_per_k.size() < o.steps_per_k.size()) steps_per_k.resize(o.steps_per_k.size(), 0);
+  for (size_t k = 0; k < o.steps_per_k.size(); ++k) steps_per_k[k] += o.steps_per_k[k];
 }
 
 ReplayResult replay(SpeculationPolicy& policy, const AgreementTrace& trace, const CostModel& costs, int32_t k_max,
@@ -51,19 +59,15 @@ ReplayResult replay(SpeculationPolicy& policy, const AgreementTrace& trace, cons
     in.k_max = std::min(k_max, end - g - 1);  // accepted + the target's token must fit
     in.position = position;
     in.tokens_left = end - g;
-    if (in.k_max <= 0) {  // no room to draft: a plain step the policy is not asked about
-      r.cost += 1.0;
-      ++r.steps_per_k[0];
-      g += 1;
-      continue;
-    }
-    const int32_t k = std::clamp(policy.choose_k(in), 0, in.k_max);
+    // No room to draft: a plain step the policy is not asked about (as the engine does).
+    const bool asked = in.k_max > 0;
+    const int32_t k = asked ? std::clamp(policy.choose_k(in), 0, in.k_max) : 0;
     ++r.steps_per_k[static_cast<size_t>(k)];
     StepOutcome o;
     o.target_tokens = k + 1;
     if (k == 0) {
       r.cost += 1.0;
-      policy.observe(o);
+      if (asked) policy.observe(o);
       g += 1;
       continue;
     }

@@ -49,6 +49,7 @@ struct ReplayResult {
   int32_t unknown = 0;  // steps whose acceptance was only bounded (taken at the bound)
   std::vector<int64_t> steps_per_k;
   double speedup() const { return cost > 0.0 ? tokens / cost : 0.0; }
+  void add(const ReplayResult& o);  // several traces' totals
 };
 
 // Plays `policy` (reset first) over the trace up to max_tokens generated tokens, k at most

@@ -107,14 +107,12 @@ void replay_greedy(TuneReport& rep, const TuneOptions& o, const std::vector<Agre
     so.draft_max = c.k;
     so.alpha_prior = o.alpha_prior;
     so.start_budget = -1.0f;  // a trace has no target confidences to start on: start at once
-    double tokens = 0.0, cost = 0.0;
+    ReplayResult all;
     for (const AgreementTrace& t : traces) {
       auto policy = make_policy(effective_options(so), rep.costs.get());
-      const ReplayResult r = replay(*policy, t, *rep.costs, c.k, o.n_tokens);
-      tokens += r.tokens;
-      cost += r.cost;
+      all.add(replay(*policy, t, *rep.costs, c.k, o.n_tokens));
     }
-    c.replayed = cost > 0.0 ? tokens / cost : 0.0;
+    c.replayed = all.speedup();
   }
 }
 

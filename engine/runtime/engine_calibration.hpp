@@ -27,9 +27,8 @@ class EnginePassTimer final : public PassTimer {
 std::string cost_model_key(const Engine& engine);
 // Whether a cost-model key (cost_model_key's format) can still be looked up by this build:
 // its target and draft files (and a draft vocabulary's counts file) exist with the sizes it
-// names, and it carries this build's
-// version and timing revision (keys of this format from builds before keys carried one are
-// not). Keys of another format are kept.
+// names, and it carries this build's version and timing revision (keys of this format from
+// builds before keys carried one do not). Keys of another format are kept.
 bool cost_model_key_is_live(const std::string& key);
 
 // Measures the engine's target (and draft, if loaded) passes, or loads them from the cache

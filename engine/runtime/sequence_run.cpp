@@ -293,10 +293,9 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   if (!res_.tokens.empty()) {  // decoding; the first pass belongs to prefill
     m.target_ms += target_ms;
     ++m.target_passes;
+    if (opts_.record_steps) m.steps.push_back({static_cast<int32_t>(prop_.tokens.size()), v.n_accepted});
   }
   m.verify_ms += verify_ms;
-  if (opts_.record_steps && !res_.tokens.empty())
-    m.steps.push_back({static_cast<int32_t>(prop_.tokens.size()), v.n_accepted});
   if (!prop_.tokens.empty()) {
     ++m.drafts;
     m.drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
