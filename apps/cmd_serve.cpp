@@ -36,6 +36,7 @@ struct ServeArgs {
   // per sequence when the draft stops paying (it needs a cost model: calibrated once, cached).
   std::string policy = "goodput";
   float draft_p_min = 0.0f;
+  SpeculativeOptions lookup;  // --lookup/--no-lookup, --lookup-min (only those fields)
   VerifyMode verify = SpeculativeOptions{}.verify;
   std::string config_path;  // tune --write-config output
   ExplicitFlags given;      // flags given explicitly win over the config file
@@ -66,6 +67,8 @@ int run_serve(ServeArgs a) {
   defaults.draft_max = a.draft_max;
   defaults.policy = a.policy;
   defaults.draft_p_min = a.draft_p_min;
+  defaults.lookup = a.lookup.lookup;
+  defaults.lookup_min = a.lookup.lookup_min;
   defaults.verify = a.verify;
   if (!is_policy_name(a.policy)) throw std::invalid_argument("--policy must be fixed, confidence, adaptive or goodput");
   // --config: tune's recommendations per temperature; the one for T=0 (or the nearest) is
@@ -181,6 +184,7 @@ Command add_serve(CLI::App& app) {
   auto* o_p_min = sub->add_option("--draft-p-min", a->draft_p_min,
                                   "Stop drafting when the draft's most likely token has probability below this (decided before sampling)")
                       ->capture_default_str();
+  add_lookup_options(*sub, a->lookup);
   add_verify_option(*sub, a->verify);
   sub->add_option("--config", a->config_path,
                   "Speculative defaults per temperature from `tandem tune --write-config` (flags win)")

@@ -97,6 +97,15 @@ void add_draft_vocab_options(CLI::App& sub, LoadOptions& load) {
       ->check(CLI::ExistingFile);
 }
 
+void add_lookup_options(CLI::App& sub, SpeculativeOptions& so) {
+  sub.add_flag("--lookup,!--no-lookup", so.lookup,
+               "With a draft model: verify prompt lookup's drafts (what followed the last tokens where they occurred "
+               "before) instead of running the draft, while they pay more (default on)");
+  sub.add_option("--lookup-min", so.lookup_min, "Shortest match of the last tokens prompt lookup drafts from")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
 size_t parse_size(const std::string& flag, const std::string& s) {
   size_t bytes = 0;
   try {

@@ -12,6 +12,7 @@ namespace tandem {
 struct LoadOptions;
 struct ModelInfo;
 struct SamplingParams;
+struct SpeculativeOptions;
 enum class VerifyMode;
 }  // namespace tandem
 
@@ -34,6 +35,8 @@ std::string constraint_grammar(const ConstraintArgs& c);
 void add_runtime_options(CLI::App& sub, LoadOptions& load);
 // --draft-vocab N, --draft-vocab-counts FILE: the draft's reduced vocabulary (FR-Spec).
 void add_draft_vocab_options(CLI::App& sub, LoadOptions& load);
+// --lookup/--no-lookup, --lookup-min N: prompt lookup ahead of the draft model.
+void add_lookup_options(CLI::App& sub, SpeculativeOptions& so);
 // "1048576", "512M", "512MiB", "1.5GiB", "64k" → bytes (> 0; units are powers of 1024, as
 // kernels::parse_memory_size reads them); `flag` names the option in errors.
 size_t parse_size(const std::string& flag, const std::string& s);

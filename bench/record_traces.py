@@ -37,7 +37,8 @@ def main():
         print(f"missing: {path}", file=sys.stderr)
         return 2
     base = [a.tandem, "generate", "-m", a.target, "-md", a.draft, "-n", str(a.n), "--temp", "0",
-            "-t", str(a.threads), "--policy", "fixed", "--draft-max", str(a.draft_max), "--json"]
+            "-t", str(a.threads), "--policy", "fixed", "--draft-max", str(a.draft_max), "--json",
+            "--no-lookup"]  # the draft's own agreement: prompt lookup's steps are not the draft's
     base += a.extra.split() if a.extra else []
     count = 0
     with open(a.out, "w") as f:

@@ -675,6 +675,8 @@ TEST(CApi, PoliciesAndCalibration) {
   EXPECT_EQ(tandem::GenerateOptions{}.speculative.policy, "fixed");
   EXPECT_EQ(d.alpha_prior, 0.0f);
   EXPECT_EQ(d.start_budget, 0.0f);
+  EXPECT_EQ(d.lookup, 1);  // prompt lookup ahead of the draft model: on, as SpeculativeOptions
+  EXPECT_EQ(d.lookup_min, 3);
 
   const auto prompt = repetitive_prompt();
   const std::string path = model_path();
@@ -727,6 +729,23 @@ TEST(CApi, PoliciesAndCalibration) {
   gp.start_budget = std::nanf("");
   EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
                TANDEM_ERR_INVALID_ARGUMENT);
+  gp.start_budget = 0.0f;
+  gp.lookup_min = 0;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("lookup_min"), std::string::npos) << tandem_last_error();
+  // Prompt lookup on (matching one token) and off: the plain greedy tokens either way.
+  for (int32_t lookup : {0, 1}) {
+    tandem_generate_params p = greedy(32);
+    p.draft_mode = TANDEM_DRAFT_MODEL;
+    p.lookup = lookup;
+    p.lookup_min = 1;
+    tandem_result* out = nullptr;
+    ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &p, nullptr, nullptr, &out), TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr spec(out);
+    EXPECT_EQ(tokens_of(spec.get()), tokens_of(plain.get())) << "lookup " << lookup;
+  }
   EXPECT_FAILS(tandem_engine_calibrate(e.get(), -1, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_FAILS(tandem_engine_calibrate(nullptr, 2, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
 }

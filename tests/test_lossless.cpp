@@ -251,6 +251,7 @@ struct Config {
   std::string grammar = "";  // GBNF: a constrained configuration
   int32_t draft_vocab = 0;   // a reduced draft vocabulary: q is 0 outside it
   std::string draft_type = "keep";  // the draft's weights re-quantized at load (--draft-type)
+  int32_t lookup_min = 3;  // prompt lookup ahead of the draft model (on by default); 0: off
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -322,6 +323,8 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   g.speculative.verify = c.verify;
   g.speculative.alpha_prior = 0.9f;    // adaptive/goodput start by drafting,
   g.speculative.start_budget = -1.0f;  // however short the output (kPositions tokens)
+  g.speculative.lookup = c.lookup_min > 0;
+  if (c.lookup_min > 0) g.speculative.lookup_min = c.lookup_min;
   g.grammar = c.grammar;
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   SpeculativeMetrics m;
@@ -348,8 +351,15 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
     // (engine/runtime/device_verify.hpp, draft/draft_probs.hpp), not a host fallback.
     EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
     if (c.mode == DraftMode::Model) {
-      EXPECT_EQ(m.device_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
+      // (prompt lookup's drafts are the host's, point masses)
+      EXPECT_EQ(m.device_drafted_tokens + m.lookup_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
     }
+  }
+  if (c.mode == DraftMode::Model && c.lookup_min == 1) {
+    // Steps of both sources: lookup's point masses and the model's sampled drafts.
+    EXPECT_GT(m.lookup_steps, runs / 20) << "prompt lookup hardly drafted";
+    EXPECT_GT(m.lookup_accepted_tokens, 0);
+    EXPECT_GT(m.drafted_tokens - m.lookup_drafted_tokens, runs / 2) << "the draft model hardly drafted";
   }
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;
@@ -493,6 +503,12 @@ const std::vector<Config> kConfigs = {
                V::Coupled, false},
         Config{"coupled_ngram", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05", V::Coupled,
                false},
+        // Prompt lookup ahead of the draft model, matching a single token so that it drafts
+        // often: steps alternate between its point masses and the model's sampled drafts.
+        Config{"lookup1_far_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
+               V::Rejection, true, "cpu", "", 0, "keep", 1},
+        Config{"coupled_lookup1_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Coupled, false, "cpu", "", 0, "keep", 1},
         // Through the CUDA backend (under the SIMT emulator): the exact reference is the
         // target's on that backend, so these check the speculative path there.
         // (every cut: top-k, top-p and min-p, computed on the device for both models)

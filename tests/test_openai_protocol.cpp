@@ -90,7 +90,7 @@ TEST(OpenAIRequest, EveryField) {
       R"("max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":20,"min_p":0.1,"seed":42,"stop":["a","bb"],)"
       R"("stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,)"
       R"("n":1,"repetition_penalty":1.1,"ignore_eos":true,"speculative":{"mode":"none","draft_max":6,"draft_min":1,"policy":"adaptive",)"
-      R"("alpha_prior":0.8,"start_budget":-1},)"
+      R"("alpha_prior":0.8,"start_budget":-1,"lookup":false,"lookup_min":2},)"
       R"("user":"someone","logprobs":false,"tools":[],"response_format":{"type":"text"})"));
   EXPECT_EQ(r.opts.max_tokens, 7);
   EXPECT_TRUE(r.max_tokens_given);
@@ -112,6 +112,8 @@ TEST(OpenAIRequest, EveryField) {
   EXPECT_EQ(r.opts.speculative.policy, "adaptive");
   EXPECT_FLOAT_EQ(r.opts.speculative.alpha_prior, 0.8f);
   EXPECT_FLOAT_EQ(r.opts.speculative.start_budget, -1.0f);
+  EXPECT_FALSE(r.opts.speculative.lookup);
+  EXPECT_EQ(r.opts.speculative.lookup_min, 2);
 }
 
 TEST(OpenAIRequest, MaxCompletionTokensWinsAndIntegralFloatsAreIntegers) {
@@ -331,6 +333,9 @@ TEST(OpenAIRequest, Speculative) {
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"mode":"magic"})")).param, "speculative.mode");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"draft_max":0})")).param, "speculative.draft_max");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"draft_max":33})")).param, "speculative.draft_max");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"lookup_min":0})")).param, "speculative.lookup_min");
+  EXPECT_EQ(chat_error(chat_with(R"("speculative":{"lookup":1})")).param, "speculative.lookup");
+  EXPECT_TRUE(chat(chat_with(R"("speculative":{})")).opts.speculative.lookup);  // on unless asked
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"policy":"yolo"})")).param, "speculative.policy");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"alpha_prior":1.5})")).param, "speculative.alpha_prior");
   EXPECT_EQ(chat_error(chat_with(R"("speculative":{"alpha_prior":-0.1})")).param, "speculative.alpha_prior");

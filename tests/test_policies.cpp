@@ -733,6 +733,7 @@ TEST(PoliciesInEngine, RecordedStepsAddUpAndReplay) {
   const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
   auto e = load(fx.target, fx.close_draft);
   GenerateOptions g = greedy(40, "fixed", 4);
+  g.speculative.lookup = false;  // replay models the draft model's steps alone
   const auto unrecorded = e->generate_tokens(prompt, g);
   EXPECT_TRUE(unrecorded.speculative.steps.empty());
   g.record_steps = true;
@@ -811,6 +812,61 @@ TEST(PoliciesInEngine, ADraftThePolicyNeverAsksForNeverReadsThePrompt) {
   EXPECT_EQ(batched.tokens, ref.tokens);
   EXPECT_EQ(batched.speculative.draft_prefill_tokens, 0);
   EXPECT_EQ(s.stats().draft_prefill_tokens_total, 0);
+}
+
+// Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): the output stays the
+// target's, alone and in the scheduler's batches; its steps are counted apart and in the
+// totals; off, no step is lookup's.
+TEST(PoliciesInEngine, PromptLookupAheadOfTheDraftKeepsTheOutput) {
+  const auto& fx = fixture();
+  // Repeats, so that the last tokens keep occurring earlier.
+  const std::vector<int32_t> prompt = {5, 17, 33, 9, 5, 17, 33, 9, 5, 17, 33, 9, 120, 44};
+  auto e = load(fx.target, fx.far_draft);
+  GenerateOptions plain = greedy(48, "fixed");
+  plain.speculative.mode = DraftMode::None;
+  const auto ref = e->generate_tokens(prompt, plain);
+  for (const char* pol : {"fixed", "goodput"}) {
+    GenerateOptions g = greedy(48, pol, 4);
+    g.speculative.start_budget = -1.0f;
+    g.speculative.lookup = true;
+    g.speculative.lookup_min = 1;
+    const auto on = e->generate_tokens(prompt, g);
+    EXPECT_EQ(on.tokens, ref.tokens) << pol;
+    const SpeculativeMetrics& m = on.speculative;
+    if (std::string(pol) == "fixed") {
+      EXPECT_GT(m.lookup_steps, 0);
+      EXPECT_GT(m.lookup_accepted_tokens, 0);
+    }
+    EXPECT_LE(m.lookup_steps, m.drafts);
+    EXPECT_LE(m.lookup_drafted_tokens, m.drafted_tokens);
+    EXPECT_LE(m.lookup_accepted_tokens, std::min(m.lookup_drafted_tokens, m.accepted_tokens));
+    EXPECT_LE(m.lookup_drafted_tokens, 4 * m.lookup_steps) << "lookup drafted past draft_max";
+    g.speculative.lookup = false;
+    const auto off = e->generate_tokens(prompt, g);
+    EXPECT_EQ(off.tokens, ref.tokens) << pol;
+    EXPECT_EQ(off.speculative.lookup_steps, 0) << pol;
+  }
+  GenerateOptions bad = greedy(8, "fixed", 4);
+  bad.speculative.lookup_min = 0;
+  EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+  // In the scheduler's batches: two sequences, one with lookup, one without.
+  Scheduler s(*e, SchedulerOptions{});
+  std::promise<GenerateResult> done[2];
+  for (int i = 0; i < 2; ++i) {
+    ServeRequest req;
+    req.prompt = prompt;
+    req.opts = greedy(48, "fixed", 4);
+    req.opts.speculative.lookup = i == 0;
+    req.opts.speculative.lookup_min = 1;
+    req.on_text = [](const StreamEvent&) { return true; };
+    req.on_done = [&done, i](const GenerateResult& r, const std::string&) { done[i].set_value(r); };
+    ASSERT_EQ(s.submit(std::move(req)).status, SubmitStatus::Ok);
+  }
+  const GenerateResult with = done[0].get_future().get(), without = done[1].get_future().get();
+  EXPECT_EQ(with.tokens, ref.tokens);
+  EXPECT_EQ(without.tokens, ref.tokens);
+  EXPECT_GT(with.speculative.lookup_steps, 0);
+  EXPECT_EQ(without.speculative.lookup_steps, 0);
 }
 
 TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {

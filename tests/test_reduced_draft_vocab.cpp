@@ -207,7 +207,8 @@ TEST(ReducedDraftVocab, OnEmulatedCudaTheDraftSamplesOnTheDeviceAndOutputIsUncha
       EXPECT_EQ(got.speculative.device_verified_steps, got.speculative.target_passes);
       drafted += got.speculative.drafted_tokens;
       accepted += got.speculative.accepted_tokens;
-      on_device += got.speculative.device_drafted_tokens;
+      // (prompt lookup's drafts, point masses, are the host's)
+      on_device += got.speculative.device_drafted_tokens + got.speculative.lookup_drafted_tokens;
     }
   }
   EXPECT_GT(accepted, 0);

@@ -309,7 +309,8 @@ void parse_sampling(const json::object& o, SamplingParams& s) {
 // Extension: "speculative": {"mode": "ngram"|"model"|"none", "draft_max": K,
 //                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput",
 //                            "alpha_prior": A, "start_budget": B,
-//                            "verify": "rejection"|"coupled"}.
+//                            "verify": "rejection"|"coupled",
+//                            "lookup": true|false, "lookup_min": N}.
 void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float temperature, SpeculativeOptions& sp) {
   sp = cfg.speculative_for(temperature);
   const json::value* v = field(o, "speculative");
@@ -355,6 +356,12 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
       throw bad_request("'speculative.start_budget' must be a finite number (< 0: no limit)", "speculative.start_budget",
                         "invalid_value");
     sp.start_budget = static_cast<float>(*b);
+  }
+  if (auto l = get_bool(so, "lookup", "speculative")) sp.lookup = *l;
+  if (auto n = get_int(so, "lookup_min", "speculative")) {
+    if (*n < 1 || *n > 64)
+      throw bad_request("'speculative.lookup_min' must be in 1..64", "speculative.lookup_min", "invalid_value");
+    sp.lookup_min = static_cast<int32_t>(*n);
   }
   if (auto m = get_string(so, "verify", "speculative")) {
     if (*m != "rejection" && *m != "coupled")

@@ -514,6 +514,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
           g.speculative.mode = o.mode;
           g.speculative.policy = "fixed";
           g.speculative.draft_max = std::max(k_top, kReplayRecordK);
+          g.speculative.lookup = false;  // the draft's own agreement: replay models the draft alone
           g.record_steps = true;
           const Run run = generate(engine, prompt.text, g);
           traces.push_back(AgreementTrace::from_steps(run.m.steps, static_cast<int32_t>(run.tokens + 1), run.prompt_tokens));

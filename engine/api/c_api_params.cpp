@@ -47,6 +47,8 @@ tandem_generate_params default_generate_params() {
   p.policy = nullptr;  // d.speculative.policy: "fixed"
   p.alpha_prior = d.speculative.alpha_prior;
   p.start_budget = d.speculative.start_budget;
+  p.lookup = d.speculative.lookup ? 1 : 0;
+  p.lookup_min = d.speculative.lookup_min;
   return p;
 }
 
@@ -151,6 +153,10 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.start_budget must be finite");
   o.speculative.alpha_prior = p.alpha_prior;
   o.speculative.start_budget = p.start_budget;
+  if (p.lookup_min < 1 || p.lookup_min > 64)
+    throw std::invalid_argument("tandem_generate_params.lookup_min must be in 1..64");
+  o.speculative.lookup = p.lookup != 0;
+  o.speculative.lookup_min = p.lookup_min;
   return o;
 }
 

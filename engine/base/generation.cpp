@@ -26,6 +26,9 @@ void SpeculativeMetrics::merge(const SpeculativeMetrics& o) {
   target_passes += o.target_passes;
   device_verified_steps += o.device_verified_steps;
   device_drafted_tokens += o.device_drafted_tokens;
+  lookup_steps += o.lookup_steps;
+  lookup_drafted_tokens += o.lookup_drafted_tokens;
+  lookup_accepted_tokens += o.lookup_accepted_tokens;
   draft_forwards += o.draft_forwards;
   draft_ms += o.draft_ms;
   target_ms += o.target_ms;

@@ -42,7 +42,7 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
 }
 
 // k drafts: at once for an n-gram proposer, as a job of the batched draft pass for a draft
-// model, none for k = 0.
+// model (unless prompt lookup drafts for it this step), none for k = 0.
 void Scheduler::Impl::propose(Entry& e, int32_t k, std::vector<ModelProposer::Job>& jobs,
                               std::vector<Entry*>& job_owner) {
   SequenceRun& run = *e.run;
@@ -51,6 +51,7 @@ void Scheduler::Impl::propose(Entry& e, int32_t k, std::vector<ModelProposer::Jo
     return;
   }
   if (e.req.opts.speculative.mode == DraftMode::Model) {
+    if (run.try_lookup(k)) return;  // prompt lookup's drafts this step: no draft pass for it
     jobs.push_back({static_cast<ModelProposer*>(run.proposer()), run.committed(), run.propose_options(k), &run.rng(), {}});
     job_owner.push_back(&e);
     return;

@@ -8,6 +8,7 @@
 
 #include "engine/base/clock.hpp"
 #include "engine/sampling/logprobs.hpp"
+#include "draft/ngram_proposer.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/verifier.hpp"
 
@@ -60,6 +61,12 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
     proposer_->reset();
     policy_->reset();
     draft_deferred_ = policy_->may_start_off();
+    const SpeculativeOptions& so = opts.speculative;
+    if (so.lookup && so.mode == DraftMode::Model) {
+      if (so.lookup_min < 1 || so.lookup_min > 64)
+        throw std::invalid_argument("lookup_min must be in 1..64 (got " + std::to_string(so.lookup_min) + ")");
+      lookup_ = std::make_unique<NgramProposer>(so.lookup_min, std::max(so.lookup_min, so.ngram_max));
+    }
   }
   if (!opts.grammar.empty() && !grammar_) throw std::logic_error("SequenceRun: the request's grammar was not compiled");
   if (grammar_) {
@@ -154,7 +161,24 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   return po;
 }
 
+bool SequenceRun::try_lookup(int32_t k) {
+  if (!lookup_ || k <= 0 || step_k_max_ <= 0) return false;
+  const auto t0 = Clock::now();
+  // Up to the step's draft_max (within context and budget), whatever k the policy chose for
+  // the draft model: the policy prices the model's passes, and lookup drafts cost none.
+  Proposal p = lookup_->propose(committed_, propose_options(step_k_max_), rng_);
+  if (p.tokens.empty() || !lookup_choice_.prefer_lookup()) return false;
+  set_proposal(std::move(p), ms_between(t0, Clock::now()), 0);
+  step_lookup_ = !prop_.tokens.empty();
+  if (step_lookup_) {
+    ++res_.speculative.lookup_steps;
+    res_.speculative.lookup_drafted_tokens += static_cast<int64_t>(prop_.tokens.size());
+  }
+  return true;
+}
+
 std::span<const int32_t> SequenceRun::set_proposal(Proposal p, double draft_ms, int64_t draft_forwards) {
+  step_lookup_ = false;
   prop_ = std::move(p);
   if (grammar_) fit_proposal_to_grammar();
   // Too short a draft is not worth verifying — but a sampled draft may only be dropped when
@@ -202,6 +226,7 @@ void SequenceRun::fit_proposal_to_grammar() {
 std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
   const int32_t k = choose_k(batch_size);
   if (k == 0) return set_proposal(Proposal{}, 0.0, 0);
+  if (try_lookup(k)) return step_tokens_;
   const auto td = Clock::now();
   const int64_t f0 = proposer_->forward_passes();
   Proposal p = proposer_->propose(committed_, propose_options(k), rng_);
@@ -303,7 +328,12 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
     for (size_t i = 0; i < prop_.tokens.size(); ++i) ++m.drafted_per_position[i];
     for (int32_t i = 0; i < v.n_accepted; ++i) ++m.accepted_per_position[static_cast<size_t>(i)];
   }
-  if (step_k_max_ > 0) {
+  if (step_lookup_) {
+    // The policy prices and learns the draft model; a lookup step is LookupChoice's alone.
+    res_.speculative.lookup_accepted_tokens += v.n_accepted;
+    lookup_choice_.observe_lookup(v.n_accepted, step_draft_ms_ + target_ms);
+  } else if (step_k_max_ > 0) {
+    if (lookup_ && !prop_.tokens.empty()) lookup_choice_.observe_draft(v.n_accepted, step_draft_ms_ + target_ms);
     StepOutcome o;
     o.drafted = static_cast<int32_t>(prop_.tokens.size());
     o.accepted = v.n_accepted;

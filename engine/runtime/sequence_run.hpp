@@ -25,6 +25,7 @@
 #include "engine/sampling/rng.hpp"
 #include "engine/text/stop_strings.hpp"
 #include "engine/text/tokenizer.hpp"
+#include "policies/lookup_choice.hpp"
 #include "policies/policy.hpp"
 #include "tandem/generation.hpp"
 #include "verify/verifier.hpp"
@@ -63,6 +64,10 @@ class SequenceRun {
   Rng& rng() { return rng_; }
   Proposer* proposer() const { return proposer_; }
   std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
+  // After choose_k gave k > 0 to a draft-model request with lookup on: proposes this step's
+  // drafts by prompt lookup instead, when there are any and LookupChoice prefers them (then
+  // the step is planned, as by set_proposal, and the draft model is not run). False otherwise.
+  bool try_lookup(int32_t k);
   std::span<const int32_t> step_tokens() const { return step_tokens_; }
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
@@ -155,6 +160,10 @@ class SequenceRun {
   std::vector<int32_t> step_tokens_;
   int32_t step_base_len_ = 0, step_k_max_ = 0;
   double step_draft_ms_ = 0.0;
+  // Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): null when off.
+  std::unique_ptr<Proposer> lookup_;
+  LookupChoice lookup_choice_;
+  bool step_lookup_ = false;  // this step's drafts came from lookup_
   // The target distributions verification computed this step, by row (logprobs reuse them).
   std::vector<std::optional<Distribution>> step_dists_;
 };

@@ -61,6 +61,13 @@ struct SpeculativeOptions {
   // accepted (0 → 0.02; < 0: no limit, the prior alone decides). Keeps short outputs where
   // the draft disagrees within a few percent of plain decoding.
   float start_budget = 0.0f;
+  // Draft-model speculation: prompt lookup ahead of the draft. Where the committed text's last
+  // lookup_min (or more, up to ngram_max) tokens occurred earlier in the prompt or output, what
+  // followed them is a free draft of up to draft_max tokens; each sequence verifies it instead
+  // of running the draft model while such drafts commit tokens at least as fast per millisecond
+  // as the model's (policies/lookup_choice.hpp). Outputs that copy their input gain most.
+  bool lookup = true;
+  int32_t lookup_min = 3;
 };
 
 // One decoding step of a sequence: draft tokens verified (0: a plain step) and how many of
@@ -87,6 +94,11 @@ struct SpeculativeMetrics {
   // there, and draft tokens the draft model drew there (its logits never left the device).
   int64_t device_verified_steps = 0;
   int64_t device_drafted_tokens = 0;
+  // Steps whose drafts came from prompt lookup instead of the draft model
+  // (SpeculativeOptions::lookup), their drafted and accepted tokens (also counted above).
+  int64_t lookup_steps = 0;
+  int64_t lookup_drafted_tokens = 0;
+  int64_t lookup_accepted_tokens = 0;
   // The draft model's prompt passes (after the first token, and again after preemption):
   // context tokens it read, and their time. Not in draft_ms or draft_forwards.
   int64_t draft_prefill_tokens = 0;

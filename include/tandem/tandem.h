@@ -146,6 +146,11 @@ typedef struct tandem_generate_params {
   float alpha_prior;             /* adaptive/goodput: acceptance expected before any evidence; 0 → 0.6 */
   float start_budget;            /* adaptive/goodput: share of the output still to come a sequence's first
                                     draft may risk were nothing accepted; 0 → 0.02; < 0 → no limit */
+  /* Draft-model speculation: prompt lookup ahead of the draft (default 1: on). Where the last
+   * lookup_min (default 3) or more tokens occurred before, what followed them is a free draft,
+   * verified instead of the draft model's while such drafts pay more. Outputs are unchanged. */
+  int32_t lookup;
+  int32_t lookup_min;
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20

@@ -73,6 +73,8 @@ class GenerateParams(Structure):
         ("policy", c_char_p),
         ("alpha_prior", c_float),
         ("start_budget", c_float),
+        ("lookup", c_int32),
+        ("lookup_min", c_int32),
     ]
 
 

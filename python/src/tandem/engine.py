@@ -24,7 +24,8 @@ _FINISH: dict[int, FinishReason] = {0: "stop", 1: "length", 2: "cancelled"}
 # Sampling options copied into tandem_generate_params as they are (bools become 0/1).
 _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "repetition_window",
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
-                 "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget")
+                 "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget",
+                 "lookup", "lookup_min")
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",

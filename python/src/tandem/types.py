@@ -53,6 +53,8 @@ class SamplingOptions(TypedDict, total=False):
     policy: Literal["fixed", "confidence", "adaptive", "goodput"]
     alpha_prior: float                # adaptive/goodput: acceptance expected before evidence (0: 0.6)
     start_budget: float               # adaptive/goodput: output share a first draft may risk (0: 0.02; < 0: any)
+    lookup: bool                      # draft model: prompt lookup's drafts where they pay more (default True)
+    lookup_min: int                   # shortest match prompt lookup drafts from (default 3)
     # Constrained output (docs/constrained.md), at most one: a GBNF grammar, or the JSON
     # documents valid against a JSON Schema (a dict or its JSON text; {} → any JSON object).
     grammar: str
