@@ -102,7 +102,7 @@ void add_lookup_options(CLI::App& sub, SpeculativeOptions& so) {
                "With a draft model: verify prompt lookup's drafts (what followed the last tokens where they occurred "
                "before) instead of running the draft, while they pay more (default on)");
   sub.add_option("--lookup-min", so.lookup_min, "Shortest match of the last tokens prompt lookup drafts from")
-      ->check(CLI::Range(1, 64))
+      ->check(CLI::Range(1, kMaxLookupMin))
       ->capture_default_str();
 }
 

@@ -5,7 +5,6 @@ namespace tandem {
 void LookupChoice::Record::add(double t, double step_ms) {
   tokens = kDecay * tokens + t;
   ms = kDecay * ms + (step_ms > 0.0 ? step_ms : 0.0);
-  ++steps;
 }
 
 bool LookupChoice::prefer_lookup() {

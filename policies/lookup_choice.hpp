@@ -32,9 +32,8 @@ class LookupChoice {
  private:
   struct Record {
     double tokens = 0.0, ms = 0.0;
-    int32_t steps = 0;
     void add(double t, double step_ms);
-    bool known() const { return steps > 0 && ms > 0.0; }
+    bool known() const { return ms > 0.0; }  // a step of this source was timed
     double rate() const { return tokens / ms; }
   };
   Record lookup_, draft_;

@@ -734,7 +734,8 @@ TEST(CApi, PoliciesAndCalibration) {
   EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
                TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tandem_last_error()).find("lookup_min"), std::string::npos) << tandem_last_error();
-  // Prompt lookup on (matching one token) and off: the plain greedy tokens either way.
+  // Prompt lookup on (matching one token) and off: the plain greedy tokens either way. A draft
+  // model drafting alone runs a forward per drafted token; lookup's drafts take none.
   for (int32_t lookup : {0, 1}) {
     tandem_generate_params p = greedy(32);
     p.draft_mode = TANDEM_DRAFT_MODEL;
@@ -745,6 +746,8 @@ TEST(CApi, PoliciesAndCalibration) {
         << tandem_last_error();
     ResultPtr spec(out);
     EXPECT_EQ(tokens_of(spec.get()), tokens_of(plain.get())) << "lookup " << lookup;
+    if (lookup) EXPECT_LT(spec->spec_draft_forwards, spec->spec_drafted_tokens) << "no step was lookup's";
+    else EXPECT_GE(spec->spec_draft_forwards, spec->spec_drafted_tokens);
   }
   EXPECT_FAILS(tandem_engine_calibrate(e.get(), -1, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_FAILS(tandem_engine_calibrate(nullptr, 2, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);

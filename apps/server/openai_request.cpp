@@ -359,8 +359,9 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
   }
   if (auto l = get_bool(so, "lookup", "speculative")) sp.lookup = *l;
   if (auto n = get_int(so, "lookup_min", "speculative")) {
-    if (*n < 1 || *n > 64)
-      throw bad_request("'speculative.lookup_min' must be in 1..64", "speculative.lookup_min", "invalid_value");
+    if (*n < 1 || *n > kMaxLookupMin)
+      throw bad_request("'speculative.lookup_min' must be in 1.." + std::to_string(kMaxLookupMin),
+                        "speculative.lookup_min", "invalid_value");
     sp.lookup_min = static_cast<int32_t>(*n);
   }
   if (auto m = get_string(so, "verify", "speculative")) {

@@ -153,8 +153,8 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.start_budget must be finite");
   o.speculative.alpha_prior = p.alpha_prior;
   o.speculative.start_budget = p.start_budget;
-  if (p.lookup_min < 1 || p.lookup_min > 64)
-    throw std::invalid_argument("tandem_generate_params.lookup_min must be in 1..64");
+  if (p.lookup_min < 1 || p.lookup_min > kMaxLookupMin)
+    throw std::invalid_argument("tandem_generate_params.lookup_min must be in 1.." + std::to_string(kMaxLookupMin));
   o.speculative.lookup = p.lookup != 0;
   o.speculative.lookup_min = p.lookup_min;
   return o;

@@ -63,8 +63,9 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
     draft_deferred_ = policy_->may_start_off();
     const SpeculativeOptions& so = opts.speculative;
     if (so.lookup && so.mode == DraftMode::Model) {
-      if (so.lookup_min < 1 || so.lookup_min > 64)
-        throw std::invalid_argument("lookup_min must be in 1..64 (got " + std::to_string(so.lookup_min) + ")");
+      if (so.lookup_min < 1 || so.lookup_min > kMaxLookupMin)
+        throw std::invalid_argument("lookup_min must be in 1.." + std::to_string(kMaxLookupMin) + " (got " +
+                                    std::to_string(so.lookup_min) + ")");
       lookup_ = std::make_unique<NgramProposer>(so.lookup_min, std::max(so.lookup_min, so.ngram_max));
     }
   }
@@ -162,7 +163,7 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
 }
 
 bool SequenceRun::try_lookup(int32_t k) {
-  if (!lookup_ || k <= 0 || step_k_max_ <= 0) return false;
+  if (!lookup_ || k <= 0) return false;  // (k > 0 is within step_k_max_)
   const auto t0 = Clock::now();
   // Up to the step's draft_max (within context and budget), whatever k the policy chose for
   // the draft model: the policy prices the model's passes, and lookup drafts cost none.
@@ -330,7 +331,7 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   }
   if (step_lookup_) {
     // The policy prices and learns the draft model; a lookup step is LookupChoice's alone.
-    res_.speculative.lookup_accepted_tokens += v.n_accepted;
+    m.lookup_accepted_tokens += v.n_accepted;
     lookup_choice_.observe_lookup(v.n_accepted, step_draft_ms_ + target_ms);
   } else if (step_k_max_ > 0) {
     if (lookup_ && !prop_.tokens.empty()) lookup_choice_.observe_draft(v.n_accepted, step_draft_ms_ + target_ms);

@@ -67,8 +67,9 @@ struct SpeculativeOptions {
   // of running the draft model while such drafts commit tokens at least as fast per millisecond
   // as the model's (policies/lookup_choice.hpp). Outputs that copy their input gain most.
   bool lookup = true;
-  int32_t lookup_min = 3;
+  int32_t lookup_min = 3;  // 1..kMaxLookupMin
 };
+inline constexpr int32_t kMaxLookupMin = 64;
 
 // One decoding step of a sequence: draft tokens verified (0: a plain step) and how many of
 // them the target accepted.
