@@ -42,10 +42,11 @@ ActLayout act_layout(Family f, int64_t C) {
   if (f == Family::QK) {
     l.fsum_off = l.aux_off + sizeof(int16_t) * 16 * nb;
     l.bs32_off = l.fsum_off + sizeof(float) * 8 * nb;
-    l.row_bytes = l.bs32_off + sizeof(int16_t) * 8 * nb;
+    l.off8_off = l.bs32_off + sizeof(int16_t) * 8 * nb;
+    l.row_bytes = l.off8_off + sizeof(int32_t) * 32 * nb;
   } else {
     l.fsum_off = l.aux_off + sizeof(float) * nb;
-    l.bs32_off = l.fsum_off;
+    l.bs32_off = l.off8_off = l.fsum_off;
     l.row_bytes = l.fsum_off;
   }
   l.row_bytes = (l.row_bytes + 63) & ~size_t{63};
@@ -82,8 +83,14 @@ void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
   float* fs = reinterpret_cast<float*>(row + l.fsum_off);
   int16_t* bs32 = reinterpret_cast<int16_t*>(row + l.bs32_off);
+  int32_t* off8 = reinterpret_cast<int32_t*>(row + l.off8_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     d[b] = quant_block(x + 256 * b, 256, q + 256 * b);
+    for (int k = 0; k < 32; ++k) {
+      int sum = 0;
+      for (int i = 0; i < 8; ++i) sum += q[256 * b + 8 * k + i];
+      off8[32 * b + k] = -32 * sum;
+    }
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
       for (int i = 0; i < 16; ++i) sum += q[256 * b + 16 * g + i];

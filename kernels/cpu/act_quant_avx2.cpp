@@ -29,6 +29,20 @@ static inline void quant32(const float* x, __m256 id, int8_t* q, __m256i& lo, __
   hi = _mm256_add_epi32(i2, i3);
 }
 
+// off8[k] = -32 * (sum of q[8k..8k+7]) for one 256-code block: vpsadbw sums each 8 bytes
+// (as unsigned, so the codes are biased by +128 first and 8 * 128 taken off again).
+static inline void off8_sums(const int8_t* q, int32_t* off8) {
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int c = 0; c < 8; ++c) {
+    const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c)), bias);
+    const __m256i s = _mm256_sub_epi64(_mm256_sad_epu8(u, _mm256_setzero_si256()), _mm256_set1_epi64x(8 * 128));
+    // The four 64-bit sums to four int32, times -32.
+    const __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
+    const __m128i s4 = _mm_castps_si128(_mm_shuffle_ps(_mm_castsi128_ps(lo), _mm_castsi128_ps(hi), _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(off8 + 4 * c), _mm_mullo_epi32(s4, _mm_set1_epi32(-32)));
+  }
+}
+
 static inline float amax_of(const float* x, int n) {
   __m256 m = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, absf(_mm256_loadu_ps(x + i)));
@@ -58,6 +72,7 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int16_t* bs = reinterpret_cast<int16_t*>(row + l.aux_off);
   float* fs = reinterpret_cast<float*>(row + l.fsum_off);
   int16_t* bs32 = reinterpret_cast<int16_t*>(row + l.bs32_off);
+  int32_t* off8 = reinterpret_cast<int32_t*>(row + l.off8_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     const float* xb = x + 256 * b;
     const float amax = amax_of(xb, 256);
@@ -74,6 +89,7 @@ void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
       bs32[8 * b + j] = static_cast<int16_t>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
       fs[8 * b + j] = d[b] * static_cast<float>(bs32[8 * b + j]);
     }
+    off8_sums(q + 256 * b, off8 + 32 * b);
   }
 }
 

@@ -14,6 +14,8 @@
 //   fsum QK: float[nb*8] = d * sums of q over each 32 elements (mins of Q4_K/Q5_K in float)
 //   bs32 QK: int16[nb*8] = sums of q over each 32 elements (|sum| <= 4064): two groups'
 //            sums as one 32-bit word meet two groups' Q4_K mins in one vpdpwssd
+//   off8 QK: int32[nb*32] = -32 * sums of q over each 8 elements: the start of a Q6_K
+//            8-code sum, which then equals the sum over codes - 32 (|.| <= 32512, an int16)
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -38,7 +40,7 @@ struct ActLayout {
   int64_t C = 0;
   int64_t nb = 0;  // blocks per row
   int block = 0;   // 32 or 256
-  size_t d_off = 0, aux_off = 0, fsum_off = 0, bs32_off = 0, row_bytes = 0;
+  size_t d_off = 0, aux_off = 0, fsum_off = 0, bs32_off = 0, off8_off = 0, row_bytes = 0;
 };
 ActLayout act_layout(Family f, int64_t C);
 
@@ -57,6 +59,9 @@ static inline const float* act_fsum(const uint8_t* row, const ActLayout& l) {
 }
 static inline const int16_t* act_bsums32(const uint8_t* row, const ActLayout& l) {
   return reinterpret_cast<const int16_t*>(row + l.bs32_off);
+}
+static inline const int32_t* act_off8(const uint8_t* row, const ActLayout& l) {
+  return reinterpret_cast<const int32_t*>(row + l.off8_off);
 }
 
 // Everything a kernel needs for one matmul call.

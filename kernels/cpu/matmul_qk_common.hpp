@@ -29,6 +29,7 @@ struct Toks {
   const int16_t* bs[TN];
   const float* fs[TN];
   const int16_t* bs32[TN];
+  const int32_t* off8[TN];
 };
 
 // Adding one block's integer sums to the float accumulators, three ways.
@@ -86,6 +87,7 @@ static inline Toks<TN> toks_at(const Args& a, int64_t t0) {
     x.bs[t] = act_bsums(row, l);
     x.fs[t] = act_fsum(row, l);
     x.bs32[t] = act_bsums32(row, l);
+    x.off8[t] = act_off8(row, l);
   }
   return x;
 }
