@@ -746,8 +746,22 @@ TEST(CApi, PoliciesAndCalibration) {
         << tandem_last_error();
     ResultPtr spec(out);
     EXPECT_EQ(tokens_of(spec.get()), tokens_of(plain.get())) << "lookup " << lookup;
-    if (lookup) EXPECT_LT(spec->spec_draft_forwards, spec->spec_drafted_tokens) << "no step was lookup's";
-    else EXPECT_GE(spec->spec_draft_forwards, spec->spec_drafted_tokens);
+    ASSERT_GE(spec->struct_size, offsetof(tandem_result, spec_lookup_accepted_tokens) + sizeof(int64_t));
+    if (lookup) {
+      EXPECT_LT(spec->spec_draft_forwards, spec->spec_drafted_tokens) << "no step was lookup's";
+      // Lookup's share of the totals: its steps, drafted and accepted tokens.
+      EXPECT_GT(spec->spec_lookup_steps, 0);
+      EXPECT_LE(spec->spec_lookup_steps, spec->spec_drafts);
+      EXPECT_GE(spec->spec_lookup_drafted_tokens, spec->spec_lookup_steps);
+      EXPECT_LE(spec->spec_lookup_drafted_tokens, spec->spec_drafted_tokens);
+      EXPECT_LE(spec->spec_lookup_accepted_tokens, spec->spec_lookup_drafted_tokens);
+      EXPECT_LE(spec->spec_lookup_accepted_tokens, spec->spec_accepted_tokens);
+    } else {
+      EXPECT_GE(spec->spec_draft_forwards, spec->spec_drafted_tokens);
+      EXPECT_EQ(spec->spec_lookup_steps, 0);
+      EXPECT_EQ(spec->spec_lookup_drafted_tokens, 0);
+      EXPECT_EQ(spec->spec_lookup_accepted_tokens, 0);
+    }
   }
   EXPECT_FAILS(tandem_engine_calibrate(e.get(), -1, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_FAILS(tandem_engine_calibrate(nullptr, 2, nullptr, nullptr), TANDEM_ERR_INVALID_ARGUMENT);

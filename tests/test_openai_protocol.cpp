@@ -638,6 +638,9 @@ TEST(MetricsText, Exposition) {
   s.speculative.accepted_tokens = 20;
   s.speculative.drafted_per_position = {8, 8, 7, 7};
   s.speculative.accepted_per_position = {7, 6, 4, 3};
+  s.speculative.lookup_steps = 2;
+  s.speculative.lookup_drafted_tokens = 6;
+  s.speculative.lookup_accepted_tokens = 5;
   // TTFT: 0.02 → bucket le=0.025, 0.3 → le=0.5, 50 → +Inf only.
   s.ttft.counts.assign(s.ttft.bounds.size() + 1, 0);
   s.ttft.counts[1] = 1;
@@ -688,6 +691,9 @@ TEST(MetricsText, Exposition) {
   has("tandem_spec_accepted_per_position_total{position=\"0\"} 7");
   has("tandem_spec_accepted_per_position_total{position=\"3\"} 3");
   has("tandem_spec_drafted_per_position_total{position=\"2\"} 7");
+  has("tandem_spec_lookup_steps_total 2");
+  has("tandem_spec_lookup_draft_tokens_total 6");
+  has("tandem_spec_lookup_accepted_tokens_total 5");
   has("tandem_http_responses_total{code=\"429\"} 2");
   has("tandem_http_client_disconnects_total 1");
   has("tandem_http_active_requests 4");

@@ -170,6 +170,12 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const M
   w.metric("tandem_spec_draft_tokens_total", "counter", "Tokens drafted", d(m.drafted_tokens));
   w.metric("tandem_spec_accepted_tokens_total", "counter", "Draft tokens the target accepted", d(m.accepted_tokens));
   w.metric("tandem_spec_acceptance_ratio", "gauge", "Accepted over drafted tokens since start", m.acceptance_rate());
+  w.metric("tandem_spec_lookup_steps_total", "counter",
+           "Verification steps that carried prompt lookup's draft instead of the draft model's", d(m.lookup_steps));
+  w.metric("tandem_spec_lookup_draft_tokens_total", "counter", "Tokens prompt lookup drafted (in the totals above)",
+           d(m.lookup_drafted_tokens));
+  w.metric("tandem_spec_lookup_accepted_tokens_total", "counter",
+           "Prompt lookup's draft tokens the target accepted (in the totals above)", d(m.lookup_accepted_tokens));
   per_position(w, "tandem_spec_drafted_per_position_total", "Steps that drafted a token at this position",
                m.drafted_per_position);
   per_position(w, "tandem_spec_accepted_per_position_total", "Steps whose draft token at this position was accepted",

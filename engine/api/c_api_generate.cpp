@@ -62,6 +62,9 @@ ResultPtr make_result(const GenerateResult& g) {
   r->spec_draft_ms = m.draft_ms;
   r->spec_target_ms = m.target_ms;
   r->spec_verify_ms = m.verify_ms;
+  r->spec_lookup_steps = m.lookup_steps;
+  r->spec_lookup_drafted_tokens = m.lookup_drafted_tokens;
+  r->spec_lookup_accepted_tokens = m.lookup_accepted_tokens;
   // Both per-position vectors have draft_max entries; copy the common length.
   const size_t n_pos = std::min(m.drafted_per_position.size(), m.accepted_per_position.size());
   r->spec_drafted_per_position = copy_array(std::vector<int64_t>(m.drafted_per_position.begin(),

@@ -201,6 +201,12 @@ typedef struct tandem_result {
   /* appended later: check struct_size >= offsetof(tandem_result, n_logprobs) + sizeof(size_t) */
   const tandem_token_logprobs* logprobs; /* [n_logprobs]: one per token when params.logprobs >= 0 */
   size_t n_logprobs;
+  /* appended later: check struct_size >= offsetof(tandem_result, spec_lookup_accepted_tokens) + 8.
+   * Prompt lookup's share of the speculative counters above (params.lookup): steps that
+   * verified a lookup draft instead of the draft model's, and their drafted / accepted tokens. */
+  int64_t spec_lookup_steps;
+  int64_t spec_lookup_drafted_tokens;
+  int64_t spec_lookup_accepted_tokens;
 } tandem_result;
 
 /* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */

@@ -130,6 +130,14 @@ def test_speculation_gives_the_plain_greedy_tokens(tiny_path: str, draft: str) -
         assert sum(m.drafted_per_position) == m.drafted_tokens and len(m.drafted_per_position) == 4
         if draft == "model":
             assert e.info.draft_path == tiny_path and m.draft_forwards > 0 and m.accepted_tokens > 0
+            # Prompt lookup (on by default) drafts some steps on this repetitive prompt; off, none.
+            assert 0 < m.lookup_steps <= m.drafts and m.lookup_accepted_tokens <= m.lookup_drafted_tokens
+            assert m.lookup_drafted_tokens <= m.drafted_tokens
+            off = e.generate(REPETITIVE, **greedy(32), draft_max=4, lookup=False)
+            assert off.tokens == plain.tokens and off.speculative.lookup_steps == 0
+            assert off.speculative.lookup_drafted_tokens == 0
+        else:
+            assert m.lookup_steps == 0  # the n-gram proposer is the draft itself, not a lookup ahead of one
 
 
 def test_reduced_draft_vocabulary(tiny: tandem.Engine, tiny_path: str, tmp_path) -> None:

@@ -105,6 +105,11 @@ class Result(Structure):
         ("spec_drafted_per_position", POINTER(c_int64)),
         ("spec_accepted_per_position", POINTER(c_int64)),
         ("spec_n_positions", c_size_t),
+        ("logprobs", c_void_p),
+        ("n_logprobs", c_size_t),
+        ("spec_lookup_steps", c_int64),
+        ("spec_lookup_drafted_tokens", c_int64),
+        ("spec_lookup_accepted_tokens", c_int64),
     ]
 
 

@@ -115,7 +115,9 @@ def _result(ptr: Any) -> GenerateResult:
             target_passes=r.spec_target_passes, draft_forwards=r.spec_draft_forwards, draft_ms=r.spec_draft_ms,
             target_ms=r.spec_target_ms, verify_ms=r.spec_verify_ms,
             drafted_per_position=r.spec_drafted_per_position[:n_pos],
-            accepted_per_position=r.spec_accepted_per_position[:n_pos])
+            accepted_per_position=r.spec_accepted_per_position[:n_pos],
+            lookup_steps=r.spec_lookup_steps, lookup_drafted_tokens=r.spec_lookup_drafted_tokens,
+            lookup_accepted_tokens=r.spec_lookup_accepted_tokens)
         return GenerateResult(
             text=text, tokens=r.tokens[:r.n_tokens], prompt_tokens=r.prompt_tokens[:r.n_prompt_tokens],
             finish_reason=_FINISH.get(r.finish_reason, "stop"),

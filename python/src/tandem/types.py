@@ -88,6 +88,9 @@ class SpeculativeMetrics:
     verify_ms: float = 0.0
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    lookup_steps: int = 0             # steps that verified prompt lookup's draft (counted in the totals above)
+    lookup_drafted_tokens: int = 0
+    lookup_accepted_tokens: int = 0
 
 
 @dataclass(frozen=True)
