@@ -69,11 +69,11 @@ static inline __m256 exp8(__m256 x) {
 // Weights stream through once; asking for them this far ahead keeps loads and arithmetic
 // overlapped (rows are usually contiguous, so this runs on into the next row). Tuned on
 // Zen 3: 2 KB beat 0.5, 1 and 4 KB for decode. Into L2 (T1), not L1: on an Intel Xeon
-// (Emerald Rapids class) Qwen2.5 1.5B / 0.5B passes, interleaved in one process, took 3% /
-// 3% less at n = 1 and 7% / 2% less / more at n = 4 than with T0 (a prefetch into L1 holds
-// one of the core's few L1 miss buffers until its line arrives; into L2 it does not). AMD
-// cores before Zen 4 treat T0/T1/T2 alike; Zen 4 and later fill L2 for T1 as Intel does
-// (not measured here yet).
+// (Emerald Rapids class), passes interleaved in one process with T0's, Qwen2.5 1.5B took
+// 3-5% less at n = 1 and 7-9% less at n = 4, the 0.5B draft 3% less at n = 1 and 2% more
+// at n = 4 (docs/cpu-kernels.md). A prefetch into L1 holds one of the core's few L1 miss
+// buffers until its line arrives; into L2 it does not. AMD cores before Zen 4 treat
+// T0/T1/T2 alike; Zen 4 and later fill L2 for T1 as Intel does (not measured here yet).
 constexpr uintptr_t kPrefetchBytes = 2048;
 static inline void prefetch_ahead(const uint8_t* p, int bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
