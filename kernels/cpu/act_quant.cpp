@@ -86,16 +86,14 @@ void scalar_quant_qk(const float* x, const ActLayout& l, uint8_t* row) {
   int32_t* off8 = reinterpret_cast<int32_t*>(row + l.off8_off);
   for (int64_t b = 0; b < l.nb; ++b) {
     d[b] = quant_block(x + 256 * b, 256, q + 256 * b);
+    // Sums over each 8 codes; the 16- and 32-element sums are built from them.
+    int s8[32];
     for (int k = 0; k < 32; ++k) {
-      int sum = 0;
-      for (int i = 0; i < 8; ++i) sum += q[256 * b + 8 * k + i];
-      off8[32 * b + k] = -32 * sum;
+      s8[k] = 0;
+      for (int i = 0; i < 8; ++i) s8[k] += q[256 * b + 8 * k + i];
+      off8[32 * b + k] = -32 * s8[k];
     }
-    for (int g = 0; g < 16; ++g) {
-      int sum = 0;
-      for (int i = 0; i < 16; ++i) sum += q[256 * b + 16 * g + i];
-      bs[16 * b + g] = static_cast<int16_t>(sum);
-    }
+    for (int g = 0; g < 16; ++g) bs[16 * b + g] = static_cast<int16_t>(s8[2 * g] + s8[2 * g + 1]);
     for (int j = 0; j < 8; ++j) {
       bs32[8 * b + j] = static_cast<int16_t>(bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
       fs[8 * b + j] = d[b] * static_cast<float>(bs32[8 * b + j]);
