@@ -365,25 +365,60 @@ TEST(CpuOps, PagedAttentionModelShapesAndLongContexts) {
 }
 
 // A token's output must be the same bits whether it is attended alone (decode) or with
-// others (verification, prefill): the greedy speculative output depends on it.
+// others (verification, prefill): the greedy speculative output depends on it. Tokens of
+// one sequence share their cached rows in groups (attention_span_avx2_multi), so the cases
+// cover tokens whose last tiles end at different rows, tokens on both sides of a split
+// into parts (512 positions), a prefill of more tokens than a group holds, two heads
+// sizes, a window (every token its own lo: no groups), and sequences whose tokens are
+// interleaved in the batch.
 TEST(CpuOps, PagedAttentionIsBatchInvariant) {
-  AttnCase c;
-  c.bs = 16;
-  c.n_heads = 6;
-  c.n_kv = 2;
-  c.hd = 64;
-  c.lens = {700, 40};
-  c.n_new = {9, 4};
+  struct Case {
+    std::vector<int> lens, n_new;
+    int n_heads, n_kv, hd, window;
+  };
+  const Case cases[] = {
+      {{700, 40}, {9, 4}, 6, 2, 64, 0},
+      {{520, 30}, {12, 30}, 12, 2, 128, 0},
+      {{45, 300}, {45, 7}, 14, 2, 64, 0},
+      {{90, 20}, {6, 5}, 6, 2, 64, 5},
+  };
   IsaGuard guard;
-  for (cpu::Isa isa : attention_isas()) {
-    SCOPED_TRACE(cpu::isa_name(isa));
-    cpu::force_isa(isa);
-    AttnProblem pr(c);
-    const auto all = pr.run_all();
-    const size_t w = size_t(c.n_heads) * c.hd;
-    for (size_t t = 0; t < pr.pos.size(); ++t) {
-      const auto one = pr.run(t, t + 1);
-      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+  for (const Case& k : cases) {
+    AttnCase c;
+    c.bs = 16;
+    c.n_heads = k.n_heads;
+    c.n_kv = k.n_kv;
+    c.hd = k.hd;
+    c.lens = k.lens;
+    c.n_new = k.n_new;
+    c.window = k.window;
+    for (cpu::Isa isa : attention_isas()) {
+      SCOPED_TRACE(testing::Message() << cpu::isa_name(isa) << ", lens " << k.lens[0] << "/" << k.lens[1]);
+      cpu::force_isa(isa);
+      AttnProblem pr(c);
+      const auto all = pr.run_all();
+      pr.check(all);
+      const size_t w = size_t(c.n_heads) * c.hd;
+      for (size_t t = 0; t < pr.pos.size(); ++t) {
+        const auto one = pr.run(t, t + 1);
+        ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+      }
+      // The same tokens with the two sequences' tokens interleaved in the batch.
+      const size_t n0 = size_t(k.n_new[0]), n1 = size_t(k.n_new[1]);
+      std::vector<size_t> order;
+      for (size_t i = 0; i < std::max(n0, n1); ++i) {
+        if (i < n0) order.push_back(i);
+        if (i < n1) order.push_back(n0 + i);
+      }
+      AttnProblem mixed(c);
+      for (size_t i = 0; i < order.size(); ++i) {
+        mixed.pos[i] = pr.pos[order[i]];
+        mixed.seq[i] = pr.seq[order[i]];
+        std::copy_n(pr.q.begin() + order[i] * w, w, mixed.q.begin() + i * w);
+      }
+      const auto m = mixed.run_all();
+      for (size_t i = 0; i < order.size(); ++i)
+        ASSERT_EQ(0, std::memcmp(m.data() + i * w, all.data() + order[i] * w, w * sizeof(float))) << "token " << order[i];
     }
   }
 }

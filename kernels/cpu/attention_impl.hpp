@@ -62,6 +62,11 @@ struct AttnState {
 using AttnSpanFn = void (*)(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
 void attention_span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
 void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
+// n_tok tokens ts[] of one sequence, kv head kvh, each over [lo, his[m]] into sts[m]: the
+// same results, bit for bit, as one attention_span_avx2 call per token, with the cached
+// rows read once for all.
+void attention_span_avx2_multi(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh,
+                               int32_t lo, AttnState* sts);
 
 // Everything below is `static`: this header is compiled into files of different ISAs, and
 // an inline function with external linkage (or a std:: template instance such as

@@ -110,7 +110,57 @@ void finish(const AttnArgs& a, int64_t t, int kvh, const float* states, int part
   }
 }
 
-thread_local std::vector<float> t_attn_state;  // a worker's span state
+// Spans run together (attention_span_avx2_multi): tokens of one sequence over the same
+// positions from the same lo, members[first .. first + n) of the call's list.
+struct SpanGroup {
+  int32_t first = 0, n = 0;
+};
+// At most this many tokens a group (a worker keeps their states side by side).
+constexpr int kMaxGroup = 16;
+
+// The spans as groups. Spans of one sequence with the same lo join a group until it holds
+// `cap`; every span is alone when cap is 1. A group's members need not be adjacent in
+// `spans` (a split token's parts lie between one token and the next), so they are listed
+// in `members`, group after group.
+void group_spans(const std::vector<Span>& spans, const int32_t* seq, int cap, std::vector<SpanGroup>& groups,
+                 std::vector<int32_t>& members) {
+  groups.clear();
+  members.clear();
+  struct Open {
+    int32_t seq, lo;
+    std::vector<int32_t> idx;
+  };
+  std::vector<Open> open;  // the groups being filled, all of one sequence
+  auto flush = [&](Open& o) {
+    groups.push_back({static_cast<int32_t>(members.size()), static_cast<int32_t>(o.idx.size())});
+    members.insert(members.end(), o.idx.begin(), o.idx.end());
+    o.idx.clear();
+  };
+  for (int32_t i = 0; i < static_cast<int32_t>(spans.size()); ++i) {
+    const Span& sp = spans[static_cast<size_t>(i)];
+    const int32_t sq = seq[sp.t];
+    // A batch lists a sequence's tokens together: a new sequence closes the open groups
+    // (a sequence seen again later only starts new ones), so the search stays short.
+    if (!open.empty() && open.back().seq != sq) {
+      for (Open& o : open)
+        if (!o.idx.empty()) flush(o);
+      open.clear();
+    }
+    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.lo == sp.lo; });
+    if (it == open.end()) {
+      open.push_back({sq, sp.lo, {}});
+      it = open.end() - 1;
+    }
+    it->idx.push_back(i);
+    if (static_cast<int>(it->idx.size()) >= cap) flush(*it);
+  }
+  for (Open& o : open)
+    if (!o.idx.empty()) flush(o);
+}
+
+thread_local std::vector<float> t_attn_state;  // a worker's span states (kMaxGroup)
+thread_local std::vector<SpanGroup> t_groups;
+thread_local std::vector<int32_t> t_members;
 // The caller's span list and the states of split tokens, reused across calls.
 thread_local std::vector<Span> t_spans;
 thread_local std::vector<float> t_parts;
@@ -177,14 +227,22 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
       spans.push_back({t, j0 + i * kSplitPositions, std::min(p, j0 + (i + 1) * kSplitPositions - 1), i, parts});
   }
 
-  const AttnSpanFn span_fn = active_isa() >= Isa::Avx2 && has_f16c_avx2() ? &attention_span_avx2
-                                                                           : &attention_span_generic;
+  const bool vector = active_isa() >= Isa::Avx2 && has_f16c_avx2();
   const int group = n_heads / n_kv_heads;
   const size_t state_floats = static_cast<size_t>(group) * (2 + head_dim);
-  const int64_t n_items = static_cast<int64_t>(spans.size()) * n_kv_heads;
+  const int64_t n_span_items = static_cast<int64_t>(spans.size()) * n_kv_heads;
   // Split tokens keep every part's state until all parts are done; the others finish at once.
-  if (split) t_parts.resize(static_cast<size_t>(n_items) * state_floats);
+  if (split) t_parts.resize(static_cast<size_t>(n_span_items) * state_floats);
   float* parts = t_parts.data();
+  // Tokens of one sequence share their spans' rows (the vector path): as many a group as
+  // still leaves every thread two items (a group and a kv head) to balance with; the
+  // portable path runs each span alone.
+  const int64_t per_item = (n_span_items + 2 * pool_.size() - 1) / (2 * pool_.size());
+  const int cap = vector ? static_cast<int>(std::clamp<int64_t>(per_item, 1, kMaxGroup)) : 1;
+  std::vector<SpanGroup>& groups = t_groups;
+  std::vector<int32_t>& members = t_members;
+  group_spans(spans, a.seq, cap, groups, members);
+  const int64_t n_items = static_cast<int64_t>(groups.size()) * n_kv_heads;
 
   // Exceptions must not escape a worker thread: capture the first and rethrow here.
   std::exception_ptr err;
@@ -193,13 +251,31 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   pool_.run([&](int, int) {
     try {
       std::vector<float>& own = t_attn_state;
-      own.resize(state_floats);
+      own.resize(state_floats * kMaxGroup);
       for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
-        const Span& sp = spans[static_cast<size_t>(i / n_kv_heads)];
+        const SpanGroup& gr = groups[static_cast<size_t>(i / n_kv_heads)];
         const int kvh = static_cast<int>(i % n_kv_heads);
-        float* st = sp.parts > 1 ? parts + static_cast<size_t>(i) * state_floats : own.data();
-        span_fn(a, sp.t, kvh, sp.lo, sp.hi, AttnState{st, st + group, st + 2 * group});
-        if (sp.parts == 1) finish(a, sp.t, kvh, st, 1, state_floats);
+        const Span* sp[kMaxGroup];
+        int64_t ts[kMaxGroup];
+        int32_t his[kMaxGroup];
+        AttnState sts[kMaxGroup];
+        for (int m = 0; m < gr.n; ++m) {
+          const auto si = static_cast<size_t>(members[static_cast<size_t>(gr.first + m)]);
+          sp[m] = &spans[si];
+          // A split token's part keeps its state where the merge below finds it.
+          float* st = sp[m]->parts > 1 ? parts + (si * static_cast<size_t>(n_kv_heads) + static_cast<size_t>(kvh)) * state_floats
+                                       : own.data() + static_cast<size_t>(m) * state_floats;
+          ts[m] = sp[m]->t;
+          his[m] = sp[m]->hi;
+          sts[m] = AttnState{st, st + group, st + 2 * group};
+        }
+        if (vector) {
+          attention_span_avx2_multi(a, ts, his, gr.n, kvh, sp[0]->lo, sts);
+        } else {
+          for (int m = 0; m < gr.n; ++m) attention_span_generic(a, ts[m], kvh, sp[m]->lo, his[m], sts[m]);
+        }
+        for (int m = 0; m < gr.n; ++m)
+          if (sp[m]->parts == 1) finish(a, ts[m], kvh, sts[m].m, 1, state_floats);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu);
