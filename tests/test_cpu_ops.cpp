@@ -17,6 +17,7 @@
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "tests/support/isa_levels.hpp"
 
 namespace tandem::kernels {
 namespace {
@@ -317,12 +318,9 @@ struct AttnProblem {
   }
 };
 
-// Every attention path the CPU has (portable, AVX2), each against the dense reference.
-std::vector<cpu::Isa> attention_isas() {
-  std::vector<cpu::Isa> v = {cpu::Isa::Scalar};
-  if (cpu::detected_isa() >= cpu::Isa::Avx2) v.push_back(cpu::Isa::Avx2);
-  return v;
-}
+// Every attention path (portable, AVX2, AVX-512 natively or through SIMDe), each against
+// the dense reference.
+std::vector<cpu::Isa> attention_isas() { return test::supported_isas(); }
 struct IsaGuard {
   ~IsaGuard() { cpu::force_isa(cpu::detected_isa()); }
 };

@@ -14,6 +14,7 @@
 #include "kernels/cpu/convert_impl.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/host_buffer.hpp"
+#include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace tandem::kernels::cpu {
@@ -228,6 +229,9 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   }
 
   const bool vector = active_isa() >= Isa::Avx2 && has_f16c_avx2();
+  // The active level's own span (AVX-512), else AVX2's.
+  const mm::IsaKernels* level = vector ? mm::active_kernels() : nullptr;
+  const AttnMultiFn multi = level && level->attn_multi ? level->attn_multi : &attention_span_avx2_multi;
   const int group = n_heads / n_kv_heads;
   const size_t state_floats = static_cast<size_t>(group) * (2 + head_dim);
   const int64_t n_span_items = static_cast<int64_t>(spans.size()) * n_kv_heads;
@@ -270,7 +274,7 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
           sts[m] = AttnState{st, st + group, st + 2 * group};
         }
         if (vector) {
-          attention_span_avx2_multi(a, ts, his, gr.n, kvh, sp[0]->lo, sts);
+          multi(a, ts, his, gr.n, kvh, sp[0]->lo, sts);
         } else {
           for (int m = 0; m < gr.n; ++m) attention_span_generic(a, ts[m], kvh, sp[m]->lo, his[m], sts[m]);
         }

@@ -13,6 +13,8 @@ RowsFn rows_q32_packed(DType t);
 RowsFn rows_qk(DType t);
 RowsFn rows_qk_tiles(DType t);
 RowsFn rows_q32_tiles(DType t);
+void attention_multi_avx512(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh, int32_t lo,
+                            AttnState* sts);
 QuantFn quant_qk_for(DType t);
 }  // namespace TANDEM_AVX512_NS
 
@@ -40,12 +42,14 @@ QuantFn quant(DType t) {
 
 #if defined(TANDEM_AVX512_EMULATED)
 const IsaKernels* avx512_emulated_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed, rows_tiled};
+  static const IsaKernels k{rows,       quant,   nullptr, TANDEM_AVX512_NS::rows_q32_packed,
+                            rows_tiled, nullptr, TANDEM_AVX512_NS::attention_multi_avx512};
   return &k;
 }
 #else
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels k{rows, quant, nullptr, TANDEM_AVX512_NS::rows_q32_packed, rows_tiled};
+  static const IsaKernels k{rows,       quant,   nullptr, TANDEM_AVX512_NS::rows_q32_packed,
+                            rows_tiled, nullptr, TANDEM_AVX512_NS::attention_multi_avx512};
   return &k;
 }
 #endif

@@ -120,6 +120,7 @@ struct QuantUse {
 }  // namespace
 
 namespace mm {
+const IsaKernels* active_kernels() { return kernels_at(active_isa()); }
 void install_avx512_kernels_for_testing(const IsaKernels* k) { g_avx512_for_testing.store(k, std::memory_order_release); }
 const IsaKernels* avx512_kernels_for_testing() { return g_avx512_for_testing.load(std::memory_order_acquire); }
 }  // namespace mm

@@ -92,6 +92,16 @@ using DequantFn = bool (*)(DType t, const void* src, float* dst, int64_t n);
 // when this ISA has no fast path for the type.
 using QuantizeFn = bool (*)(DType t, const float* src, void* dst, int64_t n);
 
+}  // namespace tandem::kernels::cpu::mm
+namespace tandem::kernels::cpu {
+struct AttnArgs;  // attention_impl.hpp
+struct AttnState;
+// attention_span_avx2_multi's contract (attention_impl.hpp), at a kernel level of its own.
+using AttnMultiFn = void (*)(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh, int32_t lo,
+                             AttnState* sts);
+}  // namespace tandem::kernels::cpu
+namespace tandem::kernels::cpu::mm {
+
 struct IsaKernels {
   RowsFn (*rows)(DType t) = nullptr;    // nullptr result: type not handled at this level
   QuantFn (*quant)(DType t) = nullptr;  // for every type `rows` or `rows_packed` handles (Float: unused)
@@ -101,7 +111,12 @@ struct IsaKernels {
   RowsFn (*rows_packed)(DType t) = nullptr;
   RowsFn (*rows_tiled)(DType t) = nullptr;
   QuantizeFn quantize = nullptr;  // weights (re-quantized at load), not activations
+  AttnMultiFn attn_multi = nullptr;  // attention spans (nullptr: the AVX2 or portable ones)
 };
+
+// The kernel set of the active level (force_isa; the tests' emulated AVX-512 set when
+// installed), or nullptr where this binary has none for it.
+const IsaKernels* active_kernels();
 
 // Kernel sets; levels above Scalar return nullptr when the binary was built without them.
 const IsaKernels& scalar_kernels();

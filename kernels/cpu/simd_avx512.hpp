@@ -40,6 +40,10 @@ static inline __m512 _mm512_cvtepi32_ps(__m512i v) {
   const __m512 lo = _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)));
   return _mm512_insertf32x8(lo, _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)), 1);
 }
+static inline __m512i _mm512_cvtps_epi32(__m512 v) {  // rounding as MXCSR says (to nearest)
+  const __m512i lo = _mm512_castsi256_si512(_mm256_cvtps_epi32(_mm512_castps512_ps256(v)));
+  return _mm512_inserti64x4(lo, _mm256_cvtps_epi32(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1))), 1);
+}
 static inline __m512 _mm512_cvtph_ps(__m256i h) {
   const __m512 lo = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h)));
   return _mm512_insertf32x8(lo, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), 1);
