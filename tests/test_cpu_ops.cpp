@@ -142,6 +142,33 @@ TEST(CpuOps, GatedActivations) {
   }
 }
 
+// A single wide row (a decode pass's feed-forward) is split over the threads by columns: it
+// must give the same bits as the same row inside a two-row call (verification), and 5003
+// columns leave a ragged tail for the last thread.
+TEST(CpuOps, GatedActivationWideRowSplitIsExact) {
+  Host h;
+  constexpr int kW = 5003;
+  auto g = randn(2 * kW, 6, 2.0f), u = randn(2 * kW, 7);
+  for (Activation act : {Activation::SiLU, Activation::GeluTanh}) {
+    Tensor tg = h.f32(g, kW), tu = h.f32(u, kW), ty = h.f32(std::vector<float>(2 * kW), kW);
+    h.be->gated_act(ty, tg, tu, act);
+    const auto both = h.get(ty);
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> g1(g.begin() + r * kW, g.begin() + (r + 1) * kW), u1(u.begin() + r * kW, u.begin() + (r + 1) * kW);
+      Tensor sg = h.f32(g1, kW), su = h.f32(u1, kW), sy = h.f32(std::vector<float>(kW), kW);
+      h.be->gated_act(sy, sg, su, act);
+      const auto one = h.get(sy);
+      ASSERT_EQ(0, std::memcmp(one.data(), both.data() + r * kW, sizeof(float) * kW)) << "row " << r;
+      for (int i = 0; i < kW; ++i) {
+        const double x = g1[i];
+        const double a = act == Activation::SiLU ? x / (1 + std::exp(-x))
+                                                 : 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+        ASSERT_NEAR(one[i], a * u1[i], 1e-4 * (1 + std::fabs(a * u1[i]))) << "column " << i;
+      }
+    }
+  }
+}
+
 // Both twins of the gated activations (activation_impl.hpp) against double precision, over
 // g from -100 to 100 and special values. Bounds, with u the float unit roundoff: SiLU, the
 // vector exp's ~2e-7 (4u) relative error plus 3 roundings: 12u of |y|; GELU, 8u of |y| plus

@@ -186,6 +186,17 @@ void CpuBackend::gated_act(const Tensor& dst, const Tensor& gate, const Tensor& 
   const int64_t n = gate.cols();
   // AVX2: the vector exp (activation_avx2.cpp); the scalar level: libm (activation.cpp).
   const GatedActFn fn = active_isa() >= Isa::Avx2 ? gated_act_row_avx2 : gated_act_row_scalar;
+  // One wide row (a decode pass's feed-forward, 4864-8960 wide): the threads split its
+  // columns at multiples of 16, so every element goes through the same vector or tail code
+  // as in a whole-row call (the results do not depend on the split).
+  if (gate.rows() == 1 && n >= 4096 && pool_.size() > 1) {
+    pool_.run([&](int ith, int nth) {
+      const int64_t per = (n + nth - 1) / nth, chunk = (per + 15) / 16 * 16;
+      const int64_t b = std::min(n, chunk * ith), e = std::min(n, b + chunk);
+      if (b < e) fn(row_f32(gate, 0) + b, row_f32(up, 0) + b, row_f32(dst, 0) + b, e - b, act);
+    });
+    return;
+  }
   for_rows(pool_, gate.rows(), n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) fn(row_f32(gate, r), row_f32(up, r), row_f32(dst, r), n, act);
   });
