@@ -42,12 +42,8 @@ void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int3
 
 // Several query tokens of one sequence over the same cached positions from lo: each tile's
 // K and V rows are read and converted once for all of them (a verification or prefill
-// pass reads the context once, not once per token). Token m stops at his[m]. Its
-// arithmetic is exactly what it would do alone: the same tiles from lo, and in its last
-// tile the rows past its end are zero, as the tile of a lone token has them. (Past a
-// token's end, another token's rows may be loaded: its scores there are masked to -inf
-// whatever K holds, but 0 * V could add a -0 to a -0 sum, so V is taken from a copy with
-// those rows zeroed.)
+// pass reads the context once, not once per token); attn_detail::walk_tiles keeps each
+// token's arithmetic what it would be alone.
 void attention_span_avx2_multi(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh,
                                int32_t lo, AttnState* sts) {
   const int hd = a.head_dim, group = attn_group(a);
@@ -57,79 +53,48 @@ void attention_span_avx2_multi(const AttnArgs& a, const int64_t* ts, const int32
   }
   alignas(32) float kt[kTile][kMaxHeadDim];
   alignas(32) float vt[kTile][kMaxHeadDim];
-  alignas(32) float vz[kTile][kMaxHeadDim];  // a token's last tile, rows past its end zero
-  const int32_t* bt = attn_table(a, ts[0]);   // every token is of this sequence
-  int32_t hi_max = lo;
-  for (int m = 0; m < n_tok; ++m) {
-    hi_max = std::max(hi_max, his[m]);
-    const AttnState& st = sts[m];
-    attn_detail::fill(st.acc, static_cast<size_t>(group) * hd, 0.0f);
-    attn_detail::fill(st.m, static_cast<size_t>(group), -INFINITY);
-    attn_detail::fill(st.l, static_cast<size_t>(group), 0.0f);
-  }
+  alignas(32) float vz[kTile][kMaxHeadDim];
   const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
-  for (int32_t j0 = lo; j0 <= hi_max; j0 += kTile) {
-    const int n_rows = hi_max - j0 + 1 < kTile ? hi_max - j0 + 1 : kTile;
-    for (int j = 0; j < n_rows; ++j) {
-      const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
-      attn_detail::load_row(a.k + off, a.kv_f16, kt[j], hd);
-      attn_detail::load_row(a.v + off, a.kv_f16, vt[j], hd);
-    }
-    // Rows past the last one loaded are zeroed: their scores are finite and masked, and
-    // their zero weights times zero values add nothing.
-    for (int j = n_rows; j < kTile; ++j) {
-      attn_detail::fill(kt[j], static_cast<size_t>(hd), 0.0f);
-      attn_detail::fill(vt[j], static_cast<size_t>(hd), 0.0f);
-    }
-    for (int m = 0; m < n_tok; ++m) {
-      if (his[m] < j0) continue;
-      const int n = his[m] - j0 + 1 < kTile ? his[m] - j0 + 1 : kTile;
-      const float(*vr)[kMaxHeadDim] = vt;
-      if (n < n_rows) {
-        for (int j = 0; j < kTile; ++j)
-          if (j < n) std::memcpy(vz[j], vt[j], sizeof(float) * static_cast<size_t>(hd));
-          else attn_detail::fill(vz[j], static_cast<size_t>(hd), 0.0f);
-        vr = vz;
+  // Inlined into the walk, its constants in registers (captured by value).
+  auto tile = [&a, hd, group, lane, neg_inf](const float(*k)[kMaxHeadDim], const float(*v)[kMaxHeadDim], int n,
+                                             const float* qh, const AttnState& st) __attribute__((always_inline)) {
+    const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
+    for (int g = 0; g < group; ++g) {
+      __m256 s = _mm256_mul_ps(scores8(qh + static_cast<int64_t>(g) * hd, k, hd), _mm256_set1_ps(a.scale));
+      if (a.softcap > 0.0f) {
+        alignas(32) float sv[kTile];
+        _mm256_store_ps(sv, s);
+        for (float& x : sv) x = a.softcap * std::tanh(x / a.softcap);
+        s = _mm256_load_ps(sv);
       }
-      const AttnState& st = sts[m];
-      const float* qh = a.q + ts[m] * a.ldq + static_cast<int64_t>(kvh) * group * hd;
-      const __m256 valid = _mm256_cmp_ps(lane, _mm256_set1_ps(static_cast<float>(n)), _CMP_LT_OQ);
-      for (int g = 0; g < group; ++g) {
-        __m256 s = _mm256_mul_ps(scores8(qh + static_cast<int64_t>(g) * hd, kt, hd), _mm256_set1_ps(a.scale));
-        if (a.softcap > 0.0f) {
-          alignas(32) float sv[kTile];
-          _mm256_store_ps(sv, s);
-          for (float& x : sv) x = a.softcap * std::tanh(x / a.softcap);
-          s = _mm256_load_ps(sv);
+      s = _mm256_blendv_ps(neg_inf, s, valid);
+      const float tmax = avx2::hmax(s);
+      float* ag = st.acc + static_cast<size_t>(g) * hd;
+      if (tmax > st.m[g]) {  // new running max: rescale what was accumulated so far
+        if (st.m[g] != -INFINITY) {
+          const float r = std::exp(st.m[g] - tmax);
+          st.l[g] *= r;
+          const __m256 rv = _mm256_set1_ps(r);
+          for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(ag + i, _mm256_mul_ps(_mm256_loadu_ps(ag + i), rv));
         }
-        s = _mm256_blendv_ps(neg_inf, s, valid);
-        const float tmax = avx2::hmax(s);
-        float* ag = st.acc + static_cast<size_t>(g) * hd;
-        if (tmax > st.m[g]) {  // new running max: rescale what was accumulated so far
-          if (st.m[g] != -INFINITY) {
-            const float r = std::exp(st.m[g] - tmax);
-            st.l[g] *= r;
-            const __m256 rv = _mm256_set1_ps(r);
-            for (int i = 0; i < hd; i += 8) _mm256_storeu_ps(ag + i, _mm256_mul_ps(_mm256_loadu_ps(ag + i), rv));
-          }
-          st.m[g] = tmax;
-        }
-        const __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
-        st.l[g] += avx2::hsum(p);
-        // Weights broadcast once per tile (not per FMA: that would be a second load each).
-        alignas(32) float pv[kTile];
-        _mm256_store_ps(pv, p);
-        __m256 pb[kTile];
-        for (int j = 0; j < kTile; ++j) pb[j] = _mm256_set1_ps(pv[j]);
-        for (int i = 0; i < hd; i += 8) {
-          __m256 acc = _mm256_loadu_ps(ag + i);
-          for (int j = 0; j < kTile; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(vr[j] + i), acc);
-          _mm256_storeu_ps(ag + i, acc);
-        }
+        st.m[g] = tmax;
+      }
+      const __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(s, _mm256_set1_ps(st.m[g]))), valid);
+      st.l[g] += avx2::hsum(p);
+      // Weights broadcast once per tile (not per FMA: that would be a second load each).
+      alignas(32) float pv[kTile];
+      _mm256_store_ps(pv, p);
+      __m256 pb[kTile];
+      for (int j = 0; j < kTile; ++j) pb[j] = _mm256_set1_ps(pv[j]);
+      for (int i = 0; i < hd; i += 8) {
+        __m256 acc = _mm256_loadu_ps(ag + i);
+        for (int j = 0; j < kTile; ++j) acc = _mm256_fmadd_ps(pb[j], _mm256_load_ps(v[j] + i), acc);
+        _mm256_storeu_ps(ag + i, acc);
       }
     }
-  }
+  };
+  attn_detail::walk_tiles<kTile>(a, ts, his, n_tok, kvh, lo, sts, kt, vt, vz, tile);
 }
 
 }  // namespace tandem::kernels::cpu

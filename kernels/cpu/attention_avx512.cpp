@@ -4,10 +4,8 @@
 // Per query head and tile, the 16 scores come from 16 dot products of q with the tile's K
 // rows (hd / 16 multiply-adds each), summed across lanes by one reduction tree for all 16;
 // the weighted sum of V is 16 multiply-adds per 16 dims. Half the loads and multiply-adds
-// per position of the 8-position AVX2 tiles, which the loads bound. As there, a token's
-// arithmetic is its own: the same tiles from lo whatever tokens share them, and in its last
-// tile the rows past its end are zero (V through a zeroed copy where another token's rows
-// were loaded).
+// per position of the 8-position AVX2 tiles, which the loads bound. The tile walk is
+// attn_detail::walk_tiles, so a token's arithmetic is its own whatever tokens share it.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -92,73 +90,44 @@ void attention_multi_avx512(const AttnArgs& a, const int64_t* ts, const int32_t*
   if (hd % 16 != 0) return attention_span_avx2_multi(a, ts, his, n_tok, kvh, lo, sts);
   alignas(64) float kt[kTile][kMaxHeadDim];
   alignas(64) float vt[kTile][kMaxHeadDim];
-  alignas(64) float vz[kTile][kMaxHeadDim];  // a token's last tile, rows past its end zero
-  const int32_t* bt = attn_table(a, ts[0]);   // every token is of this sequence
-  int32_t hi_max = lo;
-  for (int m = 0; m < n_tok; ++m) {
-    hi_max = std::max(hi_max, his[m]);
-    const AttnState& st = sts[m];
-    attn_detail::fill(st.acc, static_cast<size_t>(group) * hd, 0.0f);
-    attn_detail::fill(st.m, static_cast<size_t>(group), -INFINITY);
-    attn_detail::fill(st.l, static_cast<size_t>(group), 0.0f);
-  }
+  alignas(64) float vz[kTile][kMaxHeadDim];
   const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-  for (int32_t j0 = lo; j0 <= hi_max; j0 += kTile) {
-    const int n_rows = hi_max - j0 + 1 < kTile ? hi_max - j0 + 1 : kTile;
-    for (int j = 0; j < n_rows; ++j) {
-      const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
-      attn_detail::load_row(a.k + off, a.kv_f16, kt[j], hd);
-      attn_detail::load_row(a.v + off, a.kv_f16, vt[j], hd);
-    }
-    for (int j = n_rows; j < kTile; ++j) {
-      attn_detail::fill(kt[j], static_cast<size_t>(hd), 0.0f);
-      attn_detail::fill(vt[j], static_cast<size_t>(hd), 0.0f);
-    }
-    for (int m = 0; m < n_tok; ++m) {
-      if (his[m] < j0) continue;
-      const int n = his[m] - j0 + 1 < kTile ? his[m] - j0 + 1 : kTile;
-      const float(*vr)[kMaxHeadDim] = vt;
-      if (n < n_rows) {
-        for (int j = 0; j < kTile; ++j)
-          if (j < n) std::memcpy(vz[j], vt[j], sizeof(float) * static_cast<size_t>(hd));
-          else attn_detail::fill(vz[j], static_cast<size_t>(hd), 0.0f);
-        vr = vz;
+  // Inlined into the walk, its constants in registers (captured by value).
+  auto tile = [&a, hd, group, neg_inf](const float(*k)[kMaxHeadDim], const float(*v)[kMaxHeadDim], int n,
+                                       const float* qh, const AttnState& st) __attribute__((always_inline)) {
+    const auto valid = static_cast<__mmask16>((1u << n) - 1u);
+    for (int g = 0; g < group; ++g) {
+      __m512 s = _mm512_mul_ps(scores16(qh + static_cast<int64_t>(g) * hd, k, hd), _mm512_set1_ps(a.scale));
+      if (a.softcap > 0.0f) {
+        alignas(64) float sv[kTile];
+        _mm512_store_ps(sv, s);
+        for (float& x : sv) x = a.softcap * std::tanh(x / a.softcap);
+        s = _mm512_load_ps(sv);
       }
-      const AttnState& st = sts[m];
-      const float* qh = a.q + ts[m] * a.ldq + static_cast<int64_t>(kvh) * group * hd;
-      const auto valid = static_cast<__mmask16>((1u << n) - 1u);
-      for (int g = 0; g < group; ++g) {
-        __m512 s = _mm512_mul_ps(scores16(qh + static_cast<int64_t>(g) * hd, kt, hd), _mm512_set1_ps(a.scale));
-        if (a.softcap > 0.0f) {
-          alignas(64) float sv[kTile];
-          _mm512_store_ps(sv, s);
-          for (float& x : sv) x = a.softcap * std::tanh(x / a.softcap);
-          s = _mm512_load_ps(sv);
+      s = _mm512_mask_mov_ps(neg_inf, valid, s);
+      const float tmax = hmax16(s);
+      float* ag = st.acc + static_cast<size_t>(g) * hd;
+      if (tmax > st.m[g]) {  // new running max: rescale what was accumulated so far
+        if (st.m[g] != -INFINITY) {
+          const float r = std::exp(st.m[g] - tmax);
+          st.l[g] *= r;
+          const __m512 rv = _mm512_set1_ps(r);
+          for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(ag + i, _mm512_mul_ps(_mm512_loadu_ps(ag + i), rv));
         }
-        s = _mm512_mask_mov_ps(neg_inf, valid, s);
-        const float tmax = hmax16(s);
-        float* ag = st.acc + static_cast<size_t>(g) * hd;
-        if (tmax > st.m[g]) {  // new running max: rescale what was accumulated so far
-          if (st.m[g] != -INFINITY) {
-            const float r = std::exp(st.m[g] - tmax);
-            st.l[g] *= r;
-            const __m512 rv = _mm512_set1_ps(r);
-            for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(ag + i, _mm512_mul_ps(_mm512_loadu_ps(ag + i), rv));
-          }
-          st.m[g] = tmax;
-        }
-        const __m512 p = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(st.m[g]))));
-        st.l[g] += hsum16(p);
-        alignas(64) float pv[kTile];
-        _mm512_store_ps(pv, p);
-        for (int i = 0; i < hd; i += 16) {
-          __m512 acc = _mm512_loadu_ps(ag + i);
-          for (int j = 0; j < kTile; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(pv[j]), _mm512_load_ps(vr[j] + i), acc);
-          _mm512_storeu_ps(ag + i, acc);
-        }
+        st.m[g] = tmax;
+      }
+      const __m512 p = _mm512_maskz_mov_ps(valid, exp16(_mm512_sub_ps(s, _mm512_set1_ps(st.m[g]))));
+      st.l[g] += hsum16(p);
+      alignas(64) float pv[kTile];
+      _mm512_store_ps(pv, p);
+      for (int i = 0; i < hd; i += 16) {
+        __m512 acc = _mm512_loadu_ps(ag + i);
+        for (int j = 0; j < kTile; ++j) acc = _mm512_fmadd_ps(_mm512_set1_ps(pv[j]), _mm512_load_ps(v[j] + i), acc);
+        _mm512_storeu_ps(ag + i, acc);
       }
     }
-  }
+  };
+  attn_detail::walk_tiles<kTile>(a, ts, his, n_tok, kvh, lo, sts, kt, vt, vz, tile);
 }
 
 }  // namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS

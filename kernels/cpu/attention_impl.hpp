@@ -119,5 +119,54 @@ static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t l
   }
 }
 
+// The walk the vector spans share (attention_span_avx2_multi: tiles of 8; the AVX-512
+// span: 16): n_tok tokens of one sequence over the positions from lo, each to his[m]. Per
+// tile of kTile positions the rows up to the last token's end are loaded (F16 converted)
+// into kt/vt once, the rest zeroed; then for each token still in range, with n of the
+// tile's rows its own: tile(kt, V rows, n, token's q heads, token's state). In a token's last
+// tile the rows past its end are zero, as a lone token's tile has them: K past n is masked
+// by the tile function whatever it holds, V comes from vz, a copy with those rows zeroed,
+// where another token's rows were loaded (0 * V could otherwise turn a -0 sum into +0).
+// So a token's arithmetic is its own, whatever tokens share the walk.
+template <int kTile, class TileFn>
+__attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh,
+                              int32_t lo, AttnState* sts, float (*kt)[kMaxHeadDim], float (*vt)[kMaxHeadDim],
+                              float (*vz)[kMaxHeadDim], TileFn&& tile) {
+  const int hd = a.head_dim, group = attn_group(a);
+  const int32_t* bt = attn_table(a, ts[0]);  // every token is of this sequence
+  int32_t hi_max = lo;
+  for (int m = 0; m < n_tok; ++m) {
+    hi_max = his[m] > hi_max ? his[m] : hi_max;
+    fill(sts[m].acc, static_cast<size_t>(group) * hd, 0.0f);
+    fill(sts[m].m, static_cast<size_t>(group), -INFINITY);
+    fill(sts[m].l, static_cast<size_t>(group), 0.0f);
+  }
+  for (int32_t j0 = lo; j0 <= hi_max; j0 += kTile) {
+    const int n_rows = hi_max - j0 + 1 < kTile ? hi_max - j0 + 1 : kTile;
+    for (int j = 0; j < n_rows; ++j) {
+      const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
+      load_row(a.k + off, a.kv_f16, kt[j], hd);
+      load_row(a.v + off, a.kv_f16, vt[j], hd);
+    }
+    for (int j = n_rows; j < kTile; ++j) {
+      fill(kt[j], static_cast<size_t>(hd), 0.0f);
+      fill(vt[j], static_cast<size_t>(hd), 0.0f);
+    }
+    for (int m = 0; m < n_tok; ++m) {
+      if (his[m] < j0) continue;
+      const int n = his[m] - j0 + 1 < kTile ? his[m] - j0 + 1 : kTile;
+      const float(*vr)[kMaxHeadDim] = vt;
+      if (n < n_rows) {
+        for (int j = 0; j < kTile; ++j)
+          if (j < n) std::memcpy(vz[j], vt[j], sizeof(float) * static_cast<size_t>(hd));
+          else fill(vz[j], static_cast<size_t>(hd), 0.0f);
+        vr = vz;
+      }
+      tile(static_cast<const float(*)[kMaxHeadDim]>(kt), vr, n,
+           a.q + ts[m] * a.ldq + static_cast<int64_t>(kvh) * group * hd, sts[m]);
+    }
+  }
+}
+
 }  // namespace attn_detail
 }  // namespace tandem::kernels::cpu
