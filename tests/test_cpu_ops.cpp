@@ -348,9 +348,7 @@ struct AttnProblem {
 // Every attention path (portable, AVX2, AVX-512 natively or through SIMDe), each against
 // the dense reference.
 std::vector<cpu::Isa> attention_isas() { return test::supported_isas(); }
-struct IsaGuard {
-  ~IsaGuard() { cpu::force_isa(cpu::detected_isa()); }
-};
+using test::IsaGuard;
 
 void check_attention(const AttnCase& c) {
   IsaGuard guard;

@@ -7,9 +7,6 @@
 // on its inputs and range, never on the threads or the other tokens of the batch.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include "kernels/cpu/attention_impl.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
@@ -35,10 +32,6 @@ static inline __m256 scores8(const float* q, const float (*k)[kMaxHeadDim], int 
 }
 
 }  // namespace
-
-void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st) {
-  attention_span_avx2_multi(a, &t, &hi, 1, kvh, lo, &st);
-}
 
 // Several query tokens of one sequence over the same cached positions from lo: each tile's
 // K and V rows are read and converted once for all of them (a verification or prefill

@@ -6,9 +6,7 @@
 // the weighted sum of V is 16 multiply-adds per 16 dims. Half the loads and multiply-adds
 // per position of the 8-position AVX2 tiles, which the loads bound. The tile walk is
 // attn_detail::walk_tiles, so a token's arithmetic is its own whatever tokens share it.
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/attention_impl.hpp"
 #include "kernels/cpu/matmul_impl.hpp"
@@ -41,19 +39,16 @@ static inline float hsum16(__m512 v) { return avx2::hsum(_mm256_add_ps(low8(v), 
 // permutation is its own inverse).
 constexpr int kLane[kTile] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
 
-// e^x on 16 lanes: avx2::exp8's range reduction and polynomial.
+// e^x on 16 lanes: avx2::exp8's range reduction and polynomial (its constants).
 static inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-87.3365447504019f));
-  const __m512i ni = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)));  // nearest
+  using namespace avx2;
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(kExpHi)), _mm512_set1_ps(kExpLo));
+  const __m512i ni = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)));  // to nearest
   const __m512 n = _mm512_cvtepi32_ps(ni);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int k = 1; k < 6; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[k]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));

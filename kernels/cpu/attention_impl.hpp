@@ -4,10 +4,12 @@
 // V rows acc). The driver (cpu_backend_attention.cpp) cuts long contexts into several
 // spans that threads run in parallel (flash-decoding), then merges their states.
 //
-// Two span implementations: attention_span_generic (this header, plain C++, one position
-// at a time; compiled into attention_generic.cpp) and attention_span_avx2 (tiles of 8
-// positions, vector exp; attention_avx2.cpp). Both read the paged cache through the block
-// table and must be called with positions whose slots the driver has validated.
+// Span implementations: attention_span_generic (this header, plain C++, one position at a
+// time; compiled into attention_generic.cpp), attention_span_avx2_multi (tiles of 8
+// positions, vector exp; attention_avx2.cpp) and the AVX-512 level's (tiles of 16;
+// attention_avx512.cpp). The vector ones run several tokens of a sequence at once
+// (walk_tiles below). All read the paged cache through the block table and must be called
+// with positions whose slots the driver has validated.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -59,12 +61,10 @@ struct AttnState {
 };
 
 // Runs token t, kv head kvh over cached positions [lo, hi] (inclusive, lo <= hi).
-using AttnSpanFn = void (*)(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
 void attention_span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
-void attention_span_avx2(const AttnArgs& a, int64_t t, int kvh, int32_t lo, int32_t hi, AttnState st);
 // n_tok tokens ts[] of one sequence, kv head kvh, each over [lo, his[m]] into sts[m]: the
-// same results, bit for bit, as one attention_span_avx2 call per token, with the cached
-// rows read once for all.
+// same results, bit for bit, as one call per token (n_tok = 1), with the cached rows read
+// once for all.
 void attention_span_avx2_multi(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh,
                                int32_t lo, AttnState* sts);
 
@@ -129,9 +129,10 @@ static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t l
 // where another token's rows were loaded (0 * V could otherwise turn a -0 sum into +0).
 // So a token's arithmetic is its own, whatever tokens share the walk.
 template <int kTile, class TileFn>
-__attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh,
-                              int32_t lo, AttnState* sts, float (*kt)[kMaxHeadDim], float (*vt)[kMaxHeadDim],
-                              float (*vz)[kMaxHeadDim], TileFn&& tile) {
+__attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, const int64_t* ts, const int32_t* his,
+                                                             int n_tok, int kvh, int32_t lo, AttnState* sts,
+                                                             float (*kt)[kMaxHeadDim], float (*vt)[kMaxHeadDim],
+                                                             float (*vz)[kMaxHeadDim], TileFn&& tile) {
   const int hd = a.head_dim, group = attn_group(a);
   const int32_t* bt = attn_table(a, ts[0]);  // every token is of this sequence
   int32_t hi_max = lo;

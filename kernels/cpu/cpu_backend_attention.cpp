@@ -119,44 +119,46 @@ struct SpanGroup {
 // At most this many tokens a group (a worker keeps their states side by side).
 constexpr int kMaxGroup = 16;
 
+// A group being filled: spans of the current sequence starting at lo.
+struct OpenGroup {
+  int32_t lo = 0, n = 0;
+  int32_t idx[kMaxGroup];
+};
+thread_local std::vector<OpenGroup> t_open;
+
 // The spans as groups. Spans of one sequence with the same lo join a group until it holds
 // `cap`; every span is alone when cap is 1. A group's members need not be adjacent in
 // `spans` (a split token's parts lie between one token and the next), so they are listed
-// in `members`, group after group.
+// in `members`, group after group. Runs once per attention call: the lists are reused, so
+// it allocates nothing once they have grown.
 void group_spans(const std::vector<Span>& spans, const int32_t* seq, int cap, std::vector<SpanGroup>& groups,
                  std::vector<int32_t>& members) {
   groups.clear();
   members.clear();
-  struct Open {
-    int32_t seq, lo;
-    std::vector<int32_t> idx;
+  std::vector<OpenGroup>& open = t_open;
+  open.clear();
+  auto flush = [&](OpenGroup& o) {
+    if (o.n == 0) return;
+    groups.push_back({static_cast<int32_t>(members.size()), o.n});
+    members.insert(members.end(), o.idx, o.idx + o.n);
+    o.n = 0;
   };
-  std::vector<Open> open;  // the groups being filled, all of one sequence
-  auto flush = [&](Open& o) {
-    groups.push_back({static_cast<int32_t>(members.size()), static_cast<int32_t>(o.idx.size())});
-    members.insert(members.end(), o.idx.begin(), o.idx.end());
-    o.idx.clear();
-  };
+  int32_t open_seq = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(spans.size()); ++i) {
     const Span& sp = spans[static_cast<size_t>(i)];
-    const int32_t sq = seq[sp.t];
     // A batch lists a sequence's tokens together: a new sequence closes the open groups
     // (a sequence seen again later only starts new ones), so the search stays short.
-    if (!open.empty() && open.back().seq != sq) {
-      for (Open& o : open)
-        if (!o.idx.empty()) flush(o);
+    if (seq[sp.t] != open_seq) {
+      for (OpenGroup& o : open) flush(o);
       open.clear();
+      open_seq = seq[sp.t];
     }
-    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.lo == sp.lo; });
-    if (it == open.end()) {
-      open.push_back({sq, sp.lo, {}});
-      it = open.end() - 1;
-    }
-    it->idx.push_back(i);
-    if (static_cast<int>(it->idx.size()) >= cap) flush(*it);
+    auto it = std::find_if(open.begin(), open.end(), [&](const OpenGroup& o) { return o.lo == sp.lo; });
+    if (it == open.end()) it = open.insert(open.end(), OpenGroup{sp.lo, 0, {}});
+    it->idx[it->n++] = i;
+    if (it->n >= cap) flush(*it);
   }
-  for (Open& o : open)
-    if (!o.idx.empty()) flush(o);
+  for (OpenGroup& o : open) flush(o);
 }
 
 thread_local std::vector<float> t_attn_state;  // a worker's span states (kMaxGroup)
