@@ -84,6 +84,7 @@ int run_generate(const GenerateArgs& args) {
     o["tokens"] = boost::json::value_from(r.tokens);
     o["text"] = r.text;
     o["finish_reason"] = to_string(r.finish);
+    o["seed"] = r.seed;  // --seed with it reproduces the text
     boost::json::object tm;
     tm["n_prompt"] = t.n_prompt;
     tm["n_generated"] = t.n_generated;
@@ -134,6 +135,8 @@ int run_generate(const GenerateArgs& args) {
     std::fprintf(stderr, "\n[%s] prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s | finish: %s\n",
                  info.backend.c_str(), t.n_prompt, t.prefill_tokens_per_s(), t.n_generated,
                  t.decode_tokens_per_s(), to_string(r.finish));
+    // Sampled text is reproduced by --seed with this.
+    if (!gen.sampling.greedy()) std::fprintf(stderr, "[seed] %llu\n", static_cast<unsigned long long>(r.seed));
     if (gen.speculative.mode != DraftMode::None) {
       const SpeculativeMetrics& m = r.speculative;
       std::fprintf(stderr, "[speculative] drafts %lld, drafted %lld, accepted %lld (%.1f%%), mean accepted length %.2f, c %.3f\n",

@@ -20,7 +20,9 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s) {
   sub.add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
   sub.add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
   sub.add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
-  sub.add_option("--seed", s.seed, "Random seed")->capture_default_str();
+  sub.add_option("--seed", s.seed,
+                 "Random seed; the same seed gives the same text (default: a fresh one each run, reported with the "
+                 "output)");
 }
 
 void add_constraint_options(CLI::App& sub, ConstraintArgs& c) {

@@ -1,7 +1,7 @@
 // The draft's final distributions q of one step's drafts, kept on the device (a backend with
 // kernels::DeviceDecode): the draft model samples its tokens there (make_probs, then
 // sample_probs with the request's counter-based noise), only the token ids and the draft's
-// confidence come back to the host, and the verifier (engine/runtime/device_verify.hpp)
+// confidence come back to the host, and the verifier (verify/device_verifier.hpp)
 // reads q from these rows in the same step. Without it every draft pass would download
 // n_lanes x n_vocab floats (152k per lane for Qwen2.5) to sample on the host.
 //
@@ -15,6 +15,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
+#include "engine/sampling/device_rows.hpp"
 #include "tandem/sampling.hpp"
 
 namespace tandem {
@@ -59,13 +60,5 @@ class DraftProbs {
   std::unique_ptr<kernels::Buffer> store_, side_, full_;
   int64_t cap_rows_ = 0, cols_ = 0, next_ = 0;
 };
-
-// The penalty entries (token, occurrences | in-window bit) make_distribution derives from a
-// history (engine/sampling/sampler.cpp), appended to `out` as I32 pairs: one per distinct
-// token with vocab > id. Nothing when the params have no penalties.
-void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
-                            std::vector<int32_t>& out);
-// A request's transforms as a row of make_probs.
-kernels::RowSampling row_sampling(const SamplingParams& p);
 
 }  // namespace tandem

@@ -31,18 +31,7 @@ std::vector<int32_t> as_draft_tokens(std::span<const int32_t> ids, int32_t draft
   return out;
 }
 
-// Per-job state while a batch drafts.
-struct Lane {
-  ModelProposer::Job* job;
-  std::span<const int32_t> todo;  // catch-up tokens not yet fed
-  std::vector<int32_t> history;   // context + drafted so far (for penalties)
-  std::vector<float> logits;       // the draft's logits for the next token (a copy: the
-                                  // batch's buffer is reused by the next pass)
-  bool active = true;
-  GrammarState grammar;            // constrained requests: the state after history
-  bool device = false;             // samples on the device (DraftProbs): logits stay there
-  DraftProbs::Drawn drawn{-1, 0.0f, -1};  // a device lane's draw from its latest logits
-};
+int32_t blocks_for(int32_t positions, int32_t block_size) { return (positions + block_size - 1) / block_size; }
 }  // namespace
 
 ModelProposer::ModelProposer(Transformer& draft, DraftProbs* device_probs)
@@ -68,28 +57,33 @@ size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
   return common;
 }
 
-void ModelProposer::prefill(std::span<const int32_t> context) {
-  // All of it now, chunk by chunk. Out of cache, the draft stays behind: its sequence decodes
-  // plainly, and the next call goes on from there.
-  for (;;) {
-    PrefillJob j{this, context, kChunk};
-    prefill_batch(tf_, std::span<PrefillJob>(&j, 1));
-    if (j.fed == 0) return;
+size_t ModelProposer::step_cache_bytes(std::span<const int32_t> context, int32_t chunk, int32_t draft_max) const {
+  const size_t pending = prefill_pending(context);
+  int32_t positions;
+  if (pending > 0) {
+    positions = seq_.length() + static_cast<int32_t>(std::min<size_t>(pending, static_cast<size_t>(std::max(chunk, 0))));
+  } else {
+    // The catch-up feeds the whole context, then draft_max - 1 drafts are fed for the next ones.
+    positions = static_cast<int32_t>(context.size()) + draft_max - 1;
   }
+  const int32_t have = static_cast<int32_t>(seq_.block_table().size());
+  const int32_t extra = std::max(0, blocks_for(positions, seq_.cache().block_size()) - have);
+  return static_cast<size_t>(extra) * seq_.cache().block_bytes();
 }
 
-void ModelProposer::prefill_batch(Transformer& draft, std::span<PrefillJob> jobs) {
+void ModelProposer::prefill(std::span<DraftPrefillJob> jobs) {
+  Transformer& draft = tf_;
   struct Fed {
-    PrefillJob* job;
+    DraftPrefillJob* job;
     std::span<const int32_t> chunk;
     bool completes;  // the chunk is the rest of its prefill
   };
   Batch b;
   std::vector<Fed> fed;
-  for (PrefillJob& j : jobs) {
+  for (DraftPrefillJob& j : jobs) {
     j.fed = 0;
     j.kv_full = false;
-    ModelProposer& p = *j.proposer;
+    ModelProposer& p = static_cast<ModelProposer&>(*j.proposer);  // batch_key: all of them are ours
     if (j.context.size() < 2 || j.max_tokens == 0) continue;
     // Everything but the last token: propose() re-feeds that one to get fresh logits.
     const size_t common = p.keep_common_prefix(j.context);
@@ -111,107 +105,87 @@ void ModelProposer::prefill_batch(Transformer& draft, std::span<PrefillJob> jobs
   std::vector<float> logits;
   draft.forward(b, logits);
   for (const Fed& f : fed) {
-    std::vector<int32_t>& cached = f.job->proposer->cached_;
-    cached.insert(cached.end(), f.chunk.begin(), f.chunk.end());
+    ModelProposer& p = static_cast<ModelProposer&>(*f.job->proposer);
+    p.cached_.insert(p.cached_.end(), f.chunk.begin(), f.chunk.end());
     f.job->fed = f.chunk.size();
-    if (f.completes) f.job->proposer->prefilled_ = true;
+    if (f.completes) p.prefilled_ = true;
   }
 }
 
-Proposal ModelProposer::propose(std::span<const int32_t> ctx, const ProposeOptions& opts, Rng& rng) {
-  Job j{this, ctx, opts, &rng, {}};
-  propose_batch(tf_, std::span<Job>(&j, 1));
-  return std::move(j.out);
-}
+// ---- drafting: one propose() call ------------------------------------------------------
+//
+// Each job is a lane. The lanes first catch up on their new context tokens (chunked passes,
+// logits for the last token), then draft in lockstep: each active lane draws its next token
+// from its latest logits (on the host, or on the device from DraftProbs), and one pass feeds
+// every lane's new token for the next position.
+class ModelProposer::Drafting {
+ public:
+  Drafting(Transformer& draft, std::span<ProposeJob> jobs) : draft_(draft), jobs_(jobs) {}
 
-void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
-  // Requests verified on the device sample their drafts there too (DraftProbs), so their
-  // logits never leave it (a reduced draft vocabulary's are spread over the whole one there).
-  const OutputSubset* subset = draft.output_subset();
-  DraftProbs* dev = nullptr;
-  for (Job& j : jobs)
-    if (j.proposer->device_probs_) dev = j.proposer->device_probs_;
-  const int64_t width_all = draft.model().config().n_vocab;
-  int64_t dev_cols = 0, all_rows = 0;
-  std::vector<Lane> lanes;
-  for (Job& j : jobs) {
-    j.out = Proposal{};
-    j.kv_full = false;
-    if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
-    const size_t common = j.proposer->keep_common_prefix(j.context);
-    lanes.push_back({&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}, true, {}});
-    if (j.opts.grammar && j.opts.grammar_state) lanes.back().grammar = *j.opts.grammar_state;
-    const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
-    if (dev && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
-        (dev_cols == 0 || cols == dev_cols)) {
-      lanes.back().device = true;
-      dev_cols = cols;
+  void run() {
+    if (!open_lanes()) return;
+    try {
+      catch_up();
+      draft_positions();
+    } catch (const KVCacheFull&) {
+      // Not expected (every lane reserved its room first); if it happens anyway, every lane
+      // keeps what it drafted so far (nothing of the failed pass was written).
+      batch_.clear();
+      for (Lane& l : lanes_) l.proposer().cached_.resize(static_cast<size_t>(l.proposer().seq_.length()));
     }
-    all_rows += j.opts.max_tokens + 1;  // logits rows a lane may take: catch-up + one per draft
   }
-  if (lanes.empty()) return;
-  // Every logits row of a pass with a device lane takes a row of the store (host lanes' are
-  // skipped), so the store is sized for every lane.
-  if (dev_cols > 0) dev->begin_step(all_rows, dev_cols);
 
-  std::vector<float> logits;
-  Batch b;
-  // Runs the batch and points each listed lane at its row of logits (device lanes: at its
-  // draw from them).
-  // With a reduced draft vocabulary (Transformer::output_subset) the other tokens get -inf:
-  // q is then a proper distribution over the subset and 0 elsewhere, which rejection sampling
-  // and the coupled verifier take exactly as they take any q (the target's p is untouched).
-  auto run = [&](const std::vector<Lane*>& with_logits) {
-    const bool to_host = std::any_of(with_logits.begin(), with_logits.end(), [](const Lane* l) { return !l->device; });
-    draft.forward(b, logits, to_host);
-    const size_t vocab = static_cast<size_t>(draft.model().config().n_vocab);
-    const size_t width = static_cast<size_t>(draft.n_logits());
-    std::vector<DraftProbs::Lane> dl;
-    std::vector<Lane*> dl_of;
-    for (size_t i = 0; i < with_logits.size(); ++i) {
-      Lane& l = *with_logits[i];
-      if (!l.device) continue;
-      const Job& j = *l.job;
-      dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr, j.opts.sampling->seed,
-                    static_cast<int64_t>(j.context.size() + j.out.tokens.size()),
-                    static_cast<int32_t>(j.out.tokens.size())});
-      dl_of.push_back(&l);
-    }
-    if (!dl.empty()) {
-      const std::vector<DraftProbs::Drawn> drawn =
-          subset ? dev->sample(draft.device_logits(), dl, &subset->ids_on_backend, draft.model().config().n_vocab)
-                 : dev->sample(draft.device_logits(), dl);
-      for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
-    }
-    for (size_t i = 0; i < with_logits.size(); ++i) {
-      if (with_logits[i]->device) continue;
-      std::vector<float>& dst = with_logits[i]->logits;
-      const float* row = logits.data() + i * width;
-      if (!subset) {
-        dst.assign(row, row + width);
-        continue;
+ private:
+  struct Lane {
+    ProposeJob* job;
+    std::span<const int32_t> todo;  // catch-up tokens not yet fed
+    std::vector<int32_t> history;   // context + drafted so far (for penalties)
+    std::vector<float> logits;      // the draft's logits for the next token (a copy: the
+                                    // batch's buffer is reused by the next pass)
+    bool active = true;
+    GrammarState grammar = {};      // constrained requests: the state after history
+    bool device = false;            // samples on the device (DraftProbs): logits stay there
+    DraftProbs::Drawn drawn{-1, 0.0f, -1};  // a device lane's draw from its latest logits
+    ModelProposer& proposer() const { return static_cast<ModelProposer&>(*job->proposer); }
+  };
+
+  // One lane per job that drafts. Requests verified on the device sample their drafts there
+  // too (DraftProbs), so their logits never leave it (a reduced draft vocabulary's are spread
+  // over the whole one there). False when no job drafts.
+  bool open_lanes() {
+    for (ProposeJob& j : jobs_)
+      if (static_cast<ModelProposer&>(*j.proposer).device_probs_) dev_ = static_cast<ModelProposer&>(*j.proposer).device_probs_;
+    const int64_t width_all = draft_.model().config().n_vocab;
+    int64_t dev_cols = 0, all_rows = 0;
+    for (ProposeJob& j : jobs_) {
+      j.out = Proposal{};
+      j.kv_full = false;
+      if (j.context.empty() || j.opts.max_tokens <= 0 || !j.opts.sampling) continue;
+      ModelProposer& p = static_cast<ModelProposer&>(*j.proposer);
+      const size_t common = p.keep_common_prefix(j.context);
+      Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
+      if (j.opts.grammar && j.opts.grammar_state) l.grammar = *j.opts.grammar_state;
+      const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
+      if (dev_ && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
+          (dev_cols == 0 || cols == dev_cols)) {
+        l.device = true;
+        dev_cols = cols;
       }
-      dst.assign(vocab, -std::numeric_limits<float>::infinity());
-      for (size_t j = 0; j < width; ++j) dst[static_cast<size_t>(subset->ids[j])] = row[j];
+      all_rows += j.opts.max_tokens + 1;  // logits rows a lane may take: catch-up + one per draft
+      lanes_.push_back(std::move(l));
     }
-    b.clear();
-  };
-  // Room in the draft cache for n more positions of a lane, reserved before the lane joins a
-  // pass; without it the lane stops here (keeping what it drafted) and the others go on.
-  auto room = [](Lane& l, size_t n) {
-    SequenceKV& seq = l.job->proposer->seq_;
-    if (seq.reserve(seq.length() + static_cast<int32_t>(n))) return true;
-    l.active = false;
-    l.job->kv_full = true;
-    return false;
-  };
+    // Every logits row of a pass with a device lane takes a row of the store (host lanes' are
+    // skipped), so the store is sized for every lane.
+    if (dev_cols > 0) dev_->begin_step(all_rows, dev_cols);
+    return !lanes_.empty();
+  }
 
-  try {
-    // Catch-up: feed every lane's new context tokens (chunked), logits for the last one.
+  // Feeds every lane's new context tokens (chunked), logits for the last one.
+  void catch_up() {
     for (bool more = true; more;) {
       more = false;
       std::vector<Lane*> out;
-      for (Lane& l : lanes) {
+      for (Lane& l : lanes_) {
         if (l.todo.empty() || !l.active) continue;
         const auto chunk = l.todo.first(std::min(kChunk, l.todo.size()));
         if (!room(l, chunk.size())) continue;
@@ -219,70 +193,29 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         const bool last = l.todo.empty();
         std::vector<bool> want(chunk.size(), false);
         if (last) want.back() = true;
-        b.add(l.job->proposer->seq_, as_draft_tokens(chunk, draft.model().config().n_vocab), want);
-        l.job->proposer->cached_.insert(l.job->proposer->cached_.end(), chunk.begin(), chunk.end());
-        ++l.job->proposer->forwards_;
+        ModelProposer& p = l.proposer();
+        batch_.add(p.seq_, as_draft_tokens(chunk, draft_.model().config().n_vocab), want);
+        p.cached_.insert(p.cached_.end(), chunk.begin(), chunk.end());
+        ++p.forwards_;
         if (last) out.push_back(&l);
         more = more || !l.todo.empty();
       }
-      if (!b.empty()) run(out);
-      for (Lane* l : out) l->job->proposer->prefilled_ = true;  // it has read the whole context
+      if (!batch_.empty()) pass(out);
+      for (Lane* l : out) l->proposer().prefilled_ = true;  // it has read the whole context
     }
-    // Draft positions in lockstep: sample from each lane's logits, then one pass for all.
+  }
+
+  // Draft positions in lockstep: each lane draws from its logits, then one pass for all.
+  void draft_positions() {
     for (int32_t i = 0;; ++i) {
       std::vector<Lane*> out;
-      for (Lane& l : lanes) {
+      for (Lane& l : lanes_) {
         if (!l.active) continue;
-        const Job& j = *l.job;
-        const SamplingParams& sp = *j.opts.sampling;
-        const int64_t position = static_cast<int64_t>(j.context.size()) + i;
-        int32_t tok = -1;
-        bool last = i + 1 >= j.opts.max_tokens;  // or the grammar is complete
-        if (l.device) {
-          // Drawn on the device from this lane's last pass (DraftProbs::sample); the same
-          // decisions as below, from the same q.
-          tok = l.drawn.token;
-          const float conf = j.opts.p_min <= 0.0f ? 1.0f : l.drawn.conf;
-          if (tok < 0 || conf < j.opts.p_min) {
-            l.active = false;
-            continue;
-          }
-          l.job->out.tokens.push_back(tok);
-          l.job->out.on_device = true;
-          if (!sp.greedy() && !j.opts.coupled) l.job->out.q_rows.push_back(l.drawn.q_row);
-        } else {
-          // Only ids both models share: the draft's padding rows are no tokens of the target.
-          const size_t shared = j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab))
-                                                 : l.logits.size();
-          const auto logits = std::span<const float>(l.logits).first(shared);
-          // A constrained draft proposes only what the grammar allows; q is over those tokens.
-          const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
-          const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
-          Distribution d;
-          try {
-            d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);
-          } catch (const std::runtime_error&) {
-            if (!mask) throw;
-            l.active = false;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
-            continue;
-          }
-          // Whether to draft this position is decided from q alone, before its token is drawn:
-          // a stop that looked at the drawn token would skew which tokens get verified.
-          const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
-          if (conf < j.opts.p_min) {
-            l.active = false;
-            continue;
-          }
-          tok = sp.greedy()       ? d.ids[0]
-                : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
-                                 : sample(d, *j.rng);
-          l.job->out.tokens.push_back(tok);
-          // A coupled draft is verified by equality, so q is not needed.
-          if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
-          if (grammar) {
-            l.grammar = grammar->after(l.grammar, tok);
-            last = last || TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
-          }
+        bool last = i + 1 >= l.job->opts.max_tokens;  // or the grammar is complete
+        const int32_t tok = l.device ? draw_on_device(l) : draw_on_host(l, i, last);
+        if (tok < 0) {
+          l.active = false;
+          continue;
         }
         l.history.push_back(tok);
         if (last) {
@@ -291,23 +224,128 @@ void ModelProposer::propose_batch(Transformer& draft, std::span<Job> jobs) {
         }
         const int32_t one[1] = {tok};
         if (!room(l, 1)) continue;
-        b.add(l.job->proposer->seq_, one);
-        l.job->proposer->cached_.push_back(tok);
-        ++l.job->proposer->forwards_;
+        ModelProposer& p = l.proposer();
+        batch_.add(p.seq_, one);
+        p.cached_.push_back(tok);
+        ++p.forwards_;
         out.push_back(&l);
       }
-      if (out.empty()) break;
-      run(out);
-    }
-  } catch (const KVCacheFull&) {
-    // Not expected (every lane reserved its room first); if it happens anyway, every lane
-    // keeps what it drafted so far (nothing of the failed pass was written).
-    b.clear();
-    for (Lane& l : lanes) {
-      auto& cached = l.job->proposer->cached_;
-      cached.resize(static_cast<size_t>(l.job->proposer->seq_.length()));
+      if (out.empty()) return;
+      pass(out);
     }
   }
-}
+
+  // A device lane's token, drawn on the device from its last pass (DraftProbs::sample): the
+  // same decisions as on the host, from the same q. -1: the lane stops here.
+  int32_t draw_on_device(Lane& l) {
+    const ProposeJob& j = *l.job;
+    const int32_t tok = l.drawn.token;
+    const float conf = j.opts.p_min <= 0.0f ? 1.0f : l.drawn.conf;
+    if (tok < 0 || conf < j.opts.p_min) return -1;
+    l.job->out.tokens.push_back(tok);
+    l.job->out.on_device = true;
+    if (!j.opts.sampling->greedy() && !j.opts.coupled) l.job->out.q_rows.push_back(l.drawn.q_row);
+    return tok;
+  }
+
+  // A host lane's i-th draft from its logits; `last` is set when a grammar completes. -1:
+  // the lane stops here.
+  int32_t draw_on_host(Lane& l, int32_t i, bool& last) {
+    const ProposeJob& j = *l.job;
+    const SamplingParams& sp = *j.opts.sampling;
+    const int64_t position = static_cast<int64_t>(j.context.size()) + i;
+    // Only ids both models share: the draft's padding rows are no tokens of the target.
+    const size_t shared =
+        j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab)) : l.logits.size();
+    const auto logits = std::span<const float>(l.logits).first(shared);
+    // A constrained draft proposes only what the grammar allows; q is over those tokens.
+    const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
+    const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
+    Distribution d;
+    try {
+      d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);
+    } catch (const std::runtime_error&) {
+      if (!mask) throw;
+      return -1;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
+    }
+    // Whether to draft this position is decided from q alone, before its token is drawn: a
+    // stop that looked at the drawn token would skew which tokens get verified.
+    const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
+    if (conf < j.opts.p_min) return -1;
+    const int32_t tok = sp.greedy()       ? d.ids[0]
+                        : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
+                                         : sample(d, *j.rng);
+    l.job->out.tokens.push_back(tok);
+    // A coupled draft is verified by equality, so q is not needed.
+    if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
+    if (grammar) {
+      l.grammar = grammar->after(l.grammar, tok);
+      last = last || TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
+    }
+    return tok;
+  }
+
+  // Room in the draft cache for n more positions of a lane, reserved before the lane joins a
+  // pass; without it the lane stops here (keeping what it drafted) and the others go on.
+  static bool room(Lane& l, size_t n) {
+    SequenceKV& seq = l.proposer().seq_;
+    if (seq.reserve(seq.length() + static_cast<int32_t>(n))) return true;
+    l.active = false;
+    l.job->kv_full = true;
+    return false;
+  }
+
+  // Runs the batch and points each listed lane at its row of logits (device lanes: at its
+  // draw from them). With a reduced draft vocabulary (Transformer::output_subset) the other
+  // tokens get -inf: q is then a proper distribution over the subset and 0 elsewhere, which
+  // rejection sampling and the coupled verifier take exactly as they take any q (the
+  // target's p is untouched).
+  void pass(const std::vector<Lane*>& with_logits) {
+    const OutputSubset* subset = draft_.output_subset();
+    const bool to_host = std::any_of(with_logits.begin(), with_logits.end(), [](const Lane* l) { return !l->device; });
+    draft_.forward(batch_, logits_, to_host);
+    const size_t vocab = static_cast<size_t>(draft_.model().config().n_vocab);
+    const size_t width = static_cast<size_t>(draft_.n_logits());
+    std::vector<DraftProbs::Lane> dl;
+    std::vector<Lane*> dl_of;
+    for (size_t i = 0; i < with_logits.size(); ++i) {
+      Lane& l = *with_logits[i];
+      if (!l.device) continue;
+      const ProposeJob& j = *l.job;
+      // (a run always carries its seed: SequenceRun settles it)
+      dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr,
+                    j.opts.sampling->seed.value_or(0), static_cast<int64_t>(j.context.size() + j.out.tokens.size()),
+                    static_cast<int32_t>(j.out.tokens.size())});
+      dl_of.push_back(&l);
+    }
+    if (!dl.empty()) {
+      const std::vector<DraftProbs::Drawn> drawn =
+          subset ? dev_->sample(draft_.device_logits(), dl, &subset->ids_on_backend, draft_.model().config().n_vocab)
+                 : dev_->sample(draft_.device_logits(), dl);
+      for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
+    }
+    for (size_t i = 0; i < with_logits.size(); ++i) {
+      if (with_logits[i]->device) continue;
+      std::vector<float>& dst = with_logits[i]->logits;
+      const float* row = logits_.data() + i * width;
+      if (!subset) {
+        dst.assign(row, row + width);
+        continue;
+      }
+      dst.assign(vocab, -std::numeric_limits<float>::infinity());
+      for (size_t j = 0; j < width; ++j) dst[static_cast<size_t>(subset->ids[j])] = row[j];
+    }
+    batch_.clear();
+  }
+
+  Transformer& draft_;
+  std::span<ProposeJob> jobs_;
+  std::vector<Lane> lanes_;
+  DraftProbs* dev_ = nullptr;
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+void ModelProposer::propose(std::span<ProposeJob> jobs) { Drafting(tf_, jobs).run(); }
 
 }  // namespace tandem

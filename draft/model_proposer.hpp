@@ -3,11 +3,11 @@
 // rolls back to the longest common prefix with the new context (dropping its rejected
 // drafts) and feeds only what is new — the corrected or bonus token included.
 //
-// Several sequences draft together (the server): propose_batch runs them in lockstep, so
+// Several sequences draft together (the server): propose(jobs) runs them in lockstep, so
 // each draft position costs ONE ragged draft pass for all of them instead of one per
-// sequence. A single propose() is a batch of one: both paths share every line. The same
-// holds for the prefill: prefill_batch feeds chunks of several sequences' contexts in one
-// pass (the scheduler's step budget decides how much); prefill() loops it for one.
+// sequence. One sequence alone is a batch of one: both paths share every line. The same
+// holds for the prefill: prefill(jobs) feeds chunks of several sequences' contexts in one
+// pass (the scheduler's step budget decides how much).
 //
 // Memory: the draft's cache may run out (it shares one budget with the target's). Each
 // sequence (lane) of a pass gets its blocks or not on its own: a lane that cannot stops
@@ -30,36 +30,22 @@ class ModelProposer final : public Proposer {
   // ModelProposer of `draft`.
   explicit ModelProposer(Transformer& draft, DraftProbs* device_probs = nullptr);
   std::string name() const override { return "draft-model"; }
-  Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
+  // Every proposer of one draft model batches with the others.
+  const void* batch_key() const override { return &tf_; }
+  using Proposer::propose;
+  void propose(std::span<ProposeJob> jobs) override;
   void reset() override;
-  void prefill(std::span<const int32_t> context) override;
+  using Proposer::prefill;
+  // One draft pass feeding up to max_tokens of each job's pending prefill.
+  void prefill(std::span<DraftPrefillJob> jobs) override;
   size_t prefill_pending(std::span<const int32_t> context) const override;
   int64_t forward_passes() const override { return forwards_; }
-  const SequenceKV& kv() const { return seq_; }  // for memory planning
-
-  struct Job {
-    ModelProposer* proposer;
-    std::span<const int32_t> context;
-    ProposeOptions opts;
-    Rng* rng;
-    Proposal out;          // filled by propose_batch
-    bool kv_full = false;  // set when the draft's cache had no room for this lane
-  };
-  // All jobs' proposers must share `draft`. Each job's proposal is exactly what propose()
-  // would have returned for it alone (unless its lane ran out of cache).
-  static void propose_batch(Transformer& draft, std::span<Job> jobs);
-
-  struct PrefillJob {
-    ModelProposer* proposer;
-    std::span<const int32_t> context;
-    size_t max_tokens;     // of its pending prefill to feed in this pass
-    size_t fed = 0;        // set by prefill_batch
-    bool kv_full = false;  // set when the draft's cache had no room for the chunk
-  };
-  // One draft pass feeding up to max_tokens of each job's pending prefill.
-  static void prefill_batch(Transformer& draft, std::span<PrefillJob> jobs);
+  size_t step_cache_bytes(std::span<const int32_t> context, int32_t chunk, int32_t draft_max) const override;
+  const SequenceKV& kv() const { return seq_; }
 
  private:
+  class Drafting;  // one propose() call's lanes and passes (model_proposer.cpp)
+
   // Rolls the draft's cache back to what it shares with `context`, keeping at least the last
   // context token out (it is re-fed so its logits are fresh); returns the tokens kept.
   size_t keep_common_prefix(std::span<const int32_t> context);

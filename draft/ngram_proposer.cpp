@@ -9,7 +9,7 @@ NgramProposer::NgramProposer(int32_t n_min, int32_t n_max) : n_min_(n_min), n_ma
   if (n_min < 1 || n_max < n_min) throw std::invalid_argument("ngram proposer: need 1 <= n_min <= n_max");
 }
 
-Proposal NgramProposer::propose(std::span<const int32_t> ctx, const ProposeOptions& opts, Rng&) {
+Proposal NgramProposer::propose_sequence(std::span<const int32_t> ctx, const ProposeOptions& opts, Rng&) {
   Proposal p;
   const int64_t len = static_cast<int64_t>(ctx.size());
   for (int32_t n = std::min<int64_t>(n_max_, len - 1); n >= n_min_; --n) {

@@ -6,11 +6,11 @@
 
 namespace tandem {
 
-class NgramProposer final : public Proposer {
+class NgramProposer final : public PerSequenceProposer {
  public:
   NgramProposer(int32_t n_min = 1, int32_t n_max = 4);
   std::string name() const override { return "ngram"; }
-  Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
+  Proposal propose_sequence(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) override;
 
  private:
   int32_t n_min_, n_max_;

@@ -1,8 +1,10 @@
 // Proposers: where draft tokens come from. A proposer sees the committed context (prompt +
 // accepted output) and proposes up to max_tokens continuation tokens, with the draft's
-// final distribution q for each when it is a sampling draft. The chain shape is what
-// verification consumes today; `Proposal` is the place a token tree will go later
-// (several candidates per position with parent links).
+// final distribution q for each when it is a sampling draft. Proposers are batch-first:
+// a step's drafting is one call per kind of proposer over every sequence that drafts
+// (propose_all), so the drivers never need to know which kind a sequence has. The chain
+// shape is what verification consumes today; `Proposal` is the place a token tree will go
+// later (several candidates per position with parent links).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -51,27 +53,89 @@ struct ProposeOptions {
   bool on_device = false;
 };
 
+class Proposer;
+
+// One sequence's drafting in a step: what its proposer reads and what it leaves. Proposers
+// take them in batches (Proposer::propose), several sequences at once.
+struct ProposeJob {
+  Proposer* proposer = nullptr;       // the sequence's own
+  std::span<const int32_t> context;   // every committed token so far (prompt and accepted output)
+  ProposeOptions opts;
+  Rng* rng = nullptr;                 // the sequence's random stream (sampled drafts)
+  Proposal out = {};                  // the drafts
+  bool kv_full = false;  // its proposer's cache had no room: it stopped there, keeping what it drafted
+  int64_t forwards = 0;  // model passes this job took part in
+  double ms = 0.0;       // its share of its batch's time (propose_all)
+  std::string error = {};  // its batch failed (propose_all): no drafts this step
+};
+
+// Part of one sequence's context fed to its proposer before drafting: a draft model's
+// prefill, in chunks (Proposer::prefill).
+struct DraftPrefillJob {
+  Proposer* proposer = nullptr;
+  std::span<const int32_t> context;
+  size_t max_tokens = 0;  // of its pending prefill to feed in this pass
+  size_t fed = 0;         // set by prefill
+  bool kv_full = false;   // set when its cache had no room for the chunk
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual std::string name() const = 0;
-  // context: every committed token so far (prompt and accepted output).
-  virtual Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) = 0;
+  // Proposers whose jobs can run in one batch give the same key (the draft-model proposers of
+  // one draft model); every other proposer its own address.
+  virtual const void* batch_key() const { return this; }
+  // Drafts for every job; each job's proposer has this one's batch_key(). Each job's
+  // proposal is exactly what it would have been alone (unless its cache ran out: kv_full).
+  virtual void propose(std::span<ProposeJob> jobs) = 0;
+  // One sequence alone: a batch of one.
+  Proposal propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng);
   // Drops any per-sequence state (a new request starts).
   virtual void reset() {}
-  // Called once the prompt is processed (its first token sampled): a proposer with a model
-  // of its own reads the context now, as its prefill, so that drafting steps cost drafting
-  // only (and the speculation policy and the cost metrics see that cost, not a prefill).
-  // The server's scheduler feeds a model draft's prefill in chunks instead (ModelProposer).
-  virtual void prefill(std::span<const int32_t> context) { (void)context; }
   // Context tokens still to be read before drafting, i.e. the prefill not yet done (0 for
   // model-free proposers, and once the prefill is complete). Steps stay plain meanwhile.
   virtual size_t prefill_pending(std::span<const int32_t> context) const {
     (void)context;
     return 0;
   }
+  // Feeds each job up to max_tokens of its pending prefill; the jobs share this one's
+  // batch_key(). A proposer with a model reads its context so, once the prompt is processed
+  // (its first token sampled), so that drafting steps cost drafting only (and the
+  // speculation policy and the cost metrics see that cost, not a prefill). Model-free
+  // proposers have nothing to read.
+  virtual void prefill(std::span<DraftPrefillJob> jobs) {
+    for (DraftPrefillJob& j : jobs) j.fed = 0;
+  }
+  // The whole pending prefill of one sequence alone, chunk by chunk (stops early, leaving it
+  // pending, when the cache runs out).
+  void prefill(std::span<const int32_t> context);
   // Model forward passes run so far (0 for model-free proposers); for cost metrics.
   virtual int64_t forward_passes() const { return 0; }
+  // Bytes of cache the proposer's next step may newly take (the caller's memory planning):
+  // the next chunk of its prefill (at most `chunk` tokens) while one is pending, else room
+  // for draft_max drafts after the context. 0 for model-free proposers.
+  virtual size_t step_cache_bytes(std::span<const int32_t> context, int32_t chunk, int32_t draft_max) const {
+    (void)context, (void)chunk, (void)draft_max;
+    return 0;
+  }
 };
+
+// A proposer that drafts one sequence at a time (model-free ones: nothing to batch).
+class PerSequenceProposer : public Proposer {
+ public:
+  using Proposer::propose;
+  void propose(std::span<ProposeJob> jobs) final;
+  virtual Proposal propose_sequence(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) = 0;
+};
+
+// Every job of a step, whatever their proposers: the jobs of proposers sharing a batch key
+// run as one batch (one call of propose), in the order of their first job. Each batch is
+// timed and its time shared equally among its jobs (ProposeJob::ms): batched drafting is
+// what each sequence's policy then prices. A batch that throws fails only its own jobs
+// (ProposeJob::error, no drafts; their proposers are reset).
+void propose_all(std::span<ProposeJob> jobs);
+// The same for prefill jobs (the proposers' own passes; no timing).
+void prefill_all(std::span<DraftPrefillJob> jobs);
 
 }  // namespace tandem

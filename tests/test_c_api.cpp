@@ -123,7 +123,9 @@ TEST(CApi, ParamsDefaultsMirrorTheCppApi) {
   EXPECT_EQ(gp.min_p, d.sampling.min_p);
   EXPECT_EQ(gp.repetition_penalty, d.sampling.repetition_penalty);
   EXPECT_EQ(gp.repetition_window, d.sampling.repetition_window);
-  EXPECT_EQ(gp.seed, d.sampling.seed);
+  // No seed by default: a fresh one per call.
+  EXPECT_FALSE(d.sampling.seed.has_value());
+  EXPECT_EQ(gp.seed, TANDEM_SEED_RANDOM);
   EXPECT_EQ(gp.stop, nullptr);
   EXPECT_EQ(gp.n_stop, 0u);
   EXPECT_EQ(gp.add_special, 1);
@@ -932,6 +934,39 @@ TEST(CApi, LogprobsInTheResultAndTheStream) {
 // tandem_chat_*: the model's template (the fixture's gpt2 vocabulary carries ChatML as
 // tokenizer.chat_template; the llama one has none, so the ChatML fallback applies and its
 // BOS is prepended once), buffer sizes and bad arguments.
+// Without a seed every call draws a fresh one (two calls, two texts) and reports it; the
+// reported seed given back reproduces the text, with or without speculation (coupled).
+TEST(CApi, UnseededCallsDrawFreshSeedsAndReportThem) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  auto run = [&](uint64_t seed, int32_t mode) {
+    tandem_generate_params gp = greedy(24);
+    gp.temperature = 1.0f;
+    gp.top_k = 0;
+    gp.top_p = 1.0f;
+    gp.min_p = 0.0f;
+    gp.seed = seed;
+    gp.draft_mode = mode;
+    tandem_result* r = nullptr;
+    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr res(r);
+    EXPECT_GE(res->struct_size, offsetof(tandem_result, seed) + sizeof(uint64_t));
+    return std::make_pair(tokens_of(res.get()), res->seed);
+  };
+  const auto [a, seed_a] = run(TANDEM_SEED_RANDOM, TANDEM_DRAFT_NONE);
+  const auto [b, seed_b] = run(TANDEM_SEED_RANDOM, TANDEM_DRAFT_NONE);
+  EXPECT_NE(seed_a, seed_b);
+  EXPECT_NE(a, b) << "two unseeded calls at temperature 1 gave the same 24 tokens";
+  // The reported seed reproduces the text, plain and speculative.
+  EXPECT_EQ(run(seed_a, TANDEM_DRAFT_NONE).first, a);
+  EXPECT_EQ(run(seed_a, TANDEM_DRAFT_MODEL).first, a);
+  const auto [c, seed_c] = run(12345, TANDEM_DRAFT_NONE);
+  EXPECT_EQ(seed_c, 12345u);
+  EXPECT_EQ(run(12345, TANDEM_DRAFT_NGRAM).first, c);
+}
+
 TEST(CApi, ChatRendersAndTokenizesWithTheModelTemplate) {
   auto e = load(model_path());
   const tandem_chat_message conv[] = {{"system", "be brief"}, {"user", "hi"}};

@@ -465,14 +465,14 @@ TEST(CudaGraphForward, BatchedDraftingProposesTheSameTokensWithGraphs) {
     }
     std::vector<std::vector<int32_t>> out;
     for (int round = 0; round < 3; ++round) {
-      std::vector<ModelProposer::Job> jobs;
+      std::vector<ProposeJob> jobs;
       for (size_t i = 0; i < contexts.size(); ++i) {
         ProposeOptions o;
         o.max_tokens = 4;
         o.sampling = &sp;
         jobs.push_back({ps[i].get(), contexts[i], o, &rngs[i], {}});
       }
-      ModelProposer::propose_batch(*r.tf, jobs);
+      propose_all(jobs);
       for (auto& j : jobs) out.push_back(j.out.tokens);
       // The target "accepts" the first two drafts and corrects the third.
       for (size_t i = 0; i < contexts.size(); ++i) {

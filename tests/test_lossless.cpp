@@ -348,7 +348,7 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
   if (!cpu) {
     // The CUDA configurations check the device's sampling and verification
-    // (engine/runtime/device_verify.hpp, draft/draft_probs.hpp), not a host fallback.
+    // (verify/device_verifier.hpp, draft/draft_probs.hpp), not a host fallback.
     EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
     if (c.mode == DraftMode::Model) {
       // (prompt lookup's drafts are the host's, point masses)
@@ -398,11 +398,11 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
 // draft_min = 2 would then turn exactly the draws of the top token into plain steps, and the
 // first speculative position would show the top token with probability p_top^2 instead of
 // p_top. Sampled drafts must be verified whatever their length.
-class TopShyProposer final : public Proposer {
+class TopShyProposer final : public PerSequenceProposer {
  public:
   TopShyProposer(Engine& e, const SamplingParams& sp) : e_(e), sp_(sp) {}
   std::string name() const override { return "top-shy"; }
-  Proposal propose(std::span<const int32_t> context, const ProposeOptions& o, Rng& rng) override {
+  Proposal propose_sequence(std::span<const int32_t> context, const ProposeOptions& o, Rng& rng) override {
     const std::vector<int32_t> ctx(context.begin(), context.end());
     std::vector<float> logits;
     {

@@ -71,14 +71,14 @@ TEST(ModelProposer, OneLaneOutOfMemoryDoesNotStopTheOthers) {
   for (bool big_first : {true, false}) {
     ModelProposer a(*tight.tf), b(*tight.tf);
     Rng ra(1), rb(1);
-    std::vector<ModelProposer::Job> jobs;
-    ModelProposer::Job js{&a, small, k_of(3, sp), &ra, {}};
-    ModelProposer::Job jb{&b, big, k_of(3, sp), &rb, {}};
+    std::vector<ProposeJob> jobs;
+    ProposeJob js{&a, small, k_of(3, sp), &ra, {}};
+    ProposeJob jb{&b, big, k_of(3, sp), &rb, {}};
     if (big_first) jobs = {jb, js};
     else jobs = {js, jb};
-    ModelProposer::propose_batch(*tight.tf, jobs);
-    const ModelProposer::Job& got_small = jobs[big_first ? 1 : 0];
-    const ModelProposer::Job& got_big = jobs[big_first ? 0 : 1];
+    propose_all(jobs);
+    const ProposeJob& got_small = jobs[big_first ? 1 : 0];
+    const ProposeJob& got_big = jobs[big_first ? 0 : 1];
     EXPECT_EQ(got_small.out.tokens, want.tokens) << "big lane first: " << big_first;
     EXPECT_FALSE(got_small.kv_full);
     EXPECT_TRUE(got_big.out.tokens.empty());
@@ -106,8 +106,8 @@ TEST(ModelProposer, ALaneShortOfMemoryMidDraftKeepsWhatItDrafted) {
   Draft tight(5);
   ModelProposer a(*tight.tf), b(*tight.tf);
   Rng ra(1), rb(1);
-  std::vector<ModelProposer::Job> jobs = {{&a, ctx_a, k_of(4, sp), &ra, {}}, {&b, ctx_b, k_of(4, sp), &rb, {}}};
-  ModelProposer::propose_batch(*tight.tf, jobs);
+  std::vector<ProposeJob> jobs = {{&a, ctx_a, k_of(4, sp), &ra, {}}, {&b, ctx_b, k_of(4, sp), &rb, {}}};
+  propose_all(jobs);
   EXPECT_EQ(jobs[0].out.tokens, want_a.tokens);
   EXPECT_FALSE(jobs[0].kv_full);
   EXPECT_TRUE(jobs[1].kv_full);
@@ -137,11 +137,11 @@ TEST(ModelProposer, ChunkedBatchedPrefillMatchesAOneGoPrefill) {
   ModelProposer a(*d.tf), b(*d.tf);
   int passes = 0;
   while (a.prefill_pending(ctx_a) > 0 || b.prefill_pending(ctx_b) > 0) {
-    std::vector<ModelProposer::PrefillJob> jobs;
+    std::vector<DraftPrefillJob> jobs;
     if (a.prefill_pending(ctx_a) > 0) jobs.push_back({&a, ctx_a, 5});
     if (b.prefill_pending(ctx_b) > 0) jobs.push_back({&b, ctx_b, 7});
     const size_t before = a.prefill_pending(ctx_a) + b.prefill_pending(ctx_b);
-    ModelProposer::prefill_batch(*d.tf, jobs);
+    prefill_all(jobs);
     for (const auto& j : jobs) {
       EXPECT_FALSE(j.kv_full);
       EXPECT_LE(j.fed, j.max_tokens);
@@ -152,8 +152,8 @@ TEST(ModelProposer, ChunkedBatchedPrefillMatchesAOneGoPrefill) {
   EXPECT_EQ(passes, 8);  // ceil(36 / 5) passes for a (b's 22 tokens take 4 of them)
   EXPECT_EQ(a.forward_passes(), 0);  // the prefill is not drafting (cost metrics exclude it)
   Rng ra(1), rb(1);
-  std::vector<ModelProposer::Job> jobs = {{&a, ctx_a, k_of(4, sp), &ra, {}}, {&b, ctx_b, k_of(4, sp), &rb, {}}};
-  ModelProposer::propose_batch(*d.tf, jobs);
+  std::vector<ProposeJob> jobs = {{&a, ctx_a, k_of(4, sp), &ra, {}}, {&b, ctx_b, k_of(4, sp), &rb, {}}};
+  propose_all(jobs);
   EXPECT_EQ(jobs[0].out.tokens, want_a.tokens);
   EXPECT_EQ(jobs[1].out.tokens, want_b.tokens);
   // Read once: a longer context later is fed by the drafting pass itself, not a prefill.
@@ -167,8 +167,8 @@ TEST(ModelProposer, PrefillLaneOutOfMemoryDoesNotStopTheOthers) {
   Draft d(6);
   ModelProposer a(*d.tf), b(*d.tf);
   const auto ctx_a = prompt_of(40, 7), ctx_b = prompt_of(12, 8);
-  std::vector<ModelProposer::PrefillJob> jobs = {{&a, ctx_a, 30}, {&b, ctx_b, 30}};
-  ModelProposer::prefill_batch(*d.tf, jobs);
+  std::vector<DraftPrefillJob> jobs = {{&a, ctx_a, 30}, {&b, ctx_b, 30}};
+  prefill_all(jobs);
   EXPECT_TRUE(jobs[0].kv_full);
   EXPECT_EQ(jobs[0].fed, 0u);
   EXPECT_FALSE(jobs[1].kv_full);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 
 #include "engine/runtime/engine_access.hpp"
@@ -141,6 +142,50 @@ TEST(Scheduler, GreedyOutputDoesNotDependOnBatching) {
 // While a stream decodes, a long prompt that arrives is fed in small chunks (max_step_ms)
 // instead of stalling the stream for a whole 256-token chunk; outputs are unchanged, and a
 // limit of 0 cuts nothing.
+// A policy means the same through the scheduler (the server, the C API's batched path) as
+// through Engine::generate: "confidence" drafts under its default p_min (0.5) in both, so its
+// drafts stop where the draft is unsure and are shorter than "fixed"'s. The outputs (greedy)
+// are the same under both.
+// A pair whose draft is sure of some tokens and unsure of others (larger weights: sharper
+// distributions), so that a confidence threshold of 0.5 cuts some drafts, not all.
+const test::TinyPair& confident_models() {
+  static const test::TinyPair f = [] {
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 3;
+    t.weight_scale = 1.0f;
+    return test::write_tiny_pair(test::scratch_dir("sched_confident"), t);
+  }();
+  return f;
+}
+
+TEST(Scheduler, TheConfidencePolicyMeansWhatItMeansInGenerate) {
+  auto e = load(4 << 20, "cpu", confident_models());
+  const auto prompt = prompt_of(9, 4);
+  GenerateOptions g = greedy(32, DraftMode::Model);
+  g.speculative.draft_max = 4;
+  g.speculative.lookup = false;
+  auto mean_draft = [](const GenerateResult& r) {
+    return r.speculative.drafts > 0 ? double(r.speculative.drafted_tokens) / double(r.speculative.drafts) : 0.0;
+  };
+  std::map<std::string, GenerateResult> alone, batched;
+  for (const std::string policy : {"fixed", "confidence"}) {
+    g.speculative.policy = policy;
+    alone[policy] = e->generate_tokens(prompt, g);
+    Scheduler s(*e, SchedulerOptions{});
+    const auto out = run_all(s, {{prompt, g}, {prompt_of(7, 5), g}});
+    ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+    batched[policy] = out[0].result;
+    EXPECT_EQ(batched[policy].tokens, alone[policy].tokens) << policy;
+    EXPECT_GT(batched[policy].speculative.drafts, 0) << policy;
+  }
+  EXPECT_EQ(alone["confidence"].tokens, alone["fixed"].tokens);
+  EXPECT_LT(mean_draft(alone["confidence"]), mean_draft(alone["fixed"])) << "no draft was cut: nothing to compare";
+  EXPECT_LT(mean_draft(batched["confidence"]), mean_draft(batched["fixed"]))
+      << "the scheduler drafted under \"confidence\" as under \"fixed\"";
+}
+
 TEST(Scheduler, PromptChunksKeepDecodingStreamsWithinTheStepTime) {
   auto e = load(4 << 20);
   const auto short_prompt = prompt_of(6, 1), long_prompt = prompt_of(100, 77);
@@ -252,7 +297,7 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
     (i == 0 ? first : second).emplace_back(p, greedy(24, modes[i % 3]));
   }
   // Sampled requests among them (coupled: the same text for a seed however it is drafted
-  // and batched), verified on the device too (device_verify.hpp), the draft model's drafts
+  // and batched), verified on the device too (verify/device_verifier.hpp), the draft model's drafts
   // drawn there (draft_probs.hpp): with top-k, with penalties and top-p, with n-gram drafts.
   GenerateOptions sampled = greedy(24, DraftMode::Model);
   sampled.sampling.temperature = 0.9f;

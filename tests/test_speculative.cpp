@@ -178,17 +178,48 @@ TEST(Speculative, SampledOutputFollowsTheTargetDistribution) {
   EXPECT_LT(min_p, 1e-4);
 }
 
-TEST(Speculative, SameSeedSameOutput) {
+// Coupled verification (the default): a seed's text is the target's own, drafted or not —
+// speculative output against plain decoding with the same seed, at several k.
+TEST(Speculative, ASeedGivesThePlainTextWhateverTheDraft) {
   const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
   GenerateOptions g;
   g.max_tokens = 24;
   g.ignore_eos = true;
   g.sampling.seed = 1234;
+  const auto plain = e->generate_tokens(prompt_of(5, 1), g);
+  EXPECT_EQ(plain.seed, 1234u);
   g.speculative.mode = DraftMode::Model;
+  for (int32_t k : {1, 3, 6}) {
+    g.speculative.draft_max = k;
+    const auto spec = e->generate_tokens(prompt_of(5, 1), g);
+    EXPECT_EQ(spec.tokens, plain.tokens) << "k " << k;
+    EXPECT_GT(spec.speculative.accepted_tokens, 0) << "k " << k << ": nothing accepted, nothing shown";
+  }
+}
+
+// Without a seed, each request draws its own: two runs of one prompt differ, and the seed
+// each reports gives its text back.
+TEST(Speculative, UnseededRequestsDrawFreshSeedsAndReportThem) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  GenerateOptions g;
+  g.max_tokens = 24;
+  g.ignore_eos = true;
+  g.sampling.temperature = 1.0f;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.0f;
+  g.sampling.min_p = 0.0f;
+  g.speculative.mode = DraftMode::Model;
+  ASSERT_FALSE(g.sampling.seed.has_value());
   const auto a = e->generate_tokens(prompt_of(5, 1), g);
   const auto b = e->generate_tokens(prompt_of(5, 1), g);
-  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(a.seed, b.seed);
+  EXPECT_NE(a.tokens, b.tokens) << "two unseeded requests at temperature 1 gave the same 24 tokens";
+  g.sampling.seed = a.seed;
+  EXPECT_EQ(e->generate_tokens(prompt_of(5, 1), g).tokens, a.tokens);
+  g.speculative.mode = DraftMode::None;
+  EXPECT_EQ(e->generate_tokens(prompt_of(5, 1), g).tokens, a.tokens);
 }
 
 // After a rejection the cache is truncated; it must then behave exactly like a cache that
@@ -437,11 +468,11 @@ TEST(Speculative, SampledEosAndStopStringsInsideDraftsEndTheOutput) {
 
 // Drafts a known continuation (the greedy one), so every draft is accepted; remembers the
 // last proposal.
-class ScriptProposer final : public Proposer {
+class ScriptProposer final : public PerSequenceProposer {
  public:
   explicit ScriptProposer(std::vector<int32_t> script) : script_(std::move(script)) {}
   std::string name() const override { return "script"; }
-  Proposal propose(std::span<const int32_t> context, const ProposeOptions& o, Rng&) override {
+  Proposal propose_sequence(std::span<const int32_t> context, const ProposeOptions& o, Rng&) override {
     Proposal p;
     last_from = context.size();
     for (size_t i = last_from; i < script_.size() && static_cast<int32_t>(p.tokens.size()) < o.max_tokens; ++i)

@@ -13,6 +13,7 @@
 
 #include "apps/server/api_error.hpp"
 #include "apps/server/server_state.hpp"
+#include "engine/sampling/fresh_seed.hpp"
 
 namespace tandem::server {
 namespace {
@@ -32,6 +33,9 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     meta_.id = new_response_id(req_.endpoint);
     meta_.created = std::time(nullptr);
     meta_.model = req_.model;
+    // A request without a seed gets a fresh one (its choices derive theirs from it), and the
+    // response reports it so that the texts can be reproduced.
+    meta_.seed = req_.opts.sampling.seed ? *req_.opts.sampling.seed : fresh_seed();
     bytes_ = [&engine = state_.engine](int32_t t) { return engine.detokenize(std::span<const int32_t>(&t, 1)); };
   }
 
@@ -44,7 +48,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       ServeRequest sr;
       sr.prompt = prompt;
       sr.opts = req_.opts;
-      sr.opts.sampling.seed = choice_seed(req_.opts.sampling.seed, i);
+      sr.opts.sampling.seed = choice_seed(meta_.seed, i);
       // Scheduler thread: hand the text (and logprobs) over to the strand and return at once.
       sr.on_text = [self, i](const StreamEvent& ev) {
         if (!ev.text.empty() || ev.logprobs) {

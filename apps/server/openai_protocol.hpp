@@ -12,6 +12,9 @@
 //  - logprobs: the target's, of the distribution each token was drawn from (after
 //    penalties, temperature, top-k/top-p/min-p; tokens those cut print as -9999.0, as
 //    OpenAI's and vLLM's -inf do); temperature 0 → the log-softmax of the penalised logits.
+//  - seed: a request without one gets a fresh random seed (two such requests draw
+//    independently); every response object and stream chunk reports the seed used ("seed",
+//    an extension), which sent back reproduces the choices.
 //  - n: each choice is its own sequence with its own seed (choice_seed); max_tokens is per
 //    choice; usage counts the prompt once and every choice's tokens.
 //  - max_tokens: completions default to 16 (OpenAI's legacy default), chat to the rest of
@@ -113,6 +116,7 @@ struct ResponseMeta {
   std::string id;  // "chatcmpl-…" / "cmpl-…"
   std::time_t created = 0;
   std::string model;
+  uint64_t seed = 0;  // the request's seed, or the fresh one drawn for it
 };
 
 struct Usage {

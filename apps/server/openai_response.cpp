@@ -15,6 +15,9 @@ json::object envelope(const ResponseMeta& m, const char* object) {
   o["object"] = object;
   o["created"] = static_cast<int64_t>(m.created);
   o["model"] = m.model;
+  // The seed the choices were drawn with (not an OpenAI field): sending it back as `seed`
+  // with the same request gives the same texts.
+  o["seed"] = m.seed;
   return o;
 }
 

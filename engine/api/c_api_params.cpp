@@ -32,7 +32,7 @@ tandem_generate_params default_generate_params() {
   p.repetition_window = d.sampling.repetition_window;
   p.presence_penalty = d.sampling.presence_penalty;
   p.frequency_penalty = d.sampling.frequency_penalty;
-  p.seed = d.sampling.seed;
+  p.seed = TANDEM_SEED_RANDOM;  // d.sampling.seed: none, a fresh one per call
   p.add_special = d.add_special;
   p.parse_special = d.parse_special;
   p.ignore_eos = d.ignore_eos;
@@ -105,7 +105,7 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
   s.repetition_window = p.repetition_window;
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
-  s.seed = p.seed;
+  if (p.seed != TANDEM_SEED_RANDOM) s.seed = p.seed;
   if (p.n_stop > 0 && !p.stop) throw std::invalid_argument("tandem_generate_params.stop is NULL but n_stop > 0");
   for (size_t i = 0; i < p.n_stop; ++i) {
     if (!p.stop[i]) throw std::invalid_argument("tandem_generate_params.stop[" + std::to_string(i) + "] is NULL");

@@ -1,18 +1,18 @@
 // tandem::Engine: loads the target (and optional draft), and runs one request at a time
-// (run_alone.hpp): prompt → tokenizer → prefill → draft/verify/commit → text.
+// (sequence_setup.hpp, then run_alone.hpp): prompt → tokenizer → prefill → draft/verify/commit
+// → text.
 #include "engine/runtime/engine_impl.hpp"
 
 #include <stdexcept>
 
-#include "draft/ngram_proposer.hpp"
 #include "draft/vocab_ranking.hpp"
 #include "engine/model/prefill.hpp"
 #include "engine/model/requantize.hpp"
 #include "engine/runtime/pass_limits.hpp"
 #include "engine/runtime/run_alone.hpp"
+#include "engine/runtime/sequence_setup.hpp"
 #include "engine/text/vocab_compat.hpp"
 #include "kernels/backend_factory.hpp"
-#include "policies/factory.hpp"
 
 namespace tandem {
 
@@ -98,7 +98,6 @@ void Engine::Impl::make_caches() {
   draft_cache = std::make_unique<KVCache>(*kv_pool, 1);
   draft_transformer = std::make_unique<Transformer>(*draft, *draft_cache);
   draft_probs = DraftProbs::for_backend(*backend);
-  model_proposer = std::make_unique<ModelProposer>(*draft_transformer, draft_probs.get());
   const int32_t n_vocab = draft->config().n_vocab;
   draft_ranking = opts.draft_vocab_counts.empty() ? rank_by_id(n_vocab)
                                                    : rank_tokens(load_token_counts(opts.draft_vocab_counts, n_vocab));
@@ -209,6 +208,7 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
     r.prompt_tokens.assign(prompt.begin(), prompt.end());
     r.timings.n_prompt = static_cast<int32_t>(prompt.size());
     r.finish = FinishReason::Cancelled;
+    r.seed = opts.sampling.seed.value_or(0);
     return r;
   }
   // The run calls the stream callback once per committed token: check there, after
@@ -217,30 +217,10 @@ GenerateResult Engine::Impl::run(std::span<const int32_t> prompt, const Generate
     const bool go_on = !cb || cb(ev);
     return go_on && !cancelled();
   };
-  std::unique_ptr<Proposer> ngram;
-  Proposer* proposer = nullptr;
-  switch (opts.speculative.mode) {
-    case DraftMode::None:
-      break;
-    case DraftMode::Model:
-      if (!model_proposer) throw std::invalid_argument("draft-model speculation needs a draft model (-md)");
-      proposer = model_proposer.get();
-      break;
-    case DraftMode::Ngram:
-      ngram = std::make_unique<NgramProposer>(opts.speculative.ngram_min, opts.speculative.ngram_max);
-      proposer = ngram.get();
-      break;
-  }
-  // The request's speculation policy (policies/factory.hpp), deciding with the engine's cost model.
-  GenerateOptions run_opts = opts;
-  run_opts.speculative = effective_options(opts.speculative);
-  const PolicyCosts costs = policy_costs();
-  const std::unique_ptr<SpeculationPolicy> policy =
-      make_policy(run_opts.speculative, costs.model.get(), costs.overhead);
-  return run_alone({*transformer, *tokenizer, proposer, policy.get(), context, grammars->get(opts.grammar),
-                    proposer == model_proposer.get() ? draft_probs.get() : nullptr},
-                   prompt,
-                   run_opts, checked);
+  PreparedSequence seq = prepare_sequence(parts(), policy_costs(), prompt, opts, checked, Clock::now(),
+                                          grammars->get(opts.grammar));
+  run_to_end(*seq.run, *transformer, draft_probs.get());
+  return std::move(seq.run->result());
 }
 
 void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
@@ -256,9 +236,10 @@ std::shared_ptr<const CostModel> Engine::cost_model() const {
 
 PolicyCosts EngineAccess::policy_costs(const Engine& e) { return e.impl_->policy_costs(); }
 
-EngineParts EngineAccess::parts(Engine& e) {
-  Engine::Impl& m = *e.impl_;
-  return {*m.transformer, *m.tokenizer, m.draft_transformer.get(), m.context, m.mu, *m.grammars};
+EngineParts Engine::Impl::parts() {
+  return {*transformer, *tokenizer, draft_transformer.get(), context, mu, *grammars, draft_probs.get()};
 }
+
+EngineParts EngineAccess::parts(Engine& e) { return e.impl_->parts(); }
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "draft/draft_probs.hpp"
 #include "engine/model/transformer.hpp"
 #include "engine/runtime/grammar_cache.hpp"
 #include "engine/text/tokenizer.hpp"
@@ -20,6 +21,9 @@ struct EngineParts {
   int32_t context;
   std::mutex& mu;      // held by whoever runs the models (Engine::generate or a Scheduler)
   GrammarCache& grammars;  // constrained requests' compiled grammars (thread-safe)
+  // Where draft-model drafts sample on the device and leave q for the device verifier (null:
+  // on the host; the CPU backend). One store for every sequence of a step.
+  DraftProbs* draft_probs = nullptr;
 };
 
 // What the speculation policies decide with: the engine's cost model (null: their

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <span>
 
-#include "draft/model_proposer.hpp"
+#include "draft/draft_probs.hpp"
 #include "engine/kv/kv_pool.hpp"
 #include "engine/kv/kv_cache.hpp"
 #include "engine/model/model.hpp"
@@ -39,7 +39,6 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::unique_ptr<KVCache> draft_cache;
   std::unique_ptr<Transformer> draft_transformer;
   std::unique_ptr<DraftProbs> draft_probs;  // the draft samples on the device (null: on the host)
-  std::unique_ptr<ModelProposer> model_proposer;
   std::vector<int32_t> draft_ranking;  // every token id, most frequent first (draft/vocab_ranking.hpp)
   std::vector<int32_t> eog_ids;        // always in a reduced draft vocabulary
   int32_t draft_vocab = 0;             // the reduced vocabulary's size in force; 0: all of it
@@ -55,6 +54,7 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   // it saw on entry. A counter, not a flag, so no call can miss or inherit a cancellation.
   std::atomic<uint64_t> cancel_epoch{0};
 
+  EngineParts parts();
   GenerateResult run(std::span<const int32_t> prompt, const GenerateOptions& opts, const StreamEventCallback& cb,
                      uint64_t epoch);
   // Loading, in order: the models and tokenizers, then both caches in one KV pool.

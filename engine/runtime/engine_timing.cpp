@@ -54,7 +54,6 @@ std::vector<std::vector<double>> Engine::time_forward_passes(bool draft, int32_t
     throw std::invalid_argument("time_forward_passes: " + std::to_string(batch) + " sequences of " +
                                 std::to_string(context + n_max) + " tokens do not fit the cache of " +
                                 std::to_string(room) + " tokens");
-  if (draft) m.model_proposer->reset();  // gives its blocks back; every request resets it anyway
   KVCache& cache = draft ? *m.draft_cache : *m.cache;
   std::optional<Transformer> draft_tf;  // the proposer's own is private; weights are shared
   if (draft) draft_tf.emplace(*m.draft, cache);

@@ -4,26 +4,17 @@
 
 #include "engine/base/clock.hpp"
 #include "engine/model/prefill.hpp"
-#include "engine/runtime/device_verify.hpp"
+#include "verify/device_verifier.hpp"
 #include "engine/runtime/sequence_run.hpp"
 
 namespace tandem {
-
-GenerateResult run_alone(const AloneModels& m, std::span<const int32_t> prompt, const GenerateOptions& opts,
-                         const StreamEventCallback& cb) {
-  FixedPolicy fixed;
-  SequenceRun run(m.target.cache(), m.tokenizer, prompt, opts, cb, m.context, m.target.model().config().n_vocab,
-                  m.proposer, m.policy ? m.policy : &fixed, SequenceRun::Clock::now(), m.grammar);
-  run_to_end(run, m.target, m.draft_probs);
-  return std::move(run.result());
-}
 
 void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) {
   std::vector<float> logits;
   // Everything but the last prompt token; it is the first step's pending token.
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
   // On a backend that decodes on the device, a request without a grammar or logprobs is
-  // verified there: the logits stay on the device (device_verify.hpp).
+  // verified there: the logits stay on the device (verify/device_verifier.hpp).
   const std::unique_ptr<DeviceVerifier> device = DeviceVerifier::for_backend(target.model().backend());
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first

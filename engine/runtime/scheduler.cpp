@@ -4,10 +4,9 @@
 
 #include <algorithm>
 
-#include "draft/ngram_proposer.hpp"
 #include "engine/runtime/pass_limits.hpp"
 #include "engine/runtime/scheduler_impl.hpp"
-#include "policies/factory.hpp"
+#include "engine/runtime/sequence_setup.hpp"
 
 namespace tandem {
 
@@ -16,9 +15,6 @@ Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
   if (o.prefix_cache)
     prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
   device_verify = DeviceVerifier::for_backend(parts.target.model().backend());
-  // The draft samples on the device when it shares the target's backend (q is read there).
-  if (device_verify && parts.draft && &parts.draft->model().backend() == &parts.target.model().backend())
-    draft_probs = DraftProbs::for_backend(parts.draft->model().backend());
 }
 
 // ---- public surface ----------------------------------------------------------------------
@@ -205,21 +201,6 @@ void Scheduler::Impl::apply_cancels() {
 // with an error) when the request cannot run at all.
 bool Scheduler::Impl::start(Entry& e) {
   if (e.run) return true;
-  const SpeculativeOptions& so = e.req.opts.speculative;
-  switch (so.mode) {
-    case DraftMode::None:
-      break;
-    case DraftMode::Model:
-      e.proposer = std::make_unique<ModelProposer>(*parts.draft, draft_probs.get());
-      break;
-    case DraftMode::Ngram:
-      e.proposer = std::make_unique<NgramProposer>(so.ngram_min, so.ngram_max);
-      break;
-  }
-  // The engine's cost model (as calibrated for `serve`), kept alive with the entry.
-  PolicyCosts costs = EngineAccess::policy_costs(engine);
-  e.costs = costs.model;
-  e.policy = make_policy(so, costs.model.get(), std::move(costs.overhead));
   Entry* self = &e;
   auto on_token = [this, self](const StreamEvent& ev) {
     const auto now = Clock::now();
@@ -236,9 +217,10 @@ bool Scheduler::Impl::start(Entry& e) {
     self->last_token = now;
     return !self->req.on_text || self->req.on_text(ev);
   };
-  e.run = std::make_unique<SequenceRun>(parts.target.cache(), parts.tokenizer, e.req.prompt, e.req.opts, on_token,
-                                        parts.context, parts.target.model().config().n_vocab, e.proposer.get(),
-                                        e.policy.get(), e.arrival, e.grammar);
+  // The policy decides with the engine's cost model (as calibrated for `serve`).
+  e.seq = prepare_sequence(parts, EngineAccess::policy_costs(engine), e.req.prompt, e.req.opts, on_token, e.arrival,
+                           e.grammar);
+  e.run = e.seq.run.get();
   std::lock_guard<std::mutex> lk(mu);
   stats.prompt_tokens_total += static_cast<int64_t>(e.req.prompt.size());
   return true;

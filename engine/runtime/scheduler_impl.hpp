@@ -13,13 +13,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "draft/model_proposer.hpp"
+#include "draft/proposer.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/prefix_cache.hpp"
-#include "engine/runtime/device_verify.hpp"
+#include "verify/device_verifier.hpp"
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "engine/runtime/sequence_run.hpp"
+#include "engine/runtime/sequence_setup.hpp"
 #include "engine/runtime/step_time_model.hpp"
 
 namespace tandem {
@@ -29,11 +30,11 @@ struct Scheduler::Impl {
     uint64_t id = 0;
     ServeRequest req;
     Clock::time_point arrival;
-    std::shared_ptr<const CostModel> costs;  // the policy decides with it; declared first, destroyed last
-    std::unique_ptr<Proposer> proposer;
-    std::unique_ptr<SpeculationPolicy> policy;
     std::shared_ptr<const TokenGrammar> grammar;  // compiled at submit; null when unconstrained
-    std::unique_ptr<SequenceRun> run;  // created at first admission; kept across preemption
+    // Its run, proposer and policy (prepare_sequence), made at first admission and kept
+    // across preemption; `run` is seq.run, null until then.
+    PreparedSequence seq;
+    SequenceRun* run = nullptr;
     bool got_first = false;
     Clock::time_point last_token;
     int32_t published_blocks = 0;  // full blocks already offered to the prefix cache
@@ -51,7 +52,7 @@ struct Scheduler::Impl {
     std::span<const float> logits;   // its rows, in the pass's logits (or in `own`)
     std::vector<float> own = {};     // when the part ran alone, or its rows were downloaded alone
     int32_t first_row = -1;          // its first logits row in the pass
-    std::optional<VerifyResult> verdict = {};  // reached on the device (device_verify.hpp)
+    std::optional<VerifyResult> verdict = {};  // reached on the device (verify/device_verifier.hpp)
   };
 
   // What drafting leaves for the target pass.
@@ -83,8 +84,6 @@ struct Scheduler::Impl {
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
   StepTimeModel step_time;                       // scheduler thread only
   std::unique_ptr<DeviceVerifier> device_verify;  // null unless the backend decodes on the device
-  // Where draft-model drafts sample on the device (null: on the host); q for device_verify.
-  std::unique_ptr<DraftProbs> draft_probs;
 
   Impl(Engine& e, const SchedulerOptions& o);
 
@@ -127,12 +126,11 @@ struct Scheduler::Impl {
   bool fits(size_t need);
 
   // ---- drafting (scheduler_drafts.cpp)
-  void propose(Entry& e, int32_t k, std::vector<ModelProposer::Job>& jobs, std::vector<Entry*>& job_owner);
-  void propose_with_draft_model(std::vector<ModelProposer::Job>& jobs, const std::vector<Entry*>& owners);
+  void propose(std::vector<ProposeJob>& jobs, const std::vector<Entry*>& owners);
   double draft_prefill(const std::vector<Entry*>& lanes, bool share);
   // A failed draft pass costs its sequences their drafts for this step, not their requests:
   // the target decides alone (plain steps), and the draft state starts over.
-  void drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::exception& ex);
+  void drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::string& why);
 
   // Runs f; an exception fails this request only (it is retired at the end of the step).
   template <class F>

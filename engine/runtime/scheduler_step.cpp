@@ -249,8 +249,8 @@ void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
       download_rows(p);  // logprobs or a grammar: its rows come to the host
     }
   }
-  const kernels::Tensor q = draft_probs ? draft_probs->q() : kernels::Tensor{};
-  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs, draft_probs ? &q : nullptr);
+  const kernels::Tensor q = parts.draft_probs ? parts.draft_probs->q() : kernels::Tensor{};
+  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs, parts.draft_probs ? &q : nullptr);
   for (size_t i = 0; i < here.size(); ++i) here[i]->verdict = verdicts[i];
   std::lock_guard<std::mutex> lk(mu);
   stats.device_verified += static_cast<int64_t>(here.size());

@@ -7,12 +7,21 @@
 #include <utility>
 
 #include "engine/base/clock.hpp"
+#include "engine/sampling/fresh_seed.hpp"
 #include "engine/sampling/logprobs.hpp"
 #include "draft/ngram_proposer.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
+namespace {
+// The request's options with its seed settled: its own, else a fresh one (fresh_seed.hpp).
+GenerateOptions with_seed(const GenerateOptions& opts) {
+  GenerateOptions o = opts;
+  if (!o.sampling.seed) o.sampling.seed = fresh_seed();
+  return o;
+}
+}  // namespace
 
 SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
                          const GenerateOptions& opts, StreamEventCallback cb, int32_t context, int32_t n_vocab,
@@ -20,7 +29,7 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
                          std::shared_ptr<const TokenGrammar> grammar)
     : kv_(cache),
       tok_(tok),
-      opts_(opts),
+      opts_(with_seed(opts)),
       cb_(std::move(cb)),
       context_(context),
       n_vocab_(n_vocab),
@@ -28,14 +37,15 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
       policy_(policy),
       speculate_(opts.speculative.mode != DraftMode::None && opts.speculative.draft_max > 0),
       coupled_(opts.speculative.verify == VerifyMode::Coupled && !opts.sampling.greedy()),
-      rng_(opts.sampling.seed),
-      noise_(opts.sampling.seed),
+      rng_(*opts_.sampling.seed),
+      noise_(*opts_.sampling.seed),
       grammar_(std::move(grammar)),
       decoder_(tok),
       stops_(opts.stop),
       committed_(prompt.begin(), prompt.end()),
       start_(start) {
   res_.prompt_tokens.assign(prompt.begin(), prompt.end());
+  res_.seed = *opts_.sampling.seed;
   res_.timings.n_prompt = static_cast<int32_t>(prompt.size());
   try {
     validate_sampling(opts.sampling);
@@ -160,6 +170,16 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.grammar_state = grammar_ ? &grammar_state_ : nullptr;
   po.on_device = device_eligible();
   return po;
+}
+
+ProposeJob SequenceRun::draft_job(int32_t k) {
+  if (!proposer_ || k <= 0) throw std::logic_error("SequenceRun::draft_job: no drafting this step");
+  return ProposeJob{proposer_, committed_, propose_options(k), &rng_};
+}
+
+std::span<const int32_t> SequenceRun::take_proposal(ProposeJob&& job) {
+  if (job.proposer != proposer_) throw std::logic_error("SequenceRun::take_proposal: another sequence's job");
+  return set_proposal(std::move(job.out), job.ms, job.forwards);
 }
 
 bool SequenceRun::try_lookup(int32_t k) {

@@ -21,7 +21,7 @@
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/sequence_kv.hpp"
-#include "engine/runtime/device_verify.hpp"
+#include "verify/device_verifier.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/text/stop_strings.hpp"
 #include "engine/text/tokenizer.hpp"
@@ -57,13 +57,15 @@ class SequenceRun {
   // Decode step, part 1: asks the policy for k and the proposer for drafts; returns the
   // tokens of this step's target pass ([pending, drafts...]; logits needed for all).
   std::span<const int32_t> plan_step(int32_t batch_size);
-  // The same in two halves, for a caller that drafts for many sequences at once:
-  // choose_k, then (if k > 0) draft with propose_options(k) and rng(), then set_proposal.
+  // The same in parts, for a caller that drafts for many sequences at once: choose_k, then
+  // for k > 0 (unless try_lookup drafts) this step's job for its proposer (draft_job), run
+  // with the other sequences' jobs (propose_all), and its result back (take_proposal); for
+  // k = 0, or drafts that failed, no_proposal.
   int32_t choose_k(int32_t batch_size);
-  ProposeOptions propose_options(int32_t k) const;
-  Rng& rng() { return rng_; }
+  ProposeJob draft_job(int32_t k);
+  std::span<const int32_t> take_proposal(ProposeJob&& job);
+  std::span<const int32_t> no_proposal() { return set_proposal(Proposal{}, 0.0, 0); }
   Proposer* proposer() const { return proposer_; }
-  std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
   // After choose_k gave k > 0 to a draft-model request with lookup on: proposes this step's
   // drafts by prompt lookup instead, when there are any and LookupChoice prefers them (then
   // the step is planned, as by set_proposal, and the draft model is not run). False otherwise.
@@ -79,7 +81,7 @@ class SequenceRun {
     return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_;
   }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
-  // (engine/runtime/device_verify.hpp): no grammar (its masks apply on the host), no
+  // (verify/device_verifier.hpp): no grammar (its masks apply on the host), no
   // logprobs (they need the rows), and no draft distributions held on the host.
   bool verdict_on_device() const { return device_eligible() && prop_.dists.empty(); }
   // This step as the device verifier takes it (first_row: the pending token's row).
@@ -95,8 +97,8 @@ class SequenceRun {
   // KV positions the next step needs in total (for admission and preemption decisions).
   int32_t next_step_positions() const;
   // Context tokens the draft has still to read, once the first token is out (and again after
-  // preemption): its prefill, which the caller feeds (Proposer::prefill, or the scheduler's
-  // batched chunks). Decode steps are plain (k = 0) until it is 0. With a policy that may
+  // preemption): its prefill, which the caller feeds (Proposer::prefill alone, or the
+  // scheduler's batched chunks through prefill_all). Decode steps are plain (k = 0) until it is 0. With a policy that may
   // start off (SpeculationPolicy::may_start_off) it stays 0 until the policy first asks
   // for a draft (draft_deferred): a sequence that never speculates never feeds the draft.
   size_t draft_prefill_pending() const;
@@ -112,6 +114,8 @@ class SequenceRun {
   }
 
  private:
+  ProposeOptions propose_options(int32_t k) const;
+  std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
   VerifyResult verify(std::span<const float> logits);
   // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
   // host path, which reports them as make_distribution does.

@@ -28,6 +28,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/exp_nonpos.hpp"
+
 // FMA contraction of a*b+c (exp_nonpos, penalties) would change last bits on targets that
 // have FMA. clang can be told per file; GCC contracts in C++ even in ISO mode, and its
 // "#pragma GCC optimize" would stop std::sort from inlining our comparator, so a GCC build
@@ -147,34 +149,8 @@ double sum_double(std::span<const float> v) {
          tail;
 }
 
-// exp(x) for x <= 0 (x = -inf allowed), within ~2 ulp; Cephes' expf polynomial. Branch-free
-// so the compiler can vectorise the loop over the vocabulary, and ours, so the result is the
-// same on every platform. Results below FLT_MIN (x < -87.3) are flushed to 0: such a token's
-// probability is below 1e-38 and would not survive renormalisation in float anyway.
-inline float exp_nonpos(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;  // ln 2 split so n * kLn2Hi is exact for |n| <= 127
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kMin = -87.3365448f;   // ln(FLT_MIN)
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to integer
-  // Underflow test and selects on the bits, as masks: float compares and branches would stop
-  // GCC from vectorising (it may not if-convert possibly-trapping float code). For x <= 0 the
-  // bits grow as x falls, so "x < kMin" is "bits > bits(kMin)"; -inf is caught too.
-  const auto xb = std::bit_cast<uint32_t>(x);
-  const uint32_t keep = 0u - static_cast<uint32_t>(xb <= std::bit_cast<uint32_t>(kMin));
-  const float xc = std::bit_cast<float>(xb & keep);  // underflow → compute exp(0), masked below
-  const float n = (xc * kLog2e + kRound) - kRound;    // round(x / ln 2), in [-126, 0]
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;     // |r| <= ln2 / 2
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & keep);
-}
+// exp(x) for x <= 0: the one definition the device's sampling kernels share.
+using kernels::exp_nonpos;
 
 // Repetition (window) and presence/frequency (whole history) penalties, in place.
 // counts[] is a vocab-sized array kept all-zero between calls, so the work is O(history),

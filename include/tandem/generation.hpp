@@ -112,6 +112,9 @@ struct GenerateResult {
   Timings timings;
   SpeculativeMetrics speculative;
   std::vector<TokenLogprobs> logprobs;  // one per entry of `tokens` when opts.logprobs >= 0, else empty
+  // The seed the output was drawn with: the request's, or the fresh one drawn for it when it
+  // gave none (SamplingParams::seed). Giving it back reproduces the text.
+  uint64_t seed = 0;
 };
 
 struct ModelInfo {

@@ -3,6 +3,7 @@
 // speculative verification compares.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 namespace tandem {
 
@@ -18,7 +19,10 @@ struct SamplingParams {
   // OpenAI semantics over the whole history: logit -= count * frequency + (count > 0) * presence.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  uint64_t seed = 0;  // seeds the request's Rng (the sampler itself never reads it)
+  // Seeds the request's random draws (the sampler itself never reads it). Unset: each request
+  // draws a fresh seed from the operating system's random source, as OpenAI's API does for a
+  // request without one, and reports it (GenerateResult::seed) so its text can be reproduced.
+  std::optional<uint64_t> seed;
 
   bool greedy() const { return temperature <= 0.0f; }
   bool has_penalties() const {

@@ -110,7 +110,9 @@ typedef struct tandem_generate_params {
   int32_t repetition_window;     /* default 64; < 0 → whole history */
   float presence_penalty;        /* default 0 */
   float frequency_penalty;       /* default 0 */
-  uint64_t seed;                 /* default 0 */
+  uint64_t seed;                 /* default TANDEM_SEED_RANDOM: a fresh seed from the system's random source
+                                    for each call (tandem_result.seed reports it); any other value is used as
+                                    given, so the same seed gives the same text */
   /* output */
   const char* const* stop;       /* n_stop strings; generation ends before the first occurrence */
   size_t n_stop;
@@ -154,6 +156,8 @@ typedef struct tandem_generate_params {
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20
+/* tandem_generate_params.seed: draw a fresh seed for each call (the default). */
+#define TANDEM_SEED_RANDOM UINT64_MAX
 
 typedef struct tandem_logprob {
   int32_t token;
@@ -207,6 +211,10 @@ typedef struct tandem_result {
   int64_t spec_lookup_steps;
   int64_t spec_lookup_drafted_tokens;
   int64_t spec_lookup_accepted_tokens;
+  /* appended later: check struct_size >= offsetof(tandem_result, seed) + 8. The seed the output
+   * was drawn with (params.seed, or the one drawn for TANDEM_SEED_RANDOM): passing it as
+   * params.seed gives the same text again. */
+  uint64_t seed;
 } tandem_result;
 
 /* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */

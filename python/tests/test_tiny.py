@@ -95,6 +95,23 @@ def test_sampling_is_seeded(tiny: tandem.Engine) -> None:
     a = tiny.generate("Once", max_tokens=16, temperature=1.0, seed=7, ignore_eos=True)
     b = tiny.generate("Once", max_tokens=16, temperature=1.0, seed=7, ignore_eos=True)
     assert a.tokens == b.tokens
+    assert a.seed == 7
+
+
+def test_unseeded_calls_draw_fresh_seeds_and_report_them(tiny: tandem.Engine) -> None:
+    # No seed (or None): a fresh one per call, reported; given back, it reproduces the text.
+    def hot(seed: int | None) -> tandem.GenerateResult:
+        return tiny.generate("Once", max_tokens=24, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, ignore_eos=True,
+                             seed=seed)
+
+    a = tiny.generate("Once", max_tokens=24, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, ignore_eos=True)
+    b = hot(None)
+    assert a.seed != b.seed
+    assert a.tokens != b.tokens
+    assert hot(a.seed).tokens == a.tokens
+    for bad in (-1, 2**64 - 1, 1.5, True):
+        with pytest.raises(tandem.InvalidArgumentError):
+            tiny.generate("Once", seed=bad, max_tokens=1)  # type: ignore[arg-type]
 
 
 def test_policies_and_calibration(tiny_path: str, tmp_path) -> None:

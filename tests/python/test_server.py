@@ -364,6 +364,71 @@ class MainServer(StructuredOutputCases, Timed):
                                            presence_penalty=1.0, frequency_penalty=0.5, temperature=0)
         self.assertEqual(r.usage.completion_tokens, 6)
 
+    def test_unseeded_requests_draw_fresh_seeds_and_report_them(self):
+        """No seed: each request (and each of its n choices) draws its own, reported as "seed"; sent back, it
+        reproduces the choices; a given seed is reported as given."""
+        body = {"model": "smollm2", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 1.0,
+                "top_p": 1.0, "n": 2}
+
+        def complete(extra=None, stream=False):
+            status, _, data = self.server.request("POST", "/v1/completions", {**body, **(extra or {}),
+                                                                               "stream": stream})
+            self.assertEqual(status, 200, data)
+            if not stream:
+                return data["seed"], [c["text"] for c in sorted(data["choices"], key=lambda c: c["index"])]
+            chunks = [json.loads(line[6:]) for line in data.splitlines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+            texts = ["", ""]
+            for c in chunks:
+                for ch in c["choices"]:
+                    texts[ch["index"]] += ch["text"]
+            seeds = {c["seed"] for c in chunks}
+            self.assertEqual(len(seeds), 1, "every chunk carries the one seed")
+            return seeds.pop(), texts
+
+        seed_a, a = complete()
+        seed_b, b = complete()
+        self.assertNotEqual(seed_a, seed_b)
+        self.assertNotEqual(a, b, "two unseeded requests at temperature 1 gave the same texts")
+        self.assertNotEqual(a[0], a[1], "the choices of one request share their draws")
+        self.assertEqual(complete({"seed": seed_a}), (seed_a, a))
+        self.assertEqual(complete({"seed": seed_a, "speculative": {"mode": "model"}}), (seed_a, a))
+        seed_s, s = complete(stream=True)
+        self.assertEqual(complete({"seed": seed_s}), (seed_s, s))
+        self.assertEqual(complete({"seed": 7})[0], 7)
+
+    def test_confidence_policy_drafts_as_in_generate(self):
+        """policy "confidence" cuts drafts where the draft is unsure (its default p_min 0.5), through the server as
+        in `tandem generate`: shorter drafts than "fixed" in the metrics, the same per draft as generate's."""
+        prompt = "The history of the printing press begins"
+
+        def served(policy):
+            before = self.server.metrics()
+            r = self.client.completions.create(
+                model="smollm2", prompt=prompt, max_tokens=48, temperature=0,
+                extra_body={"speculative": {"mode": "model", "draft_max": 4, "policy": policy, "lookup": False}})
+            after = self.server.metrics()
+            drafts = after["tandem_spec_drafts_total"] - before["tandem_spec_drafts_total"]
+            drafted = after["tandem_spec_draft_tokens_total"] - before["tandem_spec_draft_tokens_total"]
+            self.assertGreater(drafts, 0, policy)
+            return r.choices[0].text, drafted / drafts
+
+        def generated(policy):
+            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--model-draft", model_path(),
+                                  "--draft", "model", "--draft-max", "4", "--policy", policy, "--no-lookup",
+                                  "--temp", "0", "-n", "48", "--threads", str(ARGS.threads), "--json", "-p", prompt],
+                                 capture_output=True, text=True, timeout=300 * TIME_SCALE,
+                                 env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            sp = json.loads(out.stdout)["speculative"]
+            return sp["drafted_tokens"] / sp["drafts"]
+
+        text_fixed, fixed = served("fixed")
+        text_conf, conf = served("confidence")
+        self.assertEqual(text_conf, text_fixed)
+        self.assertLess(conf, fixed - 0.25, "the server drafted under 'confidence' as under 'fixed'")
+        self.assertAlmostEqual(conf, generated("confidence"), delta=0.5)
+
     # -- errors --
     def test_client_errors(self):
         with self.assertRaises(openai.NotFoundError) as e:

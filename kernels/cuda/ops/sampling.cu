@@ -15,6 +15,7 @@
 // in id order as the CPU's sort by (value desc, id asc) does.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/noise.cuh"
+#include "kernels/exp_nonpos.hpp"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/device_decode.hpp"
 
@@ -40,29 +41,9 @@ __device__ __forceinline__ float scrub_nan(float x) {
   return (__float_as_uint(x) & 0x7FFFFFFFu) > 0x7F800000u ? -INFINITY : x;
 }
 
-// engine/sampling/sampler.cpp's exp_nonpos, operation for operation (Cephes' expf
-// polynomial, x <= 0, results below FLT_MIN flushed to 0): the CPU's weights, bit for bit.
-__device__ __forceinline__ float exp_nonpos(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kMin = -87.3365448f;
-  constexpr float kRound = 12582912.0f;
-  const uint32_t xb = __float_as_uint(x);
-  const uint32_t keep = 0u - static_cast<uint32_t>(xb <= __float_as_uint(kMin));
-  const float xc = __uint_as_float(xb & keep);
-  const float n = (xc * kLog2e + kRound) - kRound;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float scale = __uint_as_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
-  return __uint_as_float(__float_as_uint(p * scale) & keep);
-}
+// exp(x) for x <= 0, the host sampler's own definition (kernels/exp_nonpos.hpp): the CPU's
+// weights, bit for bit.
+using kernels::exp_nonpos;
 
 // ---- block-wide reductions (every thread gets the result; fixed order) ------------------------
 

@@ -28,6 +28,7 @@ _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repeti
                  "lookup", "lookup_min")
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
+_SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
                         "draft_vocab_counts", "draft_type"})
 
@@ -122,7 +123,7 @@ def _result(ptr: Any) -> GenerateResult:
             text=text, tokens=r.tokens[:r.n_tokens], prompt_tokens=r.prompt_tokens[:r.n_prompt_tokens],
             finish_reason=_FINISH.get(r.finish_reason, "stop"),
             timings=Timings(r.prefill_ms, r.decode_ms, r.prefill_tokens_per_s, r.decode_tokens_per_s),
-            speculative=spec)
+            speculative=spec, seed=r.seed)
     finally:
         N.lib().tandem_result_free(ptr)
 
@@ -362,6 +363,11 @@ class Engine:
         for key in _PLAIN_FIELDS:
             if key in sampling:
                 v = sampling[key]
+                if key == "seed":
+                    if v is None:
+                        continue  # the library draws a fresh one (GenerateResult.seed reports it)
+                    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < _SEED_RANDOM:
+                        raise InvalidArgumentError(f"seed must be an int in 0..2**64-2 or None, not {v!r}")
                 if isinstance(v, bool) or key in ("add_special", "parse_special", "ignore_eos"):
                     v = int(bool(v))
                 setattr(p, key, v)

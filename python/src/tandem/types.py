@@ -34,7 +34,7 @@ class SamplingOptions(TypedDict, total=False):
     repetition_window: int            # default 64; < 0: the whole history
     presence_penalty: float
     frequency_penalty: float
-    seed: int
+    seed: int | None                  # None (default): a fresh random seed per call, reported in the result
     stop: str | Sequence[str]         # generation ends before the first occurrence
     add_special: bool                 # default True: prepend BOS etc. as the model says
     parse_special: bool               # default True: special-token texts become special tokens
@@ -101,6 +101,7 @@ class GenerateResult:
     finish_reason: FinishReason
     timings: Timings
     speculative: SpeculativeMetrics
+    seed: int                         # the seed the text was drawn with: passing it again reproduces the text
 
 
 @dataclass(frozen=True)

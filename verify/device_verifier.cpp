@@ -1,11 +1,11 @@
-#include "engine/runtime/device_verify.hpp"
+#include "verify/device_verifier.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 
-#include "draft/draft_probs.hpp"
+#include "engine/sampling/device_rows.hpp"
 
 namespace tandem {
 
@@ -118,7 +118,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
     v.n_drafts = k;
     v.with_q = s.q_rows.empty() ? 0 : 1;
     v.coupled = s.coupled ? 1 : 0;
-    v.key = kernels::NoiseKey::of(s.sampling->seed, s.position);
+    v.key = kernels::NoiseKey::of(s.sampling->seed.value_or(0), s.position);
     std::copy(s.drafts.begin(), s.drafts.end(), h_drafts.begin() + i * max_d);
     std::copy(s.q_rows.begin(), s.q_rows.end(), h_qrows.begin() + i * max_d);
   }
