@@ -25,6 +25,7 @@
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/grammar_cache.hpp"
 #include "engine/model/transformer.hpp"
+#include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "engine/runtime/sequence_run.hpp"
 #include "tandem/engine.hpp"
@@ -32,6 +33,7 @@
 #include "tests/support/paths.hpp"
 #include "tests/support/stats.hpp"
 #include "tests/support/tiny_model.hpp"
+#include "kernels/device_decode.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
@@ -41,12 +43,6 @@ constexpr int kPositions = 5;        // output positions checked: the first toke
 // Generations per configuration. TANDEM_LOSSLESS_RUNS lowers it for the sanitizer run, which
 // checks the memory safety of these paths, not their statistics (scripts/test.sh).
 const int kRuns = std::getenv("TANDEM_LOSSLESS_RUNS") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS")) : 12000;
-// The configurations on the CUDA backend run under the SIMT emulator, about 0.2 s per
-// generation: fewer generations (the same α, so less power: the injected-bias power check
-// is the CPU configurations'), and a reference pruned where a cell could not reach the 5
-// expected counts the test needs anyway (TANDEM_LOSSLESS_RUNS_CUDA overrides).
-const int kCudaRuns =
-    std::getenv("TANDEM_LOSSLESS_RUNS_CUDA") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS_CUDA")) : 600;
 constexpr double kAlpha = 1e-5;      // per position; fixed seeds make every outcome deterministic
 constexpr float kInjectedMass = 0.02f;
 constexpr int kPromptGreedy = 8;  // greedy tokens after the prompt's seed
@@ -58,12 +54,16 @@ constexpr float kPerturb = 0.1f;  // the close draft's weight noise: it agrees a
 struct Models {
   std::string target, close_draft, far_draft;
 };
+test::TinyModelSpec target_spec() {
+  test::TinyModelSpec t;
+  t.arch = "llama";
+  t.seed = 21;
+  t.tied_embeddings = false;  // an output matrix of std 1/sqrt(n_embd): logits of order one, several tokens compete
+  return t;
+}
 const Models& fixture() {
   static const Models m = [] {
-    test::TinyModelSpec t;
-    t.arch = "llama";
-    t.seed = 21;
-    t.tied_embeddings = false;  // an output matrix of std 1/sqrt(n_embd): logits of order one, several tokens compete
+    test::TinyModelSpec t = target_spec();
     const std::string dir = test::scratch_dir("lossless");
     Models m{dir + "/target.gguf", dir + "/close.gguf", dir + "/far.gguf"};
     test::write_tiny_model(m.target, t);
@@ -80,13 +80,16 @@ const Models& fixture() {
 // target and draft in its one arena): the same statistics through the other backend.
 // draft_vocab: the draft's reduced vocabulary (FR-Spec), its first n token ids.
 // draft_type: the draft's matrix weights re-quantized at load ("keep": as stored).
+// target: the target's file (default: fixture().target).
 Engine& engine_with(const std::string& draft, const std::string& device = "cpu", int32_t draft_vocab = 0,
-                    const std::string& draft_type = "keep") {
-  static std::map<std::tuple<std::string, std::string, int32_t, std::string>, std::unique_ptr<Engine>> engines;
-  auto& e = engines[{draft, device, draft_vocab, draft_type}];
+                    const std::string& draft_type = "keep", const std::string& target = "") {
+  static std::map<std::tuple<std::string, std::string, std::string, int32_t, std::string>, std::unique_ptr<Engine>>
+      engines;
+  const std::string t = target.empty() ? fixture().target : target;
+  auto& e = engines[{t, draft, device, draft_vocab, draft_type}];
   if (!e) {
     LoadOptions o;
-    o.model_path = fixture().target;
+    o.model_path = t;
     o.draft_model_path = draft;
     o.draft_vocab = draft_vocab;
     o.draft_type = draft_type;
@@ -111,6 +114,57 @@ std::vector<int32_t> prompt_for(Engine& e) {
   return p;
 }
 
+// The "eos" configurations' models: the target and the close draft again, with an
+// end-of-generation token the target really emits: the third most likely after the prompt
+// (about a tenth of the mass; it comes back at later positions too), so outputs end at
+// every position, inside accepted drafts among them.
+const Models& eos_fixture() {
+  static const Models m = [] {
+    Engine& plain = engine_with("");
+    const std::vector<int32_t> prompt = prompt_for(plain);
+    const std::vector<float> all = plain.logits(prompt);
+    const size_t vocab = all.size() / prompt.size();
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_k = 6;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    const Distribution d = make_distribution(std::span<const float>(all).last(vocab), sp, prompt);
+    test::TinyModelSpec t = target_spec();
+    t.eos_id = d.ids.at(2);
+    const std::string dir = test::scratch_dir("lossless_eos");
+    Models e{dir + "/target.gguf", dir + "/close.gguf", ""};
+    test::write_tiny_model(e.target, t);
+    t.perturb = kPerturb;
+    test::write_tiny_model(e.close_draft, t);
+    return e;
+  }();
+  return m;
+}
+
+// The "stop" configurations' stop string: the letter found in about a sixth of the mass of
+// the tokens the target may give after the prompt. Many tokens hold it, so outputs stop at
+// every position, inside accepted drafts among them, and where two tokens' texts meet too.
+std::string stop_string(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
+  const std::vector<float> all = e.logits(prompt);
+  const size_t vocab = all.size() / prompt.size();
+  const Distribution d = make_distribution(std::span<const float>(all).last(vocab), sp, prompt);
+  std::string best;
+  double best_gap = 1.0;
+  for (char ch = 'a'; ch <= 'z'; ++ch) {
+    double mass = 0.0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (EngineAccess::parts(e).tokenizer.is_control(d.ids[i])) continue;
+      if (e.detokenize(std::span<const int32_t>(&d.ids[i], 1)).find(ch) != std::string::npos) mass += d.probs[i];
+    }
+    if (std::abs(mass - 1.0 / 6.0) < best_gap) {
+      best_gap = std::abs(mass - 1.0 / 6.0);
+      best = std::string(1, ch);
+    }
+  }
+  return best;
+}
+
 // The exact reference, from a walk over every prefix the target can produce with
 // probability at least kPrune. Two views of each output position j are tested:
 //   * the token y_j (its marginal over all prefixes);
@@ -121,10 +175,10 @@ std::vector<int32_t> prompt_for(Engine& e) {
 // counts in a cell of its own whose exact probability is the mass left out, so pruning makes
 // the cells coarser, never the reference inexact.
 constexpr double kPrune = 2e-5;
-constexpr double kCudaPrune = 1e-3;  // 5 / kCudaRuns is 8e-3
 constexpr int kRanks = 4;          // ranks 1..kRanks-1 each, the rest in one cell (few cells: power)
 constexpr int32_t kPruned = -1;    // the cell of outputs whose prefix was not expanded
 constexpr int32_t kOutside = -2;   // a token outside the target's support: a bug (probability 0)
+constexpr int32_t kEnded = -3;     // the output ended before this position (EOS, a stop string, a grammar)
 
 struct Reference {
   std::vector<std::map<int32_t, double>> token;  // [position][token] → P(expanded prefix, token)
@@ -140,8 +194,18 @@ struct Constraint {
   GrammarState state;
 };
 
+// What ends an output before kPositions tokens, as the engine decides it (SequenceRun::commit):
+// an end-of-generation token (without ignore_eos), a stop string in the output's text (the
+// token completing it is the last), a grammar that is complete (nothing may follow).
+struct Ending {
+  const Tokenizer* eog = nullptr;  // its is_eog tokens end the output
+  std::string stop;
+  bool grammar = false;
+  bool any() const { return eog || !stop.empty() || grammar; }
+};
+
 void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len, double prob,
-          double prune, Reference& ref, const Constraint& c = {}) {
+          double prune, Reference& ref, const Constraint& c, const Ending& end) {
   const size_t depth = seq.size() - prompt_len;
   const std::vector<float> all = e.logits(seq);
   const size_t vocab = all.size() / seq.size();
@@ -153,17 +217,34 @@ void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t
     const double pc = prob * d.probs[i];
     ref.token[depth][d.ids[i]] += pc;
     ref.rank[depth][std::min<int32_t>(static_cast<int32_t>(i), kRanks - 1)] += pc;
-    if (depth + 1 == static_cast<size_t>(kPositions) || pc < prune) continue;
+    if (depth + 1 == static_cast<size_t>(kPositions)) continue;
     seq.push_back(d.ids[i]);
     Constraint next = c;
     if (c.grammar) next.state = c.grammar->after(c.state, d.ids[i]);
-    walk(e, sp, seq, prompt_len, pc, prune, ref, next);
+    bool ended = end.eog && end.eog->is_eog(d.ids[i]);
+    if (!end.stop.empty()) {
+      // The output's text as the client gets it: streamed (control tokens are no text,
+      // incomplete characters wait for the rest).
+      StreamDecoder text_of(EngineAccess::parts(e).tokenizer);
+      std::string text;
+      for (size_t j = prompt_len; j < seq.size(); ++j) text += text_of.push(seq[j]);
+      ended = ended || text.find(end.stop) != std::string::npos;
+    }
+    ended = ended || (end.grammar && TokenGrammar::complete(next.state));
+    if (ended) {  // every later position of this output is in the ended cell
+      for (size_t j = depth + 1; j < static_cast<size_t>(kPositions); ++j) {
+        ref.token[j][kEnded] += pc;
+        ref.rank[j][kEnded] += pc;
+      }
+    } else if (pc >= prune) {
+      walk(e, sp, seq, prompt_len, pc, prune, ref, next, end);
+    }
     seq.pop_back();
   }
 }
 
 Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& sp,
-                          double prune = kPrune, const std::string& grammar = "") {
+                          double prune = kPrune, const std::string& grammar = "", Ending end = {}) {
   Reference ref;
   ref.token.resize(kPositions);
   ref.rank.resize(kPositions);
@@ -174,7 +255,7 @@ Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const S
     tg = std::make_unique<TokenGrammar>(Grammar::parse(grammar), grammar_vocab(EngineAccess::parts(e).tokenizer));
     c = {tg.get(), tg->initial()};
   }
-  walk(e, sp, seq, prompt.size(), 1.0, prune, ref, c);
+  walk(e, sp, seq, prompt.size(), 1.0, prune, ref, c, end);
   return ref;
 }
 
@@ -182,9 +263,13 @@ Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const S
 // with states whose allowed sets differ (words, a parenthesised name, digits and punctuation),
 // each allowing more tokens than top-k keeps.
 const char* const kGrammar = R"G(root ::= ( [a-z ]+ | "(" [a-z_ ]* ")" | [0-9,.;:]+ )+)G";
+// The "grammar" ending configurations': words, then one digit or mark that completes the
+// sentence (nothing may follow it), which the target reaches at any position.
+const char* const kGrammarEnds = R"G(root ::= [a-z ]+ [0-9,.;:])G";
 
 // The cells one sampled output falls in at position j: {token cell, rank cell}.
 std::pair<int32_t, int32_t> cells_of(const std::vector<int32_t>& out, int j, const Reference& ref) {
+  if (static_cast<size_t>(j) >= out.size()) return {kEnded, kEnded};
   const auto it = ref.support.find(std::vector<int32_t>(out.begin(), out.begin() + j));
   if (it == ref.support.end()) return {kPruned, kPruned};
   const int32_t y = out[static_cast<size_t>(j)];
@@ -252,6 +337,9 @@ struct Config {
   int32_t draft_vocab = 0;   // a reduced draft vocabulary: q is 0 outside it
   std::string draft_type = "keep";  // the draft's weights re-quantized at load (--draft-type)
   int32_t lookup_min = 3;  // prompt lookup ahead of the draft model (on by default); 0: off
+  // What may end an output inside an accepted run: "eos" (a token the target emits is its
+  // EOS), "stop" (a stop string), "grammar" (the configuration's grammar completes). "": none.
+  std::string ending = "";
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -286,35 +374,199 @@ test::Chi2Result cell_test(const std::map<int32_t, int64_t>& seen, const std::ma
   return test::chi2_goodness_of_fit(obs, probs, n);
 }
 
+// ---- the device's algorithm, on the host -----------------------------------------------
+//
+// On a backend that samples and verifies on the device (the CUDA one), a run's output is a
+// pure function of its seed: every random choice is counter-based noise keyed by (seed,
+// position, tag) (kernels/device_decode.hpp), the draft's draws included. DeviceTwin is that
+// function written out plainly from the kernels' rules (kernels/cuda/ops/sampling.cu): draws
+// by inverse CDF in id order over 2^-44 fixed-point weights, a draft accepted when
+// u * q(x) < p(x), the residual max(0, p - q) (p itself when it has no mass), the bonus
+// token drawn from p, and coupled output the Gumbel-max argmin -log u / p (ties to the larger
+// p, then the lower id). Its p and q are make_distribution's over the backend's own logits.
+//
+// The CUDA configurations check the device against it seed by seed (exact: a bias the
+// device's verification picks up changes outputs, whatever their number), and check the
+// twin's outputs over kRuns seeds, which the emulator could not generate in CI's time, with
+// the χ²: together, the device's output distribution is the target's, with the power the CPU
+// configurations have.
+class DeviceTwin {
+ public:
+  // k: the drafts per step (fixed policy; rejection mode only: coupled output ignores drafts).
+  // bias: the verifier's injected bias (verify/verifier.hpp), applied to p as the device does.
+  DeviceTwin(Engine& e, const SamplingParams& sp, std::vector<int32_t> prompt, bool rejection, int32_t k,
+             int32_t max_tokens, InjectedBias bias = {})
+      : e_(e), sp_(sp), prompt_(std::move(prompt)), rejection_(rejection), k_(k), max_tokens_(max_tokens),
+        bias_(bias) {}
+
+  // Fills the cache of p along an output (one pass gives every prefix's row): what run() will
+  // ask for when it follows that output.
+  void prefetch(const std::vector<int32_t>& out) {
+    std::vector<int32_t> seq = prompt_;
+    seq.insert(seq.end(), out.begin(), out.end());
+    if (!out.empty()) seq.pop_back();
+    fill_p(seq);
+  }
+
+  std::vector<int32_t> run(uint64_t seed) {
+    const PositionNoise noise(seed);
+    std::vector<int32_t> seq = prompt_;
+    std::vector<int32_t> out;
+    while (static_cast<int32_t>(out.size()) < max_tokens_) {
+      const int64_t base = static_cast<int64_t>(seq.size());
+      if (!rejection_) {  // coupled: the target's Gumbel-max token, whatever was drafted
+        out.push_back(gumbel(p_at(seq), noise, base));
+        seq.push_back(out.back());
+        continue;
+      }
+      // The first token is plain; then k drafts a step, within the token budget.
+      const int32_t k = out.empty() ? 0 : std::min(k_, max_tokens_ - static_cast<int32_t>(out.size()) - 1);
+      std::vector<int32_t> drafts, ctx = seq;
+      for (int32_t i = 0; i < k; ++i) {
+        const std::vector<float>& q = q_at(ctx);
+        const int32_t d = draw([&](size_t v) { return fx(q[v]); }, q.size(), noise.uniform(base + i, kernels::kTagDraft - i));
+        if (d < 0) break;
+        drafts.push_back(d);
+        ctx.push_back(d);
+      }
+      ctx = seq;
+      int32_t next = -1;
+      size_t a = 0;
+      for (;; ++a) {
+        const std::vector<float> p = p_at(ctx);
+        const int64_t pos = base + static_cast<int64_t>(a);
+        if (a == drafts.size()) {
+          next = draw([&](size_t v) { return fx(p[v]); }, p.size(), noise.uniform(pos, kernels::kTagSample));
+          break;
+        }
+        const std::vector<float>& q = q_at(ctx);
+        const int32_t x = drafts[a];
+        const double u = noise.uniform(pos, kernels::kTagAccept);
+        if (u * static_cast<double>(q[static_cast<size_t>(x)]) < static_cast<double>(p[static_cast<size_t>(x)])) {
+          ctx.push_back(x);
+          continue;
+        }
+        const double u2 = noise.uniform(pos, kernels::kTagSample);
+        next = draw([&](size_t v) { return fx(static_cast<double>(p[v]) - static_cast<double>(q[v])); }, p.size(), u2);
+        if (next < 0) next = draw([&](size_t v) { return fx(p[v]); }, p.size(), u2);
+        break;
+      }
+      for (size_t i = 0; i < a; ++i) out.push_back(drafts[i]);
+      out.push_back(next);
+      seq.insert(seq.end(), drafts.begin(), drafts.begin() + static_cast<ptrdiff_t>(a));
+      seq.push_back(next);
+    }
+    return out;
+  }
+
+ private:
+  static uint64_t fx(double w) { return w > 0.0 ? static_cast<uint64_t>(w * 17592186044416.0) : 0; }  // 2^44
+  // The first id whose cumulative weight exceeds u times the total; -1 without weight.
+  template <class W>
+  static int32_t draw(const W& w, size_t n, double u) {
+    uint64_t total = 0;
+    for (size_t v = 0; v < n; ++v) total += w(v);
+    if (total == 0) return -1;
+    uint64_t target = static_cast<uint64_t>(u * static_cast<double>(total));
+    if (target >= total) target = total - 1;
+    uint64_t acc = 0;
+    for (size_t v = 0; v < n; ++v) {
+      acc += w(v);
+      if (acc > target) return static_cast<int32_t>(v);
+    }
+    return -1;
+  }
+  static int32_t gumbel(const std::vector<float>& p, const PositionNoise& noise, int64_t position) {
+    int32_t best = -1;
+    double best_key = std::numeric_limits<double>::infinity();
+    float best_p = 0.0f;
+    for (size_t v = 0; v < p.size(); ++v) {
+      if (!(p[v] > 0.0f)) continue;
+      const double key = -portable_log(noise.uniform(position, static_cast<int32_t>(v))) / static_cast<double>(p[v]);
+      if (key < best_key || (key == best_key && p[v] > best_p)) {  // (ids ascend: ties keep the lower)
+        best = static_cast<int32_t>(v);
+        best_key = key;
+        best_p = p[v];
+      }
+    }
+    return best;
+  }
+  static std::vector<float> dense(const Distribution& d, size_t vocab) {
+    std::vector<float> out(vocab, 0.0f);
+    for (size_t i = 0; i < d.size(); ++i) out[static_cast<size_t>(d.ids[i])] = d.probs[i];
+    return out;
+  }
+  // p after seq (with the injected bias at its position: mass from the most likely token to
+  // the second, ties to the lower id, as the device moves it).
+  std::vector<float> p_at(const std::vector<int32_t>& seq) {
+    if (!p_.count(seq)) fill_p(seq);
+    std::vector<float> p = p_.at(seq);
+    if (bias_.position != static_cast<int64_t>(seq.size()) || bias_.mass <= 0.0f) return p;
+    size_t top = 0;
+    for (size_t v = 1; v < p.size(); ++v)
+      if (p[v] > p[top]) top = v;
+    size_t second = p.size();
+    for (size_t v = 0; v < p.size(); ++v)
+      if (v != top && p[v] > 0.0f && (second == p.size() || p[v] > p[second])) second = v;
+    if (second == p.size()) return p;
+    const float moved = std::min(bias_.mass, p[top]);
+    p[top] -= moved;
+    p[second] += moved;
+    return p;
+  }
+  void fill_p(const std::vector<int32_t>& seq) {
+    const std::vector<float> all = e_.logits(seq);
+    const size_t vocab = all.size() / seq.size();
+    for (size_t n = prompt_.size(); n <= seq.size(); ++n) {
+      const std::vector<int32_t> prefix(seq.begin(), seq.begin() + static_cast<ptrdiff_t>(n));
+      if (p_.count(prefix)) continue;
+      const std::span<const float> row(all.data() + (n - 1) * vocab, vocab);
+      p_[prefix] = dense(make_distribution(row, sp_, prefix), vocab);
+    }
+  }
+  // The draft's q after seq: its logits (over a reduced vocabulary's ids, -inf elsewhere)
+  // through the request's transforms, as the draft samples on the device.
+  const std::vector<float>& q_at(const std::vector<int32_t>& seq) {
+    auto it = q_.find(seq);
+    if (it != q_.end()) return it->second;
+    Transformer& draft = *EngineAccess::parts(e_).draft;
+    const size_t vocab = static_cast<size_t>(draft.model().config().n_vocab);
+    std::vector<float> logits;
+    {
+      SequenceKV kv(draft.cache());
+      Batch b;
+      std::vector<bool> want(seq.size(), false);
+      want.back() = true;
+      b.add(kv, seq, want);
+      draft.forward(b, logits);
+    }
+    std::vector<float> row(vocab, -std::numeric_limits<float>::infinity());
+    if (const OutputSubset* subset = draft.output_subset()) {
+      for (size_t j = 0; j < subset->ids.size(); ++j) row[static_cast<size_t>(subset->ids[j])] = logits[j];
+    } else {
+      row.assign(logits.begin(), logits.begin() + static_cast<ptrdiff_t>(vocab));
+    }
+    return q_[seq] = dense(make_distribution(row, sp_, seq), vocab);
+  }
+
+  Engine& e_;
+  SamplingParams sp_;
+  std::vector<int32_t> prompt_;
+  bool rejection_;
+  int32_t k_, max_tokens_;
+  InjectedBias bias_;
+  std::map<std::vector<int32_t>, std::vector<float>> p_, q_;
+};
+
 class Lossless : public ::testing::TestWithParam<Config> {};
 extern const std::vector<Config> kConfigs;
 
-TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
-  const Config& c = GetParam();
-  const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
-  const bool cpu = c.device == "cpu";
-  if (inject && !cpu) GTEST_SKIP() << "the power check needs the CPU configurations' run count";
-  const int runs = cpu ? kRuns : kCudaRuns;
-  Engine& e = engine_with(c.mode == DraftMode::Model ? (c.far_draft ? fixture().far_draft : fixture().close_draft)
-                                                     : std::string(),
-                          c.device, c.draft_vocab, c.draft_type);
-  if (c.draft_type != "keep") {
-    ASSERT_EQ(e.info().draft_type, c.draft_type);
-  }
-  const std::vector<int32_t> prompt = prompt_for(e);
-  const Sampler s = sampler(c.sampler);
-  const Reference exact = exact_reference(e, prompt, s.sp, cpu ? kPrune : kCudaPrune, c.grammar);
-
-  // The bias goes to position (index of the configuration) mod kPositions: across the suite
-  // every position is shown to be checked, three times.
-  const auto at = std::find_if(kConfigs.begin(), kConfigs.end(), [&](const Config& k) { return k.name == c.name; });
-  const int biased = static_cast<int>(at - kConfigs.begin()) % kPositions;
-  if (inject) inject_verifier_bias({static_cast<int64_t>(prompt.size()) + biased, kInjectedMass});
-
+// The request a configuration makes.
+GenerateOptions options_of(const Config& c, const SamplingParams& sp) {
   GenerateOptions g;
   g.max_tokens = kPositions;
-  g.ignore_eos = true;
-  g.sampling = s.sp;
+  g.ignore_eos = c.ending != "eos";
+  g.sampling = sp;
   g.speculative.mode = c.mode;
   g.speculative.policy = c.policy;
   g.speculative.draft_max = c.k;
@@ -326,47 +578,16 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
   g.speculative.lookup = c.lookup_min > 0;
   if (c.lookup_min > 0) g.speculative.lookup_min = c.lookup_min;
   g.grammar = c.grammar;
-  std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
-  SpeculativeMetrics m;
-  for (int r = 0; r < runs; ++r) {
-    g.sampling.seed = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1);
-    const GenerateResult res = e.generate_tokens(prompt, g);
-    ASSERT_EQ(res.tokens.size(), static_cast<size_t>(kPositions));
-    for (int j = 0; j < kPositions; ++j) {
-      const auto [token, rank] = cells_of(res.tokens, j, exact);
-      ++seen_token[static_cast<size_t>(j)][token];
-      ++seen_rank[static_cast<size_t>(j)][rank];
-    }
-    m.merge(res.speculative);
-  }
-  inject_verifier_bias({});
+  return g;
+}
 
-  // The configuration must really exercise what it claims to.
-  // (Prompt lookup finds a continuation in about one step of ten here; a draft model always.)
-  EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? runs / 20 : runs / 2) << "too few drafts to mean much";
-  EXPECT_GT(m.accepted_tokens, std::max<int64_t>(runs / 240, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
-  EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
-  if (!cpu) {
-    // The CUDA configurations check the device's sampling and verification
-    // (verify/device_verifier.hpp, draft/draft_probs.hpp), not a host fallback.
-    EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
-    if (c.mode == DraftMode::Model) {
-      // (prompt lookup's drafts are the host's, point masses)
-      EXPECT_EQ(m.device_drafted_tokens + m.lookup_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
-    }
-  }
-  if (c.mode == DraftMode::Model && c.lookup_min == 1) {
-    // Steps of both sources: lookup's point masses and the model's sampled drafts.
-    EXPECT_GT(m.lookup_steps, runs / 20) << "prompt lookup hardly drafted";
-    EXPECT_GT(m.lookup_accepted_tokens, 0);
-    EXPECT_GT(m.drafted_tokens - m.lookup_drafted_tokens, runs / 2) << "the draft model hardly drafted";
-  }
-  if (c.policy == "adaptive" || c.policy == "goodput") {
-    int distinct = 0;
-    for (size_t k = 0; k < m.steps_per_k.size(); ++k) distinct += m.steps_per_k[k] > 0;
-    EXPECT_GE(distinct, 2) << "the policy never varied k";
-  }
+uint64_t seed_of(int r) { return 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1); }
 
+// Every output position's tokens and ranks against the exact reference: each passes, or,
+// with the bias injected, the biased position fails.
+void check_positions(const std::vector<std::map<int32_t, int64_t>>& seen_token,
+                     const std::vector<std::map<int32_t, int64_t>>& seen_rank, const Reference& exact, int runs,
+                     bool inject, int biased, const std::string& name, const SpeculativeMetrics& m) {
   double min_p = 1.0;
   for (int j = 0; j < kPositions; ++j) {
     const auto uj = static_cast<size_t>(j);
@@ -387,9 +608,173 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
       EXPECT_LT(pj, kAlpha) << "the injected bias went unnoticed at " << what;
     }
   }
-  RecordProperty("min_p_value", std::to_string(min_p));
-  std::printf("%s: acceptance %.3f (%lld drafted), min p-value %.3g%s\n", c.name.c_str(), m.acceptance_rate(),
+  ::testing::Test::RecordProperty("min_p_value", std::to_string(min_p));
+  std::printf("%s: acceptance %.3f (%lld drafted), min p-value %.3g%s\n", name.c_str(), m.acceptance_rate(),
               static_cast<long long>(m.drafted_tokens), min_p, inject ? " (bias injected)" : "");
+}
+
+// The configuration must really exercise what it claims to.
+void check_exercised(const Config& c, const SpeculativeMetrics& m, int runs) {
+  // (Prompt lookup finds a continuation in about one step of ten here; a draft model always.)
+  EXPECT_GT(m.drafted_tokens, c.mode == DraftMode::Ngram ? runs / 20 : runs / 2) << "too few drafts to mean much";
+  EXPECT_GT(m.accepted_tokens, std::max<int64_t>(runs / 240, m.drafted_tokens / 100)) << "too few accepted drafts to mean much";
+  EXPECT_LT(m.accepted_tokens, m.drafted_tokens) << "no rejections: the resampling branch went untested";
+  if (c.mode == DraftMode::Model && c.lookup_min == 1) {
+    // Steps of both sources: lookup's point masses and the model's sampled drafts.
+    EXPECT_GT(m.lookup_steps, runs / 20) << "prompt lookup hardly drafted";
+    EXPECT_GT(m.lookup_accepted_tokens, 0);
+    EXPECT_GT(m.drafted_tokens - m.lookup_drafted_tokens, runs / 2) << "the draft model hardly drafted";
+  }
+  if (c.policy == "adaptive" || c.policy == "goodput") {
+    int distinct = 0;
+    for (size_t k = 0; k < m.steps_per_k.size(); ++k) distinct += m.steps_per_k[k] > 0;
+    EXPECT_GE(distinct, 2) << "the policy never varied k";
+  }
+}
+
+// Seed-by-seed device runs: fewer than a χ² needs (each is an emulated generation), and
+// enough that a 2% bias in the device's verification changes some output (each run's
+// chance is at least the bias's mass: none of 400 changing has probability below 3e-4).
+const int kDeviceRuns =
+    std::getenv("TANDEM_LOSSLESS_RUNS_CUDA") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS_CUDA")) : 400;
+
+// A CUDA configuration: the device against its twin (DeviceTwin) seed by seed, and the twin
+// with the χ² over kRuns seeds.
+void check_on_device(const Config& c, int biased, bool inject) {
+  ASSERT_TRUE(c.ending.empty() && c.grammar.empty()) << "the twin follows neither endings nor grammars";
+  const bool rejection = c.verify == VerifyMode::Rejection;
+  if (rejection) {
+    // Its drafts must be a function of the seed: a fixed k, and no prompt lookup (whose
+    // choice against the draft model follows measured times).
+    ASSERT_EQ(c.policy, "fixed");
+    ASSERT_EQ(c.lookup_min, 0);
+  }
+  const std::string draft = c.far_draft ? fixture().far_draft : fixture().close_draft;
+  Engine& dev = engine_with(draft, c.device, c.draft_vocab, c.draft_type);
+  Engine& host = engine_with(draft, "cpu", c.draft_vocab, c.draft_type);
+  const std::vector<int32_t> prompt = prompt_for(host);
+  const Sampler s = sampler(c.sampler);
+  const GenerateOptions g = options_of(c, s.sp);
+  const InjectedBias bias{static_cast<int64_t>(prompt.size()) + biased, kInjectedMass};
+
+  if (inject) inject_verifier_bias(bias);
+  std::vector<GenerateResult> res(static_cast<size_t>(kDeviceRuns));
+  GenerateOptions gr = g;
+  for (int r = 0; r < kDeviceRuns; ++r) {
+    gr.sampling.seed = seed_of(r);
+    res[static_cast<size_t>(r)] = dev.generate_tokens(prompt, gr);
+  }
+  inject_verifier_bias({});
+  DeviceTwin twin(dev, s.sp, prompt, rejection, c.k, kPositions);
+  int mismatches = 0;
+  std::string first;
+  SpeculativeMetrics m;
+  for (int r = 0; r < kDeviceRuns; ++r) {
+    const GenerateResult& got = res[static_cast<size_t>(r)];
+    m.merge(got.speculative);
+    twin.prefetch(got.tokens);
+    const std::vector<int32_t> want = twin.run(seed_of(r));
+    if (want == got.tokens) continue;
+    if (++mismatches == 1) {
+      first = "run " + std::to_string(r) + ": device";
+      for (int32_t t : got.tokens) first += " " + std::to_string(t);
+      first += ", twin";
+      for (int32_t t : want) first += " " + std::to_string(t);
+    }
+  }
+  check_exercised(c, m, kDeviceRuns);
+  // The device's sampling and verification (verify/device_verifier.hpp, draft/draft_probs.hpp),
+  // not a host fallback.
+  EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
+  if (c.mode == DraftMode::Model) {
+    EXPECT_EQ(m.device_drafted_tokens + m.lookup_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
+  }
+  std::printf("%s: %d of %d device runs differ from the twin%s\n", c.name.c_str(), mismatches, kDeviceRuns,
+              inject ? " (bias injected on the device)" : "");
+  if (!inject) {
+    EXPECT_EQ(mismatches, 0) << mismatches << " of " << kDeviceRuns << " runs differ from the twin; " << first;
+  } else {
+    EXPECT_GT(mismatches, 0) << "the bias injected on the device changed no output";
+  }
+
+  // The twin's distribution: over kRuns seeds, on the CPU backend's distributions (those of
+  // the exact reference), with the bias where injected.
+  DeviceTwin host_twin(host, s.sp, prompt, rejection, c.k, kPositions, inject ? bias : InjectedBias{});
+  const Reference exact = exact_reference(host, prompt, s.sp);
+  std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
+  for (int r = 0; r < kRuns; ++r) {
+    const std::vector<int32_t> out = host_twin.run(seed_of(r));
+    for (int j = 0; j < kPositions; ++j) {
+      const auto [token, rank] = cells_of(out, j, exact);
+      ++seen_token[static_cast<size_t>(j)][token];
+      ++seen_rank[static_cast<size_t>(j)][rank];
+    }
+  }
+  check_positions(seen_token, seen_rank, exact, kRuns, inject, biased, c.name + " (twin)", m);
+}
+
+TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
+  const Config& c = GetParam();
+  const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
+  // The bias goes to position (index of the configuration) mod kPositions: across the suite
+  // every position is shown to be checked, several times.
+  const auto at = std::find_if(kConfigs.begin(), kConfigs.end(), [&](const Config& k) { return k.name == c.name; });
+  const int biased = static_cast<int>(at - kConfigs.begin()) % kPositions;
+  if (c.device != "cpu") {
+    check_on_device(c, biased, inject);
+    return;
+  }
+  const bool eos = c.ending == "eos";
+  const std::string draft = eos ? eos_fixture().close_draft : c.far_draft ? fixture().far_draft : fixture().close_draft;
+  Engine& e = engine_with(c.mode == DraftMode::Model ? draft : std::string(), c.device, c.draft_vocab, c.draft_type,
+                          eos ? eos_fixture().target : "");
+  if (c.draft_type != "keep") {
+    ASSERT_EQ(e.info().draft_type, c.draft_type);
+  }
+  const std::vector<int32_t> prompt = prompt_for(e);
+  const Sampler s = sampler(c.sampler);
+  GenerateOptions g = options_of(c, s.sp);
+  Ending ending;
+  if (eos) ending.eog = &EngineAccess::parts(e).tokenizer;
+  if (c.ending == "stop") {
+    ending.stop = stop_string(e, prompt, s.sp);
+    g.stop = {ending.stop};
+  }
+  ending.grammar = c.ending == "grammar";
+  const Reference exact = exact_reference(e, prompt, s.sp, kPrune, c.grammar, ending);
+
+  if (inject) inject_verifier_bias({static_cast<int64_t>(prompt.size()) + biased, kInjectedMass});
+  std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
+  SpeculativeMetrics m;
+  int64_t ended = 0, cut_inside = 0;
+  for (int r = 0; r < kRuns; ++r) {
+    g.sampling.seed = seed_of(r);
+    const GenerateResult res = e.generate_tokens(prompt, g);
+    if (!ending.any()) {
+      ASSERT_EQ(res.tokens.size(), static_cast<size_t>(kPositions));
+    } else {
+      ASSERT_GE(res.tokens.size(), 1u);
+      ASSERT_LE(res.tokens.size(), static_cast<size_t>(kPositions));
+      ended += res.tokens.size() < static_cast<size_t>(kPositions);
+      // Steps commit their accepted drafts and one more token, unless the output ended among
+      // them: then fewer tokens were kept than the steps accepted.
+      cut_inside += res.speculative.accepted_tokens + res.speculative.target_passes + 1 >
+                    static_cast<int64_t>(res.tokens.size());
+    }
+    for (int j = 0; j < kPositions; ++j) {
+      const auto [token, rank] = cells_of(res.tokens, j, exact);
+      ++seen_token[static_cast<size_t>(j)][token];
+      ++seen_rank[static_cast<size_t>(j)][rank];
+    }
+    m.merge(res.speculative);
+  }
+  inject_verifier_bias({});
+  check_exercised(c, m, kRuns);
+  if (ending.any()) {
+    EXPECT_GT(ended, kRuns / 20) << "outputs hardly ended early";
+    EXPECT_GT(cut_inside, kRuns / 100) << "outputs hardly ended inside accepted drafts";
+  }
+  check_positions(seen_token, seen_rank, exact, kRuns, inject, biased, c.name, m);
 }
 
 // The draft_min rule in isolation, with a proposer built to expose it: it draws x1 from the
@@ -513,7 +898,7 @@ const std::vector<Config> kConfigs = {
         // target's on that backend, so these check the speculative path there.
         // (every cut: top-k, top-p and min-p, computed on the device for both models)
         Config{"cuda_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05",
-               V::Rejection, false, "cuda-emulated"},
+               V::Rejection, false, "cuda-emulated", "", 0, "keep", 0},
         Config{"cuda_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6",
                V::Coupled, false, "cuda-emulated"},
         // Constrained decoding (a grammar): p and q both over what the grammar allows, drafts
@@ -543,11 +928,28 @@ const std::vector<Config> kConfigs = {
                V::Coupled, false, "cuda-emulated"},
         // A reduced draft vocabulary sampled on the device (q = 0 outside it after scatter_cols).
         Config{"cuda_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
-               V::Rejection, false, "cuda-emulated", "", 160},
+               V::Rejection, false, "cuda-emulated", "", 160, "keep", 0},
         // The draft re-quantized at load (issue 16, --draft-type): its F16 weights as Q4_0,
         // with a reduced vocabulary (whose head rows are re-quantized too).
         Config{"draft_type_q4_0_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
-               V::Rejection, false, "cpu", "", 160, "q4_0"}};
+               V::Rejection, false, "cpu", "", 160, "q4_0"},
+        // Outputs that end inside accepted drafts (appended, so the configurations above keep
+        // their injected positions): an EOS token the target emits, a stop string, a grammar
+        // that completes. The drafts after the end were accepted, never committed.
+        // (Their order puts the injected bias at an early position for those whose outputs
+        // end soonest: a bias where few outputs still run is seen by few of them.)
+        Config{"eos_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 3, "eos"},
+        Config{"grammar_ends_coupled_model_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6",
+               V::Coupled, false, "cpu", kGrammarEnds, 0, "keep", 3, "grammar"},
+        Config{"grammar_ends_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
+               false, "cpu", kGrammarEnds, 0, "keep", 3, "grammar"},
+        Config{"stop_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 3, "stop"},
+        Config{"stop_coupled_lookup1_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0,
+               "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 1, "stop"},
+        Config{"eos_coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0,
+               "temp1.0_topk6_mild_penalties", V::Coupled, false, "cpu", "", 0, "keep", 3, "eos"}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

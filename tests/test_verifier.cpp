@@ -6,6 +6,8 @@
 #include <map>
 
 #include "tests/support/stats.hpp"
+#include "kernels/backend.hpp"
+#include "verify/step_verifier.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
@@ -141,6 +143,44 @@ TEST(VerifyStochastic, EveryPositionFollowsTargetAcrossSteps) {
     for (int j = 0; j < kLen; ++j) ++counts[j][out[static_cast<size_t>(j)]];
   }
   for (int j = 0; j < kLen; ++j) EXPECT_GT(pvalue_against(counts[j], p[static_cast<size_t>(j)], runs), kAlpha) << j;
+}
+
+// The one entry point: the CPU backend verifies every sequence on the host; the host's verdict
+// follows the request's mode (greedy needs no randomness, rejection sampling its stream).
+TEST(StepVerifier, TheHostVerifiesWhereTheBackendCannotAndPicksTheRequestsVerifier) {
+  auto be = kernels::make_cpu_backend(1);
+  const StepVerifier v(*be);
+  EXPECT_FALSE(v.on_device(true));
+  EXPECT_FALSE(v.on_device(false));
+
+  const Distribution p = dist({4, 5, 6}, {0.7f, 0.2f, 0.1f});
+  const DistFn pf = [&](int32_t) { return p; };
+  const std::vector<int32_t> drafts = {4, 5};
+  const Distribution argmax = dist({4}, {1.0f});
+  const DistFn af = [&](int32_t) { return argmax; };
+  HostStep greedy;
+  greedy.drafts = drafts;
+  greedy.target = &af;
+  greedy.greedy = true;
+  const VerifyResult g = verify_host(greedy);
+  EXPECT_EQ(g.n_accepted, 1);
+  EXPECT_EQ(g.next_token, 4);
+
+  HostStep rejection = greedy;
+  rejection.target = &pf;
+  rejection.greedy = false;
+  EXPECT_THROW(verify_host(rejection), std::invalid_argument) << "rejection sampling without a random stream";
+  Rng rng(5);
+  rejection.rng = &rng;
+  std::map<int64_t, int64_t> first;
+  for (int i = 0; i < 20000; ++i) {
+    const VerifyResult r = verify_host(rejection);
+    ++first[r.n_accepted > 0 ? drafts[0] : r.next_token];
+  }
+  EXPECT_GT(pvalue_against(first, p, 20000), kAlpha);  // point-mass drafts: the first token follows p
+
+  HostStep none;
+  EXPECT_THROW(verify_host(none), std::invalid_argument);
 }
 
 }  // namespace

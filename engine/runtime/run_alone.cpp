@@ -4,7 +4,7 @@
 
 #include "engine/base/clock.hpp"
 #include "engine/model/prefill.hpp"
-#include "verify/device_verifier.hpp"
+#include "verify/step_verifier.hpp"
 #include "engine/runtime/sequence_run.hpp"
 
 namespace tandem {
@@ -14,8 +14,8 @@ void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) 
   // Everything but the last prompt token; it is the first step's pending token.
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
   // On a backend that decodes on the device, a request without a grammar or logprobs is
-  // verified there: the logits stay on the device (verify/device_verifier.hpp).
-  const std::unique_ptr<DeviceVerifier> device = DeviceVerifier::for_backend(target.model().backend());
+  // verified there: the logits stay on the device (verify/step_verifier.hpp).
+  StepVerifier verifier(target.model().backend());
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first
     // token (and again should its cache have run short).
@@ -28,14 +28,15 @@ void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) 
     const std::span<const int32_t> step = run.plan_step(1);
     b.add_all_logits(run.kv(), step);
     const auto t0 = Clock::now();
-    const bool on_device = device && run.verdict_on_device();
+    const bool on_device = verifier.on_device(run.verdict_on_device());
     target.forward(b, logits, !on_device);
     const double target_ms = ms_since(t0);
     if (on_device) {
       const DeviceVerifier::Sequence seq = run.device_sequence(0);
       const kernels::Tensor q = draft_probs ? draft_probs->q() : kernels::Tensor{};
-      run.finish_step(device->verify(target.device_logits(), std::span(&seq, 1), draft_probs ? &q : nullptr).front(),
-                      target_ms);
+      run.finish_step(
+          verifier.verify_on_device(target.device_logits(), std::span(&seq, 1), draft_probs ? &q : nullptr).front(),
+          target_ms);
     } else {
       run.finish_step(logits, target_ms);
     }

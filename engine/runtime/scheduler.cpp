@@ -11,10 +11,13 @@
 namespace tandem {
 
 Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
-    : engine(e), parts(EngineAccess::parts(e)), opts(o), step_time(o.max_step_ms, o.min_prefill_tokens) {
+    : engine(e),
+      parts(EngineAccess::parts(e)),
+      opts(o),
+      step_time(o.max_step_ms, o.min_prefill_tokens),
+      verifier(parts.target.model().backend()) {
   if (o.prefix_cache)
     prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
-  device_verify = DeviceVerifier::for_backend(parts.target.model().backend());
 }
 
 // ---- public surface ----------------------------------------------------------------------

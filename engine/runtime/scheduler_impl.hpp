@@ -16,7 +16,7 @@
 #include "draft/proposer.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/prefix_cache.hpp"
-#include "verify/device_verifier.hpp"
+#include "verify/step_verifier.hpp"
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "engine/runtime/sequence_run.hpp"
@@ -83,7 +83,7 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
   StepTimeModel step_time;                       // scheduler thread only
-  std::unique_ptr<DeviceVerifier> device_verify;  // null unless the backend decodes on the device
+  StepVerifier verifier;  // host or device verdicts
 
   Impl(Engine& e, const SchedulerOptions& o);
 

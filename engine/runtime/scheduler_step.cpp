@@ -198,9 +198,9 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
       row += p.tokens.size();
     }
   };
-  const bool on_device = device_verify && std::any_of(ps.begin(), ps.end(), [](const Part& p) {
-                           return p.all_logits && p.e->run->verdict_on_device();
-                         });
+  const bool on_device = std::any_of(ps.begin(), ps.end(), [&](const Part& p) {
+    return p.all_logits && verifier.on_device(p.e->run->verdict_on_device());
+  });
   bool ran = false;
   try {
     run(ps, logits, !on_device);
@@ -242,7 +242,7 @@ void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
   std::vector<Part*> here;
   for (Part& p : ps) {
     if (!p.all_logits) continue;
-    if (p.e->run->verdict_on_device()) {
+    if (verifier.on_device(p.e->run->verdict_on_device())) {
       seqs.push_back(p.e->run->device_sequence(p.first_row));
       here.push_back(&p);
     } else {
@@ -250,7 +250,7 @@ void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
     }
   }
   const kernels::Tensor q = parts.draft_probs ? parts.draft_probs->q() : kernels::Tensor{};
-  const std::vector<VerifyResult> verdicts = device_verify->verify(all, seqs, parts.draft_probs ? &q : nullptr);
+  const std::vector<VerifyResult> verdicts = verifier.verify_on_device(all, seqs, parts.draft_probs ? &q : nullptr);
   for (size_t i = 0; i < here.size(); ++i) here[i]->verdict = verdicts[i];
   std::lock_guard<std::mutex> lk(mu);
   stats.device_verified += static_cast<int64_t>(here.size());

@@ -1,8 +1,10 @@
 // One request's decoding state and its speculative step (draft → verify → commit), stepped
 // from outside: by run_alone (one sequence, run_alone.hpp) or the Scheduler (many sequences
-// sharing each target pass). Keeping every decision about
-// drafting, verification, rollback and output in this one class is what makes a request's
-// output independent of how it was batched.
+// sharing each target pass). Keeping every decision about drafting, verification, rollback
+// and output with the run is what makes a request's output independent of how it was
+// batched. Its parts: the output as the client sees it (SequenceOutput), the grammar of a
+// constrained request (SequenceGrammar), how it speculates (Speculation: proposer, policy,
+// prompt lookup ahead of the draft), and the step in flight (Step).
 //
 // Invariant: `committed` holds the prompt and every emitted token; the target cache holds
 // KV for all of them except the newest ("pending") one. A step runs the target over
@@ -21,9 +23,10 @@
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/sequence_kv.hpp"
+#include "engine/runtime/sequence_grammar.hpp"
+#include "engine/runtime/sequence_output.hpp"
 #include "verify/device_verifier.hpp"
 #include "engine/sampling/rng.hpp"
-#include "engine/text/stop_strings.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/lookup_choice.hpp"
 #include "policies/policy.hpp"
@@ -45,7 +48,7 @@ class SequenceRun {
               Clock::time_point start = Clock::now(), std::shared_ptr<const TokenGrammar> grammar = nullptr);
 
   bool done() const { return done_; }
-  GenerateResult& result() { return res_; }
+  GenerateResult& result() { return out_.result(); }
   SequenceKV& kv() { return kv_; }
   const std::vector<int32_t>& committed() const { return committed_; }
 
@@ -65,12 +68,12 @@ class SequenceRun {
   ProposeJob draft_job(int32_t k);
   std::span<const int32_t> take_proposal(ProposeJob&& job);
   std::span<const int32_t> no_proposal() { return set_proposal(Proposal{}, 0.0, 0); }
-  Proposer* proposer() const { return proposer_; }
+  Proposer* proposer() const { return spec_.proposer; }
   // After choose_k gave k > 0 to a draft-model request with lookup on: proposes this step's
   // drafts by prompt lookup instead, when there are any and LookupChoice prefers them (then
   // the step is planned, as by set_proposal, and the draft model is not run). False otherwise.
   bool try_lookup(int32_t k);
-  std::span<const int32_t> step_tokens() const { return step_tokens_; }
+  std::span<const int32_t> step_tokens() const { return step_.tokens; }
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
   // Whether this request's verdict is the target's argmax alone (greedy, no penalties), so a
@@ -78,12 +81,12 @@ class SequenceRun {
   // (Not when it wants logprobs: they need the logits rows on the host; nor under a grammar:
   // its masks apply on the host.)
   bool verdict_is_argmax() const {
-    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_;
+    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_.active();
   }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
   // (verify/device_verifier.hpp): no grammar (its masks apply on the host), no
   // logprobs (they need the rows), and no draft distributions held on the host.
-  bool verdict_on_device() const { return device_eligible() && prop_.dists.empty(); }
+  bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty(); }
   // This step as the device verifier takes it (first_row: the pending token's row).
   DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
@@ -102,74 +105,73 @@ class SequenceRun {
   // start off (SpeculationPolicy::may_start_off) it stays 0 until the policy first asks
   // for a draft (draft_deferred): a sequence that never speculates never feeds the draft.
   size_t draft_prefill_pending() const;
-  bool draft_deferred() const { return draft_deferred_; }
+  bool draft_deferred() const { return spec_.deferred; }
   // Ends the deferral if the policy asks for a draft this step (its k is then used by the
   // step's choose_k, not asked again); returns draft_prefill_pending(). Callers that feed
   // the draft right before the step (run_to_end) call it instead of draft_prefill_pending.
   size_t resolve_draft(int32_t batch_size);
   // The caller fed the draft `tokens` of its context (the prefill above), taking `ms`.
   void record_draft_prefill(int64_t tokens, double ms) {
-    res_.speculative.draft_prefill_tokens += tokens;
-    res_.speculative.draft_prefill_ms += ms;
+    result().speculative.draft_prefill_tokens += tokens;
+    result().speculative.draft_prefill_ms += ms;
   }
 
  private:
+  // How the run speculates.
+  struct Speculation {
+    Proposer* proposer = nullptr;
+    SpeculationPolicy* policy = nullptr;
+    bool on = false;          // a proposer and draft_max > 0
+    bool deferred = false;    // the draft has not been asked for yet: its prompt pass waits
+    int32_t decided_k = -1;   // the policy's k for this step, asked by resolve_draft (-1: not asked)
+    // Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): null when off,
+    // and which of the two drafts pays more so far.
+    std::unique_ptr<Proposer> lookup;
+    LookupChoice lookup_choice;
+  };
+  // The step in flight, between planning (set_proposal) and finishing it.
+  struct Step {
+    Proposal prop;
+    std::vector<int32_t> tokens;  // the target pass's: [pending, drafts...]
+    int32_t base_len = 0;         // the cache's length when it was planned
+    int32_t k_max = 0;            // the most drafts the policy could choose (0: a plain step)
+    double draft_ms = 0.0;
+    bool lookup = false;          // its drafts came from prompt lookup
+    // The target distributions verification computed, by row (logprobs reuse them).
+    std::vector<std::optional<Distribution>> dists;
+  };
+
   ProposeOptions propose_options(int32_t k) const;
   std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
   VerifyResult verify(std::span<const float> logits);
   // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
   // host path, which reports them as make_distribution does.
   bool device_eligible() const {
-    return opts_.logprobs < 0 && !grammar_ && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
+    return opts_.logprobs < 0 && !grammar_.active() && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
   }
+  int32_t k_limit() const;      // draft_max within the context and token budget
+  int32_t tokens_left() const;  // what max_tokens still allows (the policy's horizon)
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
   // logits: the step's rows, for logprobs (empty for an outside verdict).
   void commit_step(const VerifyResult& v, std::span<const float> logits);
   bool commit(int32_t token, const TokenLogprobs* lp);  // false once the output is over
-  bool emit(const std::string& text, int32_t token, const TokenLogprobs* lp);
   // The logprobs of `token` at step row i (opts_.logprobs >= 0), history = committed_.
   TokenLogprobs logprobs_at(std::span<const float> logits, int32_t i, int32_t token);
-  // Constrained requests: the drafts cut where the grammar forbids a token or has ended.
-  void fit_proposal_to_grammar();
   void close_output();
 
   SequenceKV kv_;
-  const Tokenizer& tok_;
-  GenerateOptions opts_;
-  StreamEventCallback cb_;
+  GenerateOptions opts_;  // the seed settled
   int32_t context_, n_vocab_;
-  Proposer* proposer_;
-  SpeculationPolicy* policy_;
-  bool speculate_;
-  bool draft_deferred_ = false;  // the draft has not been asked for yet: its prompt pass waits
-  int32_t decided_k_ = -1;       // the policy's k for this step, asked by resolve_draft (-1: not asked)
-  int32_t k_limit() const;       // draft_max within the context and token budget
-  int32_t tokens_left() const;   // what max_tokens still allows (the policy's horizon)
-  bool coupled_;  // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
+  bool coupled_;                // VerifyMode::Coupled with sampling: tokens come from noise_, not rng_
   bool sampling_valid_ = true;  // validate_sampling(opts_.sampling) passed
   Rng rng_;
   PositionNoise noise_;
-  std::shared_ptr<const TokenGrammar> grammar_;
-  GrammarState grammar_state_;  // after the committed output
-  // The step in flight: the states after 0..n of its drafts (step_states_[0] = grammar_state_).
-  std::vector<GrammarState> step_states_;
-  StreamDecoder decoder_;
-  StopMatcher stops_;
   std::vector<int32_t> committed_;
-  GenerateResult res_;
   bool done_ = false;
-  Clock::time_point start_, first_token_{};
-  // The step in flight (between plan_step and finish_step).
-  Proposal prop_;
-  std::vector<int32_t> step_tokens_;
-  int32_t step_base_len_ = 0, step_k_max_ = 0;
-  double step_draft_ms_ = 0.0;
-  // Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): null when off.
-  std::unique_ptr<Proposer> lookup_;
-  LookupChoice lookup_choice_;
-  bool step_lookup_ = false;  // this step's drafts came from lookup_
-  // The target distributions verification computed this step, by row (logprobs reuse them).
-  std::vector<std::optional<Distribution>> step_dists_;
+  SequenceOutput out_;
+  SequenceGrammar grammar_;
+  Speculation spec_;
+  Step step_;
 };
 
 }  // namespace tandem

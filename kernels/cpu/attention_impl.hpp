@@ -16,30 +16,12 @@
 #include <cstring>
 
 #include "kernels/cpu/convert_impl.hpp"
+#include "kernels/paged_attn_args.hpp"
 
 namespace tandem::kernels::cpu {
 
-struct AttnArgs {
-  const float* q = nullptr;  // [n_tokens, ldq], heads contiguous
-  int64_t ldq = 0;
-  float* out = nullptr;
-  int64_t ldo = 0;
-  const uint8_t* k = nullptr;  // cache rows: slot-major, n_kv_heads*head_dim each
-  const uint8_t* v = nullptr;
-  size_t kv_row_bytes = 0;
-  bool kv_f16 = false;
-  int64_t n_slots = 0;
-  const int32_t* pos = nullptr;
-  const int32_t* seq = nullptr;
-  const int32_t* block_table = nullptr;
-  int64_t bt_cols = 0;
-  int64_t n_seqs = 0;
-  int32_t block_size = 0;
-  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  float scale = 1.0f;
-  int window = 0;
-  float softcap = 0.0f;
-};
+// One call's arguments (kernels/paged_attn_args.hpp: built the same way by every backend).
+using AttnArgs = PagedAttnArgs;
 
 // Helpers are `static` (see attn_detail below for why).
 static inline int attn_group(const AttnArgs& a) { return a.n_heads / a.n_kv_heads; }

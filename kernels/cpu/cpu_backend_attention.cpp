@@ -183,28 +183,8 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   require(meta.positions.numel() == q.rows() && meta.seq_index.numel() == q.rows(), "paged_attention",
           "positions/seq_index must have one entry per token");
   require(meta.block_size > 0, "paged_attention", "block_size must be positive");
-  AttnArgs a;
-  a.q = host_as<float>(q);
-  a.ldq = static_cast<int64_t>(q.row_stride() / sizeof(float));
-  a.out = host_as<float>(out);
-  a.ldo = static_cast<int64_t>(out.row_stride() / sizeof(float));
-  a.k = host_ptr(cache.k);
-  a.v = host_ptr(cache.v);
-  a.kv_row_bytes = cache.k.row_stride();
-  a.kv_f16 = cache.k.type == DType::F16;
-  a.n_slots = cache.k.rows();
-  a.pos = host_as<int32_t>(meta.positions);
-  a.seq = host_as<int32_t>(meta.seq_index);
-  a.block_table = host_as<int32_t>(meta.block_table);
-  a.bt_cols = meta.block_table.cols();
-  a.n_seqs = meta.block_table.rows();
-  a.block_size = meta.block_size;
-  a.n_heads = n_heads;
-  a.n_kv_heads = n_kv_heads;
-  a.head_dim = head_dim;
-  a.scale = scale;
-  a.window = sliding_window;
-  a.softcap = softcap;
+  const AttnArgs a = make_paged_attn_args(out, q, cache, meta, n_heads, n_kv_heads, head_dim, scale, sliding_window,
+                                          softcap, [](const Tensor& t) { return host_ptr(t); });
 
   // Validate every token's positions and cache blocks here, on the caller's thread, and
   // cut its context into spans.

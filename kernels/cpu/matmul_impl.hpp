@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.hpp"
+#include "kernels/paged_attn_args.hpp"
 
 namespace tandem::kernels::cpu::mm {
 
@@ -94,7 +95,7 @@ using QuantizeFn = bool (*)(DType t, const float* src, void* dst, int64_t n);
 
 }  // namespace tandem::kernels::cpu::mm
 namespace tandem::kernels::cpu {
-struct AttnArgs;  // attention_impl.hpp
+using AttnArgs = PagedAttnArgs;  // attention_impl.hpp
 struct AttnState;
 // attention_span_avx2_multi's contract (attention_impl.hpp), at a kernel level of its own.
 using AttnMultiFn = void (*)(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh, int32_t lo,

@@ -248,7 +248,7 @@ void CudaBackend::reserve_scratch(const ScratchNeeds& n) {
     scratch(kScratchTile, sizeof(float) * static_cast<size_t>(floats));
   }
   if (n.n_heads > 0 && n.n_kv_heads > 0 && n.head_dim > 0 && n.positions > 0) {
-    ops::AttnParams a{};
+    ops::AttnParams a;
     a.n_tokens = 1;
     a.n_heads = n.n_heads;
     a.n_kv_heads = n.n_kv_heads;
@@ -446,28 +446,10 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
   require(meta.positions.numel() == q.rows() && meta.seq_index.numel() == q.rows(), op,
           "positions/seq_index must have one entry per token");
   require(meta.block_size > 0, op, "block_size must be positive");
-  ops::AttnParams a{};
-  a.q = reinterpret_cast<const float*>(ptr(q, op));
-  a.ldq = ld_of(q);
-  a.out = reinterpret_cast<float*>(ptr(out, op));
-  a.ldo = ld_of(out);
-  a.k = ptr(cache.k, op);
-  a.v = ptr(cache.v, op);
-  a.kv_stride = cache.k.row_stride();
-  a.kv_f16 = cache.k.type == DType::F16;
-  a.n_slots = cache.k.rows();
-  a.pos = reinterpret_cast<const int32_t*>(ptr(meta.positions, op));
-  a.seq = reinterpret_cast<const int32_t*>(ptr(meta.seq_index, op));
-  a.block_table = reinterpret_cast<const int32_t*>(ptr(meta.block_table, op));
-  a.bt_cols = meta.block_table.cols();
-  a.n_seqs = meta.block_table.rows();
-  a.block_size = meta.block_size;
-  a.n_heads = n_heads;
-  a.n_kv_heads = n_kv_heads;
-  a.head_dim = head_dim;
-  a.scale = scale;
-  a.window = sliding_window;
-  a.softcap = softcap;
+  ops::AttnParams a;
+  static_cast<PagedAttnArgs&>(a) = make_paged_attn_args(out, q, cache, meta, n_heads, n_kv_heads, head_dim, scale,
+                                                         sliding_window, softcap,
+                                                         [&](const Tensor& t) { return ptr(t, op); });
   require(ops::attention_shared_bytes(a) <= 48 * 1024, op,
           "GQA group x (head_dim + " + std::to_string(ops::kAttnSplit) + ") floats exceed 48 KiB of shared memory");
   // Tokens in chunks whose span states fit the scratch (each token is independent).

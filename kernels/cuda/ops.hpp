@@ -10,6 +10,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
 #include "kernels/dtype.hpp"
+#include "kernels/paged_attn_args.hpp"
 
 #ifndef TANDEM_CUDA_NS
 #error "TANDEM_CUDA_NS must be defined (cuda_dev or cuda_emu) by the build"
@@ -63,26 +64,10 @@ void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t 
 // Contexts are cut into spans of this many positions (flash-decoding); fixed, so a token's
 // arithmetic depends on its own context only (the CPU backend uses the same split).
 constexpr int kAttnSplit = 512;
-struct AttnParams {
-  const float* q;
-  int64_t ldq;
-  float* out;
-  int64_t ldo;
-  const uint8_t* k;
-  const uint8_t* v;
-  size_t kv_stride;
-  bool kv_f16;
-  int64_t n_slots;
-  const int32_t* pos;
-  const int32_t* seq;
-  const int32_t* block_table;
-  int64_t bt_cols, n_seqs;
-  int32_t block_size;
-  int n_heads, n_kv_heads, head_dim;
-  float scale;
-  int window;
-  float softcap;
-  int64_t n_tokens;
+// One call's arguments (kernels/paged_attn_args.hpp: built the same way by every backend), and
+// how many of its tokens a launch covers.
+struct AttnParams : PagedAttnArgs {
+  int64_t n_tokens = 0;
 };
 // Floats of partial state paged_attention needs in `scratch`.
 size_t attention_scratch_floats(const AttnParams& p);

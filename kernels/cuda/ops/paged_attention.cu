@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
       for (int g = 0; g < group; ++g) sc[g * kSplit + jj] = -INFINITY;
       continue;
     }
-    const uint8_t* krow = a.k + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_stride +
+    const uint8_t* krow = a.k + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
                           static_cast<size_t>(kvh) * hd * esz;
     for (int g = 0; g < group; ++g) {
       const float* qg = qs + g * hd;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
     for (int jj = 0; jj < n; ++jj) {
       const int32_t j = lo + jj, blk = c.bt[j / a.block_size];
       if (blk < 0 || blk >= n_blocks) continue;
-      const uint8_t* vrow = a.v + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_stride +
+      const uint8_t* vrow = a.v + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
                             static_cast<size_t>(kvh) * hd * esz;
       acc += e[jj] * kv_at(vrow, a.kv_f16, i);
     }
