@@ -444,7 +444,7 @@ TEST(CApi, GenerateStreamsTheResultAndMatchesTheCppApi) {
 
   // No callback and no result: allowed.
   EXPECT_EQ(tandem_generate(e.get(), "Hello world", &gp, nullptr, nullptr, nullptr), TANDEM_OK);
-  // Default params (sampled, seed 0) work too.
+  // Default params (sampled, a fresh seed) work too.
   ASSERT_EQ(tandem_generate(e.get(), "Hello", nullptr, nullptr, nullptr, &r), TANDEM_OK) << tandem_last_error();
   tandem_result_free(r);
 }

@@ -397,6 +397,30 @@ class MainServer(StructuredOutputCases, Timed):
         self.assertEqual(complete({"seed": seed_s}), (seed_s, s))
         self.assertEqual(complete({"seed": 7})[0], 7)
 
+    @release_only("Speculative.UnseededRequestsDrawFreshSeedsAndReportThem (test_speculative)")
+    def test_cli_generate_draws_fresh_seeds_and_reports_them(self):
+        """`tandem generate` without --seed: a fresh seed each run, printed ("seed" with --json, [seed] on stderr);
+        --seed with it gives the same text."""
+        def generate(*extra, json_out=True):
+            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "1", "--top-k", "0",
+                                  "--top-p", "1", "--min-p", "0", "-n", "24", "--threads", str(ARGS.threads),
+                                  *(["--json"] if json_out else []), "-p", "Once upon a time", *extra],
+                                 capture_output=True, text=True, timeout=300 * TIME_SCALE)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return out
+
+        a = json.loads(generate().stdout)
+        b = json.loads(generate().stdout)
+        self.assertNotEqual(a["seed"], b["seed"])
+        self.assertNotEqual(a["tokens"], b["tokens"], "two unseeded runs at temperature 1 gave the same 24 tokens")
+        self.assertEqual(json.loads(generate("--seed", str(a["seed"])).stdout)["tokens"], a["tokens"])
+        plain = generate(json_out=False)
+        m = re.search(r"\[seed\] (\d+)", plain.stderr)
+        self.assertIsNotNone(m, plain.stderr)
+        again = generate("--seed", m.group(1), json_out=False)
+        self.assertEqual(again.stdout, plain.stdout)
+
+    @release_only("Scheduler.TheConfidencePolicyMeansWhatItMeansInGenerate (test_scheduler)")
     def test_confidence_policy_drafts_as_in_generate(self):
         """policy "confidence" cuts drafts where the draft is unsure (its default p_min 0.5), through the server as
         in `tandem generate`: shorter drafts than "fixed" in the metrics, the same per draft as generate's."""
