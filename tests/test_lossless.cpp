@@ -209,12 +209,37 @@ struct Ending {
   bool any() const { return eog || !stop.empty() || grammar; }
 };
 
-void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len, double prob,
-          double prune, Reference& ref, const Constraint& c, const Ending& end) {
+// The target after a sequence that grows and shrinks one token at a time, as the walk below
+// goes down and back up its tree: one token's pass per node instead of the whole prefix's.
+class TargetCursor {
+ public:
+  TargetCursor(Engine& e, const std::vector<int32_t>& prompt)
+      : tf_(EngineAccess::parts(e).target), kv_(tf_.cache()), vocab_(static_cast<size_t>(tf_.model().config().n_vocab)) {
+    std::vector<bool> want(prompt.size(), false);
+    want.back() = true;
+    run(prompt, want);
+  }
+  // The logits after the current sequence.
+  std::span<const float> last() const { return std::span<const float>(logits_).first(vocab_); }
+  void push(int32_t token) { run(std::vector<int32_t>{token}, {true}); }
+  void pop() { kv_.truncate(kv_.length() - 1); }
+
+ private:
+  void run(const std::vector<int32_t>& tokens, std::vector<bool> want) {
+    Batch b;
+    b.add(kv_, tokens, std::move(want));
+    tf_.forward(b, logits_);
+  }
+  Transformer& tf_;
+  SequenceKV kv_;
+  size_t vocab_;
+  std::vector<float> logits_;
+};
+
+void walk(Engine& e, TargetCursor& cur, const SamplingParams& sp, std::vector<int32_t>& seq, size_t prompt_len,
+          double prob, double prune, Reference& ref, const Constraint& c, const Ending& end) {
   const size_t depth = seq.size() - prompt_len;
-  const std::vector<float> all = e.logits(seq);
-  const size_t vocab = all.size() / seq.size();
-  const std::span<const float> last(all.data() + all.size() - vocab, vocab);
+  const std::vector<float> last(cur.last().begin(), cur.last().end());
   const Distribution d = c.grammar ? make_distribution(last, sp, seq, *c.grammar->mask(c.state))
                                    : make_distribution(last, sp, seq);
   ref.support.emplace(std::vector<int32_t>(seq.begin() + static_cast<ptrdiff_t>(prompt_len), seq.end()), d.ids);
@@ -242,7 +267,9 @@ void walk(Engine& e, const SamplingParams& sp, std::vector<int32_t>& seq, size_t
         ref.rank[j][kEnded] += pc;
       }
     } else if (pc >= prune) {
-      walk(e, sp, seq, prompt_len, pc, prune, ref, next, end);
+      cur.push(d.ids[i]);
+      walk(e, cur, sp, seq, prompt_len, pc, prune, ref, next, end);
+      cur.pop();
     }
     seq.pop_back();
   }
@@ -260,9 +287,11 @@ Reference exact_reference(Engine& e, const std::vector<int32_t>& prompt, const S
     tg = std::make_unique<TokenGrammar>(Grammar::parse(grammar), grammar_vocab(EngineAccess::parts(e).tokenizer));
     c = {tg.get(), tg->initial()};
   }
-  walk(e, sp, seq, prompt.size(), 1.0, prune, ref, c, end);
+  TargetCursor cur(e, prompt);
+  walk(e, cur, sp, seq, prompt.size(), 1.0, prune, ref, c, end);
   return ref;
 }
+
 
 // The grammar of the constrained configurations: never complete within kPositions tokens,
 // with states whose allowed sets differ (words, a parenthesised name, digits and punctuation),
@@ -638,10 +667,11 @@ void check_exercised(const Config& c, const SpeculativeMetrics& m, int runs) {
 }
 
 // Seed-by-seed device runs: fewer than a χ² needs (each is an emulated generation), and
-// enough that a 2% bias in the device's verification changes some output (each run's
-// chance is at least the bias's mass: none of 400 changing has probability below 3e-4).
+// enough that a 2% bias in the device's verification changes some output: about 3% of runs
+// change under it (9 to 21 of these 300 in each configuration; the seeds are fixed, so the
+// injected-bias run shows it every time).
 const int kDeviceRuns =
-    std::getenv("TANDEM_LOSSLESS_RUNS_CUDA") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS_CUDA")) : 400;
+    std::getenv("TANDEM_LOSSLESS_RUNS_CUDA") ? std::atoi(std::getenv("TANDEM_LOSSLESS_RUNS_CUDA")) : 300;
 
 // A CUDA configuration: the device against its twin (DeviceTwin) seed by seed, and the twin
 // with the χ² over kRuns seeds.
@@ -839,7 +869,7 @@ TEST(LosslessRules, ShortSampledDraftsAreVerifiedNotDropped) {
   g.speculative.draft_min = 2;
   g.speculative.verify = VerifyMode::Rejection;  // the rule under test (coupled output ignores drafts)
   std::map<int32_t, int64_t> seen_token, seen_rank;
-  const int runs = 6000;
+  const int runs = std::min(6000, kRuns);
   const bool inject = std::getenv("TANDEM_LOSSLESS_INJECT") != nullptr;
   if (inject) inject_verifier_bias({static_cast<int64_t>(prompt.size()) + 1, kInjectedMass});
   TopShyProposer proposer(e, sp);
