@@ -71,7 +71,7 @@ class SequenceRun {
   Proposer* proposer() const { return spec_.proposer; }
   // After choose_k gave k > 0 to a draft-model request with lookup on: proposes this step's
   // drafts by prompt lookup instead, when there are any and LookupChoice prefers them (then
-  // the step is planned, as by set_proposal, and the draft model is not run). False otherwise.
+  // the step is planned, as by take_proposal, and the draft model is not run). False otherwise.
   bool try_lookup(int32_t k);
   std::span<const int32_t> step_tokens() const { return step_.tokens; }
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.

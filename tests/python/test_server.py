@@ -421,39 +421,6 @@ class MainServer(StructuredOutputCases, Timed):
         again = generate("--seed", m.group(1), json_out=False)
         self.assertEqual(again.stdout, plain.stdout)
 
-    @release_only("Scheduler.TheConfidencePolicyMeansWhatItMeansInGenerate (test_scheduler)")
-    def test_confidence_policy_drafts_as_in_generate(self):
-        """policy "confidence" cuts drafts where the draft is unsure (its default p_min 0.5), through the server as
-        in `tandem generate`: shorter drafts than "fixed" in the metrics, the same per draft as generate's."""
-        prompt = "The history of the printing press begins"
-
-        def served(policy):
-            before = self.server.metrics()
-            r = self.client.completions.create(
-                model="smollm2", prompt=prompt, max_tokens=48, temperature=0,
-                extra_body={"speculative": {"mode": "model", "draft_max": 4, "policy": policy, "lookup": False}})
-            after = self.server.metrics()
-            drafts = after["tandem_spec_drafts_total"] - before["tandem_spec_drafts_total"]
-            drafted = after["tandem_spec_draft_tokens_total"] - before["tandem_spec_draft_tokens_total"]
-            self.assertGreater(drafts, 0, policy)
-            return r.choices[0].text, drafted / drafts
-
-        def generated(policy):
-            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--model-draft", model_path(),
-                                  "--draft", "model", "--draft-max", "4", "--policy", policy, "--no-lookup",
-                                  "--temp", "0", "-n", "48", "--threads", str(ARGS.threads), "--json", "-p", prompt],
-                                 capture_output=True, text=True, timeout=300 * TIME_SCALE,
-                                 env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
-            self.assertEqual(out.returncode, 0, out.stderr)
-            sp = json.loads(out.stdout)["speculative"]
-            return sp["drafted_tokens"] / sp["drafts"]
-
-        text_fixed, fixed = served("fixed")
-        text_conf, conf = served("confidence")
-        self.assertEqual(text_conf, text_fixed)
-        self.assertLess(conf, fixed - 0.25, "the server drafted under 'confidence' as under 'fixed'")
-        self.assertAlmostEqual(conf, generated("confidence"), delta=0.5)
-
     # -- errors --
     def test_client_errors(self):
         with self.assertRaises(openai.NotFoundError) as e:
@@ -1029,6 +996,56 @@ class TightKvServer(Timed):
         self.assertEqual(self.server.proc.wait(60), 0)
 
 
+# ---- server E: `serve --policy confidence` -------------------------------------------------
+
+
+@release_only("Scheduler.TheConfidencePolicyMeansWhatItMeansInGenerate (test_scheduler)")
+class ConfidencePolicyServer(Timed):
+    """The server's default policy means what `tandem generate --policy` means: "confidence" drafts under its
+    default p_min (0.5), cutting drafts where the draft is unsure."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("confidence", "--api-key", API_KEY, "--ctx", "1024", "--model-draft", model_path(),
+                            "--draft", "model", "--draft-max", "4", "--policy", "confidence")
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.finish()
+        assert rc == 0, f"server exited with {rc}"
+
+    def test_confidence_policy_drafts_as_in_generate(self):
+        """Shorter drafts than "fixed" in the metrics, as many per draft as `tandem generate --policy confidence`."""
+        prompt = "The history of the printing press begins"
+
+        def served(speculative):
+            before = self.server.metrics()
+            r = self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=48, temperature=0,
+                                               extra_body={"speculative": {"lookup": False, **speculative}})
+            after = self.server.metrics()
+            drafts = after["tandem_spec_drafts_total"] - before["tandem_spec_drafts_total"]
+            drafted = after["tandem_spec_draft_tokens_total"] - before["tandem_spec_draft_tokens_total"]
+            self.assertGreater(drafts, 0, speculative)
+            return r.choices[0].text, drafted / drafts
+
+        def generated(policy):
+            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--model-draft", model_path(),
+                                  "--draft", "model", "--draft-max", "4", "--policy", policy, "--no-lookup",
+                                  "--temp", "0", "-n", "48", "--threads", str(ARGS.threads), "--json", "-p", prompt],
+                                 capture_output=True, text=True, timeout=300 * TIME_SCALE,
+                                 env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            sp = json.loads(out.stdout)["speculative"]
+            return sp["drafted_tokens"] / sp["drafts"]
+
+        text_conf, conf = served({})  # the server's default policy
+        text_fixed, fixed = served({"policy": "fixed"})
+        self.assertEqual(text_conf, text_fixed)
+        self.assertLess(conf, fixed - 0.25, "serve --policy confidence drafted as 'fixed' does")
+        self.assertAlmostEqual(conf, generated("confidence"), delta=0.5)
+
+
 # ---- server D: the inference gateway's metrics under load ------------------------------
 
 
@@ -1179,6 +1196,7 @@ def main():
     if ARGS.pattern:
         loader.testNamePatterns = [f"*{p}*" for p in ARGS.pattern]
     suite = unittest.TestSuite(loader.loadTestsFromTestCase(c) for c in (MainServer, LimitsServer, TightKvServer,
+                                                                            ConfidencePolicyServer,
                                                                             GatewayMetricsServer))
     t0 = time.time()
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
