@@ -161,6 +161,7 @@ struct Runner {
 #endif
   size_t sched_stack_size = 0;
   unsigned n_threads = 0, live = 0, at_barrier = 0;
+  unsigned pos = 0;  // where the running fiber is in `order` (this round)
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
   std::exception_ptr error;
@@ -172,9 +173,27 @@ Runner& runner() {
   return *t_runner;
 }
 
-// Fiber -> scheduler and back.
+// Fiber -> the next fiber of the round, or the scheduler, and back. The scheduler's loop
+// (run_block) resumes the runnable fibers in the round's order; a parking fiber resumes the
+// next of them itself, which is what the scheduler would do, in one switch instead of two
+// (the switches are most of the emulator's time in warp-synchronous kernels). Under the
+// sanitizers, whose fiber annotations name the scheduler's stack, every switch goes through
+// the scheduler.
 void park(Runner& r, Fiber& f, State s) {
   f.state = s;
+#if defined(TANDEM_SIMT_ASM_SWITCH) && !defined(TANDEM_SIMT_ASAN) && !defined(TANDEM_SIMT_TSAN)
+  if (!r.error)
+    for (unsigned oi = r.pos + 1; oi < r.n_threads; ++oi) {
+      Fiber& next = r.fibers[r.order[oi]];
+      if (next.state != State::Runnable) continue;
+      r.pos = oi;
+      r.current = &next;
+      t_thread = &next.ctx;
+      tandem_simt_switch(&f.sp, next.sp);
+      return;  // resumed: by the scheduler or another fiber, which made this one current
+    }
+  r.pos = r.n_threads;  // the round is over: the scheduler starts the next
+#endif
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
 #endif
@@ -340,8 +359,9 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         std::swap(r.order[i - 1], r.order[(z ^ (z >> 31)) % i]);
       }
-    for (unsigned oi = 0; oi < n; ++oi) {
-      Fiber& f = r.fibers[r.order[oi]];
+    // r.pos moves on when a parking fiber resumes the next one itself (park).
+    for (r.pos = 0; r.pos < n; ++r.pos) {
+      Fiber& f = r.fibers[r.order[r.pos]];
       if (f.state != State::Runnable) continue;
       ran = true;
       r.current = &f;
