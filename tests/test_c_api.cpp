@@ -666,8 +666,8 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
   }
 }
 
-// The speculation policy and the cost model through the C API (fields and a function
-// appended in session 16): every policy keeps the plain greedy tokens; an adaptive policy
+// The speculation policy and the cost model through the C API (appended fields and a
+// function): every policy keeps the plain greedy tokens; an adaptive policy
 // that expects nothing to be accepted drafts less than fixed k; bad values are refused; the
 // calibration measures once and then comes from its cache.
 TEST(CApi, PoliciesAndCalibration) {
