@@ -154,7 +154,7 @@ class ModelProposer::Drafting {
   // over the whole one there). False when no job drafts.
   bool open_lanes() {
     for (ProposeJob& j : jobs_)
-      if (static_cast<ModelProposer&>(*j.proposer).device_probs_) dev_ = static_cast<ModelProposer&>(*j.proposer).device_probs_;
+      if (DraftProbs* d = static_cast<ModelProposer&>(*j.proposer).device_probs_) dev_ = d;
     const int64_t width_all = draft_.model().config().n_vocab;
     int64_t dev_cols = 0, all_rows = 0;
     for (ProposeJob& j : jobs_) {

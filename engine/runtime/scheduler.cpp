@@ -149,7 +149,7 @@ void Scheduler::Impl::loop() {
       std::vector<std::unique_ptr<Entry>> failed;
       failed.swap(running);
       for (auto& e : failed) {
-        if (e->run) e->run->finish(FinishReason::Cancelled);
+        if (e->run()) e->run()->finish(FinishReason::Cancelled);
         retire(std::move(e), std::string("internal error: ") + ex.what());
       }
     }
@@ -195,7 +195,7 @@ void Scheduler::Impl::apply_cancels() {
     }
   }
   for (auto& e : dropped) {
-    if (e->run) e->run->finish(FinishReason::Cancelled);
+    if (e->run()) e->run()->finish(FinishReason::Cancelled);
     retire(std::move(e), "");
   }
 }
@@ -203,7 +203,7 @@ void Scheduler::Impl::apply_cancels() {
 // Builds the per-request objects on first admission. False (and the request is retired
 // with an error) when the request cannot run at all.
 bool Scheduler::Impl::start(Entry& e) {
-  if (e.run) return true;
+  if (e.run()) return true;
   Entry* self = &e;
   auto on_token = [this, self](const StreamEvent& ev) {
     const auto now = Clock::now();
@@ -223,7 +223,6 @@ bool Scheduler::Impl::start(Entry& e) {
   // The policy decides with the engine's cost model (as calibrated for `serve`).
   e.seq = prepare_sequence(parts, EngineAccess::policy_costs(engine), e.req.prompt, e.req.opts, on_token, e.arrival,
                            e.grammar);
-  e.run = e.seq.run.get();
   std::lock_guard<std::mutex> lk(mu);
   stats.prompt_tokens_total += static_cast<int64_t>(e.req.prompt.size());
   return true;
@@ -232,17 +231,17 @@ bool Scheduler::Impl::start(Entry& e) {
 bool Scheduler::Impl::waits_for_leader(const Entry& e) const {
   if (e.leader == 0) return false;
   for (const auto& r : running)
-    if (r->id == e.leader) return r->run->prefilling();
+    if (r->id == e.leader) return r->run()->prefilling();
   return false;  // the leader is gone (finished, failed) or waits itself: nothing to wait for
 }
 
 void Scheduler::Impl::retire(std::unique_ptr<Entry> e, const std::string& error) {
   GenerateResult result;
-  if (e->run) {
-    e->run->kv().clear();
-    result = std::move(e->run->result());
+  if (e->run()) {
+    e->run()->kv().clear();
+    result = std::move(e->run()->result());
   }
-  if (!e->run) {
+  if (!e->run()) {
     result.prompt_tokens = e->req.prompt;
     result.timings.n_prompt = static_cast<int32_t>(e->req.prompt.size());
     result.finish = FinishReason::Cancelled;
@@ -269,7 +268,7 @@ void Scheduler::Impl::preempt_youngest() {
                              [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
   std::unique_ptr<Entry> e = std::move(*it);
   running.erase(it);
-  e->run->preempt();
+  e->run()->preempt();
   e->published_blocks = 0;
   std::lock_guard<std::mutex> lk(mu);
   ++stats.preemptions;

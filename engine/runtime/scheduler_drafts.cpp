@@ -14,15 +14,15 @@ namespace tandem {
 Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
   int32_t n_decode = 0;
   for (auto& r : running)
-    if (!r->run->prefilling()) ++n_decode;
+    if (!r->run()->prefilling()) ++n_decode;
   std::vector<ProposeJob> jobs;
   std::vector<Entry*> job_owner;
   std::vector<Entry*> catching_up;  // decoding plainly while their draft reads the context
   Drafted d;
   for (auto& r : running) {
-    if (r->run->prefilling()) continue;
+    if (r->run()->prefilling()) continue;
     guarded(*r, [&] {
-      SequenceRun& run = *r->run;
+      SequenceRun& run = *r->run();
       const int32_t k = run.choose_k(n_decode);
       if (run.draft_prefill_pending() > 0) catching_up.push_back(r.get());
       if (k == 0) {
@@ -36,7 +36,7 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
   }
   propose(jobs, job_owner);
   const bool prompts_wait =
-      std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); });
+      std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run()->prefilling(); });
   try {
     d.draft_prefill_ms = draft_prefill(catching_up, prompts_wait);
   } catch (const std::exception& ex) {
@@ -62,7 +62,7 @@ void Scheduler::Impl::propose(std::vector<ProposeJob>& jobs, const std::vector<E
       continue;
     }
     full += jobs[i].kv_full ? 1 : 0;
-    guarded(owner, [&] { owner.run->take_proposal(std::move(jobs[i])); });
+    guarded(owner, [&] { owner.run()->take_proposal(std::move(jobs[i])); });
   }
   if (!failed.empty()) drop_drafts(failed, "a batched draft pass", why);
   std::lock_guard<std::mutex> lk(mu);
@@ -82,11 +82,11 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
   std::vector<Entry*> job_owner;  // the sequence of each job
   for (Entry* e : lanes) {
     const int32_t want =
-        static_cast<int32_t>(std::min<size_t>(e->run->draft_prefill_pending(), static_cast<size_t>(opts.prefill_chunk)));
+        static_cast<int32_t>(std::min<size_t>(e->run()->draft_prefill_pending(), static_cast<size_t>(opts.prefill_chunk)));
     wanted += want;
     const int32_t n = std::min(want, left);
     if (n <= 0) continue;
-    jobs.push_back({e->run->proposer(), e->run->committed(), static_cast<size_t>(n)});
+    jobs.push_back({e->run()->proposer(), e->run()->committed(), static_cast<size_t>(n)});
     job_owner.push_back(e);
     left -= n;
   }
@@ -101,7 +101,7 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
   // Each sequence's share of the pass, by the tokens it fed.
   if (fed > 0)
     for (size_t i = 0; i < jobs.size(); ++i)
-      job_owner[i]->run->record_draft_prefill(static_cast<int64_t>(jobs[i].fed),
+      job_owner[i]->run()->record_draft_prefill(static_cast<int64_t>(jobs[i].fed),
                                               ms * static_cast<double>(jobs[i].fed) / static_cast<double>(fed));
   if (fed > 0) step_time.observe_draft_prefill(ms, static_cast<int32_t>(fed));
   std::lock_guard<std::mutex> lk(mu);
@@ -115,8 +115,8 @@ double Scheduler::Impl::draft_prefill(const std::vector<Entry*>& lanes, bool sha
 void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char* what, const std::string& why) {
   spdlog::warn("scheduler: {} failed ({}); {} sequence(s) decode plainly this step", what, why, owners.size());
   for (Entry* e : owners) {
-    if (e->run->proposer()) e->run->proposer()->reset();
-    guarded(*e, [&] { e->run->no_proposal(); });
+    if (e->run()->proposer()) e->run()->proposer()->reset();
+    guarded(*e, [&] { e->run()->no_proposal(); });
   }
   std::lock_guard<std::mutex> lk(mu);
   ++stats.draft_failures;
@@ -126,12 +126,12 @@ void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char*
 // or room for k drafts (draft_max: the policy may choose fewer). 0 when it does not draft.
 size_t Scheduler::Impl::draft_need(Entry& e) const {
   const SpeculativeOptions& so = e.req.opts.speculative;
-  if (!e.run->proposer() || so.draft_max <= 0 || e.run->done() || e.run->prefilling() ||
-      e.run->result().tokens.empty() ||  // its first step is plain
-      e.run->draft_deferred())           // its policy has not asked for a draft yet
+  if (!e.run()->proposer() || so.draft_max <= 0 || e.run()->done() || e.run()->prefilling() ||
+      e.run()->result().tokens.empty() ||  // its first step is plain
+      e.run()->draft_deferred())           // its policy has not asked for a draft yet
     return 0;
   const int32_t chunk = std::min({opts.prefill_chunk, opts.max_batch_tokens, step_time.draft_prefill_budget(false)});
-  return e.run->proposer()->step_cache_bytes(e.run->committed(), chunk, so.draft_max);
+  return e.run()->proposer()->step_cache_bytes(e.run()->committed(), chunk, so.draft_max);
 }
 
 }  // namespace tandem

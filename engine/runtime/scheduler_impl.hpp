@@ -32,9 +32,9 @@ struct Scheduler::Impl {
     Clock::time_point arrival;
     std::shared_ptr<const TokenGrammar> grammar;  // compiled at submit; null when unconstrained
     // Its run, proposer and policy (prepare_sequence), made at first admission and kept
-    // across preemption; `run` is seq.run, null until then.
+    // across preemption.
     PreparedSequence seq;
-    SequenceRun* run = nullptr;
+    SequenceRun* run() const { return seq.run.get(); }  // null until admitted
     bool got_first = false;
     Clock::time_point last_token;
     int32_t published_blocks = 0;  // full blocks already offered to the prefix cache

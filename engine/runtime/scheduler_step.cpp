@@ -38,15 +38,15 @@ bool Scheduler::Impl::step() {
 // ---- memory accounting ------------------------------------------------------------------
 
 int32_t Scheduler::Impl::target_positions(Entry& e) const {
-  if (e.run->prefilling()) {  // prompt chunks are bounded
-    const int32_t chunk = std::min<int32_t>(opts.prefill_chunk, static_cast<int32_t>(e.run->prefill_todo().size()));
-    return e.run->kv().length() + chunk;
+  if (e.run()->prefilling()) {  // prompt chunks are bounded
+    const int32_t chunk = std::min<int32_t>(opts.prefill_chunk, static_cast<int32_t>(e.run()->prefill_todo().size()));
+    return e.run()->kv().length() + chunk;
   }
-  return e.run->next_step_positions();
+  return e.run()->next_step_positions();
 }
 
 size_t Scheduler::Impl::target_need(Entry& e) const {
-  const SequenceKV& kv = e.run->kv();
+  const SequenceKV& kv = e.run()->kv();
   const int32_t bs = kv.cache().block_size();
   const int32_t blocks = (target_positions(e) + bs - 1) / bs;
   const int32_t extra = std::max(0, blocks - static_cast<int32_t>(kv.block_table().size()));
@@ -89,9 +89,9 @@ void Scheduler::Impl::admit_waiting() {
       retire(std::move(e), ex.what());
       continue;
     }
-    if (prefix && e->run->kv().length() == 0) {
+    if (prefix && e->run()->kv().length() == 0) {
       // The pending token is never cached.
-      const auto& c = e->run->committed();
+      const auto& c = e->run()->committed();
       const auto todo = std::span<const int32_t>(c).first(c.size() - 1);
       const int32_t bs = parts.target.cache().block_size();
       auto blocks = prefix->lookup(todo, static_cast<int32_t>(todo.size()) / bs);
@@ -100,12 +100,12 @@ void Scheduler::Impl::admit_waiting() {
         stats.prefix_cache_hits_tokens += static_cast<int64_t>(blocks.size()) * bs;
       }
       e->published_blocks = static_cast<int32_t>(blocks.size());
-      e->run->kv().adopt_prefix(std::move(blocks));
+      e->run()->kv().adopt_prefix(std::move(blocks));
     }
     if (!fits(step_need(*e) + running_need()) && !running.empty()) {
       // A waiting request holds no memory: the prefix blocks it adopted go back (it looks
       // them up again when admitted).
-      e->run->kv().clear();
+      e->run()->kv().clear();
       e->published_blocks = 0;
       std::lock_guard<std::mutex> lk(mu);
       queue.push_front(std::move(e));
@@ -129,7 +129,7 @@ bool Scheduler::Impl::make_room() {
     if (fits(target_need(*running.front()))) return true;
     std::unique_ptr<Entry> e = std::move(running.front());
     running.clear();
-    e->run->finish(FinishReason::Length);
+    e->run()->finish(FinishReason::Length);
     retire(std::move(e), "");
     return false;
   }
@@ -138,7 +138,7 @@ bool Scheduler::Impl::make_room() {
 // The target's blocks for this step are taken now, so that the draft passes can only use
 // what is left (finish_step gives back what rejected drafts do not need).
 void Scheduler::Impl::reserve_target_blocks() {
-  for (auto& r : running) r->run->kv().reserve(target_positions(*r));
+  for (auto& r : running) r->run()->kv().reserve(target_positions(*r));
 }
 
 // ---- the target pass ----------------------------------------------------------------------
@@ -150,12 +150,12 @@ std::vector<Scheduler::Impl::Part> Scheduler::Impl::build_batch(const Drafted& d
   int32_t budget = opts.max_batch_tokens;
   for (Entry* e : d.deciding) {
     if (!e->error.empty()) continue;
-    const auto tokens = e->run->step_tokens();
+    const auto tokens = e->run()->step_tokens();
     budget -= static_cast<int32_t>(tokens.size());
     batch.push_back({e, tokens, true, {}});
   }
   const bool prompts_wait =
-      std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run->prefilling(); });
+      std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run()->prefilling(); });
   const int32_t by_time = d.deciding.empty() ? INT32_MAX : step_time.prompt_budget(d.draft_prefill_ms);
   if (by_time < budget) {
     budget = by_time;
@@ -166,8 +166,8 @@ std::vector<Scheduler::Impl::Part> Scheduler::Impl::build_batch(const Drafted& d
   }
   *prompt_tokens = 0;
   for (auto& r : running) {
-    if (!r->run->prefilling() || budget <= 0) continue;
-    const auto todo = r->run->prefill_todo();
+    if (!r->run()->prefilling() || budget <= 0) continue;
+    const auto todo = r->run()->prefill_todo();
     const auto chunk = todo.first(
         std::min<size_t>({todo.size(), static_cast<size_t>(opts.prefill_chunk), static_cast<size_t>(budget)}));
     batch.push_back({r.get(), chunk, false, {}});
@@ -185,8 +185,8 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
   auto run = [&](std::span<Part> some, std::vector<float>& out, bool download) {
     Batch b;
     for (Part& p : some) {
-      if (p.all_logits) b.add_all_logits(p.e->run->kv(), p.tokens);
-      else b.add(p.e->run->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
+      if (p.all_logits) b.add_all_logits(p.e->run()->kv(), p.tokens);
+      else b.add(p.e->run()->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
     }
     if (!b.empty()) parts.target.forward(b, out, download);
     const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
@@ -199,7 +199,7 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
     }
   };
   const bool on_device = std::any_of(ps.begin(), ps.end(), [&](const Part& p) {
-    return p.all_logits && verifier.on_device(p.e->run->verdict_on_device());
+    return p.all_logits && verifier.on_device(p.e->run()->verdict_on_device());
   });
   bool ran = false;
   try {
@@ -242,8 +242,8 @@ void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
   std::vector<Part*> here;
   for (Part& p : ps) {
     if (!p.all_logits) continue;
-    if (verifier.on_device(p.e->run->verdict_on_device())) {
-      seqs.push_back(p.e->run->device_sequence(p.first_row));
+    if (verifier.on_device(p.e->run()->verdict_on_device())) {
+      seqs.push_back(p.e->run()->device_sequence(p.first_row));
       here.push_back(&p);
     } else {
       download_rows(p);  // logprobs or a grammar: its rows come to the host
@@ -261,8 +261,8 @@ void Scheduler::Impl::verify_and_commit(std::vector<Part>& batch, double target_
   for (Part& p : batch)
     if (p.all_logits)
       guarded(*p.e, [&] {
-        if (p.verdict) p.e->run->finish_step(*p.verdict, target_ms);
-        else p.e->run->finish_step(p.logits, target_ms);
+        if (p.verdict) p.e->run()->finish_step(*p.verdict, target_ms);
+        else p.e->run()->finish_step(p.logits, target_ms);
       });
 }
 
@@ -279,7 +279,7 @@ void Scheduler::Impl::retire_failed() {
     it = running.erase(it);
     const std::string why = e->error;
     spdlog::warn("scheduler: request {} failed: {}", e->id, why);
-    e->run->finish(FinishReason::Cancelled);
+    e->run()->finish(FinishReason::Cancelled);
     retire(std::move(e), why);
   }
 }
@@ -288,15 +288,15 @@ void Scheduler::Impl::retire_failed() {
 void Scheduler::Impl::publish_prefixes() {
   if (!prefix) return;
   for (auto& r : running)
-    if (r->run->result().finish != FinishReason::Cancelled)
+    if (r->run()->result().finish != FinishReason::Cancelled)
       r->published_blocks =
-          prefix->publish(r->run->committed(), r->run->kv().block_table(), r->run->kv().length(), r->published_blocks);
+          prefix->publish(r->run()->committed(), r->run()->kv().block_table(), r->run()->kv().length(), r->published_blocks);
 }
 
 // Finished sequences leave at once; their blocks are already back in the pool.
 void Scheduler::Impl::retire_finished() {
   for (auto it = running.begin(); it != running.end();) {
-    if (!(*it)->run->done()) {
+    if (!(*it)->run()->done()) {
       ++it;
       continue;
     }
