@@ -42,6 +42,7 @@ struct ServeArgs {
   ExplicitFlags given;      // flags given explicitly win over the config file
   std::string kv_mem;  // "", bytes, or with a unit: 512MiB, 2GiB, 800MB
   bool no_prefix_cache = false;
+  bool speculation_metrics = false;
   bool verbose = false;
   int32_t max_tokens = 0;  // --max-tokens: per request (0 = the context bounds it)
 };
@@ -109,6 +110,7 @@ int run_serve(ServeArgs a) {
   if (!info.name.empty()) protocol.model_ids.push_back(info.name);
   protocol.n_vocab = info.n_vocab;
   protocol.has_draft_model = !a.load.draft_model_path.empty();
+  protocol.speculation_metrics = a.speculation_metrics;
   protocol.default_speculative = defaults;
   protocol.speculative_by_temp = by_temp;
   // Each of a request's n choices is a running sequence and a place in the queue: no more
@@ -131,7 +133,9 @@ int run_serve(ServeArgs a) {
       need.policy = "adaptive";
       needed = true;
     }
-    if (needed) spdlog::info("{}", ensure_cost_model(*engine, need, config.get()));
+    // The step budget prices the passes a full batch takes: every sequence's drafts.
+    const int32_t batch_tokens = std::min(a.sched.max_batch_tokens, a.sched.max_seqs * (need.draft_max + 1));
+    if (needed) spdlog::info("{}", ensure_cost_model(*engine, need, config.get(), batch_tokens));
   }
 
   server::ChatPrompt chat = server::ChatPrompt::from_model(a.load.model_path, *engine);
@@ -169,6 +173,13 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-step-ms", a->sched.max_step_ms,
                   "While streams decode, cut prompt chunks so a step takes about this long (0 = no limit)")
       ->capture_default_str();
+  sub->add_option("--spec-latency-slack", a->sched.spec_latency_slack,
+                  "Speculation in a batch may make a stream's time per token at most this share longer than "
+                  "plain decoding's (< 0: throughput alone decides)")
+      ->capture_default_str();
+  sub->add_flag("--speculation-metrics", a->speculation_metrics,
+                "Every response's usage carries the request's speculation figures (a request may ask with "
+                "\"speculation_metrics\": true)");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not share KV blocks of identical prompt prefixes");
   sub->add_option("--kv-mem", a->kv_mem, "KV cache budget: bytes or with a unit (512MiB, 2GiB)");
   add_runtime_options(*sub, a->load);  // -t, -c (per sequence), --kv-type, --device, --gpu-mem

@@ -12,9 +12,14 @@ which is what speculation should be measured on (random words give it nothing to
 
 Every request streams with stream_options.include_usage, so completion tokens are the
 server's count. Reports requests ok/failed (by reason), output tokens/s, requests/s, and
-p50/p90/p99 of time to first token (TTFT), inter-token latency (ITL: gaps between content
-chunks, each gap divided by the tokens the chunk carried when a chunk holds several) and
-time per output token per request (TPOT). Bounded: stops issuing at --requests or after
+p50/p90/p99 of time to first token (TTFT), inter-token latency, time per output token per
+request (TPOT) and the gaps between arrivals.
+
+Inter-token latency (ITL) is what a stream waits per token. Chunks that arrive together (within
+--burst-ms of each other: the tokens one scheduler step accepted, sent one chunk each) are one
+burst; the wait before a burst is shared by its tokens, so a step that took 90 ms and delivered
+three tokens counts three waits of 30 ms, and one that delivered a single token one of 90 ms.
+GAP is the raw wait between arrivals (the longest pause a reader sees), whatever they carried. Bounded: stops issuing at --requests or after
 --duration seconds, whichever first; each request has --timeout.
 """
 import argparse
@@ -49,6 +54,7 @@ class Result:
         self.prompt_tokens = 0
         self.start = self.end = 0.0
         self.first = self.last = None
+        self.arrivals = []  # arrival time of each content chunk
 
 
 async def read_body_chunks(reader, headers):
@@ -150,6 +156,7 @@ def handle_event(obj, res, endpoint):
         else:
             res.itl.append(now - res.last)
         res.last = now
+        res.arrivals.append(now)
 
 
 def load_prompts(path):
@@ -211,6 +218,28 @@ async def run(args):
     return results, time.perf_counter() - t0
 
 
+def burst_waits(r, burst_s):
+    """Per-token waits of one request (see the module's ITL): chunks within burst_s of the one
+    before form a burst, and the wait before a burst is divided among its tokens. A chunk
+    carries r.tokens / chunks tokens on average (more than one when writes were coalesced).
+    The first burst's wait is the TTFT, not counted here."""
+    if len(r.arrivals) < 2:
+        return []
+    per_chunk = max(1.0, r.tokens / len(r.arrivals)) if r.tokens else 1.0
+    bursts = [[r.arrivals[0], r.arrivals[0], 1]]  # first arrival, last arrival, chunks
+    for t in r.arrivals[1:]:
+        if t - bursts[-1][1] <= burst_s:
+            bursts[-1][1] = t
+            bursts[-1][2] += 1
+        else:
+            bursts.append([t, t, 1])
+    waits = []
+    for prev, b in zip(bursts, bursts[1:]):
+        n = b[2] * per_chunk
+        waits.extend([(b[0] - prev[1]) / n] * max(1, round(n)))
+    return waits
+
+
 def report(args, results, wall):
     ok = [r for r in results if r.ok]
     errors = {}
@@ -220,11 +249,10 @@ def report(args, results, wall):
     tokens = sum(r.tokens for r in ok)
     ttft = [r.ttft for r in ok if r.ttft is not None]
     itl = []
+    gaps = []
     for r in ok:
-        # A chunk can carry several tokens (speculation, coalesced writes): spread its gap.
-        n_chunks = len(r.itl) + (1 if r.first is not None else 0)
-        per = max(1.0, (r.tokens - 1) / max(1, n_chunks - 1)) if n_chunks > 1 else 1.0
-        itl.extend(g / per for g in r.itl)
+        itl.extend(burst_waits(r, getattr(args, "burst_ms", 2.0) / 1000.0))
+        gaps.extend(r.itl)
     tpot = [(r.last - r.first) / (r.tokens - 1) for r in ok if r.first is not None and r.tokens > 1]
     out = {
         "concurrency": args.concurrency, "requests": len(results), "ok": len(ok), "failed": len(results) - len(ok),
@@ -235,6 +263,7 @@ def report(args, results, wall):
         "ttft_ms": {p: 1000 * percentile(ttft, p) for p in (50, 90, 99)},
         "itl_ms": {p: 1000 * percentile(itl, p) for p in (50, 90, 99)},
         "tpot_ms": {p: 1000 * percentile(tpot, p) for p in (50, 90, 99)},
+        "gap_ms": {p: 1000 * percentile(gaps, p) for p in (50, 90, 99)},
         "ttft_mean_ms": 1000 * statistics.fmean(ttft) if ttft else float("nan"),
     }
     if args.json:
@@ -246,7 +275,7 @@ def report(args, results, wall):
         print(f"  {n:5d} × {e}")
     print(f"throughput: {out['output_tokens_per_s']:.1f} output tokens/s, {out['requests_per_s']:.2f} requests/s "
           f"({tokens} output, {out['prompt_tokens']} prompt tokens)")
-    for name in ("ttft_ms", "itl_ms", "tpot_ms"):
+    for name in ("ttft_ms", "itl_ms", "tpot_ms", "gap_ms"):
         q = out[name]
         print(f"{name[:-3].upper():5s} p50 {q[50]:8.1f} ms   p90 {q[90]:8.1f} ms   p99 {q[99]:8.1f} ms")
     return out
@@ -271,6 +300,8 @@ def main():
     ap.add_argument("--speculative", choices=("none", "ngram", "model"), help="per-request speculation (extension)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    ap.add_argument("--burst-ms", type=float, default=2.0,
+                    help="chunks arriving within this of each other are one burst (one step's tokens)")
     args = ap.parse_args()
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         ap.error("loopback only: --host must be 127.0.0.1, localhost or ::1")

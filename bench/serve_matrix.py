@@ -10,9 +10,13 @@ bench/loadgen.py at each concurrency, prints one table.
 --pair smollm2: SmolLM2-135M, speculation = n-gram prompt lookup.
 --pair qwen:    Qwen2.5-Coder-1.5B target with the 0.5B draft, speculation = draft model.
 Each concurrency level c sends max(4, waves*c) chat requests of exactly --max-tokens tokens
-(ignore_eos) from bench/prompts.jsonl, greedy. Configurations: off (--draft none) and on
-(fixed k and, with --policies, the adaptive policy), so the same server binary, models and
-prompts are compared side by side.
+(ignore_eos) from bench/prompts.jsonl, for each prompt category (--categories: chat, code)
+and temperature (--temperatures: 0 is greedy). Configurations: off (--draft none) and on
+(each of --policies, the default policy first), so the same server binary, models and
+prompts are compared side by side. The summary pairs each on configuration with off at the
+same category, temperature and concurrency: throughput ratio, p99 inter-token latency (per
+token: a burst's wait shared by its tokens, see bench/loadgen.py) and p99 gap between
+arrivals.
 """
 import argparse
 import asyncio
@@ -71,24 +75,47 @@ def metrics(port):
         return out
 
 
-def loadgen_args(port, c, n, max_tokens, prompts):
+def loadgen_args(port, c, n, max_tokens, prompts, temperature):
     ns = argparse.Namespace(host="127.0.0.1", port=port, api_key="", model="", endpoint="chat", concurrency=c,
                             requests=n, duration=3600.0, timeout=900.0, prompt_words=[16],
-                            max_tokens=(max_tokens, max_tokens), prompts=prompts, temperature=0.0,
-                            ignore_eos=True, speculative=None, seed=1, json=True)
+                            max_tokens=(max_tokens, max_tokens), prompts=prompts, temperature=temperature,
+                            ignore_eos=True, speculative=None, seed=1, json=True, burst_ms=2.0)
     ns.prompt_list = loadgen.load_prompts(prompts)
     return ns
+
+
+def prompts_by_category(path, categories):
+    """One prompt file per category (the lines of `path` whose "category" is it); "all": the file."""
+    out = {}
+    for cat in categories:
+        if cat == "all":
+            out[cat] = path
+            continue
+        lines = []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip() and json.loads(line).get("category") == cat:
+                    lines.append(line)
+        if not lines:
+            raise SystemExit(f"no prompt of category {cat!r} in {path}")
+        tmp = tempfile.NamedTemporaryFile("w", prefix=f"prompts-{cat}-", suffix=".jsonl", delete=False)
+        tmp.writelines(lines)
+        tmp.close()
+        out[cat] = tmp.name
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tandem", default=os.path.join(ROOT, "build", "release", "apps", "tandem"))
     ap.add_argument("--pair", choices=("smollm2", "qwen"), default="smollm2")
-    ap.add_argument("--concurrency", default="1,8,32")
+    ap.add_argument("--concurrency", default="1,2,4,8,16")
+    ap.add_argument("--temperatures", default="0,0.8", help="sampling temperatures (0: greedy)")
+    ap.add_argument("--categories", default="chat,code", help="prompt categories of --prompts, or all")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--waves", type=int, default=2)
     ap.add_argument("--draft-max", type=int, default=4)
-    ap.add_argument("--policies", default="fixed", help="speculation-on configurations: fixed,adaptive,...")
+    ap.add_argument("--policies", default="goodput", help="speculation-on configurations: goodput,fixed,...")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--prompts", default=os.path.join(HERE, "prompts.jsonl"))
     ap.add_argument("--out", help="write all results as JSON")
@@ -110,26 +137,36 @@ def main():
     configs = [("off", ["--draft", "none"])]
     for p in a.policies.split(","):
         configs.append((f"on/{p}", on + ["--draft-max", str(a.draft_max), "--policy", p]))
+    temps = [float(x) for x in a.temperatures.split(",")]
+    cats = a.categories.split(",")
+    prompt_files = prompts_by_category(a.prompts, cats)
     results = []
     for label, extra in configs:
         port = free_port()
         log = tempfile.NamedTemporaryFile("w+", prefix=f"serve-{label.replace('/', '-')}-", suffix=".log", delete=False)
         proc = start_server(a.tandem, base + extra, port, log)
         try:
-            for c in levels:
-                n = max(4, a.waves * c)
-                print(f"{label}: {c} streams, {n} requests...", file=sys.stderr)
-                m0 = metrics(port)
-                lg = loadgen_args(port, c, n, a.max_tokens, a.prompts)
-                res, wall = asyncio.run(loadgen.run(lg))
-                with contextlib.redirect_stdout(io.StringIO()):
-                    out = loadgen.report(lg, res, wall)
-                m1 = metrics(port)
-                drafted = m1.get("tandem_spec_draft_tokens_total", 0) - m0.get("tandem_spec_draft_tokens_total", 0)
-                accepted = m1.get("tandem_spec_accepted_tokens_total", 0) - m0.get("tandem_spec_accepted_tokens_total", 0)
-                out["acceptance"] = accepted / drafted if drafted else None
-                out["config"] = label
-                results.append(out)
+            for cat in cats:
+                for temp in temps:
+                    for c in levels:
+                        n = max(4, a.waves * c)
+                        print(f"{label} {cat} T={temp}: {c} streams, {n} requests...", file=sys.stderr)
+                        m0 = metrics(port)
+                        lg = loadgen_args(port, c, n, a.max_tokens, prompt_files[cat], temp)
+                        res, wall = asyncio.run(loadgen.run(lg))
+                        with contextlib.redirect_stdout(io.StringIO()):
+                            out = loadgen.report(lg, res, wall)
+                        m1 = metrics(port)
+                        delta = {k: m1.get(k, 0) - m0.get(k, 0) for k in
+                                 ("tandem_spec_draft_tokens_total", "tandem_spec_accepted_tokens_total",
+                                  "tandem_spec_budget_wished_tokens_total", "tandem_spec_budget_granted_tokens_total")}
+                        drafted = delta["tandem_spec_draft_tokens_total"]
+                        out["acceptance"] = delta["tandem_spec_accepted_tokens_total"] / drafted if drafted else None
+                        out["drafted"] = drafted
+                        out["granted"] = delta["tandem_spec_budget_granted_tokens_total"]
+                        out["wished"] = delta["tandem_spec_budget_wished_tokens_total"]
+                        out.update(config=label, category=cat, temperature=temp)
+                        results.append(out)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -137,17 +174,32 @@ def main():
             except subprocess.TimeoutExpired:
                 proc.kill()
             os.unlink(log.name)
-    print(f"\n{a.pair}: {a.max_tokens} tokens per request, greedy, chat endpoint, {a.threads} threads")
-    print("| config | streams | requests ok | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | acceptance |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    for cat, path in prompt_files.items():
+        if path != a.prompts:
+            os.unlink(path)
+
+    print(f"\n{a.pair}: {a.max_tokens} tokens per request, chat endpoint, {a.threads} threads")
+    print("| config | prompts | T | streams | ok | output tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | gap p99 ms "
+          "| acceptance | drafted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         acc = f"{r['acceptance']:.2f}" if r["acceptance"] is not None else "-"
-        print(f"| {r['config']} | {r['concurrency']} | {r['ok']}/{r['requests']} | {r['output_tokens_per_s']:.1f} | "
-              f"{r['ttft_ms'][50]:.0f} | {r['ttft_ms'][99]:.0f} | {r['itl_ms'][50]:.1f} | {r['itl_ms'][99]:.1f} | {acc} |")
-    base_tp = {r["concurrency"]: r["output_tokens_per_s"] for r in results if r["config"] == "off"}
+        print(f"| {r['config']} | {r['category']} | {r['temperature']:g} | {r['concurrency']} | {r['ok']}/{r['requests']} "
+              f"| {r['output_tokens_per_s']:.1f} | {r['ttft_ms'][50]:.0f} | {r['itl_ms'][50]:.1f} | {r['itl_ms'][99]:.1f} "
+              f"| {r['gap_ms'][99]:.1f} | {acc} | {r['drafted']:.0f} |")
+    off = {(r["category"], r["temperature"], r["concurrency"]): r for r in results if r["config"] == "off"}
+    print("\nside by side with off (same prompts, temperature, streams):")
+    print("| config | prompts | T | streams | throughput ratio | ITL p99 ratio | gap p99 ratio |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
-        if r["config"] != "off" and base_tp.get(r["concurrency"]):
-            print(f"  {r['config']} at {r['concurrency']} streams: throughput x{r['output_tokens_per_s'] / base_tp[r['concurrency']]:.2f} vs off")
+        b = off.get((r["category"], r["temperature"], r["concurrency"]))
+        if r["config"] == "off" or not b or not b["output_tokens_per_s"]:
+            continue
+        r["throughput_ratio"] = r["output_tokens_per_s"] / b["output_tokens_per_s"]
+        r["itl_p99_ratio"] = r["itl_ms"][99] / b["itl_ms"][99]
+        r["gap_p99_ratio"] = r["gap_ms"][99] / b["gap_ms"][99]
+        print(f"| {r['config']} | {r['category']} | {r['temperature']:g} | {r['concurrency']} "
+              f"| {r['throughput_ratio']:.2f}x | {r['itl_p99_ratio']:.2f} | {r['gap_p99_ratio']:.2f} |")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)

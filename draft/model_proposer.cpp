@@ -48,6 +48,13 @@ size_t ModelProposer::prefill_pending(std::span<const int32_t> context) const {
   return context.size() - 1 - std::min(cached_.size(), context.size() - 1);
 }
 
+size_t ModelProposer::catch_up_tokens(std::span<const int32_t> context) const {
+  if (context.empty()) return 0;
+  size_t common = 0;
+  while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
+  return context.size() - std::min(common, context.size() - 1);
+}
+
 size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;

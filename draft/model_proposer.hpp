@@ -39,6 +39,7 @@ class ModelProposer final : public Proposer {
   // One draft pass feeding up to max_tokens of each job's pending prefill.
   void prefill(std::span<DraftPrefillJob> jobs) override;
   size_t prefill_pending(std::span<const int32_t> context) const override;
+  size_t catch_up_tokens(std::span<const int32_t> context) const override;
   int64_t forward_passes() const override { return forwards_; }
   size_t step_cache_bytes(std::span<const int32_t> context, int32_t chunk, int32_t draft_max) const override;
   const SequenceKV& kv() const { return seq_; }

@@ -110,6 +110,12 @@ class Proposer {
   // The whole pending prefill of one sequence alone, chunk by chunk (stops early, leaving it
   // pending, when the cache runs out).
   void prefill(std::span<const int32_t> context);
+  // Context tokens the next propose() feeds the model before its first draft (what it has
+  // not read: the pending token at least). 0 for model-free proposers: they run no pass.
+  virtual size_t catch_up_tokens(std::span<const int32_t> context) const {
+    (void)context;
+    return 0;
+  }
   // Model forward passes run so far (0 for model-free proposers); for cost metrics.
   virtual int64_t forward_passes() const { return 0; }
   // Bytes of cache the proposer's next step may newly take (the caller's memory planning):

@@ -23,6 +23,9 @@ void AdaptivePolicy::reset() {
   probing_ = false;
   last_draft_pos_ = 0;  // a new sequence: the draft has seen none of it
   last_batch_ = 1;
+  last_k_ = 0;
+  last_alpha_ = 0.0;
+  prev_draft_pos_ = 0;
   tried_ = 0;
   conf_sum_ = conf_w_ = 0.0;
   conf_seen_ = 0;
@@ -92,9 +95,36 @@ bool AdaptivePolicy::may_start(const PolicyInput& in, int32_t k, int32_t batch) 
 }
 
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
-  const int32_t batch = cfg_.batch_aware ? std::max(1, in.batch_size) : 1;
+  last_k_ = choose(in);
+  return last_k_;
+}
+
+std::optional<double> AdaptivePolicy::budget_alpha() const {
+  if (!cfg_.batch_aware) return std::nullopt;
+  return last_alpha_;
+}
+
+void AdaptivePolicy::granted(int32_t k) {
+  if (k >= last_k_) return;
+  last_k_ = k;
+  if (k > 0) return;
+  // No draft ran: the draft has read nothing more, and a probe that did not happen spent
+  // none of the probe budget.
+  last_draft_pos_ = prev_draft_pos_;
+  if (probing_) {
+    probing_ = false;
+    credit_ = prev_credit_;
+    budget_ = prev_budget_;
+  }
+}
+
+// The k for this step (choose_k); its costs are those of a sequence alone, which in a batch
+// the step budget corrects (batch_aware).
+int32_t AdaptivePolicy::choose(const PolicyInput& in) {
+  const int32_t batch = 1;
   last_batch_ = std::max(1, in.batch_size);
   probing_ = false;
+  prev_draft_pos_ = last_draft_pos_;
   if (in.k_max <= 0) return 0;
   // Not even a draft that is always right would pay here: no point probing for α.
   if (best_k(1.0, in.k_max, batch) == 0) {
@@ -105,7 +135,8 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
   // for the acceptance prior.
   const bool unstarted = last_draft_pos_ == 0 && !cfg_.draft_free;
   if (unstarted) ++waited_;
-  int32_t k = best_k(unstarted && confident() ? confidence() : est_.mean(), in.k_max, batch);
+  last_alpha_ = unstarted && confident() ? confidence() : est_.mean();
+  int32_t k = best_k(last_alpha_, in.k_max, batch);
   // Started and not yet min_trials draft tokens tried: too little evidence to stop on.
   if (k == 0 && !off_ && last_draft_pos_ > 0 && tried_ < cfg_.min_trials) k = 1;
   if (k > 0 && may_start(in, k, batch)) {
@@ -125,6 +156,9 @@ int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {
   const int32_t k_probe = std::max(1, best_k(cfg_.alpha_prior, in.k_max, batch));
   const bool forced = cfg_.max_probe_interval > 0 && off_steps_ >= cfg_.max_probe_interval;
   if (credit_ < probe_cost(in, k_probe, batch) && !forced) return 0;
+  prev_credit_ = credit_;
+  prev_budget_ = budget_;
+  last_alpha_ = cfg_.alpha_prior;  // what a probe hopes for
   off_steps_ = 0;
   credit_ = 0.0;
   budget_ = std::max(cfg_.probe_budget / 8, budget_ / 2);  // restored if the probe turns it on

@@ -49,8 +49,10 @@
 // (code prompts, 256 tokens): two of four prompts drew one rejected token first and stayed
 // off for the rest, at 1.0× plain where fixed k = 4 made 1.03–1.15×.
 //
-// goodput differs only in reading c and r(k) at the step's batch size, so k shrinks and
-// speculation turns off as verification of a big batch gets relatively dearer.
+// goodput differs in batches (the server): its choice is a wish that the scheduler's
+// step-level budget (policies/step_budget.hpp) may cut, weighing every sequence's drafts
+// against the batch's marginal cost and the other streams' latency (budget_alpha, granted).
+// Alone (one sequence, Engine::generate) it is the adaptive policy.
 //
 // The cost model is calibrated on bare forward passes; a real step also pays sampling and
 // verification of k+1 positions, KV bookkeeping, and passes at a longer context. So the
@@ -82,7 +84,7 @@ struct AdaptiveConfig {
   double confidence_decay = 0.85;  // per token: the confidence follows the last ~7 tokens
   double confidence_odds = 1.0;    // predicted net gain over the first step's worst-case loss needed to start
   int32_t max_probe_interval = 0;  // > 0: probe after this many off steps whatever it costs
-  bool batch_aware = false;    // goodput: costs at the step's batch size
+  bool batch_aware = false;    // goodput: the step budget judges its drafts in a batch
   bool draft_free = false;     // the proposer costs nothing per token (n-gram): c = 0, no catch-up
   bool measure_overhead = true;  // correct predictions with the timings of real steps
 };
@@ -101,6 +103,8 @@ class AdaptivePolicy final : public SpeculationPolicy {
   bool may_start_off() const override { return true; }
   bool wants_confidence() const override;
   void observe_confidence(double p_top) override;
+  std::optional<double> budget_alpha() const override;
+  void granted(int32_t k) override;
 
   // The k that maximises predicted speed at acceptance alpha (0 when none beats plain
   // decoding by min_gain), and that speed relative to plain decoding.
@@ -114,6 +118,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   double confidence() const { return conf_w_ > 0.0 ? conf_sum_ / conf_w_ : -1.0; }
 
  private:
+  int32_t choose(const PolicyInput& in);
   double probe_cost(const PolicyInput& in, int32_t k, int32_t batch) const;
   // The first draft of a sequence risks no more than start_budget of what is left, or the
   // target's confidence predicts a gain worth the risk.
@@ -130,6 +135,12 @@ class AdaptivePolicy final : public SpeculationPolicy {
   bool probing_ = false;        // the last choice was a probe
   int32_t last_draft_pos_ = 0;  // committed tokens when the draft last ran (its cache is that far)
   int32_t last_batch_ = 1;      // batch size the last choice was made for
+  // The last choice, for the step budget: its k, the α it was made for, and what it changed
+  // (restored when the budget grants no draft).
+  int32_t last_k_ = 0;
+  double last_alpha_ = 0.0;
+  int32_t prev_draft_pos_ = 0;
+  double prev_credit_ = 0.0, prev_budget_ = 0.0;
   int32_t tried_ = 0;           // draft tokens tried (accepted, and the first rejected) since starting
   double conf_sum_ = 0.0, conf_w_ = 0.0;  // decayed sums of target confidences before the start
   int32_t conf_seen_ = 0;                 // how many were observed

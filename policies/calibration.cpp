@@ -55,6 +55,13 @@ bool still_fresh(PassTimer& timer, const CostModel& m, bool with_draft, const Ca
 
 }  // namespace
 
+std::vector<int32_t> batch_token_points(int32_t max_tokens) {
+  std::vector<int32_t> out;
+  for (int32_t n = 64; n < max_tokens; n *= 2) out.push_back(n);
+  if (max_tokens > 32) out.push_back(max_tokens);
+  return out;
+}
+
 std::shared_ptr<CostModel> calibrate_cost_model(PassTimer& timer, const CalibrationOptions& opts, bool* from_cache) {
   if (opts.k_max < 1) throw std::invalid_argument("calibration needs k_max >= 1");
   if (opts.reps < 1 || opts.warmup < 0) throw std::invalid_argument("calibration needs reps >= 1, warmup >= 0");
@@ -69,7 +76,8 @@ std::shared_ptr<CostModel> calibrate_cost_model(PassTimer& timer, const Calibrat
   if (from_cache) *from_cache = false;
   if (!opts.force && !opts.cache_path.empty()) {
     if (auto m = load_cached_cost_model(opts.cache_path, key)) {
-      bool covers = m->max_measured_n() >= opts.k_max + 1 && m->has_draft() == with_draft;
+      const int32_t widest = std::max(opts.k_max + 1, opts.cover_n);
+      bool covers = m->max_measured_n() >= widest && m->has_draft() == with_draft;
       for (int32_t b : batches) {
         bool has = false;
         for (const PassCurve& c : m->target_curves()) has = has || c.batch == b;

@@ -34,6 +34,9 @@ class PassTimer {
 struct CalibrationOptions {
   int32_t k_max = 8;                             // target passes over n = 1..k_max+1 tokens
   std::vector<int32_t> extra_n = {16, 32};       // also: draft catch-up, batch model
+  // A cached model is used only when its passes reach this many tokens (and k_max + 1): the
+  // server's batches add the token counts their steps reach (batch_token_points).
+  int32_t cover_n = 0;
   std::vector<int32_t> batches = {1};            // batch sizes measured (1 is always)
   int32_t context = 32;                          // tokens each sequence holds before the pass
   int32_t reps = 5, warmup = 1;                  // median of reps after warmup passes
@@ -46,6 +49,10 @@ struct CalibrationOptions {
   double stale_tolerance = 0.35;
   std::function<void(double fraction)> progress;  // 0..1 while measuring
 };
+
+// The pass sizes a batch of up to `max_tokens` target tokens needs measured beyond the
+// defaults: doublings from 64, and max_tokens itself (beyond the last, a curve extrapolates).
+std::vector<int32_t> batch_token_points(int32_t max_tokens);
 
 // Measures the target (and draft, if there is one) passes through `timer`, or loads them from
 // the cache when it holds the timer's key and covers k_max. *from_cache tells which happened.

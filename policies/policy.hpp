@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -46,6 +47,14 @@ class SpeculationPolicy {
   // next token (top_probability, at the request's temperature) and passes it on.
   virtual bool wants_confidence() const { return false; }
   virtual void observe_confidence(double /*p_top*/) {}
+  // In the server's batches a step-level budget (policies/step_budget.hpp) may grant fewer
+  // drafts than choose_k asked for. A policy that lets it returns, after choose_k, the
+  // acceptance it expects per draft position; nullopt keeps the policy's k as chosen (a
+  // fixed k is the request's to set).
+  virtual std::optional<double> budget_alpha() const { return std::nullopt; }
+  // What the budget granted of the last choose_k (≤ it): the policy keeps its books as if it
+  // had chosen that (a draft that never ran has read nothing and risked nothing).
+  virtual void granted(int32_t k) { (void)k; }
 };
 
 // Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"

@@ -91,8 +91,10 @@ TEST(OpenAIRequest, EveryField) {
       R"("stream":true,"stream_options":{"include_usage":true},"presence_penalty":0.5,"frequency_penalty":-0.5,)"
       R"("n":1,"repetition_penalty":1.1,"ignore_eos":true,"speculative":{"mode":"none","draft_max":6,"draft_min":1,"policy":"adaptive",)"
       R"("alpha_prior":0.8,"start_budget":-1,"lookup":false,"lookup_min":2},)"
-      R"("user":"someone","logprobs":false,"tools":[],"response_format":{"type":"text"})"));
+      R"("user":"someone","logprobs":false,"tools":[],"response_format":{"type":"text"},"speculation_metrics":true)"));
   EXPECT_EQ(r.opts.max_tokens, 7);
+  EXPECT_TRUE(r.speculation_metrics);
+  EXPECT_FALSE(chat(chat_with(R"("max_tokens":7)")).speculation_metrics);
   EXPECT_TRUE(r.max_tokens_given);
   EXPECT_FLOAT_EQ(r.opts.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(r.opts.sampling.top_p, 0.9f);
@@ -178,7 +180,7 @@ TEST(OpenAIRequest, WrongTypesNameTheField) {
                         Case{R"("speculative":{"draft_max":"4"})", "speculative.draft_max"},
                         Case{R"("stream":true,"stream_options":true)", "stream_options"},
                         Case{R"("stream":true,"stream_options":{"include_usage":"yes"})", "stream_options.include_usage"},
-                        Case{R"("ignore_eos":0)", "ignore_eos"}}) {
+                        Case{R"("ignore_eos":0)", "ignore_eos"}, Case{R"("speculation_metrics":1)", "speculation_metrics"}}) {
     const ApiError e = chat_error(chat_with(c.extra));
     EXPECT_EQ(e.status, 400) << c.extra;
     EXPECT_EQ(e.param, c.param) << c.extra;
@@ -461,7 +463,7 @@ TEST(OpenAIResponse, ErrorBody) {
 
 TEST(OpenAIResponse, ChatCompletion) {
   const ResponseMeta m{Endpoint::Chat, "chatcmpl-1", 1700000000, "smollm2"};
-  const json::value v = json::parse(completion_json(m, "Hello \"you\"", "stop", Usage{5, 2}));
+  const json::value v = json::parse(completion_json(m, "Hello \"you\"", "stop", Usage{5, 2, {}}));
   EXPECT_EQ(v.at("id").as_string(), "chatcmpl-1");
   EXPECT_EQ(v.at("object").as_string(), "chat.completion");
   EXPECT_EQ(v.at("created").as_int64(), 1700000000);
@@ -478,7 +480,7 @@ TEST(OpenAIResponse, ChatCompletion) {
 
 TEST(OpenAIResponse, TextCompletion) {
   const ResponseMeta m{Endpoint::Completion, "cmpl-1", 1, "smollm2"};
-  const json::value v = json::parse(completion_json(m, "text", "length", Usage{1, 16}));
+  const json::value v = json::parse(completion_json(m, "text", "length", Usage{1, 16, {}}));
   EXPECT_EQ(v.at("object").as_string(), "text_completion");
   EXPECT_EQ(v.at("choices").at(0).at("text").as_string(), "text");
   EXPECT_EQ(v.at("choices").at(0).at("finish_reason").as_string(), "length");
@@ -502,9 +504,32 @@ TEST(OpenAIResponse, ChatChunks) {
   EXPECT_TRUE(last.at("choices").at(0).at("delta").as_object().empty());
   EXPECT_EQ(last.at("choices").at(0).at("finish_reason").as_string(), "stop");
 
-  json::value usage = json::parse(usage_chunk_json(m, Usage{3, 4}));
+  json::value usage = json::parse(usage_chunk_json(m, Usage{3, 4, {}}));
   EXPECT_TRUE(usage.at("choices").as_array().empty());
   EXPECT_EQ(usage.at("usage").at("total_tokens").as_int64(), 7);
+}
+
+// A request's speculation figures in its usage, under vLLM's counter names, when asked for;
+// absent otherwise.
+TEST(OpenAIResponse, UsageCarriesTheRequestsSpeculationFiguresWhenAsked) {
+  const ResponseMeta m{Endpoint::Chat, "chatcmpl-3", 1, "smollm2"};
+  SpeculativeMetrics s;
+  s.drafts = 4;
+  s.drafted_tokens = 12;
+  s.accepted_tokens = 7;
+  s.drafted_per_position = {4, 4, 4};
+  s.accepted_per_position = {4, 2, 1};
+  const json::value v = json::parse(usage_chunk_json(m, Usage{3, 11, s}));
+  const json::object& sp = v.at("usage").at("speculation").as_object();
+  EXPECT_EQ(sp.at("num_drafts").as_int64(), 4);
+  EXPECT_EQ(sp.at("num_draft_tokens").as_int64(), 12);
+  EXPECT_EQ(sp.at("num_accepted_tokens").as_int64(), 7);
+  EXPECT_EQ(json::value_to<std::vector<int64_t>>(sp.at("num_accepted_tokens_per_pos")), (std::vector<int64_t>{4, 2, 1}));
+  EXPECT_EQ(json::value_to<std::vector<int64_t>>(sp.at("num_draft_tokens_per_pos")), (std::vector<int64_t>{4, 4, 4}));
+  EXPECT_DOUBLE_EQ(sp.at("acceptance_rate").as_double(), 7.0 / 12.0);
+  EXPECT_DOUBLE_EQ(sp.at("mean_accepted_length").as_double(), 1.0 + 7.0 / 4.0);
+  const json::value plain = json::parse(usage_chunk_json(m, Usage{3, 11, {}}));
+  EXPECT_EQ(plain.at("usage").as_object().if_contains("speculation"), nullptr);
 }
 
 TEST(OpenAIResponse, CompletionChunks) {
@@ -530,7 +555,7 @@ TEST(OpenAIResponse, ChatLogprobsAndChoices) {
   ChoiceOut a, b;
   a.index = 0, a.text = "t3", a.finish_reason = "stop", a.logprobs = &lps;
   b.index = 1, b.text = "x", b.finish_reason = "length";
-  const json::value v = json::parse(completion_json(m, {a, b}, Usage{5, 4}, fake_bytes));
+  const json::value v = json::parse(completion_json(m, {a, b}, Usage{5, 4, {}}, fake_bytes));
   ASSERT_EQ(v.at("choices").as_array().size(), 2u);
   EXPECT_EQ(v.at("choices").at(1).at("index").as_int64(), 1);
   EXPECT_EQ(v.at("choices").at(1).at("finish_reason").as_string(), "length");
@@ -562,7 +587,7 @@ TEST(OpenAIResponse, CompletionLogprobs) {
   const auto lps = sample_logprobs();
   ChoiceOut a;
   a.text = "t3", a.finish_reason = "length", a.logprobs = &lps;
-  const json::value v = json::parse(completion_json(m, {a}, Usage{1, 2}, fake_bytes));
+  const json::value v = json::parse(completion_json(m, {a}, Usage{1, 2, {}}, fake_bytes));
   const json::value& lp = v.at("choices").at(0).at("logprobs");
   EXPECT_EQ(json::serialize(lp.at("tokens")), "[\"t3\",\"\xEF\xBF\xBD\"]");
   EXPECT_EQ(json::serialize(lp.at("token_logprobs")), "[-5E-1,-2E0]");

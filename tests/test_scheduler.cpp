@@ -440,6 +440,60 @@ TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftsShareTheDraftPasses) {
   EXPECT_GT(out[1].result.speculative.drafted_tokens, 0);
 }
 
+// The step budget (policies/step_budget.hpp) on the emulated CUDA backend: with a cost model
+// where a target pass costs the same up to 5 tokens and a whole step more for each token
+// beyond, and a draft pass a twentieth of a step, four decoding streams (goodput) can pay for
+// exactly one draft token per step (4 pending + 1); alone, a sequence drafts 4. The budget
+// grants no more than that, grants it (not vacuous), and the outputs stay the target's.
+TEST(Scheduler, OnTheCudaBackendTheStepBudgetGrantsOnlyWhatTheCostModelSaysPays) {
+  auto e = load(0, "cuda-emulated", varied_models());
+  std::vector<double> r;  // T(k+1) / T(1)
+  for (int k = 0; k <= 32; ++k) r.push_back(k <= 4 ? 1.0 : 1.0 + (k - 4));
+  e->set_cost_model(std::make_shared<CostModel>(CostModel::from_ratios(0.05, r)));
+  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerateOptions g = greedy(32, DraftMode::Model);
+    g.speculative.draft_max = 4;
+    g.speculative.policy = "goodput";
+    g.speculative.start_budget = -1.0f;  // start at once: the budget is what is tested
+    reqs.emplace_back(prompt_of(8, 700 + static_cast<uint32_t>(i)), g);
+  }
+  std::vector<GenerateResult> plain;
+  for (auto& [p, g] : reqs) {
+    GenerateOptions o = g;
+    o.speculative.mode = DraftMode::None;
+    plain.push_back(e->generate_tokens(p, o));
+  }
+  const GenerateResult alone = e->generate_tokens(reqs[0].first, reqs[0].second);
+  EXPECT_EQ(alone.tokens, plain[0].tokens);
+  EXPECT_GT(alone.speculative.steps_per_k.at(4), 0) << "alone, a sequence drafts k = 4";
+
+  SchedulerOptions so;
+  so.max_seqs = 4;
+  Scheduler s(*e, so);
+  const auto out = run_all(s, reqs);
+  s.shutdown(true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(out[i].error, "") << i;
+    EXPECT_EQ(out[i].result.tokens, plain[i].tokens) << i;
+  }
+  const SchedulerStats st = s.stats();
+  EXPECT_GT(st.budget_steps, 0);
+  EXPECT_GT(st.budget_granted_tokens, 0) << "the one draft that pays was never granted";
+  EXPECT_LT(st.budget_granted_tokens, st.budget_wished_tokens);
+  // Bucket 0: steps granting none, 1: one; beyond: more than pays while all four decode.
+  // Steps with fewer streams (the last ones finishing) may be granted more, so count only
+  // what the four-stream steps could have done: at most one draft token each.
+  // Buckets (granted tokens per step): 0, 1, 2, 3-4, 5-8, ... With four streams a step pays
+  // for one draft token; the last steps, once some sequences have finished, for up to three
+  // (two streams: 2 pending + 3 drafts still cost one step). Never more.
+  const auto& per_step = st.budget_granted_per_step.counts;
+  uint64_t more = 0;
+  for (size_t b = 2; b < per_step.size(); ++b) more += per_step[b];
+  for (size_t b = 4; b < per_step.size(); ++b) EXPECT_EQ(per_step[b], 0u) << "bucket " << b;
+  EXPECT_LE(more, st.budget_steps / 4) << "more than one draft token granted in too many steps";
+}
+
 TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {
   auto e = load(4 << 20);
   const auto system = prompt_of(50, 77);  // three full 16-token blocks and a bit

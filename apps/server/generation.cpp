@@ -59,9 +59,16 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         return !self->stop_.load(std::memory_order_relaxed);
       };
       sr.on_done = [self, i](const GenerateResult& r, const std::string& error) {
-        self->out_->post([self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error] {
-          self->on_done(i, finish, n, error);
-        });
+        SpeculativeMetrics spec;
+        if (self->req_.speculation_metrics) {
+          spec = r.speculative;
+          spec.steps.clear();
+        }
+        self->out_->post(
+            [self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error, spec = std::move(spec)] {
+              self->choices_[static_cast<size_t>(i)].speculation = spec;
+              self->on_done(i, finish, n, error);
+            });
       };
       group.push_back(std::move(sr));
     }
@@ -110,6 +117,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     int64_t text_offset = 0;       // completions' text_offset of the next chunk
     FinishReason finish = FinishReason::Length;
     int64_t n_generated = 0;
+    SpeculativeMetrics speculation;  // its speculation figures, once done
     bool done = false;
     // Tool calls (tools_out()): streamed text passes this filter, which holds call blocks
     // back; the calls parsed out at the end, and the content left around them.
@@ -199,11 +207,14 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     out_->clear_deadline();
     out_->on_close({});
     int64_t n_generated = 0;
+    Usage usage{n_prompt_, 0, std::nullopt};
+    if (req_.speculation_metrics) usage.speculation.emplace();
     for (const Choice& c : choices_) {
       state_.request_finished(c.id);
       n_generated += c.n_generated;
+      if (usage.speculation) usage.speculation->merge(c.speculation);
     }
-    const Usage usage{n_prompt_, n_generated};
+    usage.completion_tokens = n_generated;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     spdlog::info("{} {}{}: prompt {} tokens, {} choice(s), completion {} tokens, finish {}{}, {:.2f} s", meta_.id,
                  req_.endpoint == Endpoint::Chat ? "chat" : "completion", req_.stream ? " (stream)" : "", n_prompt_,

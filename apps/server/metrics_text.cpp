@@ -104,6 +104,18 @@ void vllm_aliases(Writer& w, const SchedulerStats& s, const std::string& model_n
               l);
   w.histogram("vllm:time_per_output_token_seconds", "Inter-token latency (tandem_inter_token_latency_seconds)", s.itl,
               l);
+  const SpeculativeMetrics& m = s.speculative;
+  w.metric("vllm:spec_decode_num_drafts_total", "counter", "Verification steps with drafts (tandem_spec_drafts_total)",
+           d(m.drafts), l);
+  w.metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Tokens drafted (tandem_spec_draft_tokens_total)",
+           d(m.drafted_tokens), l);
+  w.metric("vllm:spec_decode_num_accepted_tokens_total", "counter",
+           "Draft tokens accepted (tandem_spec_accepted_tokens_total)", d(m.accepted_tokens), l);
+  w.header("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Draft tokens accepted at each position (tandem_spec_accepted_per_position_total)");
+  for (size_t i = 0; i < m.accepted_per_position.size(); ++i)
+    w.sample("vllm:spec_decode_num_accepted_tokens_per_pos_total", d(m.accepted_per_position[i]),
+             l + "," + label("position", std::to_string(i)));
   w.metric("vllm:cache_config_info", "gauge", "KV cache configuration (labels); the value is 1", 1.0,
            l + "," + label("block_size", std::to_string(s.kv_block_size)) + "," +
                label("num_gpu_blocks", std::to_string(s.kv_blocks_total)));
@@ -176,6 +188,16 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const M
            d(m.lookup_drafted_tokens));
   w.metric("tandem_spec_lookup_accepted_tokens_total", "counter",
            "Prompt lookup's draft tokens the target accepted (in the totals above)", d(m.lookup_accepted_tokens));
+  w.metric("tandem_spec_budget_steps_total", "counter",
+           "Steps whose drafts the step-level speculation budget planned", d(s.budget_steps));
+  w.metric("tandem_spec_budget_wished_tokens_total", "counter",
+           "Draft tokens the sequences' policies asked the step budget for", d(s.budget_wished_tokens));
+  w.metric("tandem_spec_budget_granted_tokens_total", "counter", "Draft tokens the step budget granted",
+           d(s.budget_granted_tokens));
+  w.histogram("tandem_spec_budget_granted_tokens_per_step", "Draft tokens the step budget granted in a step",
+              s.budget_granted_per_step);
+  w.metric("tandem_spec_budget_predicted_gain", "gauge",
+           "The last budgeted step's predicted tokens per second over plain decoding's", s.budget_last_gain);
   per_position(w, "tandem_spec_drafted_per_position_total", "Steps that drafted a token at this position",
                m.drafted_per_position);
   per_position(w, "tandem_spec_accepted_per_position_total", "Steps whose draft token at this position was accepted",

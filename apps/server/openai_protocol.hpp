@@ -60,6 +60,7 @@ struct ProtocolConfig {
   std::vector<std::string> model_ids;  // accepted `model` values; [0] is the id echoed back
   int32_t n_vocab = 0;                 // bounds token-id prompts
   bool has_draft_model = false;        // "speculative": {"mode": "model"} needs one
+  bool speculation_metrics = false;    // every response's usage carries its speculation figures
   SpeculativeOptions default_speculative;  // server's --draft/--draft-max/--policy
   // From `serve --config`: the defaults tune recommended per temperature; a request gets the
   // entry measured nearest its temperature (default_speculative when empty).
@@ -85,6 +86,9 @@ struct ParsedRequest {
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // The request's speculation figures in its usage (extension "speculation_metrics": true,
+  // or the server's --speculation-metrics).
+  bool speculation_metrics = false;
   std::optional<ToolRequest> tools;  // chat: `tools` and `tool_choice` (tool_calls.hpp)
   int32_t n = 1;        // choices returned
   int32_t best_of = 1;  // completions: choices generated (>= n); the n best by mean logprob are returned
@@ -121,6 +125,12 @@ struct ResponseMeta {
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // When asked for (ParsedRequest::speculation_metrics): the request's drafts, drafted and
+  // accepted tokens and their split by draft position, all choices together, as
+  // "speculation": {num_drafts, num_draft_tokens, num_accepted_tokens,
+  // num_accepted_tokens_per_pos, num_draft_tokens_per_pos, acceptance_rate,
+  // mean_accepted_length} (vLLM's names for its speculation counters).
+  std::optional<SpeculativeMetrics> speculation;
 };
 
 // "chatcmpl-" or "cmpl-" followed by 24 random hex digits.

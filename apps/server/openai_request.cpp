@@ -503,6 +503,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
 
   parse_choices(o, endpoint, cfg, r);
   r.stream = get_bool(o, "stream").value_or(false);
+  r.speculation_metrics = get_bool(o, "speculation_metrics").value_or(cfg.speculation_metrics);
   if (r.stream && r.best_of > r.n)
     throw bad_request("'best_of' greater than 'n' cannot be streamed", "best_of", "invalid_value");
   if (const json::value* so = field(o, "stream_options")) {

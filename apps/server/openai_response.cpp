@@ -21,11 +21,24 @@ json::object envelope(const ResponseMeta& m, const char* object) {
   return o;
 }
 
+json::object speculation_object(const SpeculativeMetrics& m) {
+  json::object o;
+  o["num_drafts"] = m.drafts;
+  o["num_draft_tokens"] = m.drafted_tokens;
+  o["num_accepted_tokens"] = m.accepted_tokens;
+  o["num_draft_tokens_per_pos"] = json::value_from(m.drafted_per_position);
+  o["num_accepted_tokens_per_pos"] = json::value_from(m.accepted_per_position);
+  o["acceptance_rate"] = m.acceptance_rate();
+  o["mean_accepted_length"] = m.mean_accepted_length();
+  return o;
+}
+
 json::object usage_object(const Usage& u) {
   json::object o;
   o["prompt_tokens"] = u.prompt_tokens;
   o["completion_tokens"] = u.completion_tokens;
   o["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  if (u.speculation) o["speculation"] = speculation_object(*u.speculation);
   return o;
 }
 

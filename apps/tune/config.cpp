@@ -192,17 +192,23 @@ void apply_config_load(const TandemConfig& c, const ExplicitFlags& given, LoadOp
   if (load.draft_vocab_counts.empty()) load.draft_vocab_counts = c.draft_vocab_counts;
 }
 
-std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, const TandemConfig* config) {
+std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, const TandemConfig* config,
+                              int32_t batch_tokens) {
   if (so.mode == DraftMode::None || !policy_uses_cost_model(so.policy)) return "";
   if (engine.cost_model()) return "cost model: already set";
   const std::string key = cost_model_key(engine);
+  CalibrationOptions co;
+  co.k_max = std::max(1, so.draft_max);
+  for (int32_t n : batch_token_points(batch_tokens)) {
+    co.extra_n.push_back(n);
+    co.cover_n = std::max(co.cover_n, n);
+  }
+  const int32_t widest = std::max(co.k_max + 1, co.cover_n);
   if (config && config->cost_model && config->cost_model->key() == key &&
-      config->cost_model->max_measured_n() >= so.draft_max + 1) {
+      config->cost_model->max_measured_n() >= widest) {
     engine.set_cost_model(config->cost_model);
     return "cost model: from the config file";
   }
-  CalibrationOptions co;
-  co.k_max = std::max(1, so.draft_max);
   co.cache_path = default_cost_cache_path();
   const bool cached = calibrate_and_install(engine, co);
   return cached ? "cost model: cached in " + co.cache_path : "cost model: measured now, cached in " + co.cache_path;

@@ -66,6 +66,9 @@ void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given,
 // Gives the engine a cost model when `so.policy` needs one: the config's if it was measured
 // for this engine (same models, sizes, backend, threads), else one measured now (cached in
 // default_cost_cache_path(), so only the first run pays). Returns what it did, for logs.
-std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, const TandemConfig* config);
+// batch_tokens: the most target tokens a step may carry (the server's batches), which the
+// measured passes must reach; 0 for one sequence.
+std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, const TandemConfig* config,
+                              int32_t batch_tokens = 0);
 
 }  // namespace tandem::cli

@@ -37,6 +37,10 @@ struct SchedulerOptions {
   // budgets only.
   double max_step_ms = 250.0;
   int32_t min_prefill_tokens = 16;
+  // The step budget's latency rule (policies/step_budget.hpp): the drafts of a step may make
+  // a stream's expected time per token at most this share longer than a plain step's (one
+  // that drafts nothing: the step itself). < 0: throughput alone decides.
+  double spec_latency_slack = 0.10;
   bool prefix_cache = true;       // share full KV blocks of identical prefixes between requests
 };
 

@@ -1,8 +1,10 @@
-// Drafting for a scheduler step: each decoding sequence's policy chooses k, then every
-// sequence that drafts is one job of propose_all (draft/proposer.hpp: the sequences of one
-// draft model draft together, one ragged draft pass per draft position); sequences whose
-// draft is still reading their context feed it a chunk instead (they decode plainly
-// meanwhile). A failure here costs drafts, never a request.
+// Drafting for a scheduler step: each decoding sequence's policy chooses k, the step budget
+// (policies/step_budget.hpp) cuts the choices of the policies that let it to what pays for
+// the batch as a whole, then every sequence that drafts is one job of propose_all
+// (draft/proposer.hpp: the sequences of one draft model draft together, one ragged draft
+// pass per draft position); sequences whose draft is still reading their context feed it a
+// chunk instead (they decode plainly meanwhile). A failure here costs drafts, never a
+// request.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,26 +17,43 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
   int32_t n_decode = 0;
   for (auto& r : running)
     if (!r->run()->prefilling()) ++n_decode;
-  std::vector<ProposeJob> jobs;
-  std::vector<Entry*> job_owner;
   std::vector<Entry*> catching_up;  // decoding plainly while their draft reads the context
   Drafted d;
+  std::vector<int32_t> ks;  // each deciding sequence's k: its policy's, then the budget's
+  const SequenceRun::StartGate may_start = [&](const BudgetWish& w, int32_t context, int32_t left) {
+    return drafts_pay(w, context, left);
+  };
   for (auto& r : running) {
     if (r->run()->prefilling()) continue;
+    int32_t k = 0;
     guarded(*r, [&] {
-      SequenceRun& run = *r->run();
-      const int32_t k = run.choose_k(n_decode);
-      if (run.draft_prefill_pending() > 0) catching_up.push_back(r.get());
-      if (k == 0) {
+      k = r->run()->choose_k(n_decode, may_start);
+      if (r->run()->draft_prefill_pending() > 0) catching_up.push_back(r.get());
+    });
+    if (!r->error.empty()) continue;
+    d.deciding.push_back(r.get());
+    ks.push_back(k);
+  }
+  budget_drafts(d.deciding, ks, static_cast<int32_t>(catching_up.size()));
+  std::vector<ProposeJob> jobs;
+  std::vector<Entry*> job_owner;
+  for (size_t i = 0; i < d.deciding.size(); ++i) {
+    Entry& e = *d.deciding[i];
+    guarded(e, [&] {
+      SequenceRun& run = *e.run();
+      if (ks[i] == 0) {
         run.no_proposal();
-      } else if (!run.try_lookup(k)) {  // prompt lookup's drafts this step: no draft pass for it
-        jobs.push_back(run.draft_job(k));
-        job_owner.push_back(r.get());
+      } else if (!run.try_lookup(ks[i])) {  // prompt lookup's drafts this step: no draft pass for it
+        jobs.push_back(run.draft_job(ks[i]));
+        job_owner.push_back(&e);
       }
     });
-    if (r->error.empty()) d.deciding.push_back(r.get());
   }
+  std::vector<int32_t> catch_ups;  // what each job's first pass feeds
+  for (const ProposeJob& j : jobs) catch_ups.push_back(static_cast<int32_t>(j.proposer->catch_up_tokens(j.context)));
+  const auto t0 = Clock::now();
   propose(jobs, job_owner);
+  observe_drafting(jobs, catch_ups, ms_since(t0));
   const bool prompts_wait =
       std::any_of(running.begin(), running.end(), [](const auto& r) { return r->run()->prefilling(); });
   try {
@@ -43,6 +62,102 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
     drop_drafts(catching_up, "the draft's prefill pass", ex.what());
   }
   return d;
+}
+
+// The step budget: the sequences whose policy lets it (budget_wish) get the drafts that pay
+// for the batch; the others keep their k. One sequence alone, with nothing else in the step,
+// keeps its policy's choice (the budget would weigh the same costs).
+void Scheduler::Impl::budget_drafts(const std::vector<Entry*>& deciding, std::vector<int32_t>& ks,
+                                    int32_t catching_up) {
+  std::vector<BudgetWish> wishes;
+  std::vector<size_t> who;
+  int32_t fixed_drafts = 0;
+  for (size_t i = 0; i < deciding.size(); ++i) {
+    if (ks[i] <= 0) continue;
+    if (auto w = deciding[i]->run()->budget_wish(ks[i])) {
+      wishes.push_back(*w);
+      who.push_back(i);
+    } else {
+      fixed_drafts += ks[i];
+    }
+  }
+  if (wishes.empty()) return;
+  const int32_t n_decode = static_cast<int32_t>(deciding.size());
+  const int32_t prompt = expected_prompt_tokens(n_decode);
+  if (n_decode == 1 && prompt == 0) return;
+  const PolicyCosts pc = EngineAccess::policy_costs(engine);
+  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  const StepPlan plan = budget.plan(costs, wishes, n_decode + fixed_drafts + prompt,
+                                    n_decode - static_cast<int32_t>(wishes.size()), catching_up);
+  for (size_t w = 0; w < who.size(); ++w) {
+    Entry& e = *deciding[who[w]];
+    const int32_t k = plan.k[w];
+    guarded(e, [&] { e.run()->grant(ks[who[w]], k); });
+    ks[who[w]] = k;
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  ++stats.budget_steps;
+  stats.budget_wished_tokens += plan.wished;
+  stats.budget_granted_tokens += plan.granted;
+  stats.budget_granted_per_step.observe(plan.granted);
+  stats.budget_last_gain = plan.gain;
+}
+
+// Whether starting a draft pays in the batch the sequence decodes in (every running or
+// waiting sequence, up to max_seqs): were every one of them to draft like `w`, in steps of
+// decoding alone, the time the budget's plan saves each stream over the tokens it has left
+// must cover the draft's prompt pass of every one of them (each delays every stream). Not
+// judged by this step's make-up: a prompt chunk that makes this step long makes drafts look
+// cheap for one step only.
+bool Scheduler::Impl::drafts_pay(const BudgetWish& w, int32_t context, int32_t tokens_left) const {
+  size_t waiting = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    waiting = queue.size();
+  }
+  const int32_t n = static_cast<int32_t>(std::min<size_t>(running.size() + waiting, static_cast<size_t>(opts.max_seqs)));
+  if (n <= 1) return true;  // alone: the policy's own judgement (its start rules price the prompt pass)
+  const PolicyCosts pc = EngineAccess::policy_costs(engine);
+  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  const std::vector<BudgetWish> all(static_cast<size_t>(n), w);
+  const StepPlan plan = budget.plan(costs, all, n, 0);
+  if (plan.granted == 0) return false;
+  const double saved = tokens_left * plan.plain_ms * (1.0 - 1.0 / plan.gain);  // per stream
+  const int32_t prompt_pass[1] = {std::max(1, context)};
+  return saved >= n * budget.draft_ms(costs, prompt_pass);
+}
+
+// Prompt tokens the coming target pass will carry, as build_batch will cut them (before the
+// draft prefill's share of the step is known).
+int32_t Scheduler::Impl::expected_prompt_tokens(int32_t decode_tokens) const {
+  int32_t left = std::min(opts.max_batch_tokens - decode_tokens, step_time.prompt_budget(0.0));
+  int32_t n = 0;
+  for (auto& r : running) {
+    if (!r->run()->prefilling() || left <= 0) continue;
+    const int32_t c = static_cast<int32_t>(
+        std::min<size_t>({r->run()->prefill_todo().size(), static_cast<size_t>(opts.prefill_chunk), static_cast<size_t>(left)}));
+    n += c;
+    left -= c;
+  }
+  return n;
+}
+
+// The draft passes' measured time against the cost model's prediction for them: the step
+// budget's correction follows the machine.
+void Scheduler::Impl::observe_drafting(const std::vector<ProposeJob>& jobs, const std::vector<int32_t>& catch_ups,
+                                       double ms) {
+  std::vector<BudgetWish> w;
+  std::vector<int32_t> k;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ProposeJob& j = jobs[i];
+    if (!j.error.empty() || j.kv_full || j.forwards == 0) return;  // not a regular step's passes
+    w.push_back({0, 0.0, catch_ups[i], false});
+    k.push_back(static_cast<int32_t>(j.forwards));
+  }
+  if (w.empty()) return;
+  const PolicyCosts pc = EngineAccess::policy_costs(engine);
+  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  budget.observe_draft(costs, StepBudget::draft_passes(w, k), ms);
 }
 
 // Every sequence's drafts at once, whatever its proposer (draft/proposer.hpp: one batch per

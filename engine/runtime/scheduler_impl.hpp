@@ -22,6 +22,7 @@
 #include "engine/runtime/sequence_run.hpp"
 #include "engine/runtime/sequence_setup.hpp"
 #include "engine/runtime/step_time_model.hpp"
+#include "policies/step_budget.hpp"
 
 namespace tandem {
 
@@ -83,6 +84,7 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Entry>> running;  // scheduler thread only
   std::unique_ptr<PrefixCache> prefix;           // scheduler thread only
   StepTimeModel step_time;                       // scheduler thread only
+  StepBudget budget;                             // scheduler thread only
   StepVerifier verifier;  // host or device verdicts
 
   Impl(Engine& e, const SchedulerOptions& o);
@@ -126,6 +128,11 @@ struct Scheduler::Impl {
   bool fits(size_t need);
 
   // ---- drafting (scheduler_drafts.cpp)
+  // Cuts the ks (one per deciding sequence) of the policies that let the step budget judge.
+  void budget_drafts(const std::vector<Entry*>& deciding, std::vector<int32_t>& ks, int32_t catching_up);
+  int32_t expected_prompt_tokens(int32_t decode_tokens) const;
+  bool drafts_pay(const BudgetWish& w, int32_t context, int32_t tokens_left) const;
+  void observe_drafting(const std::vector<ProposeJob>& jobs, const std::vector<int32_t>& catch_ups, double ms);
   void propose(std::vector<ProposeJob>& jobs, const std::vector<Entry*>& owners);
   double draft_prefill(const std::vector<Entry*>& lanes, bool share);
   // A failed draft pass costs its sequences their drafts for this step, not their requests:

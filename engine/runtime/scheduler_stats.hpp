@@ -44,6 +44,12 @@ struct SchedulerStats {
   // most tokens fed in one step.
   int64_t draft_prefill_tokens_total = 0, steps_draft_prefill_time_limited = 0, draft_prefill_max_step_tokens = 0;
   SpeculativeMetrics speculative;
+  // The step budget (policies/step_budget.hpp): steps it planned, draft tokens the policies
+  // asked for and it granted, granted tokens per step, and the last plan's predicted gain
+  // over plain decoding.
+  int64_t budget_steps = 0, budget_wished_tokens = 0, budget_granted_tokens = 0;
+  Histogram budget_granted_per_step{{0, 1, 2, 4, 8, 16, 32, 64}};
+  double budget_last_gain = 1.0;
   Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram itl{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
 };

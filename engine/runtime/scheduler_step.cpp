@@ -22,7 +22,13 @@ bool Scheduler::Impl::step() {
   const auto t0 = Clock::now();
   target_pass(batch, logits);
   const double ms = ms_since(t0);
-  if (!batch.empty()) step_time.observe_step(ms, prompt_tokens);
+  if (!batch.empty()) {
+    step_time.observe_step(ms, prompt_tokens);
+    int32_t tokens = 0;
+    for (const Part& p : batch) tokens += static_cast<int32_t>(p.tokens.size());
+    const PolicyCosts pc = EngineAccess::policy_costs(engine);
+    budget.observe_target(pc.model ? *pc.model : CostModel::assumed_default(), tokens, ms);
+  }
   verify_and_commit(batch, ms);
   retire_failed();
   publish_prefixes();

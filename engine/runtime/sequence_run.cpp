@@ -116,20 +116,28 @@ int32_t SequenceRun::tokens_left() const {
 // A deferred draft (spec_.deferred) has not read the prompt: the policy decides this step's
 // k first. Off (0), the step is plain and the draft stays unfed; asking for a draft, the
 // deferral ends and the draft's prefill is pending, for the caller to feed before the step.
-size_t SequenceRun::resolve_draft(int32_t batch_size) {
+size_t SequenceRun::resolve_draft(int32_t batch_size, const StartGate& may_start) {
   if (spec_.deferred && spec_.on && !done_ && !prefilling() && out_.generated() > 0 && spec_.decided_k < 0 &&
       spec_.proposer->prefill_pending(committed_) > 0) {
     const int32_t k_max = k_limit();
     const PolicyInput in{k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
     spec_.decided_k = k_max > 0 ? spec_.policy->choose_k(in) : 0;
+    if (spec_.decided_k > 0 && may_start) {
+      const std::optional<double> alpha = spec_.policy->budget_alpha();
+      if (alpha && !may_start(BudgetWish{spec_.decided_k, *alpha, 1, false}, static_cast<int32_t>(committed_.size()),
+                              tokens_left())) {
+        spec_.policy->granted(0);
+        spec_.decided_k = 0;
+      }
+    }
     if (spec_.decided_k > 0) spec_.deferred = false;
   }
   return draft_prefill_pending();
 }
 
-int32_t SequenceRun::choose_k(int32_t batch_size) {
+int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
   if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
-  resolve_draft(batch_size);  // when the caller has not asked before feeding the draft
+  resolve_draft(batch_size, may_start);  // when the caller has not asked before feeding the draft
   SpeculativeMetrics& m = result().speculative;
   const int32_t decided = std::exchange(spec_.decided_k, -1);
   if (spec_.deferred && decided == 0) {  // the policy keeps speculation off: a plain step
@@ -151,6 +159,23 @@ int32_t SequenceRun::choose_k(int32_t batch_size) {
   }
   if (spec_.on && !plain) ++m.steps_per_k[static_cast<size_t>(k)];
   return k;
+}
+
+std::optional<BudgetWish> SequenceRun::budget_wish(int32_t k) const {
+  const std::optional<double> alpha = spec_.policy ? spec_.policy->budget_alpha() : std::nullopt;
+  if (k <= 0 || !alpha || !spec_.proposer) return std::nullopt;
+  const size_t lag = spec_.proposer->catch_up_tokens(committed_);
+  return BudgetWish{k, *alpha, static_cast<int32_t>(std::max<size_t>(lag, 1)), lag == 0};
+}
+
+void SequenceRun::grant(int32_t chosen, int32_t k) {
+  if (k >= chosen) return;
+  auto& per_k = result().speculative.steps_per_k;
+  if (static_cast<size_t>(chosen) < per_k.size() && per_k[static_cast<size_t>(chosen)] > 0) {
+    --per_k[static_cast<size_t>(chosen)];
+    ++per_k[static_cast<size_t>(k)];
+  }
+  spec_.policy->granted(k);
 }
 
 ProposeOptions SequenceRun::propose_options(int32_t k) const {

@@ -14,6 +14,7 @@
 // is cut back to the committed tokens: it never holds KV of a token that was not committed
 // (the scheduler publishes cache blocks to the prefix cache under the committed tokens).
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +31,7 @@
 #include "engine/text/tokenizer.hpp"
 #include "policies/lookup_choice.hpp"
 #include "policies/policy.hpp"
+#include "policies/step_budget.hpp"
 #include "tandem/generation.hpp"
 #include "verify/verifier.hpp"
 
@@ -64,7 +66,17 @@ class SequenceRun {
   // for k > 0 (unless try_lookup drafts) this step's job for its proposer (draft_job), run
   // with the other sequences' jobs (propose_all), and its result back (take_proposal); for
   // k = 0, or drafts that failed, no_proposal.
-  int32_t choose_k(int32_t batch_size);
+  // may_start (optional): asked before a sequence whose policy lets the step budget judge
+  // (budget_wish) starts its draft, with its steady wish, its context (what the draft must
+  // read first) and the tokens it may still generate: whether starting pays in this batch.
+  // If not, the draft stays unfed (no prompt pass for drafts that would not run).
+  using StartGate = std::function<bool(const BudgetWish& wish, int32_t context, int32_t tokens_left)>;
+  int32_t choose_k(int32_t batch_size, const StartGate& may_start = {});
+  // Between choose_k (k > 0) and drafting, for the scheduler's step budget: this step's
+  // wish (nullopt when its policy keeps its k), then what the budget granted (≤ k), which
+  // the policy and the metrics take as the step's choice.
+  std::optional<BudgetWish> budget_wish(int32_t k) const;
+  void grant(int32_t chosen, int32_t k);
   ProposeJob draft_job(int32_t k);
   std::span<const int32_t> take_proposal(ProposeJob&& job);
   std::span<const int32_t> no_proposal() { return set_proposal(Proposal{}, 0.0, 0); }
@@ -109,7 +121,7 @@ class SequenceRun {
   // Ends the deferral if the policy asks for a draft this step (its k is then used by the
   // step's choose_k, not asked again); returns draft_prefill_pending(). Callers that feed
   // the draft right before the step (run_to_end) call it instead of draft_prefill_pending.
-  size_t resolve_draft(int32_t batch_size);
+  size_t resolve_draft(int32_t batch_size, const StartGate& may_start = {});
   // The caller fed the draft `tokens` of its context (the prefill above), taking `ms`.
   void record_draft_prefill(int64_t tokens, double ms) {
     result().speculative.draft_prefill_tokens += tokens;

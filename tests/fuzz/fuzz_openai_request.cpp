@@ -55,10 +55,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text = ep == Endpoint::Chat ? (r.messages.empty() ? "" : r.messages.back().content) : r.prompt;
   if (!utf8::is_valid(text)) return 0;  // generated text is valid UTF-8 (the stream decoder)
   ResponseMeta m{ep, new_response_id(ep), 0, r.model};
-  const boost::json::value full = boost::json::parse(completion_json(m, text, "stop", Usage{1, 2}));
+  const boost::json::value full = boost::json::parse(completion_json(m, text, "stop", Usage{1, 2, {}}));
   const auto& choice = full.at("choices").at(0);
   fuzz_check((ep == Endpoint::Chat ? choice.at("message").at("content") : choice.at("text")).as_string() == text);
   (void)boost::json::parse(chunk_json(m, text, nullptr, true, r.include_usage));
-  (void)boost::json::parse(usage_chunk_json(m, Usage{1, 2}));
+  (void)boost::json::parse(usage_chunk_json(m, Usage{1, 2, {}}));
   return 0;
 }

@@ -1180,6 +1180,51 @@ class GatewayMetricsServer(Timed):
         self.assertEqual((status, body), (200, {"status": "ok"}))
 
 
+    def test_speculation_figures_per_request_and_in_vllm_names(self):
+        """A request that asks gets its own drafts, drafted and accepted tokens and their split by
+        position in its usage (streamed: the last chunk's), and /metrics carries the same counts under
+        vLLM's spec_decode names; they move by exactly this request's figures."""
+        prompt = "one two three four five one two three four five one two three four five one two three"
+        body = {"model": "smollm2", "prompt": prompt, "max_tokens": 32, "temperature": 0, "ignore_eos": True,
+                "speculative": {"mode": "ngram", "draft_max": 4}, "speculation_metrics": True}
+
+        def counters():
+            _, v = self.scrape()
+            names = ("drafts", "draft_tokens", "accepted_tokens")
+            ours = [v[f"tandem_spec_{n}_total"] for n in names]
+            theirs = [v[f"vllm:spec_decode_num_{n}_total" + self.LABEL] for n in names]
+            self.assertEqual(ours, theirs)
+            per_pos = {k: x for k, x in v.items() if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")}
+            self.assertEqual(sum(per_pos.values()), v["tandem_spec_accepted_tokens_total"])
+            return ours
+
+        def check(spec):
+            self.assertGreater(spec["num_drafts"], 0)
+            self.assertGreater(spec["num_accepted_tokens"], 0, "n-gram drafts on a repeating prompt")
+            self.assertLessEqual(spec["num_accepted_tokens"], spec["num_draft_tokens"])
+            self.assertEqual(sum(spec["num_accepted_tokens_per_pos"]), spec["num_accepted_tokens"])
+            self.assertEqual(sum(spec["num_draft_tokens_per_pos"]), spec["num_draft_tokens"])
+            self.assertAlmostEqual(spec["acceptance_rate"], spec["num_accepted_tokens"] / spec["num_draft_tokens"])
+            self.assertAlmostEqual(spec["mean_accepted_length"], 1 + spec["num_accepted_tokens"] / spec["num_drafts"])
+            return [spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]]
+
+        before = counters()
+        status, _, r = self.server.request("POST", "/v1/completions", body)
+        self.assertEqual(status, 200, r)
+        figures = check(r["usage"]["speculation"])
+        self.assertEqual([a - b for a, b in zip(counters(), before)], figures)
+        # Streamed: the usage chunk carries them; a request that does not ask gets none.
+        status, events = raw_stream(self.server, "/v1/completions",
+                                    dict(body, stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(status, 200)
+        usage = [json.loads(e)["usage"] for e in events[:-1] if json.loads(e).get("usage")]
+        self.assertEqual(len(usage), 1)
+        self.assertEqual(check(usage[0]["speculation"]), figures, "the same request drafts the same")
+        status, _, plain = self.server.request("POST", "/v1/completions", dict(body, speculation_metrics=False))
+        self.assertEqual(status, 200, plain)
+        self.assertNotIn("speculation", plain["usage"])
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()
