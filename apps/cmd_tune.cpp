@@ -29,6 +29,7 @@ struct TuneArgs {
   std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
   std::string draft_vocabs;  // "" → automatic (see add_tune)
   std::string draft_types;   // "" → default_draft_types
+  std::string concurrency;   // "" → single sequences only
   bool draft_type_given = false;  // --draft-type was on the command line
   int32_t n_tokens = 64, reps = 1, ar_every = 3, calib_reps = 5;
   uint64_t seed = 1;
@@ -186,6 +187,33 @@ int run_tune_command(const TuneArgs& a) {
     report.costs = engine->cost_model();
   }
 
+  if (!a.concurrency.empty() && o.mode != DraftMode::None) {
+    // Each recommendation as the server would run it, and the server's default policy
+    // (goodput: the step budget) at the same k; where nothing beat plain decoding, goodput
+    // at the largest k measured.
+    std::vector<std::pair<float, SpeculativeOptions>> configs;
+    for (const Recommendation& rc : report.recommendations) {
+      SpeculativeOptions so;
+      so.mode = o.mode;
+      so.draft_max = rc.policy == "none" ? o.k_values.back() : rc.k;
+      if (rc.policy != "none" && rc.policy != "goodput") {
+        so.policy = rc.policy;
+        configs.emplace_back(rc.temp, so);
+      }
+      so.policy = "goodput";
+      configs.emplace_back(rc.temp, so);
+    }
+    ConcurrencyOptions co;
+    co.streams = parse_k_list(a.concurrency);
+    co.n_tokens = o.n_tokens;
+    co.seed = o.seed;
+    std::vector<std::string> texts;
+    for (const TunePrompt& p : o.prompts.empty() ? builtin_prompts() : o.prompts) texts.push_back(p.text);
+    if (!a.quiet) std::fprintf(stderr, "measuring %zu configuration(s) in batches of %s streams\n", configs.size(),
+                               a.concurrency.c_str());
+    report.concurrency = measure_concurrency(*engine, texts, configs, co);
+  }
+
   const bool as_json = a.json || (!a.table && isatty(STDOUT_FILENO) != 1);
   if (as_json)
     std::printf("%s\n", report_json(report).c_str());
@@ -229,6 +257,9 @@ Command add_tune(CLI::App& app) {
   sub->add_option("--ar-every", a->ar_every, "A plain-decoding run after every this many configurations")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Random seed (same for plain and speculative runs)")->capture_default_str();
+  sub->add_option("--concurrency", a->concurrency,
+                  "Also serve the recommendations with this many streams at once (e.g. 1,2,4), plain decoding "
+                  "side by side, and report the throughput ratio at each");
   sub->add_option("--alpha-prior", a->alpha_prior, "Adaptive policies: acceptance expected at the start (0 = default)");
   sub->add_option("--out", a->out_json, "Write the full report as JSON");
   sub->add_option("--csv", a->out_csv, "Write one CSV row per configuration");

@@ -389,3 +389,53 @@ TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
 
 }  // namespace
 }  // namespace tandem::cli
+
+namespace tandem::cli {
+namespace {
+
+// tune --concurrency: each configuration is served through the scheduler at each stream
+// count, plain decoding of the same requests beside it; every request generates exactly its
+// tokens, and the report carries the side-by-side figures (JSON and table).
+TEST(Tune, ConcurrencyServesEachConfigurationBesidePlainDecoding) {
+  auto engine = load_pair();
+  SpeculativeOptions goodput;
+  goodput.mode = DraftMode::Model;
+  goodput.policy = "goodput";
+  goodput.draft_max = 3;
+  SpeculativeOptions fixed = goodput;
+  fixed.policy = "fixed";
+  ConcurrencyOptions co;
+  co.streams = {1, 3};
+  co.n_tokens = 12;
+  const std::vector<std::string> prompts = {"a b c d", "one two three", "x y z w v"};
+  const auto res = measure_concurrency(*engine, prompts, {{0.0f, fixed}, {0.7f, goodput}}, co);
+  ASSERT_EQ(res.size(), 4u);
+  for (size_t i = 0; i < res.size(); ++i) {
+    const ConcurrencyResult& r = res[i];
+    EXPECT_EQ(r.streams, co.streams[i % 2]) << i;
+    EXPECT_EQ(r.policy, i < 2 ? "fixed" : "goodput") << i;
+    EXPECT_FLOAT_EQ(r.temp, i < 2 ? 0.0f : 0.7f);
+    EXPECT_EQ(r.tokens, static_cast<int64_t>(std::max(2, co.waves * r.streams)) * co.n_tokens) << i;
+    EXPECT_GT(r.plain_tok_s, 0.0) << i;
+    EXPECT_GT(r.spec_tok_s, 0.0) << i;
+    EXPECT_NEAR(r.ratio(), r.spec_tok_s / r.plain_tok_s, 1e-12);
+  }
+  EXPECT_GT(res[0].metrics.drafted_tokens, 0) << "fixed k drafts whatever the batch";
+  TuneReport rep;
+  rep.concurrency = res;
+  const json::value v = json::parse(report_json(rep));
+  ASSERT_EQ(v.at("concurrency").as_array().size(), 4u);
+  EXPECT_EQ(v.at("concurrency").at(3).at("streams").as_int64(), 3);
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  print_table(rep, f);
+  std::fclose(f);
+  const std::string table(buf, len);
+  std::free(buf);
+  EXPECT_NE(table.find("in the server's batches"), std::string::npos) << table;
+  EXPECT_NE(table.find("| 0.70 | goodput | 3 | 3 |"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace tandem::cli

@@ -133,6 +133,14 @@ std::string report_json(const TuneReport& r) {
         {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"draft_type", rc.draft_type}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
         {"off_fraction", rc.off_fraction}});
   o["recommendations"] = std::move(recs);
+  json::array conc;
+  for (const ConcurrencyResult& c : r.concurrency)
+    conc.push_back(json::object{{"temp", tidy(c.temp)}, {"policy", c.policy}, {"k", c.k}, {"streams", c.streams},
+                                {"tokens", c.tokens}, {"plain_tokens_per_s", c.plain_tok_s},
+                                {"tokens_per_s", c.spec_tok_s}, {"ratio", c.ratio()},
+                                {"drafted_tokens", c.metrics.drafted_tokens},
+                                {"accepted_tokens", c.metrics.accepted_tokens}});
+  if (!conc.empty()) o["concurrency"] = std::move(conc);
   return json::serialize(o);
 }
 
@@ -278,6 +286,16 @@ void print_table(const TuneReport& r, std::FILE* out) {
       std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d (speedup %.3f%s)\n", rc.temp,
                    rc.policy.c_str(), rc.k, rc.speedup,
                    rc.off_fraction > 0.99 ? "; it kept speculation off: plain decoding, measured with noise" : "");
+  }
+  if (!r.concurrency.empty()) {
+    std::fprintf(out,
+                 "\nin the server's batches (tune --concurrency): output tokens/s of all requests, plain decoding run "
+                 "before and after each\n| T | policy | k | streams | plain tok/s | tok/s | ratio | acceptance |\n"
+                 "|---|---|---|---|---|---|---|---|\n");
+    for (const ConcurrencyResult& c : r.concurrency)
+      std::fprintf(out, "| %.2f | %s | %d | %d | %.1f | %.1f | %.2fx | %s |\n", c.temp, c.policy.c_str(), c.k,
+                   c.streams, c.plain_tok_s, c.spec_tok_s, c.ratio(),
+                   c.metrics.drafted_tokens ? std::to_string(c.metrics.acceptance_rate()).substr(0, 4).c_str() : "-");
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/tune/concurrency.hpp"
 #include "policies/cost_model.hpp"
 #include "tandem/engine.hpp"
 
@@ -120,6 +121,7 @@ struct TuneReport {
   std::vector<float> temps;
   std::vector<ConfigResult> results;
   std::vector<Recommendation> recommendations;  // one per temperature
+  std::vector<ConcurrencyResult> concurrency;   // --concurrency: the recommendations in batches
   std::shared_ptr<const CostModel> costs;       // null when none was used
   double elapsed_s = 0.0;
 };
