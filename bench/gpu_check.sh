@@ -25,8 +25,9 @@
 #      identical, and tok/s of each
 #   7. HF transformers assisted generation (generate(assistant_model=...)) on the same pair
 #      and prompts (bench/hf_assisted.py; GGUFs through gguf_file=), next to step 6's figures
-#   8. the server on the device at 1/8/32/128 streams, speculation off and on
-#      (bench/serve_matrix.py --server-args '--device cuda ...')
+#   8. the server on the device at 1/2/8/32/128 streams, greedy and T = 0.8, speculation off
+#      and under the step budget (goodput), with the ratio at each (bench/serve_matrix.py
+#      --server-args '--device cuda ...')
 # A step that did not run (no models, no torch, out of time) is listed in the summary.
 set -uo pipefail
 
@@ -164,11 +165,12 @@ if [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 330 ]; then
   fi
 fi
 
-# 8. the server on the GPU at 1/8/32/128 streams, speculation off and on (bench/serve_matrix.py).
+# 8. the server on the GPU at 1/2/8/32/128 streams, greedy and sampled, speculation off and
+#    under the step budget (bench/serve_matrix.py).
 if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 400 ]; then
   step serve_matrix 150 python3 "$ROOT/bench/serve_matrix.py" --tandem "$BUILD/apps/tandem" --pair qwen \
-    --concurrency 1,8,32,128 --max-tokens 64 --waves 1 -t 4 --out "$OUT/serve_matrix.json" \
-    --server-args "--device cuda --gpu-mem 24G --kv-mem 8GiB"
+    --concurrency 1,2,8,32,128 --temperatures 0,0.8 --categories all --max-tokens 64 --waves 1 -t 4 \
+    --policies goodput --out "$OUT/serve_matrix.json" --server-args "--device cuda --gpu-mem 24G --kv-mem 8GiB"
 fi
 
 # Summary: every step's rc and time, test counts, and the benchmark JSON files.
@@ -246,11 +248,13 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 f"assisted {hf['assisted_tok_s']:.1f} tok/s; tandem speculative {spec:.1f} tok/s = "
                 f"{spec / max(hf['assisted_tok_s'], 1e-9):.2f}x HF assisted\n")
     if serve:
-        t.write("\n| server config | streams | ok | output tok/s | TTFT p50 ms | ITL p50 ms | acceptance |\n|---|---|---|---|---|---|---|\n")
+        t.write("\n| server config | T | streams | ok | output tok/s | ratio to off | TTFT p50 ms | ITL p99 ms | acceptance |\n"
+                "|---|---|---|---|---|---|---|---|---|\n")
         for r in serve:
             acc = f"{r['acceptance']:.2f}" if r.get("acceptance") is not None else "-"
-            t.write(f"| {r['config']} | {r['concurrency']} | {r['ok']}/{r['requests']} | {r['output_tokens_per_s']:.1f} | "
-                    f"{r['ttft_ms']['50']:.0f} | {r['itl_ms']['50']:.1f} | {acc} |\n")
+            ratio = f"{r['throughput_ratio']:.2f}x" if r.get("throughput_ratio") else "-"
+            t.write(f"| {r['config']} | {r.get('temperature', 0):g} | {r['concurrency']} | {r['ok']}/{r['requests']} | "
+                    f"{r['output_tokens_per_s']:.1f} | {ratio} | {r['ttft_ms']['50']:.0f} | {r['itl_ms']['99']:.1f} | {acc} |\n")
 print(open(os.path.join(out, "summary.md")).read())
 PY
 log "done in $(elapsed)s; results in $OUT"

@@ -4,7 +4,8 @@ measured in one run: starts `tandem serve` once per configuration, drives it wit
 bench/loadgen.py at each concurrency, prints one table.
 
     python3 bench/serve_matrix.py [--tandem build/release/apps/tandem] [--pair smollm2|qwen]
-                                  [--concurrency 1,8,32] [--max-tokens 32] [--waves 2] [-t 2]
+                                  [--concurrency 1,2,4,8,16] [--temperatures 0,0.8] [--categories chat,code]
+                                  [--max-tokens 32] [--waves 2] [-t 2] [--policies goodput]
                                   [--server-args '--device cuda --gpu-mem 24G']
 
 --pair smollm2: SmolLM2-135M, speculation = n-gram prompt lookup.
@@ -15,8 +16,8 @@ and temperature (--temperatures: 0 is greedy). Configurations: off (--draft none
 (each of --policies, the default policy first), so the same server binary, models and
 prompts are compared side by side. The summary pairs each on configuration with off at the
 same category, temperature and concurrency: throughput ratio, p99 inter-token latency (per
-token: a burst's wait shared by its tokens, see bench/loadgen.py) and p99 gap between
-arrivals.
+token: a burst's wait shared by its tokens, see bench/loadgen.py), p99 gap between arrivals
+and p99 of the requests' time per output token (TPOT).
 """
 import argparse
 import asyncio
@@ -189,8 +190,8 @@ def main():
               f"| {r['gap_ms'][99]:.1f} | {acc} | {r['drafted']:.0f} |")
     off = {(r["category"], r["temperature"], r["concurrency"]): r for r in results if r["config"] == "off"}
     print("\nside by side with off (same prompts, temperature, streams):")
-    print("| config | prompts | T | streams | throughput ratio | ITL p99 ratio | gap p99 ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| config | prompts | T | streams | throughput ratio | ITL p99 ratio | gap p99 ratio | TPOT p99 ratio |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         b = off.get((r["category"], r["temperature"], r["concurrency"]))
         if r["config"] == "off" or not b or not b["output_tokens_per_s"]:
@@ -198,8 +199,10 @@ def main():
         r["throughput_ratio"] = r["output_tokens_per_s"] / b["output_tokens_per_s"]
         r["itl_p99_ratio"] = r["itl_ms"][99] / b["itl_ms"][99]
         r["gap_p99_ratio"] = r["gap_ms"][99] / b["gap_ms"][99]
+        r["tpot_p99_ratio"] = r["tpot_ms"][99] / b["tpot_ms"][99]
         print(f"| {r['config']} | {r['category']} | {r['temperature']:g} | {r['concurrency']} "
-              f"| {r['throughput_ratio']:.2f}x | {r['itl_p99_ratio']:.2f} | {r['gap_p99_ratio']:.2f} |")
+              f"| {r['throughput_ratio']:.2f}x | {r['itl_p99_ratio']:.2f} | {r['gap_p99_ratio']:.2f} "
+              f"| {r['tpot_p99_ratio']:.2f} |")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)

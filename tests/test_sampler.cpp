@@ -7,6 +7,7 @@
 #include "tests/support/stats.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 #include <cmath>
 #include <cstdio>
@@ -15,11 +16,13 @@
 #include <map>
 #include <numbers>
 #include <numeric>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "engine/sampling/candidate_order.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/sampling/sampler.hpp"
 
@@ -824,6 +827,36 @@ TEST(SamplerTiming, DISABLED_Vocab151936) {
   time("top_k=0 top_p=0.95 min_p=0", params(0.8f, 0, 0.95f, 0.0f), 200);
   time("top_k=40 only", params(0.8f, 40, 1.0f, 0.0f), 500);
   time("no cuts (full sort)", params(0.8f, 0, 1.0f, 0.0f), 10);
+}
+
+// The radix path of sort_candidates gives exactly the comparison sort's order: weights with
+// many exact ties (ids ascending within them), denormals, 1.0, the smallest and largest
+// exponents, at sizes around where the radix path starts.
+TEST(CandidateOrder, RadixSortIsTheComparisonSortsOrder) {
+  std::mt19937 rng(5);
+  std::vector<Candidate> scratch;
+  for (size_t n : {1u, 100u, 4095u, 4096u, 20000u, 151936u}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<Candidate> c;
+      for (size_t i = 0; i < n; ++i) {
+        float v;
+        if (kind == 0) v = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+        else if (kind == 1) v = static_cast<float>(rng() % 7) / 8.0f + std::numeric_limits<float>::denorm_min();
+        else v = std::exp(std::uniform_real_distribution<float>(-100.0f, 0.0f)(rng));
+        if (i % 997 == 0) v = 1.0f;
+        if (i % 1009 == 0) v = std::numeric_limits<float>::denorm_min() * static_cast<float>(1 + rng() % 4);
+        c.push_back({v, static_cast<int32_t>(i)});
+      }
+      std::vector<Candidate> ref = c;
+      std::sort(ref.begin(), ref.end(), candidate_before);
+      sort_candidates(c, scratch);
+      ASSERT_EQ(c.size(), ref.size());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(c[i].id, ref[i].id) << "n " << n << " kind " << kind << " at " << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(c[i].v), std::bit_cast<uint32_t>(ref[i].v));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -372,6 +372,8 @@ bool has_tool_parts(const ParsedRequest& req) {
   return false;
 }
 
+}  // namespace
+
 std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req) {
   if (req.endpoint == Endpoint::Completion) {
     if (req.prompt_is_tokens) return req.prompt_tokens;
@@ -389,8 +391,6 @@ std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req)
   }
   return state.chat.tokenize(state.engine, text);
 }
-
-}  // namespace
 
 void start_generation(ServerState& state, Endpoint endpoint, std::string body, const std::shared_ptr<Responder>& out) {
   ParsedRequest req = parse_request(endpoint, body, state.protocol);

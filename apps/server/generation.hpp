@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/server/openai_protocol.hpp"
 #include "apps/server/responder.hpp"
@@ -21,5 +22,10 @@ class ServerState;
 // request, prompt too long, queue full → 429, shutting down → 503); afterwards every
 // outcome is answered through `out`.
 void start_generation(ServerState& state, Endpoint endpoint, std::string body, const std::shared_ptr<Responder>& out);
+
+// The tokens a parsed request's generation reads: the completion prompt as given or
+// tokenized, or the chat messages through the model's chat template. Throws ApiError (400)
+// for messages the template rejects.
+std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req);
 
 }  // namespace tandem::server

@@ -7,6 +7,7 @@
 #include "apps/server/metrics_text.hpp"
 #include "apps/server/openai_protocol.hpp"
 #include "apps/server/server_state.hpp"
+#include "apps/server/tokenize_endpoint.hpp"
 
 namespace tandem::server {
 namespace {
@@ -86,6 +87,8 @@ RouteMatch match_route(std::string_view target) {
     m = {Route::Model, percent_decode(path.substr(11)), "GET", true};
   else if (path == "/health") m = {Route::Health, {}, "GET", false};
   else if (path == "/metrics") m = {Route::Metrics, {}, "GET", false};
+  else if (path == "/tokenize") m = {Route::Tokenize, {}, "POST", true};
+  else if (path == "/detokenize") m = {Route::Detokenize, {}, "POST", true};
   return m;
 }
 
@@ -123,6 +126,12 @@ void dispatch(ServerState& state, RequestView req, const std::shared_ptr<Respond
         return;
       case Route::Metrics:
         out->respond(metrics(state));
+        return;
+      case Route::Tokenize:
+        out->respond(tokenize_response(state, req.body));
+        return;
+      case Route::Detokenize:
+        out->respond(detokenize_response(state, req.body));
         return;
       case Route::NotFound:
         break;

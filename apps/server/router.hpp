@@ -1,5 +1,5 @@
 // Which endpoint a request is for, and the answers that need no generation: /v1/models,
-// /health, /metrics. Generation requests go on to generation.hpp.
+// /health, /metrics, /tokenize, /detokenize. Generation requests go on to generation.hpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,7 +11,7 @@ namespace tandem::server {
 
 class ServerState;
 
-enum class Route { ChatCompletions, Completions, Models, Model, Health, Metrics, NotFound };
+enum class Route { ChatCompletions, Completions, Models, Model, Health, Metrics, Tokenize, Detokenize, NotFound };
 
 struct RouteMatch {
   Route route = Route::NotFound;

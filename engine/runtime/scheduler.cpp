@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/runtime/pass_limits.hpp"
 #include "engine/runtime/scheduler_impl.hpp"
@@ -27,6 +28,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : impl_(std::
   if (opts.max_seqs <= 0 || opts.max_queue < 0 || opts.prefill_chunk <= 0 || opts.max_batch_tokens <= 0 ||
       opts.max_step_ms < 0 || opts.min_prefill_tokens <= 0)
     throw std::invalid_argument("scheduler: limits must be positive");
+  if (!std::isfinite(opts.spec_latency_slack))
+    throw std::invalid_argument("scheduler: the speculation latency slack must be a number (< 0: no limit)");
   const BlockAllocator& blocks = impl_->parts.target.cache().blocks();
   if (!blocks.budget() || (impl_->parts.draft && impl_->parts.draft->cache().blocks().budget() != blocks.budget()))
     throw std::invalid_argument("scheduler: the KV caches must share one budget");

@@ -20,6 +20,8 @@
 // sort algorithm gives the same output.
 #include "engine/sampling/sampler.hpp"
 
+#include "engine/sampling/candidate_order.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -48,16 +50,8 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 [[noreturn]] void throw_no_token() { throw std::runtime_error("logits are all NaN/-inf"); }
 
 // A token and a value (a scaled logit, then an unnormalised probability).
-struct Entry {
-  float v;
-  int32_t id;
-};
-// The one order used everywhere: larger value first, ties by ascending id. It is a strict
-// total order (ids are unique), so sorting results do not depend on the algorithm.
-// (A lambda object rather than a function, so std::sort inlines it.)
-constexpr auto before = [](const Entry& a, const Entry& b) {
-  return a.v > b.v || (a.v == b.v && a.id < b.id);
-};
+using Entry = Candidate;
+constexpr auto before = candidate_before;
 
 // Per-thread scratch: a fresh vocab-sized buffer per call would cost about as much in page
 // faults as the work itself. thread_local, so draft and target positions may be sampled in
@@ -66,6 +60,7 @@ struct Scratch {
   std::vector<float> w;          // working logits; later exp weights
   std::vector<uint32_t> counts;  // penalty bookkeeping; all zero between calls
   std::vector<Entry> cand;       // tokens that may survive the cuts
+  std::vector<Entry> sorted;     // sort_candidates' scratch
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -265,8 +260,8 @@ void collect_candidates(std::span<const float> e, double total, const SamplingPa
                         std::vector<Entry>& out) {
   const auto collect = [&](float thr) {
     out.clear();
-    collect_at_least(e, thr, out);
-    std::sort(out.begin(), out.end(), before);
+    collect_at_least(e, thr, out);  // in id order, weights > 0
+    sort_candidates(out, scratch().sorted);
   };
   // min-p's threshold is known up front (p_max is 1 in weights). Both cuts keep a prefix of
   // the same order, so the shorter one wins and lies inside the min-p set: nothing below it

@@ -434,6 +434,49 @@ class MainServer(StructuredOutputCases, Timed):
         with self.assertRaises(openai.AuthenticationError):
             self.server.client(api_key="wrong").models.list()
 
+    def test_tokenize_and_detokenize_as_vllm_and_llama_server_have_them(self):
+        """/tokenize counts what a completion or chat request reads (vLLM's {"prompt"} and {"messages"},
+        llama-server's {"content", "with_pieces"}); /detokenize gives the text back; bad input is a 400 in
+        the API's error shape."""
+        text = "The quick brown fox jumps over the lazy dog. Ünïcödé and   spaces\tand tabs."
+        status, _, t = self.server.request("POST", "/tokenize", {"model": "smollm2", "prompt": text})
+        self.assertEqual(status, 200, t)
+        self.assertEqual(t["count"], len(t["tokens"]))
+        self.assertEqual(t["max_model_len"], 2048)
+        r = self.client.completions.create(model="smollm2", prompt=text, max_tokens=1, temperature=0)
+        self.assertEqual(t["count"], r.usage.prompt_tokens, "the tokens a completion reads")
+        status, _, d = self.server.request("POST", "/detokenize", {"model": "smollm2", "tokens": t["tokens"]})
+        self.assertEqual(status, 200, d)
+        self.assertEqual(d["prompt"], d["content"])
+        self.assertTrue(d["prompt"].endswith(text), d["prompt"])
+        # llama-server's form: no special tokens by default, pieces on request, joined they are the text.
+        ascii_text = "def add(a, b):\n    return a + b  # plain ASCII: each piece is whole characters"
+        status, _, p = self.server.request("POST", "/tokenize", {"content": ascii_text, "with_pieces": True})
+        self.assertEqual(status, 200, p)
+        self.assertEqual("".join(x["piece"] for x in p["tokens"]), ascii_text)
+        self.assertEqual([x["id"] for x in p["tokens"]], self.server.request(
+            "POST", "/tokenize", {"content": ascii_text})[2]["tokens"])
+        # Chat messages through the template, as the chat endpoint reads them.
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}]
+        status, _, c = self.server.request("POST", "/tokenize", {"model": "smollm2", "messages": msgs})
+        self.assertEqual(status, 200, c)
+        chat = self.client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=1, temperature=0)
+        self.assertEqual(c["count"], chat.usage.prompt_tokens)
+        for path, body, param in (("/tokenize", "{not json", ""), ("/tokenize", {"prompt": 5}, "prompt"),
+                                  ("/tokenize", {"model": "smollm2"}, "prompt"),
+                                  ("/tokenize", {"prompt": "x", "add_special_tokens": "yes"}, "add_special_tokens"),
+                                  ("/detokenize", {"tokens": [1, 10 ** 9]}, "tokens"),
+                                  ("/detokenize", {"tokens": "1 2"}, "tokens"), ("/detokenize", {}, "tokens")):
+            status, _, e = self.server.request("POST", path, body)
+            self.assertEqual(status, 400, (path, body, e))
+            self.assertEqual(e["error"]["type"], "invalid_request_error", e)
+            if param:
+                self.assertEqual(e["error"]["param"], param, e)
+        status, _, _ = self.server.request("GET", "/tokenize")
+        self.assertEqual(status, 405)
+        status, _, _ = self.server.request("POST", "/tokenize", {"prompt": "x"}, auth=False)
+        self.assertEqual(status, 401)
+
     def test_raw_errors(self):
         chat = "/v1/chat/completions"
         msgs = [{"role": "user", "content": "x"}]
