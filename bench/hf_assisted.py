@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Hugging Face transformers' assisted generation on the same GGUF pair and prompts as
-tandem: the peer figure the CUDA speculative bar is stated against (issue 15: speculative
+tandem: the peer figure the CUDA speculative bar is stated against (the CUDA backend's speculative
 >= 3x HF assisted generation on the Qwen pair).
 
     python3 bench/hf_assisted.py --target Qwen2.5-Coder-1.5B.gguf --draft Qwen2.5-Coder-0.5B.gguf \

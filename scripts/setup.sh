@@ -12,6 +12,8 @@ APT_PKGS=(
   libsimde-dev
   clang-14 libclang-rt-14-dev  # the fuzz preset: clang with libFuzzer (tests/fuzz)
   python3 python3-pip python3-venv  # venv: the Python package's install test (ctest python.package)
+  librsvg2-bin  # rsvg-convert: tune's chart is rendered to PNG in a test (tests/test_tune.cpp)
+  tmux  # tandem chat is tested in a real terminal (tests/python/test_chat_tmux.py)
 )
 
 missing=()

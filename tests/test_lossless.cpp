@@ -964,7 +964,7 @@ const std::vector<Config> kConfigs = {
         // A reduced draft vocabulary sampled on the device (q = 0 outside it after scatter_cols).
         Config{"cuda_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
                V::Rejection, false, "cuda-emulated", "", 160, "keep", 0},
-        // The draft re-quantized at load (issue 16, --draft-type): its F16 weights as Q4_0,
+        // The draft re-quantized at load (--draft-type): its F16 weights as Q4_0,
         // with a reduced vocabulary (whose head rows are re-quantized too).
         Config{"draft_type_q4_0_draft_vocab_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
                V::Rejection, false, "cpu", "", 160, "q4_0"},

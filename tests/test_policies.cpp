@@ -326,7 +326,7 @@ TEST(AdaptivePolicy, DoesNotProbeADraftWhoseCatchUpCostsMoreThanTheBudget) {
   EXPECT_LE(count_on(kq, 10), 11);
 }
 
-// Issue 16 (never slower): before its first draft a sequence knows α only from the prior,
+// Never slower: before its first draft a sequence knows α only from the prior,
 // and that draft first pays the catch-up over the whole prompt. The policy starts only when
 // that step, were nothing accepted, costs at most start_budget of the tokens still to come.
 TEST(AdaptivePolicy, StartsOnlyWhenTheFirstDraftRisksLittleOfWhatIsLeft) {
@@ -777,7 +777,7 @@ TEST(PoliciesInEngine, RecordedStepsAddUpAndReplay) {
   EXPECT_EQ(replayed.unknown, 0);
 }
 
-// Issue 16 (never slower): a policy that is off from the start (a draft too dear to pay
+// Never slower: a policy that is off from the start (a draft too dear to pay
 // even when always right) leaves the draft model unfed: no prompt pass, no forward at all,
 // alone and in the scheduler's batches. Output is the target's either way; a cheap draft
 // still gets its prompt pass and speculates.

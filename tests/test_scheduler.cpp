@@ -719,7 +719,7 @@ TEST(Scheduler, ShutdownWithoutDrainCancelsEverything) {
   EXPECT_GT(cancelled, 0);
 }
 
-// Issue 12, bug 4: a draft-model request's draft reads its prompt the way the target does:
+// A draft-model request's draft reads its prompt the way the target does:
 // in chunks spread over steps (one batched draft pass for every sequence catching up),
 // within max_step_ms, while that sequence decodes plainly; not whole inside one step,
 // stalling every stream. A limit of 0 cuts nothing. Outputs are unchanged.
@@ -795,7 +795,7 @@ TEST(Scheduler, DraftPrefillIsChunkedWithinTheStepTime) {
 constexpr size_t kBytesPerToken = 2 * 2 * 32 * 2;
 constexpr size_t kLeastBudget = 144 * 2 * kBytesPerToken;
 
-// Issue 12, bug 6: both caches draw from one byte budget, so sequences without a draft
+// Both caches draw from one byte budget, so sequences without a draft
 // may use all of it (the old fixed equal split held the target to half, preempting them
 // while the draft's half stood idle).
 TEST(Scheduler, SequencesWithoutADraftUseTheWholeBudget) {
@@ -817,7 +817,7 @@ TEST(Scheduler, SequencesWithoutADraftUseTheWholeBudget) {
   EXPECT_LE(peak, st.kv_bytes_total);
 }
 
-// Issue 12, bug 6: a draft-model sequence's step needs target and draft blocks. When both
+// A draft-model sequence's step needs target and draft blocks. When both
 // do not fit (although the target's alone would), the youngest sequence is preempted and
 // loses nothing; no draft is left short of memory (each drafts what it would alone).
 TEST(Scheduler, DraftNeedsCountTowardPreemption) {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "apps/tune/config.hpp"
@@ -125,6 +127,107 @@ TEST(Tune, SvgChartIsWellFormed) {
   EXPECT_GE(ticks.back(), 0.97);
 }
 
+// The chart of a tune over two draft vocabularies and two weight types: every configuration
+// (policy × vocabulary × weight type) its own look (colour: the draft variant; line, dash or
+// points: the policy) and its own legend line, one
+// speedup panel per temperature, the recommendation circled and named; rsvg-convert renders
+// it to a PNG of the document's size (the PNG is written next to the test's scratch files, to
+// look at).
+TEST(Tune, ChartTellsEveryConfigurationApartAndMarksTheRecommendation) {
+  TuneReport rep;
+  rep.target = "/m/target.gguf";
+  rep.draft = "/m/draft.gguf";
+  rep.backend = "cpu";
+  rep.n_tokens = 64;
+  rep.temps = {0.0f, 0.7f};
+  int configs = 0;
+  for (int32_t vocab : {0, 16384})
+    for (const char* type : {"keep", "q4_0"})
+      for (const char* policy : {"fixed", "adaptive"}) {
+        ++configs;
+        for (float t : rep.temps)
+          for (int32_t k = 1; k <= (std::string(policy) == "fixed" ? 4 : 1); ++k) {
+            ConfigResult c;
+            c.draft_vocab = vocab;
+            c.draft_type = type;
+            c.policy = policy;
+            c.k = k == 1 && std::string(policy) == "adaptive" ? 4 : k;
+            c.temp = t;
+            c.tokens = c.ar_tokens = 100;
+            c.ar_decode_ms = 1000;
+            c.decode_ms = 1000.0 / (1.0 + 0.05 * k + 0.1 * (vocab > 0) + 0.07 * (std::string(type) == "q4_0") + t * 0.1);
+            c.metrics.drafted_per_position = {10, 10, 10, 10};
+            c.metrics.accepted_per_position = {8, 6, 4, 2};
+            rep.results.push_back(c);
+          }
+      }
+  Recommendation rec;
+  rec.temp = 0.0f;
+  rec.policy = "fixed";
+  rec.k = 4;
+  rec.draft_vocab = 16384;
+  rec.draft_type = "q4_0";
+  rep.recommendations = {rec};
+  const std::string svg = report_svg(rep);
+  std::map<std::string, int> n;
+  ASSERT_TRUE(well_formed(svg, n)) << svg;
+  // Two speedup panels (one per temperature) and the acceptance chart.
+  EXPECT_NE(svg.find("Speedup over plain decoding, T=0<"), std::string::npos);
+  EXPECT_NE(svg.find("Speedup over plain decoding, T=0.7<"), std::string::npos);
+  // Every configuration's legend line, in each panel.
+  for (const char* label : {"fixed, whole vocab, as stored", "fixed, vocab 16384, q4_0",
+                            "adaptive, vocab 16384, as stored", "adaptive, whole vocab, q4_0"}) {
+    size_t count = 0;
+    for (size_t at = svg.find(std::string(">") + label + "<"); at != std::string::npos;
+         at = svg.find(std::string(">") + label + "<", at + 1))
+      ++count;
+    EXPECT_EQ(count, 2u) << label;
+  }
+  // The lines of one panel: each configuration a distinct (colour, dash) pair.
+  const size_t panel_end = svg.find("Speedup over plain decoding, T=0.7<");
+  std::set<std::string> styles;
+  size_t lines = 0;
+  for (size_t at = svg.find("<polyline class=\"series\""); at != std::string::npos && at < panel_end;
+       at = svg.find("<polyline class=\"series\"", at + 1)) {
+    const size_t end = svg.find("/>", at);
+    const std::string tag = svg.substr(at, end - at);
+    const size_t st = tag.find("stroke=\""), da = tag.find("stroke-dasharray=\"");
+    std::string style = tag.substr(st, tag.find('"', st + 8) - st);
+    if (da != std::string::npos) style += tag.substr(da, tag.find('"', da + 18) - da);
+    styles.insert(style);
+    ++lines;
+  }
+  EXPECT_EQ(lines, static_cast<size_t>(configs / 2)) << "one line per fixed-k configuration";
+  ASSERT_NE(panel_end, std::string::npos);
+  EXPECT_EQ(styles.size(), lines) << "two configurations drawn alike";
+  EXPECT_NE(svg.find("recommended: fixed k=4"), std::string::npos);
+  EXPECT_EQ(n["circle"] > 0, true);
+  EXPECT_NE(svg.find("class=\"marker\""), std::string::npos);
+
+  // Rendered: rsvg-convert (librsvg2-bin, scripts/setup.sh) must be there; a machine without
+  // it fails here rather than skipping the check.
+  const std::string dir = test::scratch_dir("tune_chart");
+  const std::string svg_path = dir + "/tune.svg", png_path = dir + "/tune.png";
+  {
+    std::ofstream f(svg_path);
+    f << svg;
+  }
+  const std::string cmd = "rsvg-convert -o '" + png_path + "' '" + svg_path + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "rsvg-convert failed or is missing (bash scripts/setup.sh installs it)";
+  std::ifstream png(png_path, std::ios::binary);
+  std::string head(24, '\0');
+  png.read(head.data(), 24);
+  ASSERT_EQ(head.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  auto be32 = [&](size_t at) {
+    return (static_cast<uint32_t>(static_cast<unsigned char>(head[at])) << 24) |
+           (static_cast<uint32_t>(static_cast<unsigned char>(head[at + 1])) << 16) |
+           (static_cast<uint32_t>(static_cast<unsigned char>(head[at + 2])) << 8) |
+           static_cast<uint32_t>(static_cast<unsigned char>(head[at + 3]));
+  };
+  EXPECT_EQ(be32(16), 900u);                      // width
+  EXPECT_EQ(be32(20), 44u + 3u * 360u);           // height: header, two panels, acceptance
+}
+
 TEST(Tune, EndToEndOnTinyModels) {
   auto engine = load_pair();
   const std::string dir = test::scratch_dir("tune-run");
@@ -208,12 +311,13 @@ TEST(Tune, EndToEndOnTinyModels) {
   }
   EXPECT_EQ(rows, static_cast<int>(rep.results.size()));
 
-  // SVG: well formed, two charts, a line per fixed-k policy and temperature.
+  // SVG: well formed, a speedup chart per temperature and the acceptance chart, a line per
+  // fixed-k policy and temperature.
   std::map<std::string, int> n;
   const std::string svg = report_svg(rep);
   EXPECT_TRUE(well_formed(svg, n));
   EXPECT_EQ(n["svg"], 1);
-  EXPECT_EQ(n["g"], 2);
+  EXPECT_EQ(n["g"], static_cast<int>(rep.temps.size()) + 1);
   EXPECT_GE(n["polyline"], 4);
   EXPECT_GE(n["circle"], 8);
 
@@ -330,7 +434,7 @@ TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
   EXPECT_THROW(config_from_json("{\"format\": \"tandem-config\", \"draft_vocab\": -3}"), std::runtime_error);
 }
 
-// The draft weight types tune compares (--draft-types, issue 16): parsing, choosing the
+// The draft weight types tune compares (--draft-types): parsing, choosing the
 // (type, vocabulary) pair for the load, and the config file carrying the type.
 TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));

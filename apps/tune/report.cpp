@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "apps/tune/svg_plot.hpp"
 #include "policies/factory.hpp"
@@ -171,53 +172,108 @@ std::string report_csv(const TuneReport& r) {
 }
 
 std::string report_svg(const TuneReport& r) {
-  Chart speed;
-  speed.title = "Speedup over plain decoding";
-  speed.x_label = "k (draft tokens per step; adaptive policies: largest k allowed)";
-  speed.y_label = "decode speedup";
-  speed.reference_y = 1.0;
-  speed.integer_x = true;
+  // One configuration a series: a policy with a draft variant (vocabulary, weight type). The
+  // colour says the variant, the style the policy (fixed: a solid line, confidence: dashed,
+  // adaptive: filled points, goodput: hollow ones), the same in every panel, each labelled;
+  // the recommended configuration is circled.
+  struct Config {
+    std::string policy;
+    int32_t vocab;
+    std::string type;
+    bool operator<(const Config& o) const {
+      return std::tie(policy, vocab, type) < std::tie(o.policy, o.vocab, o.type);
+    }
+  };
+  std::map<std::pair<int32_t, std::string>, int> variants;
+  for (const ConfigResult& c : r.results) variants.emplace(std::make_pair(c.draft_vocab, c.draft_type), 0);
+  {
+    int i = 0;
+    for (auto& [v, col] : variants) col = i++;
+  }
+  const auto policy_dash = [](const std::string& policy) {
+    return policy == "confidence" ? std::string("7 4") : policy == "goodput" ? std::string("2 3") : std::string();
+  };
+  const auto variant_name = [&](int32_t vocab, const std::string& type) {
+    if (variants.size() <= 1) return std::string();
+    std::string v = vocab > 0 ? "vocab " + std::to_string(vocab) : std::string("whole vocab");
+    return v + ", " + (type == "keep" ? std::string("as stored") : type);
+  };
+  const auto label = [&](const std::string& policy, int32_t vocab, const std::string& type) {
+    const std::string v = variant_name(vocab, type);
+    return v.empty() ? policy : policy + ", " + v;
+  };
+  const double w = 900, h = 360, legend = 250;
+  std::vector<std::string> parts;
+  double y = 44;
+  for (size_t ti = 0; ti < r.temps.size(); ++ti) {
+    const float t = r.temps[ti];
+    Chart speed;
+    speed.title = "Speedup over plain decoding, " + temp_name(t);
+    speed.x_label = "k (draft tokens per step; adaptive policies: largest k allowed)";
+    speed.y_label = "decode speedup";
+    speed.reference_y = 1.0;
+    speed.integer_x = true;
+    speed.legend_width = legend;
+    std::map<Config, Series> by_config;
+    for (const ConfigResult& c : r.results) {
+      if (c.temp != t) continue;
+      const Config key{c.policy, c.draft_vocab, c.draft_type};
+      Series& s = by_config[key];
+      s.name = label(c.policy, c.draft_vocab, c.draft_type);
+      s.markers_only = policy_uses_cost_model(c.policy);
+      s.color = variants[{c.draft_vocab, c.draft_type}];
+      s.dash = policy_dash(c.policy);
+      s.points.emplace_back(c.k, c.speedup());
+    }
+    for (auto& [key, s] : by_config) {
+      std::sort(s.points.begin(), s.points.end());
+      speed.series.push_back(std::move(s));
+    }
+    for (const Recommendation& rc : r.recommendations) {
+      if (rc.temp != t || rc.policy == "none") continue;
+      for (const ConfigResult& c : r.results)
+        if (c.temp == t && c.policy == rc.policy && c.k == rc.k && c.draft_vocab == rc.draft_vocab &&
+            c.draft_type == rc.draft_type)
+          speed.markers.push_back({static_cast<double>(c.k), c.speedup(),
+                                   "recommended: " + rc.policy + " k=" + std::to_string(rc.k)});
+    }
+    parts.push_back(render_chart(speed, 0, y, w, h));
+    y += h;
+  }
+  // Acceptance at each draft position: for every draft variant, its fixed-k run that drafted
+  // furthest, at each temperature (line style).
   Chart acc;
   acc.title = "Acceptance at each draft position";
   acc.x_label = "draft position";
   acc.y_label = "accepted / drafted";
   acc.y_from_zero = true;
   acc.integer_x = true;
-  // Colour: the policy; line style: the temperature.
-  const auto& names = policy_names();
-  auto color_of = [&](const std::string& p) {
-    return static_cast<int>(std::find(names.begin(), names.end(), p) - names.begin());
-  };
+  acc.legend_width = legend;
   const char* dashes[] = {"", "7 4", "2 3", "10 3 2 3"};
-  for (size_t ti = 0; ti < r.temps.size(); ++ti) {
-    const float t = r.temps[ti];
-    const std::string dash = dashes[ti % 4];
-    std::map<std::string, Series> by_policy;
-    const ConfigResult* widest = nullptr;
-    for (const ConfigResult& c : r.results) {
-      if (c.temp != t) continue;
-      Series& s = by_policy[c.policy];
-      s.name = c.policy + " " + temp_name(t);
-      s.markers_only = policy_uses_cost_model(c.policy);
-      s.color = color_of(c.policy);
-      s.dash = dash;
-      s.points.emplace_back(c.k, c.speedup());
-      if (!policy_uses_cost_model(c.policy) &&
-          (!widest || c.acceptance_per_position().size() > widest->acceptance_per_position().size()))
-        widest = &c;
-    }
-    for (auto& [name, s] : by_policy) speed.series.push_back(std::move(s));
-    if (widest) {
+  int vi = 0;
+  for (const auto& [variant, unused] : variants) {
+    (void)unused;
+    for (size_t ti = 0; ti < r.temps.size(); ++ti) {
+      const ConfigResult* widest = nullptr;
+      for (const ConfigResult& c : r.results)
+        if (c.temp == r.temps[ti] && c.draft_vocab == variant.first && c.draft_type == variant.second &&
+            !policy_uses_cost_model(c.policy) &&
+            (!widest || c.acceptance_per_position().size() > widest->acceptance_per_position().size()))
+          widest = &c;
+      if (!widest) continue;
       Series a;
-      a.name = widest->policy + " k=" + std::to_string(widest->k) + " " + temp_name(t);
-      a.color = static_cast<int>(ti);
-      a.dash = dash;
+      const std::string v = variant_name(variant.first, variant.second);
+      a.name = (v.empty() ? widest->policy + " k=" + std::to_string(widest->k) : v) + ", " + temp_name(r.temps[ti]);
+      a.color = vi;
+      a.dash = dashes[ti % 4];
       const auto per = widest->acceptance_per_position();
       for (size_t i = 0; i < per.size(); ++i) a.points.emplace_back(static_cast<double>(i + 1), per[i]);
       acc.series.push_back(std::move(a));
     }
+    ++vi;
   }
-  const double w = 760, h = 360;
+  parts.push_back(render_chart(acc, 0, y, w, h));
+  y += h;
   // Two header lines: the model names can be long.
   // (Appended piece by piece: `"literal" + std::string&&` trips a GCC 12 -Wrestrict false positive.)
   std::string title = "tandem tune: target ";
@@ -235,7 +291,8 @@ std::string report_svg(const TuneReport& r) {
   header += "</text>\n<text x=\"20\" y=\"34\" font-size=\"12\">";
   header += xml_escape(sub);
   header += "</text>\n";
-  return svg_document(w, 2 * h + 44, {header, render_chart(speed, 0, 44, w, h), render_chart(acc, 0, 44 + h, w, h)});
+  parts.insert(parts.begin(), header);
+  return svg_document(w, y, parts);
 }
 
 namespace {

@@ -147,7 +147,7 @@ DraftVariant best_draft_variant(const std::vector<ConfigResult>& results, const 
 std::vector<std::string> parse_draft_type_list(const std::string& s);
 // The draft weight types tune compares when --draft-types is not given: the one --draft-type
 // names, if it was given; else the stored weights and Q4_0, which measured the cheaper and
-// faster draft for the Qwen pair on CPUs (README, issue 16), so tune offers it unasked.
+// faster draft for the Qwen pair on CPUs (docs/benchmarks.md), so tune offers it unasked.
 std::vector<std::string> default_draft_types(bool draft_type_given, const std::string& draft_type);
 // "0,16384,32768" → sorted, unique sizes, each 0 (the whole vocabulary) or >= 256.
 std::vector<int32_t> parse_draft_vocab_list(const std::string& s);

@@ -81,7 +81,7 @@ std::string render_chart(const Chart& c, double x, double y, double w, double h)
   ymin = std::min(ymin, yt.front()), ymax = std::max(ymax, yt.back());
 
   // Plot area inside the panel: room for the title, axis labels, ticks and the legend.
-  const double left = x + 60, top = y + 34, right = x + w - 150, bottom = y + h - 46;
+  const double left = x + 60, top = y + 34, right = x + w - c.legend_width, bottom = y + h - 46;
   auto sx = [&](double v) { return left + (v - xmin) / (xmax - xmin) * (right - left); };
   auto sy = [&](double v) { return bottom - (v - ymin) / (ymax - ymin) * (bottom - top); };
 
@@ -111,11 +111,15 @@ std::string render_chart(const Chart& c, double x, double y, double w, double h)
     g += "<line class=\"reference\" x1=\"" + num(left) + "\" y1=\"" + num(sy(*c.reference_y)) + "\" x2=\"" +
          num(right) + "\" y2=\"" + num(sy(*c.reference_y)) + "\" stroke=\"#888\" stroke-dasharray=\"6 4\"/>\n";
   }
+  constexpr size_t kPalette = sizeof kColors / sizeof kColors[0];
+  constexpr const char* kRepeatDashes[] = {"", "7 4", "2 3", "10 3 2 3"};
   for (size_t i = 0; i < c.series.size(); ++i) {
     const Series& s = c.series[i];
     const size_t ci = s.color >= 0 ? static_cast<size_t>(s.color) : i;
-    const std::string color = kColors[ci % (sizeof kColors / sizeof kColors[0])];
-    const std::string dash = s.dash.empty() ? "" : " stroke-dasharray=\"" + xml_escape(s.dash) + "\"";
+    const std::string color = kColors[ci % kPalette];
+    // Past the palette a colour comes back with a dash of its own, so no two series look alike.
+    const std::string dash_pattern = !s.dash.empty() ? s.dash : kRepeatDashes[(ci / kPalette) % 4];
+    const std::string dash = dash_pattern.empty() ? "" : " stroke-dasharray=\"" + xml_escape(dash_pattern) + "\"";
     std::string pts;
     for (auto [px, py] : s.points)
       if (std::isfinite(px) && std::isfinite(py)) pts += num(sx(px)) + "," + num(sy(py)) + " ";
@@ -125,16 +129,27 @@ std::string render_chart(const Chart& c, double x, double y, double w, double h)
     for (auto [px, py] : s.points)
       if (std::isfinite(px) && std::isfinite(py))
         g += "<circle cx=\"" + num(sx(px)) + "\" cy=\"" + num(sy(py)) + "\" r=\"" + (s.markers_only ? "5" : "3") +
-             "\" fill=\"" + (s.dash.empty() ? color : "white") + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
+             "\" fill=\"" + (dash_pattern.empty() ? color : "white") + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
     const double ly = top + 8 + 18 * static_cast<double>(i);
     if (s.markers_only)
       g += "<circle cx=\"" + num(right + 18) + "\" cy=\"" + num(ly) + "\" r=\"5\" fill=\"" +
-           (s.dash.empty() ? color : "white") + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
+           (dash_pattern.empty() ? color : "white") + "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
     else
       g += "<line x1=\"" + num(right + 8) + "\" y1=\"" + num(ly) + "\" x2=\"" + num(right + 26) + "\" y2=\"" + num(ly) +
            "\" stroke=\"" + color + "\" stroke-width=\"2\"" + dash + "/>\n";
     g += "<text class=\"legend\" x=\"" + num(right + 30) + "\" y=\"" + num(ly + 4) + "\" font-size=\"11\">" +
          xml_escape(s.name) + "</text>\n";
+  }
+  for (size_t i = 0; i < c.markers.size(); ++i) {
+    const Marker& m = c.markers[i];
+    if (!std::isfinite(m.x) || !std::isfinite(m.y)) continue;
+    g += "<circle class=\"marker\" cx=\"" + num(sx(m.x)) + "\" cy=\"" + num(sy(m.y)) +
+         "\" r=\"9\" fill=\"none\" stroke=\"#000\" stroke-width=\"2.5\"/>\n";
+    const double ly = top + 8 + 18 * static_cast<double>(c.series.size() + i);
+    g += "<circle cx=\"" + num(right + 18) + "\" cy=\"" + num(ly) + "\" r=\"6\" fill=\"none\" stroke=\"#000\" "
+         "stroke-width=\"2.5\"/>\n";
+    g += "<text class=\"legend\" x=\"" + num(right + 30) + "\" y=\"" + num(ly + 4) +
+         "\" font-size=\"11\" font-weight=\"bold\">" + xml_escape(m.label) + "</text>\n";
   }
   g += "</g>\n";
   return g;

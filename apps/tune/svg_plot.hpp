@@ -1,5 +1,6 @@
 // Small line charts as SVG, drawn by hand (no plotting library): axes with "nice" ticks,
-// one polyline (or markers) per series, a legend, an optional horizontal reference line.
+// one polyline (or markers) per series, a legend, an optional horizontal reference line,
+// rings around points called out. Series past the palette's colours repeat them dashed.
 #pragma once
 #include <optional>
 #include <string>
@@ -17,9 +18,17 @@ struct Series {
   std::string dash;                               // SVG stroke-dasharray, "" = solid
 };
 
+// A point called out on the chart (the recommended configuration): a ring and a legend line.
+struct Marker {
+  double x = 0.0, y = 0.0;
+  std::string label;
+};
+
 struct Chart {
   std::string title, x_label, y_label;
   std::vector<Series> series;
+  std::vector<Marker> markers;
+  double legend_width = 150;  // pixels right of the plot for the legend
   std::optional<double> reference_y;  // e.g. speedup 1.0
   bool y_from_zero = false;
   bool integer_x = false;  // x ticks at whole numbers only

@@ -1,5 +1,5 @@
 // Re-quantizing a model's matrix weights while it loads: what `--draft-type` asks of the
-// draft (issue 16: the draft's Q5_0 layers decode slowly; a cheaper type may cost little
+// draft (the draft's Q5_0 layers decode slowly; a cheaper type may cost little
 // acceptance). The target is never re-quantized: its output is the reference.
 #pragma once
 #include <cstddef>

@@ -20,12 +20,13 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
   std::vector<Entry*> catching_up;  // decoding plainly while their draft reads the context
   Drafted d;
   std::vector<int32_t> ks;  // each deciding sequence's k: its policy's, then the budget's
-  const SequenceRun::StartGate may_start = [&](const BudgetWish& w, int32_t context, int32_t left) {
-    return drafts_pay(w, context, left);
-  };
   for (auto& r : running) {
     if (r->run()->prefilling()) continue;
     int32_t k = 0;
+    const Entry& self = *r;
+    const SequenceRun::StartGate may_start = [&](const BudgetWish& w, int32_t context, int32_t left) {
+      return drafts_pay(self, w, context, left);
+    };
     guarded(*r, [&] {
       k = r->run()->choose_k(n_decode, may_start);
       if (r->run()->draft_prefill_pending() > 0) catching_up.push_back(r.get());
@@ -103,26 +104,49 @@ void Scheduler::Impl::budget_drafts(const std::vector<Entry*>& deciding, std::ve
   stats.budget_last_gain = plan.gain;
 }
 
-// Whether starting a draft pays in the batch the sequence decodes in (every running or
-// waiting sequence, up to max_seqs): were every one of them to draft like `w`, in steps of
-// decoding alone, the time the budget's plan saves each stream over the tokens it has left
-// must cover the draft's prompt pass of every one of them (each delays every stream). Not
-// judged by this step's make-up: a prompt chunk that makes this step long makes drafts look
-// cheap for one step only.
-bool Scheduler::Impl::drafts_pay(const BudgetWish& w, int32_t context, int32_t tokens_left) const {
+// Whether starting the draft of `self` pays in the batch it decodes in, the step budget's
+// plan of a decoding step with every running sequence as it stands: those drafting with
+// their own wishes, those whose draft is catching up or that may still start (their policy
+// has not declined for long; prompts still being read, requests waiting) drafting like
+// `self`, the others (drafting nothing) as streams the latency rule protects. The draft
+// starts when that plan grants `self` drafts and the time they save its stream over the tokens
+// it has left covers its prompt pass, which delays every stream once. Not judged by this
+// step's make-up: a prompt chunk that makes this step long makes drafts look cheap for one
+// step only.
+bool Scheduler::Impl::drafts_pay(const Entry& self, const BudgetWish& w, int32_t context, int32_t tokens_left) const {
+  // A deferred draft whose policy has declined this many steps is taken not to start: its
+  // policy has seen enough of the target's confidence (AdaptivePolicy's confidence_tokens).
+  constexpr int32_t kPatience = 8;
+  std::vector<BudgetWish> wishes = {w};
+  int32_t others = 0;
+  for (const auto& r : running) {
+    if (r.get() == &self || !r->run()) continue;
+    const SequenceRun& run = *r->run();
+    if (run.done()) continue;
+    if (run.prefilling() || run.draft_prefill_pending() > 0 ||
+        (!run.draft_started() && run.start_declines() < kPatience && run.proposer())) {
+      wishes.push_back(w);
+    } else if (run.draft_started() && run.last_wish() > 0) {
+      wishes.push_back({run.last_wish(), run.expected_acceptance().value_or(w.alpha), 1, false});
+    } else {
+      ++others;
+    }
+  }
   size_t waiting = 0;
   {
     std::lock_guard<std::mutex> lk(mu);
     waiting = queue.size();
   }
-  const int32_t n = static_cast<int32_t>(std::min<size_t>(running.size() + waiting, static_cast<size_t>(opts.max_seqs)));
+  const size_t room = static_cast<size_t>(opts.max_seqs) - std::min(static_cast<size_t>(opts.max_seqs), running.size());
+  for (size_t i = 0; i < std::min(waiting, room); ++i) wishes.push_back(w);
+  const int32_t n = static_cast<int32_t>(wishes.size()) + others;
   if (n <= 1) return true;  // alone: the policy's own judgement (its start rules price the prompt pass)
   const PolicyCosts pc = EngineAccess::policy_costs(engine);
   const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
-  const std::vector<BudgetWish> all(static_cast<size_t>(n), w);
-  const StepPlan plan = budget.plan(costs, all, n, 0);
-  if (plan.granted == 0) return false;
-  const double saved = tokens_left * plan.plain_ms * (1.0 - 1.0 / plan.gain);  // per stream
+  const StepPlan plan = budget.plan(costs, wishes, n, others);
+  if (plan.k[0] == 0) return false;
+  const double per_token = plan.step_ms / CostModel::expected_tokens(std::clamp(w.alpha, 0.0, 1.0), plan.k[0]);
+  const double saved = tokens_left * std::max(0.0, plan.plain_ms - per_token);
   const int32_t prompt_pass[1] = {std::max(1, context)};
   return saved >= n * budget.draft_ms(costs, prompt_pass);
 }

@@ -131,6 +131,7 @@ size_t SequenceRun::resolve_draft(int32_t batch_size, const StartGate& may_start
       }
     }
     if (spec_.decided_k > 0) spec_.deferred = false;
+    else ++spec_.declines;
   }
   return draft_prefill_pending();
 }
@@ -156,6 +157,7 @@ int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
     const PolicyInput in{step_.k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
     const int32_t want = decided > 0 ? decided : spec_.policy->choose_k(in);
     k = std::clamp(want, 0, step_.k_max);
+    spec_.last_wish = k;
   }
   if (spec_.on && !plain) ++m.steps_per_k[static_cast<size_t>(k)];
   return k;

@@ -77,6 +77,16 @@ class SequenceRun {
   // the policy and the metrics take as the step's choice.
   std::optional<BudgetWish> budget_wish(int32_t k) const;
   void grant(int32_t chosen, int32_t k);
+  // For judging a start in a batch (StartGate): whether this sequence's draft has started
+  // (read its context), the k its policy last wished for, the acceptance that policy last
+  // expected (nullopt: its k is not the budget's to cut), and how many steps its policy has
+  // kept a deferred draft unstarted.
+  bool draft_started() const { return spec_.on && spec_.proposer && !spec_.deferred; }
+  int32_t last_wish() const { return spec_.last_wish; }
+  std::optional<double> expected_acceptance() const {
+    return spec_.policy ? spec_.policy->budget_alpha() : std::nullopt;
+  }
+  int32_t start_declines() const { return spec_.declines; }
   ProposeJob draft_job(int32_t k);
   std::span<const int32_t> take_proposal(ProposeJob&& job);
   std::span<const int32_t> no_proposal() { return set_proposal(Proposal{}, 0.0, 0); }
@@ -136,6 +146,8 @@ class SequenceRun {
     bool on = false;          // a proposer and draft_max > 0
     bool deferred = false;    // the draft has not been asked for yet: its prompt pass waits
     int32_t decided_k = -1;   // the policy's k for this step, asked by resolve_draft (-1: not asked)
+    int32_t declines = 0;     // steps its policy kept a deferred draft unstarted
+    int32_t last_wish = 0;    // the policy's k at the last decoding step (before any budget)
     // Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): null when off,
     // and which of the two drafts pays more so far.
     std::unique_ptr<Proposer> lookup;
