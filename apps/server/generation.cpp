@@ -11,7 +11,10 @@
 
 #include <boost/json/serialize.hpp>
 
+#include "apps/server/anthropic_api.hpp"
 #include "apps/server/api_error.hpp"
+#include "apps/server/reply_writer.hpp"
+#include "apps/server/responses_api.hpp"
 #include "apps/server/server_state.hpp"
 #include "engine/sampling/fresh_seed.hpp"
 
@@ -39,6 +42,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     bytes_ = [&engine = state_.engine](int32_t t) { return engine.detokenize(std::span<const int32_t>(&t, 1)); };
   }
 
+  const ResponseMeta& meta() const { return meta_; }
+  // Writes the reply in another API's shape (reply_writer.hpp); one choice, no logprobs.
+  void set_writer(std::unique_ptr<ReplyWriter> w) { writer_ = std::move(w); }
+
   void submit(std::vector<int32_t> prompt) {
     n_prompt_ = static_cast<int64_t>(prompt.size());
     choices_.resize(static_cast<size_t>(req_.best_of));
@@ -64,11 +71,12 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
           spec = r.speculative;
           spec.steps.clear();
         }
-        self->out_->post(
-            [self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error, spec = std::move(spec)] {
-              self->choices_[static_cast<size_t>(i)].speculation = spec;
-              self->on_done(i, finish, n, error);
-            });
+        self->out_->post([self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error,
+                          spec = std::move(spec), stop = r.stop_string] {
+          self->choices_[static_cast<size_t>(i)].speculation = spec;
+          self->choices_[static_cast<size_t>(i)].stop_string = stop;
+          self->on_done(i, finish, n, error);
+        });
       };
       group.push_back(std::move(sr));
     }
@@ -95,7 +103,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         if (auto c = weak.lock()) c->timed_out();
       });
     }
-    if (req_.stream) {
+    if (req_.stream && writer_) {
+      out_->begin_stream("text/event-stream");
+      out_->stream(writer_->stream_start(n_prompt_));
+    } else if (req_.stream) {
       out_->begin_stream("text/event-stream");
       // OpenAI's chat streams open with the role (per choice); clients such as the official
       // SDK's helpers build the message from it.
@@ -118,6 +129,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     FinishReason finish = FinishReason::Length;
     int64_t n_generated = 0;
     SpeculativeMetrics speculation;  // its speculation figures, once done
+    std::string stop_string;         // the stop string that ended it, if one did
     bool done = false;
     // Tool calls (tools_out()): streamed text passes this filter, which holds call blocks
     // back; the calls parsed out at the end, and the content left around them.
@@ -132,6 +144,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
 
   // One content chunk of choice i: `text` and the logprobs of the tokens not yet streamed.
   void stream_piece(int32_t i, std::string_view text) {
+    if (writer_) {
+      if (!text.empty()) out_->stream(writer_->stream_text(text));
+      return;
+    }
     Choice& c = choices_[static_cast<size_t>(i)];
     ChoiceOut o;
     o.index = i;
@@ -179,7 +195,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         ToolOutput rest = c.filter.finish(tool_specs());
         if (!rest.content.empty()) stream_piece(i, rest.content);
         c.calls = std::move(rest.calls);
-        if (!c.calls.empty()) {
+        if (!c.calls.empty() && !writer_) {
           ChoiceOut o;
           o.index = i;
           o.tool_calls = &c.calls;
@@ -188,10 +204,12 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       }
       // Logprobs of tokens whose text never came (a stop string's) close the choice's content.
       if (logprobs_out() && c.streamed_logprobs < c.logprobs.size()) stream_piece(i, "");
-      ChoiceOut o;
-      o.index = i;
-      o.finish_reason = reason(c);
-      out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
+      if (!writer_) {
+        ChoiceOut o;
+        o.index = i;
+        o.finish_reason = reason(c);
+        out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
+      }
     }
     if (++n_done_ < choices_.size()) return;
     finish_response();
@@ -217,10 +235,15 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     usage.completion_tokens = n_generated;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     spdlog::info("{} {}{}: prompt {} tokens, {} choice(s), completion {} tokens, finish {}{}, {:.2f} s", meta_.id,
-                 req_.endpoint == Endpoint::Chat ? "chat" : "completion", req_.stream ? " (stream)" : "", n_prompt_,
+                 writer_ ? writer_->api() : req_.endpoint == Endpoint::Chat ? "chat" : "completion",
+                 req_.stream ? " (stream)" : "", n_prompt_,
                  choices_.size(), n_generated, error_.empty() ? reason(choices_[0]) : "error",
                  stop_ ? (timed_out_ ? " (timeout)" : " (cancelled)") : "", secs);
     if (out_->closed()) return;
+    if (writer_) {
+      finish_reply(usage);
+      return;
+    }
     if (!error_.empty()) {
       const ApiError e = internal_error("Generation failed: " + error_);
       if (req_.stream) {
@@ -248,6 +271,42 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       }
     HttpResponse r;
     r.body = completion_json(meta_, returned_choices(), usage, bytes_);
+    out_->respond(std::move(r));
+  }
+
+  // The end of a reply written by writer_ (one choice): its last events, its body or its error.
+  void finish_reply(const Usage& usage) {
+    if (!error_.empty()) {
+      const ApiError e = internal_error("Generation failed: " + error_);
+      if (req_.stream) {
+        out_->stream(writer_->stream_error(e));
+        out_->end_stream();
+      } else {
+        out_->respond(writer_->error(e));
+      }
+      return;
+    }
+    Choice& c = choices_.front();
+    ReplyInfo info;
+    info.finish = c.finish;
+    info.stop_string = c.stop_string;
+    info.timed_out = timed_out_;
+    info.usage = usage;
+    if (req_.stream) {
+      info.calls = c.calls;  // the text went out as it came
+      out_->stream(writer_->stream_end(info));
+      out_->end_stream();
+      return;
+    }
+    if (tools_out()) {
+      ToolOutput t = parse_tool_calls(c.text, tool_specs());
+      info.text = std::move(t.content);
+      info.calls = std::move(t.calls);
+    } else {
+      info.text = c.text;
+    }
+    HttpResponse r;
+    r.body = writer_->body(info);
     out_->respond(std::move(r));
   }
 
@@ -309,6 +368,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   std::shared_ptr<Responder> out_;
   ResponseMeta meta_;
   TokenBytes bytes_;
+  std::unique_ptr<ReplyWriter> writer_;  // another API's shape (null: Chat Completions)
   std::chrono::steady_clock::time_point start_;
   int64_t n_prompt_ = 0;
   std::vector<Choice> choices_;
@@ -390,6 +450,16 @@ std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req)
                       "invalid_messages");
   }
   return state.chat.tokenize(state.engine, text);
+}
+
+void start_reply_generation(ServerState& state, ReplyApi api, std::string body, const std::shared_ptr<Responder>& out) {
+  const std::string chat = api == ReplyApi::Responses ? responses_to_chat(body) : messages_to_chat(body);
+  ParsedRequest req = parse_request(Endpoint::Chat, chat, state.protocol);
+  std::vector<int32_t> prompt = prompt_tokens(state, req);
+  fit_to_context(req, static_cast<int32_t>(prompt.size()), state.context);
+  auto call = std::make_shared<GenerationCall>(state, std::move(req), out);
+  call->set_writer(api == ReplyApi::Responses ? responses_writer(call->meta(), body) : messages_writer(call->meta()));
+  call->submit(std::move(prompt));
 }
 
 void start_generation(ServerState& state, Endpoint endpoint, std::string body, const std::shared_ptr<Responder>& out) {

@@ -23,6 +23,12 @@ class ServerState;
 // outcome is answered through `out`.
 void start_generation(ServerState& state, Endpoint endpoint, std::string body, const std::shared_ptr<Responder>& out);
 
+// POST /v1/responses (OpenAI's Responses API) and /v1/messages (Anthropic's Messages API):
+// translated into a chat request and generated as one, the reply in the API's own shape
+// (responses_api.hpp, anthropic_api.hpp). Throws ApiError as start_generation does.
+enum class ReplyApi { Responses, Messages };
+void start_reply_generation(ServerState& state, ReplyApi api, std::string body, const std::shared_ptr<Responder>& out);
+
 // The tokens a parsed request's generation reads: the completion prompt as given or
 // tokenized, or the chat messages through the model's chat template. Throws ApiError (400)
 // for messages the template rejects.

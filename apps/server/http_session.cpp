@@ -210,6 +210,7 @@ class HttpSession : public Responder, public std::enable_shared_from_this<HttpSe
     view.method = std::string(req.method_string());
     view.target = std::string(req.target());
     view.authorization = std::string(req[http::field::authorization]);
+    view.api_key = std::string(req["x-api-key"]);
     view.body = std::move(req.body());
     method_ = view.method;
     target_ = view.target;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "apps/server/anthropic_api.hpp"
 #include "apps/server/api_error.hpp"
 #include "apps/server/generation.hpp"
 #include "apps/server/metrics_text.hpp"
@@ -41,8 +42,10 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-bool authorized(const ServerState& state, std::string_view header) {
+// A bearer token, or (Anthropic's clients) the x-api-key header.
+bool authorized(const ServerState& state, std::string_view header, std::string_view api_key) {
   if (state.opts.api_key.empty()) return true;
+  if (!api_key.empty() && same_secret(api_key, state.opts.api_key)) return true;
   constexpr std::string_view kBearer = "Bearer ";
   if (header.substr(0, kBearer.size()) != kBearer) return false;
   return same_secret(header.substr(kBearer.size()), state.opts.api_key);
@@ -82,6 +85,8 @@ RouteMatch match_route(std::string_view target) {
   RouteMatch m;
   if (path == "/v1/chat/completions") m = {Route::ChatCompletions, {}, "POST", true};
   else if (path == "/v1/completions") m = {Route::Completions, {}, "POST", true};
+  else if (path == "/v1/responses") m = {Route::Responses, {}, "POST", true};
+  else if (path == "/v1/messages") m = {Route::Messages, {}, "POST", true};
   else if (path == "/v1/models") m = {Route::Models, {}, "GET", true};
   else if (path.starts_with("/v1/models/") && path.size() > 11)
     m = {Route::Model, percent_decode(path.substr(11)), "GET", true};
@@ -93,6 +98,8 @@ RouteMatch match_route(std::string_view target) {
 }
 
 void dispatch(ServerState& state, RequestView req, const std::shared_ptr<Responder>& out) {
+  // Anthropic's clients read errors in their API's shape.
+  const bool anthropic = match_route(req.target).route == Route::Messages;
   try {
     const RouteMatch m = match_route(req.target);
     if (m.route == Route::NotFound) throw not_found("No route for " + req.method + " " + req.target);
@@ -103,13 +110,19 @@ void dispatch(ServerState& state, RequestView req, const std::shared_ptr<Respond
       out->respond(std::move(r));
       return;
     }
-    if (m.needs_auth && !authorized(state, req.authorization)) throw unauthorized();
+    if (m.needs_auth && !authorized(state, req.authorization, req.api_key)) throw unauthorized();
     switch (m.route) {
       case Route::ChatCompletions:
       case Route::Completions:
         if (state.draining()) throw unavailable("The server is shutting down");
         start_generation(state, m.route == Route::ChatCompletions ? Endpoint::Chat : Endpoint::Completion,
                          std::move(req.body), out);
+        return;
+      case Route::Responses:
+      case Route::Messages:
+        if (state.draining()) throw unavailable("The server is shutting down");
+        start_reply_generation(state, m.route == Route::Responses ? ReplyApi::Responses : ReplyApi::Messages,
+                               std::move(req.body), out);
         return;
       case Route::Models:
         out->respond(json_response(models_json({state.protocol.model_ids.at(0)}, state.created)));
@@ -138,10 +151,11 @@ void dispatch(ServerState& state, RequestView req, const std::shared_ptr<Respond
     }
     throw not_found("No route for " + req.target);
   } catch (const ApiError& e) {
-    out->respond(error_response(e));
+    out->respond(anthropic ? anthropic_error_response(e) : error_response(e));
   } catch (const std::exception& e) {
     spdlog::error("{} {}: {}", req.method, req.target, e.what());
-    out->respond(error_response(internal_error(e.what())));
+    const ApiError ie = internal_error(e.what());
+    out->respond(anthropic ? anthropic_error_response(ie) : error_response(ie));
   }
 }
 

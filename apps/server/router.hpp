@@ -11,7 +11,9 @@ namespace tandem::server {
 
 class ServerState;
 
-enum class Route { ChatCompletions, Completions, Models, Model, Health, Metrics, Tokenize, Detokenize, NotFound };
+enum class Route {
+  ChatCompletions, Completions, Responses, Messages, Models, Model, Health, Metrics, Tokenize, Detokenize, NotFound
+};
 
 struct RouteMatch {
   Route route = Route::NotFound;
@@ -27,6 +29,7 @@ struct RequestView {
   std::string method;
   std::string target;
   std::string authorization;  // the Authorization header, "" when absent
+  std::string api_key;        // the x-api-key header (Anthropic's clients), "" when absent
   std::string body;
 };
 

@@ -27,6 +27,7 @@ bool SequenceOutput::push(int32_t token, const TokenLogprobs* lp) {
   }
   if (stops_.stopped()) {
     res_.finish = FinishReason::Stop;
+    res_.stop_string = stops_.matched();
     return false;
   }
   return true;

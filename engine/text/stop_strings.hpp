@@ -16,10 +16,14 @@ class StopMatcher {
   // Everything still held back (at the end of generation, when no stop string came).
   std::string flush();
   bool stopped() const { return stopped_; }
+  // The stop string that appeared ("" until one did); of several at the same place, the
+  // first given.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string pending_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

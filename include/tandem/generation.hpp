@@ -115,6 +115,8 @@ struct GenerateResult {
   // The seed the output was drawn with: the request's, or the fresh one drawn for it when it
   // gave none (SamplingParams::seed). Giving it back reproduces the text.
   uint64_t seed = 0;
+  // The stop string (GenerateOptions::stop) that ended the output; "" when none did.
+  std::string stop_string;
 };
 
 struct ModelInfo {

@@ -1,5 +1,7 @@
 // The OpenAI request parser (apps/server/openai_request.cpp): arbitrary request bodies for
-// both endpoints, under a server config picked by the input. Bodies are refused with an
+// both endpoints, under a server config picked by the input; the same bodies as Responses API
+// and Messages API requests (responses_api.cpp, anthropic_api.cpp), which translate into chat
+// requests or refuse with a 4xx. Bodies are refused with an
 // ApiError (a 4xx) or parse into a request whose fields respect the limits; the responses
 // built for an accepted request are valid JSON that carries the prompt text back intact.
 //
@@ -8,7 +10,9 @@
 #include <boost/json/value.hpp>
 #include <string>
 
+#include "apps/server/anthropic_api.hpp"
 #include "apps/server/api_error.hpp"
+#include "apps/server/responses_api.hpp"
 #include "apps/server/openai_protocol.hpp"
 #include "engine/text/utf8.hpp"
 #include "tests/fuzz/fuzz_target.hpp"
@@ -32,6 +36,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cfg.default_speculative.mode = (sel & 4) ? DraftMode::Ngram : DraftMode::None;
   cfg.max_tokens = (sel & 8) ? 64 : 0;
   const Endpoint ep = (sel & 1) ? Endpoint::Chat : Endpoint::Completion;
+  // The other APIs: refused with a 4xx, or a chat request that parses or is refused in turn.
+  for (auto translate : {&responses_to_chat, &messages_to_chat}) {
+    try {
+      (void)parse_request(Endpoint::Chat, translate(body), cfg);
+    } catch (const ApiError& e) {
+      fuzz_check(e.status >= 400 && e.status < 500);
+      (void)boost::json::parse(anthropic_error_response(e).body);
+    }
+  }
   ParsedRequest r;
   try {
     r = parse_request(ep, body, cfg);

@@ -36,6 +36,7 @@ import threading
 import time
 import unittest
 
+from other_apis_cases import OtherApiCases
 from structured_cases import SANITIZED, StructuredOutputCases
 
 SKIP = 77
@@ -91,6 +92,13 @@ def missing_prerequisite():
         return 1, (f"FAILED: model '{MODEL_KEY}' not downloaded ({model_path()}). Run: {fetch} — or set "
                    f"TANDEM_ALLOW_SKIP=1 to skip the tests of missing models deliberately, or leave "
                    f"'{MODEL_KEY}' out of TANDEM_TEST_MODELS (now {model_set})")
+    try:
+        import anthropic  # noqa: F401  (other_apis_cases drives /v1/messages with it)
+    except ImportError:
+        if allow_skip:
+            return SKIP, "SKIPPED: the Python module 'anthropic' is not installed; TANDEM_ALLOW_SKIP=1"
+        return 1, ("FAILED: the Python module 'anthropic' is not installed: run scripts/setup.sh (or pip install "
+                   "anthropic), or set TANDEM_ALLOW_SKIP=1 to skip this test deliberately")
     if openai is None:
         # scripts/setup.sh installs it; a run without it tests nothing of the server.
         if allow_skip:
@@ -276,8 +284,9 @@ class Timed(unittest.TestCase):
 # ---- server A: the main one (API key, ngram and self-draft speculation) -----------------
 
 
-class MainServer(StructuredOutputCases, Timed):
+class MainServer(StructuredOutputCases, OtherApiCases, Timed):
     server = None
+    API_KEY = API_KEY
 
     @classmethod
     def setUpClass(cls):
