@@ -75,7 +75,9 @@ StepPlan StepBudget::plan(const CostModel& costs, std::span<const BudgetWish> wi
   const double limit_ms = opts_.latency_slack < 0.0 ? 0.0 : (1.0 + opts_.latency_slack) * p.plain_ms;
   // Every stream's time per token within the limit: a sequence that drafts nothing (E = 1)
   // and the other streams bound the step itself.
+  const double step_cap = opts_.max_step_ms > 0.0 ? std::max(opts_.max_step_ms, p.plain_ms) : 0.0;
   auto within_limit = [&](const std::vector<int32_t>& k, double ms) {
+    if (step_cap > 0.0 && ms > step_cap) return false;
     if (limit_ms <= 0.0) return true;
     double least = other_streams > std::clamp(catching_up, 0, other_streams) ? 1.0 : 1e300;
     for (size_t i = 0; i < n; ++i) least = std::min(least, CostModel::expected_tokens(alpha[i], k[i]));

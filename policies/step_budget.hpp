@@ -18,7 +18,8 @@
 // Latency, not only throughput: a stream's expected time per token, step / E_i, may exceed
 // the plain step's by at most latency_slack. A stream that drafts nothing this step (E = 1)
 // thus bounds how long the others' drafts may make the step: one stream's speculation does
-// not slow another's tokens.
+// not slow another's tokens. Nor do drafts make a step longer than the scheduler's step-time
+// target (max_step_ms), unless the plain step already is.
 //
 // Timings come from the cost model (cost_model.hpp) corrected by what the steps really take:
 // measured over predicted time of the target passes and of the draft passes, each a moving
@@ -45,6 +46,9 @@ struct BudgetWish {
 struct BudgetOptions {
   double min_gain = 0.02;       // draft only for a predicted gain of at least this share
   double latency_slack = 0.10;  // a stream's time per token may grow by this share (< 0: no limit)
+  // The step-time target prompt chunks are cut to (SchedulerOptions::max_step_ms): drafts do
+  // not make a step longer than it, or than the plain step where that is longer. 0: none.
+  double max_step_ms = 0.0;
 };
 
 struct StepPlan {

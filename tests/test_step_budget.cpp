@@ -222,3 +222,23 @@ TEST(StepBudget, CorrectionsFollowTheMeasuredSteps) {
   r.observe_target(ratios, 2, 55.0);
   EXPECT_EQ(r.target_correction(), 1.0);
 }
+
+// Nor do drafts make a step longer than the scheduler's step-time target, unless the plain
+// step already is longer.
+TEST(StepBudget, DraftsKeepTheStepWithinTheStepTimeTarget) {
+  PassCurve t{1, {1, 8, 64}, {10, 12, 40}};
+  PassCurve d{1, {1, 8, 64}, {1, 1.2, 4}};
+  const CostModel m("k", {t}, {d});
+  const std::vector<BudgetWish> w(4, BudgetWish{8, 0.95, 1, false});
+  BudgetOptions o = throughput_only();
+  const StepPlan free = StepBudget(o).plan(m, w, 4, 0);
+  ASSERT_GT(free.step_ms, 14.0);
+  o.max_step_ms = 14.0;
+  const StepPlan capped = StepBudget(o).plan(m, w, 4, 0);
+  EXPECT_GT(capped.granted, 0);
+  EXPECT_LT(capped.granted, free.granted);
+  EXPECT_LE(capped.step_ms, 14.0 + 1e-9);
+  o.max_step_ms = 5.0;  // below the plain step: drafts may not lengthen it at all
+  const StepPlan tight = StepBudget(o).plan(m, w, 4, 0);
+  EXPECT_LE(tight.step_ms, tight.plain_ms + 1e-9);
+}

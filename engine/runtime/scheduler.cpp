@@ -16,7 +16,7 @@ Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
       parts(EngineAccess::parts(e)),
       opts(o),
       step_time(o.max_step_ms, o.min_prefill_tokens),
-      budget(BudgetOptions{.latency_slack = o.spec_latency_slack}),
+      budget(BudgetOptions{.latency_slack = o.spec_latency_slack, .max_step_ms = o.max_step_ms}),
       verifier(parts.target.model().backend()) {
   if (o.prefix_cache)
     prefix = std::make_unique<PrefixCache>(parts.target.cache().blocks(), parts.target.cache().block_size());
