@@ -3,22 +3,11 @@
 #include <boost/json.hpp>
 #include <random>
 
+#include "apps/server/request_json.hpp"
+
 namespace tandem::server {
 namespace json = boost::json;
 namespace {
-
-json::object parse_body(std::string_view body) {
-  boost::system::error_code ec;
-  json::value v = json::parse(json::string_view(body.data(), body.size()), ec);
-  if (ec) throw bad_request("The request body is not valid JSON: " + ec.message(), {}, "invalid_json");
-  if (!v.is_object()) throw bad_request("The request body must be a JSON object", {}, "invalid_json");
-  return std::move(v.as_object());
-}
-
-const json::value* present(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return v && !v->is_null() ? v : nullptr;
-}
 
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -220,7 +209,7 @@ class MessagesWriter final : public ReplyWriter {
 }  // namespace
 
 std::string messages_to_chat(std::string_view body) {
-  const json::object in = parse_body(body);
+  const json::object in = parse_object_body(body);
   const json::value* max_tokens = present(in, "max_tokens");
   if (!max_tokens) throw bad_request("'max_tokens' is required", "max_tokens", "missing_required_parameter");
   const json::value* msgs = present(in, "messages");

@@ -4,22 +4,11 @@
 #include <ctime>
 #include <random>
 
+#include "apps/server/request_json.hpp"
+
 namespace tandem::server {
 namespace json = boost::json;
 namespace {
-
-json::object parse_body(std::string_view body) {
-  boost::system::error_code ec;
-  json::value v = json::parse(json::string_view(body.data(), body.size()), ec);
-  if (ec) throw bad_request("The request body is not valid JSON: " + ec.message(), {}, "invalid_json");
-  if (!v.is_object()) throw bad_request("The request body must be a JSON object", {}, "invalid_json");
-  return std::move(v.as_object());
-}
-
-const json::value* present(const json::object& o, std::string_view key) {
-  const json::value* v = o.if_contains(key);
-  return v && !v->is_null() ? v : nullptr;
-}
 
 // A message's content: a string, or parts of type input_text / output_text (text only).
 std::string content_text(const json::value& c, const std::string& where) {
@@ -328,7 +317,7 @@ std::string named_event(std::string_view name, std::string_view data) {
 }
 
 std::string responses_to_chat(std::string_view body) {
-  const json::object in = parse_body(body);
+  const json::object in = parse_object_body(body);
   if (present(in, "previous_response_id"))
     throw bad_request("'previous_response_id' is not supported: this server keeps no responses; send the whole input",
                       "previous_response_id", "unsupported_value");
