@@ -48,17 +48,18 @@ size_t ModelProposer::prefill_pending(std::span<const int32_t> context) const {
   return context.size() - 1 - std::min(cached_.size(), context.size() - 1);
 }
 
-size_t ModelProposer::catch_up_tokens(std::span<const int32_t> context) const {
-  if (context.empty()) return 0;
+size_t ModelProposer::reusable_prefix(std::span<const int32_t> context) const {
   size_t common = 0;
   while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
-  return context.size() - std::min(common, context.size() - 1);
+  return std::min(common, context.size() - 1);
+}
+
+size_t ModelProposer::catch_up_tokens(std::span<const int32_t> context) const {
+  return context.empty() ? 0 : context.size() - reusable_prefix(context);
 }
 
 size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
-  size_t common = 0;
-  while (common < cached_.size() && common < context.size() && cached_[common] == context[common]) ++common;
-  common = std::min(common, context.size() - 1);
+  const size_t common = reusable_prefix(context);
   seq_.truncate(static_cast<int32_t>(common));
   cached_.resize(common);
   return common;

@@ -47,8 +47,10 @@ class ModelProposer final : public Proposer {
  private:
   class Drafting;  // one propose() call's lanes and passes (model_proposer.cpp)
 
-  // Rolls the draft's cache back to what it shares with `context`, keeping at least the last
-  // context token out (it is re-fed so its logits are fresh); returns the tokens kept.
+  // How much of the draft's cache `context` can keep: the common prefix, less at least the
+  // last context token (it is re-fed so its logits are fresh).
+  size_t reusable_prefix(std::span<const int32_t> context) const;
+  // Rolls the draft's cache back to reusable_prefix(context); returns the tokens kept.
   size_t keep_common_prefix(std::span<const int32_t> context);
 
   Transformer& tf_;

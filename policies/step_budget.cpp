@@ -116,18 +116,23 @@ StepPlan StepBudget::plan(const CostModel& costs, std::span<const BudgetWish> wi
       st.passes[static_cast<size_t>(j)] += j == 0 ? std::max(1, wishes[i].catch_up) : 1;
     }
   };
+  // The step of allocation k, one draft at a time from none.
+  auto build = [&](const std::vector<int32_t>& k) {
+    State st;
+    st.k.assign(n, 0);
+    st.tokens = streams;
+    st.ms = p.plain_ms;
+    for (size_t i = 0; i < n; ++i)
+      while (st.k[i] < k[i]) add(st, i);
+    return st;
+  };
   // Grows an allocation from `floor` one draft at a time and keeps the best allocation on the
   // way. Which draft comes next: the one that adds the most expected tokens per millisecond
   // (by_cost), or the likeliest to be accepted. Neither order is best for every batch (a first
   // draft pays for a pass of its own, so it may look dear until others share the pass), so
   // the plan takes the best of a few walks.
   auto walk = [&](const std::vector<int32_t>& floor, bool by_cost) {
-    State st;
-    st.k.assign(n, 0);
-    st.tokens = streams;
-    st.ms = p.plain_ms;
-    for (size_t i = 0; i < n; ++i)
-      while (st.k[i] < floor[i]) add(st, i);
+    State st = build(floor);
     for (;;) {
       if (within_limit(st.k, st.ms) && st.tokens / st.ms > best_rate) {
         best_rate = st.tokens / st.ms;
@@ -164,14 +169,9 @@ StepPlan StepBudget::plan(const CostModel& costs, std::span<const BudgetWish> wi
   // Then single steps from the best allocation (one draft more or less for a sequence) while
   // one is better: what no walk's order passed through.
   auto evaluate = [&](const std::vector<int32_t>& k, double* ms) {
-    double tokens = other_streams;
-    int32_t drafts = 0;
-    for (size_t i = 0; i < n; ++i) {
-      tokens += CostModel::expected_tokens(alpha[i], k[i]);
-      drafts += k[i];
-    }
-    *ms = target_ms(costs, other_tokens + drafts) + draft_ms(costs, draft_passes(wishes, k));
-    return tokens / *ms;
+    const State st = build(k);
+    *ms = st.ms;
+    return st.tokens / st.ms;
   };
   for (std::vector<int32_t> k = best.empty() ? none : best;;) {
     bool moved = false;

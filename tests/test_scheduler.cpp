@@ -68,6 +68,18 @@ struct Outcome {
   std::string streamed;
 };
 
+// Each request alone with speculation off: the outputs batching and drafting must keep.
+std::vector<GenerateResult> without_speculation(Engine& e,
+                                                const std::vector<std::pair<std::vector<int32_t>, GenerateOptions>>& reqs) {
+  std::vector<GenerateResult> out;
+  for (const auto& [p, g] : reqs) {
+    GenerateOptions o = g;
+    o.speculative.mode = DraftMode::None;
+    out.push_back(e.generate_tokens(p, o));
+  }
+  return out;
+}
+
 // Submits all requests at once and waits for every on_done; `each_token` (if set) runs on
 // the scheduler thread at every streamed piece.
 std::vector<Outcome> run_all(Scheduler& s, const std::vector<std::pair<std::vector<int32_t>, GenerateOptions>>& reqs,
@@ -419,12 +431,7 @@ TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftsShareTheDraftPasses) {
     if (i == 1) g.logprobs = 1;
     reqs.emplace_back(prompt_of(12, 400 + static_cast<uint32_t>(i)), g);
   }
-  std::vector<GenerateResult> plain;
-  for (auto& [p, g] : reqs) {
-    GenerateOptions o = g;
-    o.speculative.mode = DraftMode::None;
-    plain.push_back(e->generate_tokens(p, o));
-  }
+  const std::vector<GenerateResult> plain = without_speculation(*e, reqs);
   SchedulerOptions so;
   so.max_seqs = 9;
   Scheduler s(*e, so);
@@ -458,12 +465,7 @@ TEST(Scheduler, OnTheCudaBackendTheStepBudgetGrantsOnlyWhatTheCostModelSaysPays)
     g.speculative.start_budget = -1.0f;  // start at once: the budget is what is tested
     reqs.emplace_back(prompt_of(8, 700 + static_cast<uint32_t>(i)), g);
   }
-  std::vector<GenerateResult> plain;
-  for (auto& [p, g] : reqs) {
-    GenerateOptions o = g;
-    o.speculative.mode = DraftMode::None;
-    plain.push_back(e->generate_tokens(p, o));
-  }
+  const std::vector<GenerateResult> plain = without_speculation(*e, reqs);
   const GenerateResult alone = e->generate_tokens(reqs[0].first, reqs[0].second);
   EXPECT_EQ(alone.tokens, plain[0].tokens);
   EXPECT_GT(alone.speculative.steps_per_k.at(4), 0) << "alone, a sequence drafts k = 4";

@@ -65,6 +65,11 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
   return d;
 }
 
+std::shared_ptr<const CostModel> Scheduler::Impl::cost_model() const {
+  if (auto m = EngineAccess::policy_costs(engine).model) return m;
+  return {std::shared_ptr<const CostModel>(), &CostModel::assumed_default()};  // static: owns nothing
+}
+
 // The step budget: the sequences whose policy lets it (budget_wish) get the drafts that pay
 // for the batch; the others keep their k. One sequence alone, with nothing else in the step,
 // keeps its policy's choice (the budget would weigh the same costs).
@@ -86,8 +91,8 @@ void Scheduler::Impl::budget_drafts(const std::vector<Entry*>& deciding, std::ve
   const int32_t n_decode = static_cast<int32_t>(deciding.size());
   const int32_t prompt = expected_prompt_tokens(n_decode);
   if (n_decode == 1 && prompt == 0) return;
-  const PolicyCosts pc = EngineAccess::policy_costs(engine);
-  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  const auto model = cost_model();
+  const CostModel& costs = *model;
   const StepPlan plan = budget.plan(costs, wishes, n_decode + fixed_drafts + prompt,
                                     n_decode - static_cast<int32_t>(wishes.size()), catching_up);
   for (size_t w = 0; w < who.size(); ++w) {
@@ -141,8 +146,8 @@ bool Scheduler::Impl::drafts_pay(const Entry& self, const BudgetWish& w, int32_t
   for (size_t i = 0; i < std::min(waiting, room); ++i) wishes.push_back(w);
   const int32_t n = static_cast<int32_t>(wishes.size()) + others;
   if (n <= 1) return true;  // alone: the policy's own judgement (its start rules price the prompt pass)
-  const PolicyCosts pc = EngineAccess::policy_costs(engine);
-  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  const auto model = cost_model();
+  const CostModel& costs = *model;
   const StepPlan plan = budget.plan(costs, wishes, n, others);
   if (plan.k[0] == 0) return false;
   const double per_token = plan.step_ms / CostModel::expected_tokens(std::clamp(w.alpha, 0.0, 1.0), plan.k[0]);
@@ -179,8 +184,8 @@ void Scheduler::Impl::observe_drafting(const std::vector<ProposeJob>& jobs, cons
     k.push_back(static_cast<int32_t>(j.forwards));
   }
   if (w.empty()) return;
-  const PolicyCosts pc = EngineAccess::policy_costs(engine);
-  const CostModel& costs = pc.model ? *pc.model : CostModel::assumed_default();
+  const auto model = cost_model();
+  const CostModel& costs = *model;
   budget.observe_draft(costs, StepBudget::draft_passes(w, k), ms);
 }
 

@@ -128,6 +128,8 @@ struct Scheduler::Impl {
   bool fits(size_t need);
 
   // ---- drafting (scheduler_drafts.cpp)
+  // The engine's cost model, or the policies' assumed default when none was calibrated.
+  std::shared_ptr<const CostModel> cost_model() const;
   // Cuts the ks (one per deciding sequence) of the policies that let the step budget judge.
   void budget_drafts(const std::vector<Entry*>& deciding, std::vector<int32_t>& ks, int32_t catching_up);
   int32_t expected_prompt_tokens(int32_t decode_tokens) const;

@@ -26,8 +26,7 @@ bool Scheduler::Impl::step() {
     step_time.observe_step(ms, prompt_tokens);
     int32_t tokens = 0;
     for (const Part& p : batch) tokens += static_cast<int32_t>(p.tokens.size());
-    const PolicyCosts pc = EngineAccess::policy_costs(engine);
-    budget.observe_target(pc.model ? *pc.model : CostModel::assumed_default(), tokens, ms);
+    budget.observe_target(*cost_model(), tokens, ms);
   }
   verify_and_commit(batch, ms);
   retire_failed();
