@@ -173,9 +173,9 @@ Command add_chat(CLI::App& app) {
   a->gen.sampling.temperature = 0.7f;
   a->gen.speculative.policy = "goodput";  // never slower than plain decoding (as generate and serve)
   auto* sub = app.add_subcommand("chat", "Interactive chat in the terminal, with the model's chat template");
-  sub->add_option("-m,--model", a->load.model_path, "Model (GGUF)")->required()->check(CLI::ExistingFile);
-  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
-      ->check(CLI::ExistingFile);
+  sub->add_option("-m,--model", a->load.model_path, "Model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF file or Hugging Face folder) for speculative decoding (alias: -md)")
+      ->check(CLI::ExistingPath);
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();

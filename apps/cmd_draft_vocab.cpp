@@ -107,9 +107,9 @@ int run(const DraftVocabArgs& a) {
 Command add_draft_vocab(CLI::App& app) {
   auto a = std::make_shared<DraftVocabArgs>();
   auto* sub = app.add_subcommand("draft-vocab", "Count tokens over text: the ranking of a reduced draft vocabulary");
-  sub->add_option("-m,--model", a->load.model_path, "Model (GGUF) whose tokenizer counts (the draft's or the target's)")
+  sub->add_option("-m,--model", a->load.model_path, "Model (GGUF file or Hugging Face folder) whose tokenizer counts (the draft's or the target's)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   sub->add_option("--text", a->text, "Text files or folders to count (folders recursively; binary files are skipped)");
   sub->add_option("--prompts", a->prompts, "JSONL of {\"prompt\": ...}: the model's answers are counted too")
       ->check(CLI::ExistingFile);

@@ -156,10 +156,10 @@ Command add_generate(CLI::App& app) {
   // it starts from the cost model and turns speculation off where it does not pay.
   a->gen.speculative.policy = "goodput";
   auto* sub = app.add_subcommand("generate", "Generate text from a prompt");
-  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
+  sub->add_option("-m,--model", a->load.model_path, "Target model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
-  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
-      ->check(CLI::ExistingFile);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF file or Hugging Face folder) for speculative decoding (alias: -md)")
+      ->check(CLI::ExistingPath);
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   auto* o_draft = sub->get_option("--draft");

@@ -1,4 +1,5 @@
-// `tandem info`: what a GGUF file holds (metadata and tensors), without loading weights.
+// `tandem info`: what a model holds (metadata and tensors), without loading weights: a GGUF
+// file, or a Hugging Face folder as the engine reads it (its GGUF names and metadata).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 
 #include "apps/commands.hpp"
 #include "engine/gguf/gguf.hpp"
+#include "engine/hf/model_file.hpp"
 #include "engine/model/model_config.hpp"
 
 namespace tandem::cli {
@@ -14,13 +16,17 @@ namespace tandem::cli {
 Command add_info(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto tensors = std::make_shared<bool>(false);
-  auto* sub = app.add_subcommand("info", "Show a GGUF model's metadata and tensors");
-  sub->add_option("model", *path, "Model file (GGUF)")->required()->check(CLI::ExistingFile);
+  auto* sub = app.add_subcommand("info", "Show a model's metadata and tensors");
+  sub->add_option("model", *path, "Model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
   sub->add_flag("--tensors", *tensors, "List every tensor");
   return {sub, [path, tensors] {
-    auto f = gguf::File::open(*path);
-    std::printf("file: %s\nGGUF version %u, %zu bytes, %zu tensors\n", path->c_str(), f->version(), f->file_size(),
-                f->tensors().size());
+    auto f = open_model_file(*path);
+    if (is_model_folder(*path))
+      std::printf("folder: %s\nHugging Face checkpoint, %zu tensors (under their GGUF names)\n", path->c_str(),
+                  f->tensors().size());
+    else
+      std::printf("file: %s\nGGUF version %u, %zu bytes, %zu tensors\n", path->c_str(), f->version(), f->file_size(),
+                  f->tensors().size());
     for (const auto& k : f->keys()) std::printf("  %s = %s\n", k.c_str(), f->value_to_string(k).c_str());
     std::map<std::string, std::pair<int, size_t>> mix;
     for (const auto& t : f->tensors()) {

@@ -159,9 +159,9 @@ int run_serve(ServeArgs a) {
 Command add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
-  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
-  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) for speculative decoding (alias: -md)")
-      ->check(CLI::ExistingFile);
+  sub->add_option("-m,--model", a->load.model_path, "Target model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF file or Hugging Face folder) for speculative decoding (alias: -md)")
+      ->check(CLI::ExistingPath);
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--model-id", a->model_id, "Model id clients send and responses carry (default: file name stem)");
   sub->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();

@@ -236,9 +236,9 @@ int run_tune_command(const TuneArgs& a) {
 Command add_tune(CLI::App& app) {
   auto a = std::make_shared<TuneArgs>();
   auto* sub = app.add_subcommand("tune", "Measure speculative decoding on this machine and recommend a configuration");
-  sub->add_option("-m,--model", a->load.model_path, "Target model (GGUF)")->required()->check(CLI::ExistingFile);
-  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF) (alias: -md)")
-      ->check(CLI::ExistingFile);
+  sub->add_option("-m,--model", a->load.model_path, "Target model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  sub->add_option("--model-draft", a->load.draft_model_path, "Draft model: a GGUF file or a Hugging Face folder (alias: -md)")
+      ->check(CLI::ExistingPath);
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft-vocabs", a->draft_vocabs,
                   "Draft vocabulary sizes to compare, e.g. 0,16384,32768 (0 = whole; default: those three for "

@@ -4,7 +4,7 @@
 Every source file of the library belongs to one component (a folder, or one public header),
 and every component to a layer (docs/architecture.md explains them):
 
-  0 kernels   1 base   2 gguf, sampling   3 text, kv   4 chat, model
+  0 kernels   1 base   2 gguf, sampling   3 text, kv, hf   4 chat, model
   5 draft, verify, policies   6 runtime   7 api   8 apps
 
 A file may include files of its own component and of components on LOWER layers only: not
@@ -36,6 +36,7 @@ COMPONENTS = [
     ("engine/grammar/", "grammar", 2),
     ("engine/text/", "text", 3),
     ("engine/kv/", "kv", 3),
+    ("engine/hf/", "hf", 3),
     ("engine/chat/", "chat", 4),
     ("engine/model/", "model", 4),
     ("draft/", "draft", 5),

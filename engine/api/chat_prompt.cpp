@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "engine/gguf/gguf.hpp"
+#include "engine/hf/model_file.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
@@ -19,7 +20,7 @@ std::string special_text(const gguf::File& f, const char* key, const Engine& eng
 }  // namespace
 
 ChatPrompt ChatPrompt::from_model(const std::string& gguf_path, const Engine& engine) {
-  const std::unique_ptr<gguf::File> f = gguf::File::open(gguf_path);
+  const std::unique_ptr<gguf::File> f = open_model_file(gguf_path, /*tensors=*/false);
   std::string bos = special_text(*f, "tokenizer.ggml.bos_token_id", engine);
   std::string eos = special_text(*f, "tokenizer.ggml.eos_token_id", engine);
   // What the tokenizer puts in front of a text when asked to add special tokens (BOS), as

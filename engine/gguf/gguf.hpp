@@ -70,6 +70,24 @@ class File {
   // them in place (no copy), so they must outlive it. `name` stands for the path in errors.
   // For the fuzz harness and callers that hold a model in memory.
   static std::unique_ptr<File> from_memory(const void* data, size_t size, const std::string& name = "<memory>");
+
+  // A tensor held outside the File's bytes: a model stored in another format (a Hugging Face
+  // folder's safetensors shards) presented as GGUF. `releasable`: the bytes are a read-only
+  // private file mapping, which release() may drop (they fault back in from the file).
+  struct ExternalTensor {
+    std::string name;
+    DType type = DType::F32;
+    std::vector<int64_t> dims;  // dims[0] innermost
+    const uint8_t* data = nullptr;
+    size_t nbytes = 0;
+    bool releasable = false;
+  };
+  // Metadata from GGUF bytes without tensors (a gguf::Writer's, taken over), tensors from
+  // elsewhere; `owner` keeps their memory alive as long as the File. Each tensor is checked
+  // as open() checks one (known weight type, dims, whole blocks, exact byte count, unique
+  // name). `name` stands for the path in errors. Throws Error.
+  static std::unique_ptr<File> assemble(const std::string& name, std::vector<uint8_t> metadata,
+                                        std::vector<ExternalTensor> tensors, std::shared_ptr<const void> owner);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -140,6 +158,11 @@ class File {
   std::map<std::string, size_t, std::less<>> kv_index_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  // assemble(): the metadata bytes, each tensor's memory (TensorInfo::offset indexes it) and
+  // what keeps it alive.
+  std::vector<uint8_t> owned_bytes_;
+  std::vector<ExternalTensor> external_;
+  std::shared_ptr<const void> external_owner_;
 };
 
 }  // namespace tandem::gguf

@@ -387,6 +387,11 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
 }
 
 const uint8_t* File::tensor_data(const TensorInfo& t) const {
+  if (!external_.empty()) {
+    if (t.offset >= external_.size() || external_[t.offset].name != t.name)
+      fail("tensor " + quoted(t.name) + " is not one of this model's");
+    return external_[t.offset].data;
+  }
   // Guards against a TensorInfo from another File; ranges of our own were checked at open.
   if (data_start_ > size_ || t.offset > size_ - data_start_ || t.nbytes > size_ - data_start_ - t.offset)
     fail("tensor " + quoted(t.name) + " is not inside this file");
@@ -394,7 +399,8 @@ const uint8_t* File::tensor_data(const TensorInfo& t) const {
 }
 
 void File::release(const TensorInfo& t) const {
-  if (!mapped_) return;
+  // Heap copies would lose their contents: only file mappings can be dropped and re-read.
+  if (!external_.empty() ? !external_[t.offset].releasable : !mapped_) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<uintptr_t>(tensor_data(t)), end = begin + t.nbytes;
   const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/hf/model_file.hpp"
 #include "engine/model/requantize.hpp"
 
 namespace tandem {
@@ -93,7 +94,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, kernels::Backend& ba
                                    const WeightOptions& weights) {
   std::unique_ptr<Model> m(new Model());
   m->weights_ = weights;
-  m->file_ = gguf::File::open(path);
+  m->file_ = open_model_file(path);
   m->backend_ = &backend;
   m->config_ = read_model_config(*m->file_);
   const ModelConfig& c = m->config_;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/text/tokenizer_internal.hpp"
+#include "engine/text/unicode_nfc.hpp"
 #include "engine/text/utf8.hpp"
 
 namespace tandem {
@@ -96,6 +97,7 @@ std::unique_ptr<Vocab> build_vocab(TokenizerData& d) {
   v->add_bos = d.add_bos.value_or(spm);
   v->add_eos = d.add_eos.value_or(false);
   v->add_space_prefix = spm && d.add_space_prefix.value_or(true);
+  v->nfc = d.nfc;
 
   auto special_text = [&](std::string_view text) -> int32_t {
     const int32_t id = v->find(text);
@@ -167,6 +169,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   for (const auto& p : pieces) {
     if (p.id >= 0) {
       out.push_back(p.id);
+    } else if (v.nfc) {
+      encoder_->encode(utf8::nfc(p.text), out);
     } else {
       encoder_->encode(p.text, out);
     }

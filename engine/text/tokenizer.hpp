@@ -51,6 +51,9 @@ struct TokenizerData {
   std::optional<bool> add_bos;           // default: true for "llama", false for "gpt2"
   std::optional<bool> add_eos;           // default: false
   std::optional<bool> add_space_prefix;  // "llama" only; default: true (SentencePiece's)
+  // Text between special tokens is put in Unicode NFC first (a Hugging Face tokenizer.json's
+  // NFC normalizer, as Qwen2's has; GGUF files do not record it).
+  bool nfc = false;
 };
 
 namespace tok_detail {

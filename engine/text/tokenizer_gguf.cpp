@@ -43,6 +43,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   d.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   d.add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
   d.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
+  // Set for Hugging Face folders (engine/hf) whose tokenizer.json normalizes.
+  if (const auto norm = f.get_string("tandem.tokenizer.normalizer")) {
+    if (*norm != "nfc") throw std::runtime_error(f.path() + ": unknown tokenizer normalizer '" + *norm + "'");
+    d.nfc = true;
+  }
 
   try {
     return from_data(std::move(d));

@@ -65,6 +65,7 @@ struct Vocab {
   TokenIndex ids;  // first id of each stored text
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
+  bool nfc = false;  // raw text goes through Unicode NFC before the algorithm
   std::vector<int32_t> eog;  // sorted
   SpecialMatcher specials;
 

@@ -1,0 +1,22 @@
+// Reading the JSON files of a Hugging Face model folder, with errors that name the file and
+// the key. Internal to engine/hf.
+#pragma once
+#include <boost/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace tandem::hf {
+
+// The whole file parsed; throws std::runtime_error naming the file (missing, unreadable,
+// larger than max_bytes, not JSON, not an object).
+boost::json::object read_json_object(const std::string& path, size_t max_bytes = size_t{64} << 20);
+
+// Typed lookups: nullopt when the key is absent or null; a value of another type throws,
+// naming `file` and the key.
+std::optional<int64_t> get_int(const boost::json::object& o, const char* key, const std::string& file);
+std::optional<double> get_number(const boost::json::object& o, const char* key, const std::string& file);
+std::optional<bool> get_bool(const boost::json::object& o, const char* key, const std::string& file);
+std::optional<std::string> get_string(const boost::json::object& o, const char* key, const std::string& file);
+
+}  // namespace tandem::hf
