@@ -42,8 +42,9 @@ int run_generate(const GenerateArgs& args) {
   const ModelInfo info = engine->info();
   print_backend_note(info);
   if (a.verbose) {
-    std::fprintf(stderr, "model: %s (%s, %d layers, vocab %d, %.1f MiB)\n%s\n", info.path.c_str(),
-                 info.architecture.c_str(), info.n_layer, info.n_vocab, info.weight_bytes / 1048576.0,
+    std::fprintf(stderr, "model: %s (%s, %d layers, vocab %d, weights %s, %.1f MiB)\n%s\n", info.path.c_str(),
+                 info.architecture.c_str(), info.n_layer, info.n_vocab, info.weight_type.c_str(),
+                 info.weight_bytes / 1048576.0,
                  engine->backend_description().c_str());
     if (!info.draft_path.empty())
       std::fprintf(stderr, "draft: %s (weights %s, %.1f MiB%s)\n", info.draft_path.c_str(), info.draft_type.c_str(),

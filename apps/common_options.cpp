@@ -72,6 +72,12 @@ void add_runtime_options(CLI::App& sub, LoadOptions& load) {
   sub.add_flag("--pin-threads", load.pin_threads, "Bind each CPU worker thread to one core");
   sub.add_option("-c,--ctx", load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
   sub.add_option("--kv-type", load.kv_type, "KV cache type: f16|f32")->capture_default_str();
+  sub.add_option("--weight-type", load.weight_type,
+                 "Quantize the target's matrix weights at load: keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0 "
+                 "(for float models such as a Hugging Face folder's bf16: GGUF speed; the output is then the "
+                 "quantized model's)")
+      ->check(CLI::IsMember({"keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
+      ->capture_default_str();
   sub.add_option("--device", load.device,
                  "Backend: auto (CUDA when a device is present, else CPU), cpu, cuda, cuda-emulated (tests)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda", "cuda-emulated"}))

@@ -37,6 +37,7 @@
 #include "tests/support/drive.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/stats.hpp"
+#include "tests/support/tiny_hf.hpp"
 #include "tests/support/tiny_model.hpp"
 #include "kernels/device_decode.hpp"
 #include "verify/verifier.hpp"
@@ -143,6 +144,18 @@ const Models& eos_fixture() {
     t.perturb = kPerturb;
     test::write_tiny_model(e.close_draft, t);
     return e;
+  }();
+  return m;
+}
+
+// The fixture's target and close draft as Hugging Face folders.
+const Models& hf_fixture() {
+  static const Models m = [] {
+    const std::string dir = test::scratch_dir("lossless_hf");
+    Models h{dir + "/target", dir + "/close", ""};
+    test::gguf_to_tiny_hf(fixture().target, h.target);
+    test::gguf_to_tiny_hf(fixture().close_draft, h.close_draft);
+    return h;
   }();
   return m;
 }
@@ -374,6 +387,9 @@ struct Config {
   // What may end an output inside an accepted run: "eos" (a token the target emits is its
   // EOS), "stop" (a stop string), "grammar" (the configuration's grammar completes). "": none.
   std::string ending = "";
+  // The target and the close draft loaded from Hugging Face folders of the same weights
+  // (safetensors, config.json, tokenizer.json) instead of GGUF files.
+  bool hf = false;
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -760,9 +776,10 @@ TEST_P(Lossless, EveryOutputPositionFollowsTheTarget) {
     return;
   }
   const bool eos = c.ending == "eos";
-  const std::string draft = eos ? eos_fixture().close_draft : c.far_draft ? fixture().far_draft : fixture().close_draft;
+  const Models& models = eos ? eos_fixture() : c.hf ? hf_fixture() : fixture();
+  const std::string draft = c.far_draft ? models.far_draft : models.close_draft;
   Engine& e = engine_with(c.mode == DraftMode::Model ? draft : std::string(), c.device, c.draft_vocab, c.draft_type,
-                          eos ? eos_fixture().target : "");
+                          models.target);
   if (c.draft_type != "keep") {
     ASSERT_EQ(e.info().draft_type, c.draft_type);
   }
@@ -984,7 +1001,13 @@ const std::vector<Config> kConfigs = {
         Config{"stop_coupled_lookup1_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0,
                "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 1, "stop"},
         Config{"eos_coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0,
-               "temp1.0_topk6_mild_penalties", V::Coupled, false, "cpu", "", 0, "keep", 3, "eos"}};
+               "temp1.0_topk6_mild_penalties", V::Coupled, false, "cpu", "", 0, "keep", 3, "eos"},
+        // A Hugging Face pair: the same weights through the other loader (safetensors,
+        // config.json, Llama's q/k rows permuted at load, tokenizer.json).
+        Config{"hf_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05", V::Rejection,
+               false, "cpu", "", 0, "keep", 3, "", true},
+        Config{"hf_coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Coupled, false, "cpu", "", 0, "keep", 3, "", true}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -80,6 +80,7 @@ tandem_status tandem_engine_info(const tandem_engine* engine, tandem_model_info*
     i.kv_bytes = m.kv_bytes;
     i.draft_vocab = m.draft_vocab;
     i.draft_type = m.draft_type.c_str();
+    i.weight_type = m.weight_type.c_str();
     // An older caller's struct is shorter: fill only what it has.
     std::memcpy(static_cast<void*>(out_info), &i, std::min(out_info->struct_size, sizeof i));
     return TANDEM_OK;

@@ -87,6 +87,7 @@ LoadOptions to_load_options(const tandem_load_params& given) {
   o.draft_vocab = p.draft_vocab;
   if (p.draft_vocab_counts) o.draft_vocab_counts = p.draft_vocab_counts;
   if (p.draft_type) o.draft_type = p.draft_type;
+  if (p.weight_type) o.weight_type = p.weight_type;
   return o;
 }
 

@@ -35,6 +35,15 @@ WeightOptions parse_weight_options(const std::string& s) {
   throw std::invalid_argument("unknown draft weight type '" + s + "' (use auto, keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
 }
 
+WeightOptions parse_target_weight_options(const std::string& s) {
+  if (lower(s) == "auto") throw std::invalid_argument("weight type 'auto' is for drafts; use keep, q4_0, q4_1, q5_0, q5_1 or q8_0");
+  try {
+    return parse_weight_options(s);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("unknown weight type '" + s + "' (use keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
+  }
+}
+
 std::string weight_options_name(const WeightOptions& w) {
   if (!w.matmul_type) return "keep";
   if (w.wide_only) return "auto";

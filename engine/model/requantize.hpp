@@ -1,6 +1,7 @@
 // Re-quantizing a model's matrix weights while it loads: what `--draft-type` asks of the
-// draft (the draft's Q5_0 layers decode slowly; a cheaper type may cost little
-// acceptance). The target is never re-quantized: its output is the reference.
+// draft (the draft's Q5_0 layers decode slowly; a cheaper type may cost little acceptance),
+// and what `--weight-type` asks of a target stored in floats (a Hugging Face folder's bf16
+// matrices quantized to run at GGUF speed). A target is only quantized when asked.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,10 @@ struct WeightOptions {
 // naming the choices.
 WeightOptions parse_weight_options(const std::string& s);
 std::string weight_options_name(const WeightOptions& w);  // "keep", "auto", "q4_0", ...
+
+// The target's: "keep" (or empty) or one of the types, for every matrix (no "auto": the
+// target's types are the user's choice). Throws std::invalid_argument naming the choices.
+WeightOptions parse_target_weight_options(const std::string& s);
 
 // Whether the string names a re-quantization other than the default "auto": "keep" and
 // "auto" do not (a load with no draft model accepts them). Throws for unknown names.

@@ -51,7 +51,7 @@ std::unique_ptr<Engine> Engine::load(const LoadOptions& opts) {
 }
 
 void Engine::Impl::load_models() {
-  model = Model::load(opts.model_path, *backend);
+  model = Model::load(opts.model_path, *backend, parse_target_weight_options(opts.weight_type));
   tokenizer = Tokenizer::from_gguf(model->file());
   grammars = std::make_unique<GrammarCache>(*tokenizer);
   const ModelConfig& c = model->config();
@@ -143,6 +143,7 @@ ModelInfo Engine::info() const {
   i.n_head_kv = c.n_head_kv;
   i.context = impl_->context;
   i.weight_bytes = impl_->model->weight_bytes();
+  i.weight_type = weight_options_name(impl_->model->weights());
   i.kv_bytes = impl_->kv_pool->bytes();  // both models' caches together
   i.backend = impl_->backend->name();
   i.backend_note = impl_->backend_note;

@@ -200,6 +200,7 @@ std::string Tokenizer::token_to_piece(int32_t id) const {
   }
 }
 
+bool Tokenizer::normalizes_nfc() const { return vocab_->nfc; }
 bool Tokenizer::strips_leading_space() const { return vocab_->add_space_prefix; }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

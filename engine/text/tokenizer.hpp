@@ -96,6 +96,7 @@ class Tokenizer {
   bool add_eos() const;
   std::string model() const;
   std::string pre() const;
+  bool normalizes_nfc() const;  // text goes through Unicode NFC before it is split
 
  private:
   Tokenizer();

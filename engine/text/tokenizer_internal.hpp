@@ -108,6 +108,8 @@ class Pretokenizer {
   // Llama 3 style: a piece that is itself a vocabulary entry is taken whole.
   bool ignore_merges() const { return ignore_merges_; }
   static std::vector<std::string> known_names();
+  // Whether two names split text alike ("default" and "gpt2" do); unknown names never do.
+  static bool same_rules(std::string_view a, std::string_view b);
 
  private:
   struct Regex;

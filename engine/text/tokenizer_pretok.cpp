@@ -80,6 +80,15 @@ const std::vector<PreDef>& pre_defs() {
 
 }  // namespace
 
+bool Pretokenizer::same_rules(std::string_view a, std::string_view b) {
+  const PreDef *da = nullptr, *db = nullptr;
+  for (const auto& d : pre_defs()) {
+    if (a == d.name) da = &d;
+    if (b == d.name) db = &d;
+  }
+  return da && db && da->stages == db->stages && da->ignore_merges == db->ignore_merges;
+}
+
 struct Pretokenizer::Regex {
   pcre2_code* code = nullptr;
   ~Regex() { pcre2_code_free(code); }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "engine/text/tokenizer.hpp"
+#include "engine/text/tokenizer_internal.hpp"
 
 namespace tandem {
 namespace {
@@ -31,7 +32,11 @@ std::string shown(const std::string& s) {
 std::string vocab_incompatibility(const Tokenizer& t, const Tokenizer& d) {
   if (t.model() != d.model())
     return "tokenizer types differ: target '" + t.model() + "', draft '" + d.model() + "'";
-  if (t.pre() != d.pre()) return "pre-tokenizers differ: target '" + t.pre() + "', draft '" + d.pre() + "'";
+  if (t.pre() != d.pre() && !tok_detail::Pretokenizer::same_rules(t.pre(), d.pre()))
+    return "pre-tokenizers differ: target '" + t.pre() + "', draft '" + d.pre() + "'";
+  if (t.normalizes_nfc() != d.normalizes_nfc())
+    return std::string("text normalization differs: the ") + (t.normalizes_nfc() ? "target" : "draft") +
+           " puts text in NFC, the other does not";
   if (std::abs(t.n_vocab() - d.n_vocab()) > kMaxVocabSizeDifference)
     return "vocabulary sizes differ by more than " + std::to_string(kMaxVocabSizeDifference) + ": target " +
            std::to_string(t.n_vocab()) + ", draft " + std::to_string(d.n_vocab());

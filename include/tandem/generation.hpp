@@ -46,6 +46,11 @@ struct LoadOptions {
   // the draft faster and may lower its acceptance; outputs are unchanged (the target
   // verifies). An explicit type needs a draft model.
   std::string draft_type = "auto";
+  // The target's matrix weights quantized at load: "keep" (as stored), or q4_0, q4_1, q5_0,
+  // q5_1, q8_0 for every matrix stored in another type. For models stored in floats (a
+  // Hugging Face folder's bf16): a quantized matrix streams 2-4× fewer bytes per token. The
+  // output is then the quantized model's.
+  std::string weight_type = "keep";
 };
 
 struct GenerateOptions {
@@ -122,7 +127,8 @@ struct GenerateResult {
 struct ModelInfo {
   std::string path, architecture, name;
   int32_t n_vocab = 0, n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, context = 0;
-  size_t weight_bytes = 0, kv_bytes = 0;  // kv_bytes: the KV memory budget of target and draft together
+  size_t weight_bytes = 0, kv_bytes = 0;
+  std::string weight_type;  // the target's matrix weights: "keep" or the type they were quantized to at load  // kv_bytes: the KV memory budget of target and draft together
   std::string backend;  // e.g. "cpu (avx2, 2 threads)"
   std::string backend_note;  // why device "auto" did not choose CUDA (one line), else empty
   std::string draft_path, draft_name;  // empty without a draft model

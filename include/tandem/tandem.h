@@ -76,7 +76,7 @@ typedef struct tandem_engine tandem_engine; /* opaque */
 
 typedef struct tandem_load_params {
   size_t struct_size;
-  const char* model_path;        /* required */
+  const char* model_path;        /* required: a GGUF file or a Hugging Face model folder */
   const char* draft_model_path;  /* NULL or "" → no draft model; must share the target's vocabulary */
   int32_t threads;               /* 0 → one per available core */
   int32_t context;               /* max tokens per sequence; 0 → min(model's training context, 4096) */
@@ -94,6 +94,9 @@ typedef struct tandem_load_params {
                                      (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) re-quantized to Q4_0 at load; "keep" → as
                                      stored; "q4_0", "q4_1", "q5_0", "q5_1", "q8_0": every matrix re-quantized
                                      to it (outputs unchanged either way) */
+  const char* weight_type;        /* NULL or "keep" → the target's matrices as stored; "q4_0", "q4_1", "q5_0",
+                                     "q5_1", "q8_0": quantized to it at load (for float models, e.g. a
+                                     Hugging Face folder's bf16; the output is the quantized model's) */
 } tandem_load_params;
 
 /* Speculative decoding never changes greedy output, and keeps the sampled output's
@@ -233,6 +236,7 @@ typedef struct tandem_model_info {
   /* appended after 0.1.0 (older callers pass a shorter struct_size): */
   int32_t draft_vocab;           /* the draft's reduced vocabulary size; 0 → the whole one */
   const char* draft_type;        /* "keep", "auto", or the type the draft's matrix weights were re-quantized to; "" without a draft */
+  const char* weight_type;       /* "keep", or the type the target's matrix weights were quantized to at load */
 } tandem_model_info;
 
 /* Called on the generating thread for every generated token, with the text it completed

@@ -40,6 +40,7 @@ class LoadParams(Structure):
         ("draft_vocab", c_int32),
         ("draft_vocab_counts", c_char_p),
         ("draft_type", c_char_p),
+        ("weight_type", c_char_p),
     ]
 
 
@@ -135,6 +136,7 @@ class ModelInfo(Structure):
         # appended after 0.1.0
         ("draft_vocab", c_int32),
         ("draft_type", c_char_p),
+        ("weight_type", c_char_p),
     ]
 
 

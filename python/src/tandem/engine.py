@@ -30,7 +30,7 @@ _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
-                        "draft_vocab_counts", "draft_type"})
+                        "draft_vocab_counts", "draft_type", "weight_type"})
 
 
 def _check(status: int) -> int:
@@ -145,9 +145,9 @@ class Engine:
     @classmethod
     def load(cls, model: str | os.PathLike[str], draft: str | os.PathLike[str] | None = None, device: str = "auto",
              **options: Unpack[LoadOptions]) -> Engine:
-        """Loads `model` (GGUF). `draft`: a draft model's GGUF path (it must share the
-        target's vocabulary), "ngram" for prompt-lookup drafting, or None for plain
-        decoding; it is the default proposer of every generation (override per call with
+        """Loads `model` (a GGUF file or a Hugging Face model folder). `draft`: a draft model
+        (GGUF file or folder; it must share the target's vocabulary), "ngram" for prompt-lookup
+        drafting, or None for plain decoding; it is the default proposer of every generation (override per call with
         draft="none"/"model"/"ngram"). `device`: "auto", "cpu", "cuda"."""
         _unknown(options, _LOAD_KEYS, "Engine.load")
         lib = N.lib()
@@ -180,13 +180,16 @@ class Engine:
             p.gpu_mem_bytes = options["gpu_mem_bytes"]
         if "draft_vocab" in options:
             p.draft_vocab = options["draft_vocab"]
-        counts_b = type_b = None  # kept alive until the load returns
+        counts_b = type_b = weight_b = None  # kept alive until the load returns
         if "draft_vocab_counts" in options:
             counts_b = os.fsencode(options["draft_vocab_counts"])
             p.draft_vocab_counts = counts_b
         if "draft_type" in options:
             type_b = options["draft_type"].encode()
             p.draft_type = type_b
+        if "weight_type" in options:
+            weight_b = options["weight_type"].encode()
+            p.weight_type = weight_b
         handle = c_void_p()
         _check(lib.tandem_engine_load(byref(p), byref(handle)))
         return cls(handle, default)
@@ -251,7 +254,7 @@ class Engine:
                 backend_note=s(i.backend_note), draft_path=s(i.draft_path), draft_name=s(i.draft_name),
                 n_vocab=i.n_vocab, n_layer=i.n_layer, n_embd=i.n_embd, n_head=i.n_head, n_head_kv=i.n_head_kv,
                 context=i.context, weight_bytes=i.weight_bytes, kv_bytes=i.kv_bytes, draft_vocab=i.draft_vocab,
-                draft_type=s(i.draft_type))
+                draft_type=s(i.draft_type), weight_type=s(i.weight_type))
         return self._info
 
     def cancel(self) -> None:

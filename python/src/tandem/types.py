@@ -20,6 +20,9 @@ class LoadOptions(TypedDict, total=False):
     # become Q4_0), "keep" (as stored), or "q4_0", "q4_1", "q5_0", "q5_1", "q8_0" for all.
     # Outputs are unchanged either way: the target verifies.
     draft_type: Literal["auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+    # The target's matrix weights quantized at load (for float models, e.g. a Hugging Face
+    # folder's bf16): "keep" (default) or one of the types; the output is the quantized model's.
+    weight_type: Literal["keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
 
 
 class SamplingOptions(TypedDict, total=False):
@@ -123,6 +126,7 @@ class ModelInfo:
     kv_bytes: int
     draft_vocab: int                  # the draft's reduced vocabulary; 0: the whole one
     draft_type: str                   # "keep", "auto" or the type the draft was re-quantized to; "" without one
+    weight_type: str                  # "keep" or the type the target's matrices were quantized to at load
 
 
 Message = dict[str, str]  # {"role": ..., "content": ...}, as OpenAI's chat API writes them
