@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 SECS=${1:-60}
 shift || true
 HARNESSES=("$@")
-[ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=(gguf tokenizer chat_template openai_request http grammar json_schema)
+[ ${#HARNESSES[@]} -eq 0 ] && HARNESSES=(gguf safetensors tokenizer chat_template openai_request http grammar json_schema)
 BUILD=${FUZZ_BUILD:-build/fuzz}  # FUZZ_BUILD: another folder with tests/fuzz/fuzz_* (a long campaign on a copy)
 
 if [ "${FUZZ_NO_BUILD:-0}" != "1" ] && [ "${FUZZ_REPORT_ONLY:-0}" != "1" ]; then
@@ -38,8 +38,9 @@ for m in smollm2-135m-instruct-q4_1.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
   [ -f "$MODELS/$m" ] && toks="${toks:+$toks,}$MODELS/$m"
 done
 export TANDEM_FUZZ_TOKENIZER_MODELS=$toks
-# The GGUF seeds are binary and not committed: written here, as ctest's fuzz.seeds.gguf does.
-python3 tests/fuzz/make_corpus.py --gguf-only --out "$BUILD/seeds" --models "$MODELS" 2>/dev/null || exit 2
+# The GGUF and safetensors seeds are binary and not committed: written here, as ctest's
+# fuzz.seeds.gguf does.
+python3 tests/fuzz/make_corpus.py --binary-only --out "$BUILD/seeds" --models "$MODELS" 2>/dev/null || exit 2
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 

@@ -38,11 +38,16 @@ PY=${PYTHON:-python3}
 # Python package's build backend (python/pyproject.toml; installed here so its install test
 # needs no network) and its tests. kubernetes-validate, dockerfile-parse: deploy/validate.py.
 # anthropic: the official client the server's Messages API is driven with, pinned likewise.
+# torch, transformers, tokenizers, safetensors: the Hugging Face side of the model-folder tests
+# (scripts/gguf_to_hf.py writes the folders; transformers on the CPU is the independent oracle
+# of tests/python/test_hf_models.py, tokenizers the reference tokenizer), pinned.
 OPENAI_VERSION=3.57.0
 ANTHROPIC_VERSION=2.17.0
+TRANSFORMERS_VERSION=5.25.0
 PY_PKGS=("numpy<3" "gguf==0.17.1" "openai==$OPENAI_VERSION" "anthropic==$ANTHROPIC_VERSION" "jsonschema==4.26.0"
-         "scikit-build-core>=0.10" "pytest>=7" "mypy>=1.5" "kubernetes-validate>=1.30" "dockerfile-parse>=2.0")
-if ! $PY -c "import gguf, numpy, openai, anthropic, jsonschema, scikit_build_core, pytest, mypy, kubernetes_validate, dockerfile_parse; assert openai.__version__ == '$OPENAI_VERSION'; assert anthropic.__version__ == '$ANTHROPIC_VERSION'" 2>/dev/null; then
+         "scikit-build-core>=0.10" "pytest>=7" "mypy>=1.5" "kubernetes-validate>=1.30" "dockerfile-parse>=2.0"
+         "torch==2.15.0" "transformers==$TRANSFORMERS_VERSION" "tokenizers==0.23.3" "safetensors==0.8.0")
+if ! $PY -c "import gguf, numpy, openai, anthropic, jsonschema, scikit_build_core, pytest, mypy, kubernetes_validate, dockerfile_parse, torch, transformers, tokenizers, safetensors; assert openai.__version__ == '$OPENAI_VERSION'; assert anthropic.__version__ == '$ANTHROPIC_VERSION'; assert transformers.__version__ == '$TRANSFORMERS_VERSION'" 2>/dev/null; then
   echo "[setup] installing Python test references and tools (${PY_PKGS[*]})"
   $PY -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}" || \
   $PY -m pip install -q --disable-pip-version-check --break-system-packages "${PY_PKGS[@]}"

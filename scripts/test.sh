@@ -56,6 +56,17 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
     echo "[test] Fix the fetch, or limit the run (TANDEM_TEST_MODELS=...) or accept skips (TANDEM_ALLOW_SKIP=1)." >&2
   fi
 fi
+# The Qwen pair as Hugging Face folders (bf16 safetensors, tokenizer.json ...), converted from
+# the fetched GGUFs once (stamped) for the model-folder tests (tests/python/test_hf_models.py).
+hf_models=()
+for m in qwen0.5b qwen1.5b; do
+  case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,$m,*) hf_models+=("$m") ;; esac
+done
+if [ ${#hf_models[@]} -gt 0 ]; then
+  hf_list=$(IFS=,; echo "${hf_models[*]}")
+  python3 scripts/gguf_to_hf.py --models "$hf_list" >/dev/null ||
+    echo "[test] WARNING: converting $hf_list to Hugging Face folders failed; their tests will fail or convert again" >&2
+fi
 stage_end
 
 # Where nvcc is installed, the release build also compiles the CUDA backend for the device
@@ -148,7 +159,7 @@ if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ] && within_budget fuzz 7; then
   stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
   cmake --preset fuzz >/dev/null
   # The harnesses only (not the CLI or the shared library, which the other stages test).
-  cmake --build build/fuzz -j "$JOBS" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request \
+  cmake --build build/fuzz -j "$JOBS" --target fuzz_gguf fuzz_safetensors fuzz_tokenizer fuzz_chat_template fuzz_openai_request \
     fuzz_http fuzz_grammar fuzz_json_schema
   ctest --preset fuzz -j "$JOBS"
   FUZZ_NO_BUILD=1 FUZZ_JOBS="$JOBS" bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"

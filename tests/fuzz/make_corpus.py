@@ -2,7 +2,8 @@
 """Writes the seed corpora of the fuzz harnesses.
 
     python3 tests/fuzz/make_corpus.py [--models DIR]          the committed text seeds
-    python3 tests/fuzz/make_corpus.py --gguf-only --out DIR   the GGUF seeds, into DIR/gguf
+    python3 tests/fuzz/make_corpus.py --binary-only --out DIR   the GGUF and safetensors seeds,
+                                                                into DIR/gguf and DIR/safetensors
 
 - gguf/: binary, so never committed (*.gguf is ignored): ctest (fixture fuzz.seeds.gguf) and
   bench/fuzz.sh write them at test time into the build folder. They are the real models'
@@ -30,7 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "fuzz", "corpus")
 OUT_DIR = [OUT]  # where write() puts files: the committed corpus, or --out
-WRITE_GGUF = [False]  # binary seeds only where asked (--gguf-only): never into the committed corpus
+WRITE_GGUF = [False]  # binary seeds only where asked (--binary-only): never into the committed corpus
 
 # GGUF value types
 U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
@@ -111,7 +112,7 @@ def build(version, kvs, tensors, data=b""):
 
 
 def write(sub, name, data):
-    if sub == "gguf" and not WRITE_GGUF[0]:
+    if sub in ("gguf", "safetensors") and not WRITE_GGUF[0]:
         return
     d = os.path.join(OUT_DIR[0], sub)
     os.makedirs(d, exist_ok=True)
@@ -345,17 +346,52 @@ def json_schema_seeds():
     return n + len(seeds)
 
 
+def safetensors_seeds():
+    """Checkpoint-shaped safetensors files: a Qwen2 layer's tensors in the float dtypes, an
+    integer tensor, an empty one, metadata, and a header padded with spaces."""
+    def st(tensors, metadata=None, pad=True):
+        header, data = {}, b""
+        if metadata is not None:
+            header["__metadata__"] = metadata
+        for name, dtype, shape, size in tensors:
+            n = 1
+            for d in shape:
+                n *= d
+            nbytes = n * size
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + nbytes]}
+            data += bytes((i * 37 + 11) % 256 for i in range(nbytes))
+        text = json.dumps(header, separators=(",", ":")).encode()
+        if pad:
+            text += b" " * ((-len(text)) % 8)
+        return struct.pack("<Q", len(text)) + text + data
+
+    layer = [("model.layers.0.self_attn.q_proj.weight", "BF16", [8, 8], 2),
+             ("model.layers.0.self_attn.q_proj.bias", "BF16", [8], 2),
+             ("model.layers.0.input_layernorm.weight", "F32", [8], 4),
+             ("model.layers.0.mlp.down_proj.weight", "F16", [8, 16], 2)]
+    write("safetensors", "qwen2_layer", st(layer, {"format": "pt"}))
+    write("safetensors", "embed_and_head", st([("model.embed_tokens.weight", "F32", [16, 8], 4),
+                                                ("lm_head.weight", "BF16", [16, 8], 2), ("model.norm.weight", "F32", [8], 4)]))
+    write("safetensors", "odd_dtypes", st([("a", "I64", [3], 8), ("b", "U8", [5], 1), ("c", "F8_E4M3", [2, 2], 1),
+                                           ("d", "BOOL", [1], 1), ("e", "F64", [2], 8)], pad=False))
+    write("safetensors", "empty_tensor", st([("model.layers.1.self_attn.k_norm.weight", "F32", [0], 4)]))
+    write("safetensors", "empty_header", st([], {}))
+    return 5
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=os.environ.get("TANDEM_MODELS", os.path.expanduser("~/.cache/tandem/models")))
-    ap.add_argument("--gguf-only", action="store_true", help="write only the GGUF seeds (binary: not committed)")
+    ap.add_argument("--binary-only", "--gguf-only", dest="binary_only", action="store_true",
+                    help="write only the binary seeds, GGUF and safetensors (not committed)")
     ap.add_argument("--out", help="write into this folder instead of tests/fuzz/corpus")
     a = ap.parse_args()
     if a.out:
         OUT_DIR[0] = a.out
-    WRITE_GGUF[0] = a.gguf_only
+    WRITE_GGUF[0] = a.binary_only
     templates = gguf_seeds(a.models)
-    if a.gguf_only:
+    safetensors_seeds()
+    if a.binary_only:
         return
     print(f"chat templates: {template_seeds(templates)} test templates + {len(templates)} models'", file=sys.stderr)
     print(f"tokenizer: {tokenizer_seeds()}, openai_request: {openai_seeds()}, http: {http_seeds()}", file=sys.stderr)
