@@ -73,10 +73,10 @@ void add_runtime_options(CLI::App& sub, LoadOptions& load) {
   sub.add_option("-c,--ctx", load.context, "Context length (0 = min(model, 4096))")->capture_default_str();
   sub.add_option("--kv-type", load.kv_type, "KV cache type: f16|f32")->capture_default_str();
   sub.add_option("--weight-type", load.weight_type,
-                 "Quantize the target's matrix weights at load: keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0 "
+                 "Quantize the target's matrix weights at load: keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0, q4_k "
                  "(for float models such as a Hugging Face folder's bf16: GGUF speed; the output is then the "
                  "quantized model's)")
-      ->check(CLI::IsMember({"keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
+      ->check(CLI::IsMember({"keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"}, CLI::ignore_case))
       ->capture_default_str();
   sub.add_option("--device", load.device,
                  "Backend: auto (CUDA when a device is present, else CPU), cpu, cuda, cuda-emulated (tests)")
@@ -95,9 +95,9 @@ void add_draft_vocab_options(CLI::App& sub, LoadOptions& load) {
       ->capture_default_str();
   sub.add_option("--draft-type", load.draft_type,
                  "Re-quantize the draft's matrix weights at load: auto (Q4_0 for those stored above 5 bits per "
-                 "weight), keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0. A cheaper draft may accept less; "
+                 "weight), keep (as stored), q4_0, q4_1, q5_0, q5_1, q8_0, q4_k. A cheaper draft may accept less; "
                  "outputs are unchanged")
-      ->check(CLI::IsMember({"auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"}, CLI::ignore_case))
+      ->check(CLI::IsMember({"auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"}, CLI::ignore_case))
       ->capture_default_str();
   sub.add_option("--draft-vocab-counts", load.draft_vocab_counts,
                  "Token counts that rank the draft vocabulary (written by `tandem draft-vocab`; "

@@ -244,11 +244,61 @@ TEST(Quantize, RoundTripStaysWithinAStepAndIsStable) {
     cpu::dequantize_row_ref(t, q2.data(), y2.data(), n);
     EXPECT_EQ(y2, y);
   }
-  std::vector<uint8_t> out(64);
-  EXPECT_THROW(cpu::quantize_row_ref(DType::Q4_K, x.data(), out.data(), 256), std::invalid_argument);
+  std::vector<uint8_t> out(256);
+  EXPECT_THROW(cpu::quantize_row_ref(DType::Q6_K, x.data(), out.data(), 256), std::invalid_argument);
   EXPECT_THROW(cpu::quantize_row_ref(DType::Q8_0, x.data(), out.data(), 33), std::invalid_argument);
+  EXPECT_THROW(cpu::quantize_row_ref(DType::Q4_K, x.data(), out.data(), 288), std::invalid_argument);
   EXPECT_FALSE(cpu::can_quantize_to(DType::Q6_K));
   EXPECT_TRUE(cpu::can_quantize_to(DType::Q4_0));
+  EXPECT_TRUE(cpu::can_quantize_to(DType::Q4_K));
+}
+
+// Q4_K has no gguf-py quantizer to match: its blocks decode (through the reference
+// dequantizer, so the packing of scales and codes is checked too) within a step of each
+// 32-element group's range plus the 6-bit rounding of its scale and minimum, and as close
+// overall as Q4_1's per-32 blocks (which keep full fp16 scales) on weight-like rows.
+TEST(Quantize, Q4KDecodesWithinAStepAndAsCloseAsQ4_1) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> x;
+  for (int i = 0; i < 256 * 64; ++i) x.push_back(normal(g) * (i % 2048 < 256 ? 8.0f : 1.0f));  // a block of outliers
+  for (int i = 0; i < 256; ++i) x.push_back(0.0f);
+  for (int i = 0; i < 256; ++i) x.push_back(i < 32 ? 1.0f : 0.25f);  // positive groups: a minimum of zero
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> qk(static_cast<size_t>(n / 256) * dtype_info(DType::Q4_K).type_size);
+  std::vector<uint8_t> q1(static_cast<size_t>(n / 32) * dtype_info(DType::Q4_1).type_size);
+  std::vector<float> yk(x.size()), y1(x.size());
+  cpu::quantize_row_ref(DType::Q4_K, x.data(), qk.data(), n);
+  cpu::dequantize_row_ref(DType::Q4_K, qk.data(), yk.data(), n);
+  cpu::quantize_row_ref(DType::Q4_1, x.data(), q1.data(), n);
+  cpu::dequantize_row_ref(DType::Q4_1, q1.data(), y1.data(), n);
+  double ek = 0, e1 = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    float range_max = 0, min_max = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0, hi = x[b * 256 + j * 32];
+      for (int i = 0; i < 32; ++i) lo = std::min(lo, x[b * 256 + j * 32 + i]), hi = std::max(hi, x[b * 256 + j * 32 + i]);
+      range_max = std::max(range_max, hi - lo);
+      min_max = std::max(min_max, -lo);
+    }
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0, hi = x[b * 256 + j * 32];
+      for (int i = 0; i < 32; ++i) lo = std::min(lo, x[b * 256 + j * 32 + i]), hi = std::max(hi, x[b * 256 + j * 32 + i]);
+      // Half a step of the group, the scale's 6-bit rounding over 15 steps, the minimum's.
+      const float bound = (hi - lo) / 30.0f + 15.0f * range_max / 15.0f / 63.0f / 2.0f + min_max / 63.0f / 2.0f +
+                          1e-3f * range_max + 1e-30f;
+      for (int i = 0; i < 32; ++i) {
+        const int64_t e = b * 256 + j * 32 + i;
+        ASSERT_LE(std::fabs(yk[e] - x[e]), bound) << "block " << b << " group " << j << " element " << i;
+      }
+    }
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    ek += (yk[i] - x[i]) * (yk[i] - x[i]);
+    e1 += (y1[i] - x[i]) * (y1[i] - x[i]);
+  }
+  EXPECT_LE(ek, 1.25 * e1) << "Q4_K RMS error " << std::sqrt(ek / n) << " vs Q4_1 " << std::sqrt(e1 / n);
+  for (int64_t i = n - 512; i < n - 256; ++i) EXPECT_EQ(yk[i], 0.0f);
 }
 
 TEST(Dequant, FastMatchesReferenceOnEveryIsa) {

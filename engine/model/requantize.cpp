@@ -10,7 +10,7 @@
 namespace tandem {
 
 namespace {
-constexpr DType kChoices[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+constexpr DType kChoices[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K};
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -32,15 +32,15 @@ WeightOptions parse_weight_options(const std::string& s) {
       w.matmul_type = t;
       return w;
     }
-  throw std::invalid_argument("unknown draft weight type '" + s + "' (use auto, keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
+  throw std::invalid_argument("unknown draft weight type '" + s + "' (use auto, keep, q4_0, q4_1, q5_0, q5_1, q8_0 or q4_k)");
 }
 
 WeightOptions parse_target_weight_options(const std::string& s) {
-  if (lower(s) == "auto") throw std::invalid_argument("weight type 'auto' is for drafts; use keep, q4_0, q4_1, q5_0, q5_1 or q8_0");
+  if (lower(s) == "auto") throw std::invalid_argument("weight type 'auto' is for drafts; use keep, q4_0, q4_1, q5_0, q5_1, q8_0 or q4_k");
   try {
     return parse_weight_options(s);
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("unknown weight type '" + s + "' (use keep, q4_0, q4_1, q5_0, q5_1 or q8_0)");
+    throw std::invalid_argument("unknown weight type '" + s + "' (use keep, q4_0, q4_1, q5_0, q5_1, q8_0 or q4_k)");
   }
 }
 
@@ -64,7 +64,7 @@ std::vector<uint8_t> requantize_rows(DType from, const void* src, int64_t rows, 
                                      int threads) {
   if (!kernels::cpu::can_quantize_to(to))
     throw std::invalid_argument(std::string("cannot re-quantize to ") + dtype_name(to));
-  if (cols % 32 != 0 || cols % dtype_info(from).block_size != 0)
+  if (cols % dtype_info(to).block_size != 0 || cols % dtype_info(from).block_size != 0)
     throw std::invalid_argument("re-quantize: rows of " + std::to_string(cols) + " elements are not whole blocks");
   const size_t in_row = row_bytes(from, cols), out_row = row_bytes(to, cols);
   std::vector<uint8_t> out(out_row * static_cast<size_t>(rows));

@@ -25,7 +25,8 @@ struct WeightOptions {
 };
 
 // "keep" (or empty) → as stored; "auto" → Q4_0 for the wide matrices only; q4_0, q4_1,
-// q5_0, q5_1, q8_0 (any case) → every matrix of another type. Throws std::invalid_argument
+// q5_0, q5_1, q8_0, q4_k (any case) → every matrix of another type whose rows are whole
+// blocks of it (Q4_K's are 256 elements: a matrix of other rows keeps its type). Throws std::invalid_argument
 // naming the choices.
 WeightOptions parse_weight_options(const std::string& s);
 std::string weight_options_name(const WeightOptions& w);  // "keep", "auto", "q4_0", ...
@@ -42,13 +43,14 @@ bool names_explicit_weight_type(const std::string& s);
 bool wide_quantized(DType t);
 
 // Whether a matrix of rows of `cols` elements stored as `from` is re-quantized: a type is
-// asked for, it differs, the rows are whole 32-element blocks (else the matrix keeps its
-// type), and under wide_only `from` is a wide quantized type.
+// asked for, it differs, the rows are whole blocks of it (else the matrix keeps its type),
+// and under wide_only `from` is a wide quantized type.
 inline bool requantizes(const WeightOptions& w, DType from, int64_t cols) {
-  return w.matmul_type && *w.matmul_type != from && cols % 32 == 0 && (!w.wide_only || wide_quantized(from));
+  return w.matmul_type && *w.matmul_type != from && cols % dtype_info(*w.matmul_type).block_size == 0 &&
+         (!w.wide_only || wide_quantized(from));
 }
 
-// Rows x cols weights of type `from` (any weight type; cols a multiple of 32) as `to`
+// Rows x cols weights of type `from` (any weight type; cols whole blocks of both) as `to`
 // (kernels::cpu::can_quantize_to): dequantized row by row, quantized again. Rows are
 // split over `threads` threads (0: the hardware's).
 std::vector<uint8_t> requantize_rows(DType from, const void* src, int64_t rows, int64_t cols, DType to,

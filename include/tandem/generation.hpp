@@ -42,12 +42,12 @@ struct LoadOptions {
   std::string draft_vocab_counts;
   // The draft's matrix weights re-quantized at load: "auto" (those stored in a quantized type
   // above 5 bits per weight, Q5_0/Q5_1/Q5_K/Q6_K/Q8_0, become Q4_0; 4-bit and float ones stay),
-  // "keep" (as stored), or q4_0, q4_1, q5_0, q5_1, q8_0 for every matrix. A cheaper type makes
+  // "keep" (as stored), or q4_0, q4_1, q5_0, q5_1, q8_0, q4_k for every matrix. A cheaper type makes
   // the draft faster and may lower its acceptance; outputs are unchanged (the target
   // verifies). An explicit type needs a draft model.
   std::string draft_type = "auto";
   // The target's matrix weights quantized at load: "keep" (as stored), or q4_0, q4_1, q5_0,
-  // q5_1, q8_0 for every matrix stored in another type. For models stored in floats (a
+  // q5_1, q8_0, q4_k for every matrix stored in another type (whose rows are whole blocks). For models stored in floats (a
   // Hugging Face folder's bf16): a quantized matrix streams 2-4× fewer bytes per token. The
   // output is then the quantized model's.
   std::string weight_type = "keep";

@@ -92,10 +92,10 @@ typedef struct tandem_load_params {
   const char* draft_vocab_counts; /* NULL → rank by token id; else a counts file (`tandem draft-vocab`) */
   const char* draft_type;         /* NULL or "auto" → the draft's matrices stored above 5 bits per weight
                                      (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) re-quantized to Q4_0 at load; "keep" → as
-                                     stored; "q4_0", "q4_1", "q5_0", "q5_1", "q8_0": every matrix re-quantized
+                                     stored; "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k": every matrix re-quantized
                                      to it (outputs unchanged either way) */
   const char* weight_type;        /* NULL or "keep" → the target's matrices as stored; "q4_0", "q4_1", "q5_0",
-                                     "q5_1", "q8_0": quantized to it at load (for float models, e.g. a
+                                     "q5_1", "q8_0", "q4_k": quantized to it at load (for float models, e.g. a
                                      Hugging Face folder's bf16; the output is the quantized model's) */
 } tandem_load_params;
 

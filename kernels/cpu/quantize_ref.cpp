@@ -1,7 +1,10 @@
 // Float rows to GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): the formats' reference
 // quantization (round-to-nearest codes on one scale, or on a scale and a minimum, per 32
 // elements), bit for bit what gguf-py's numpy quantizers write (tests/test_quant.cpp checks
-// it). Used to re-quantize a draft model's weights at load (engine/model/requantize.cpp).
+// it). Q4_K (256 elements: eight groups of 32, each a 6-bit scale and minimum under two fp16
+// super-scales) by each group's range, with no search for better scales: gguf-py has no
+// quantizer for it to match, and its error is held to Q4_1's in the tests. Used to
+// re-quantize weights at load (engine/model/requantize.cpp).
 //
 // Built with -ffp-contract=off (kernels/CMakeLists.txt): the codes must round exactly as
 // written, not through a fused multiply-add the compiler chose.
@@ -125,10 +128,56 @@ void q8_0(const float* x, u8* b) {
   for (int j = 0; j < kQK; ++j) qs[j] = static_cast<int8_t>(std::round(x[j] * id));  // half away from zero
 }
 
+// Q4_K: each group of 32 gets the scale (max - min) / 15 and the minimum min(0, min), both
+// quantized to 6 bits under the block's super-scales (the largest over 63); the codes are
+// then rounded against the quantized pair, so the stored block decodes as close as it can.
+void q4_k(const float* x, u8* b) {
+  constexpr int kGroups = 8, kGroup = 32;
+  float scale[kGroups], min[kGroups];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < kGroups; ++j) {
+    const float* g = x + j * kGroup;
+    float lo = g[0], hi = g[0];
+    for (int i = 1; i < kGroup; ++i) {
+      lo = std::min(lo, g[i]);
+      hi = std::max(hi, g[i]);
+    }
+    lo = std::min(lo, 0.0f);
+    scale[j] = (hi - lo) / 15.0f;
+    min[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_min = std::max(max_min, min[j]);
+  }
+  const float d = fp16_to_f32(f32_to_fp16(max_scale / 63.0f)), dmin = fp16_to_f32(f32_to_fp16(max_min / 63.0f));
+  put_f16(b + blk::q4_k::d, d);
+  put_f16(b + blk::q4_k::dmin, dmin);
+  int ls[kGroups], lm[kGroups];
+  for (int j = 0; j < kGroups; ++j) {
+    ls[j] = d > 0.0f ? std::clamp(static_cast<int>(std::lround(scale[j] / d)), 0, 63) : 0;
+    lm[j] = dmin > 0.0f ? std::clamp(static_cast<int>(std::lround(min[j] / dmin)), 0, 63) : 0;
+  }
+  u8* s = b + blk::q4_k::scales;
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<u8>((ls[j] & 63) | ((ls[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<u8>((lm[j] & 63) | ((lm[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<u8>((ls[j + 4] & 15) | ((lm[j + 4] & 15) << 4));
+  }
+  u8* qs = b + blk::q4_k::qs;
+  std::memset(qs, 0, 128);
+  for (int e = 0; e < kGroups * kGroup; ++e) {
+    const int j = e / kGroup;
+    const float dl = d * static_cast<float>(ls[j]), ml = dmin * static_cast<float>(lm[j]);
+    const int q = dl > 0.0f ? std::clamp(static_cast<int>(std::lround((x[e] + ml) / dl)), 0, 15) : 0;
+    // Groups 2k and 2k + 1 share 32 bytes: the low nibbles, then the high ones.
+    qs[32 * (e / 64) + e % 32] |= static_cast<u8>((j & 1) ? q << 4 : q);
+  }
+}
+
 }  // namespace
 
 bool can_quantize_to(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
+         t == DType::Q4_K;
 }
 
 void quantize_row_ref(DType t, const float* src, void* dst, int64_t n) {
@@ -139,13 +188,16 @@ void quantize_row_ref(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_0: fn = q5_0; break;
     case DType::Q5_1: fn = q5_1; break;
     case DType::Q8_0: fn = q8_0; break;
+    case DType::Q4_K: fn = q4_k; break;
     default:
       throw std::invalid_argument(std::string("quantize_row_ref: cannot quantize to ") + dtype_name(t));
   }
-  if (n % kQK != 0) throw std::invalid_argument("quantize_row_ref: row length is not a multiple of 32");
-  const size_t size = dtype_info(t).type_size;
+  const DTypeInfo& info = dtype_info(t);
+  if (n % info.block_size != 0)
+    throw std::invalid_argument("quantize_row_ref: row length is not a multiple of " + std::to_string(info.block_size));
   u8* out = static_cast<u8*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) fn(src + i * kQK, out + static_cast<size_t>(i) * size);
+  for (int64_t i = 0; i < n / info.block_size; ++i)
+    fn(src + i * info.block_size, out + static_cast<size_t>(i) * info.type_size);
 }
 
 }  // namespace tandem::kernels::cpu

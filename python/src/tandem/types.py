@@ -19,10 +19,10 @@ class LoadOptions(TypedDict, total=False):
     # The draft's matrix weights at load: "auto" (default: those stored above 5 bits per weight
     # become Q4_0), "keep" (as stored), or "q4_0", "q4_1", "q5_0", "q5_1", "q8_0" for all.
     # Outputs are unchanged either way: the target verifies.
-    draft_type: Literal["auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+    draft_type: Literal["auto", "keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"]
     # The target's matrix weights quantized at load (for float models, e.g. a Hugging Face
     # folder's bf16): "keep" (default) or one of the types; the output is the quantized model's.
-    weight_type: Literal["keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+    weight_type: Literal["keep", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"]
 
 
 class SamplingOptions(TypedDict, total=False):
