@@ -297,6 +297,40 @@ TEST(HfFolder, WeightTypeQuantizesAFloatFolderAsItWouldTheGguf) {
   EXPECT_NE(error_of([&] { Engine::load(o); }).find("for drafts"), std::string::npos);
 }
 
+// The CUDA backend (under the SIMT emulator) reads a folder's bf16 matrices as stored, as it
+// reads the GGUF's: the same greedy output, and speculation with a GGUF draft does not change it.
+TEST(HfFolder, CudaBackendRunsAFolderAsItRunsTheGguf) {
+  test::TinyModelSpec s;
+  s.arch = "qwen2";
+  s.weight_type = DType::BF16;
+  s.embd_type = DType::BF16;
+  s.tied_embeddings = false;
+  s.n_layer = 1;
+  const Tiny t = tiny("cuda", s);
+  LoadOptions o;
+  o.threads = 1;
+  o.context = 64;
+  o.device = "cuda-emulated";
+  o.model_path = t.gguf;
+  const auto eg = Engine::load(o);
+  o.model_path = t.dir;
+  o.draft_model_path = t.gguf;
+  const auto eh = Engine::load(o);
+  ASSERT_NE(eh->info().backend.find("cuda-emulated"), std::string::npos) << eh->info().backend;
+  GenerateOptions g;
+  g.max_tokens = 12;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  const std::vector<int32_t> prompt = test::random_prompt(6, 4, 1);
+  const GenerateResult want = eg->generate_tokens(prompt, g);
+  EXPECT_EQ(eh->generate_tokens(prompt, g).tokens, want.tokens);
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.draft_max = 3;
+  const GenerateResult spec = eh->generate_tokens(prompt, g);
+  EXPECT_EQ(spec.tokens, want.tokens);
+  EXPECT_GT(spec.speculative.accepted_tokens, 0) << "a draft of the same weights should agree";
+}
+
 // ---- bad folders --------------------------------------------------------------------------------
 
 TEST(HfFolder, BadFoldersGetAnErrorNamingTheProblem) {
