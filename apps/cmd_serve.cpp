@@ -103,10 +103,14 @@ int run_serve(ServeArgs a) {
   const ModelInfo info = engine->info();
   print_backend_note(info);
   server::ProtocolConfig protocol;
-  const std::filesystem::path path(a.load.model_path);
+  std::filesystem::path path(a.load.model_path);
+  // A GGUF file is served by its name without the extension; a Hugging Face folder by its own
+  // name ("qwen2.5-coder-1.5b", not "qwen2.5-coder-1").
+  const bool folder = std::filesystem::is_directory(path);
+  if (folder && !path.has_filename()) path = path.parent_path();
+  const std::string stem = folder ? path.filename().string() : path.stem().string();
   // The served id, then the names a client may reasonably use for the same model.
-  protocol.model_ids = {a.model_id.empty() ? path.stem().string() : a.model_id, path.stem().string(),
-                        path.filename().string(), a.load.model_path};
+  protocol.model_ids = {a.model_id.empty() ? stem : a.model_id, stem, path.filename().string(), a.load.model_path};
   if (!info.name.empty()) protocol.model_ids.push_back(info.name);
   protocol.n_vocab = info.n_vocab;
   protocol.has_draft_model = !a.load.draft_model_path.empty();
