@@ -180,7 +180,7 @@ def write_config(g: Gguf, out: Path, dtype: str, info: dict) -> None:
 def spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
     """Merges of a SentencePiece BPE vocabulary, as HF's converter derives them: every split
     of a normal piece into two pieces of the vocabulary, best-scoring piece first."""
-    ids = {t: i for i, t in enumerate(tokens) if types[i] in (1, 4)}
+    ids = {t: i for i, t in enumerate(tokens) if types[i] == 1}
     merges = []
     for piece, pid in ids.items():
         for k in range(1, len(piece)):
@@ -192,7 +192,7 @@ def spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list
 
 
 def write_tokenizer(g: Gguf, out: Path) -> None:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers as pt
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, processors, pre_tokenizers as pt
     tokens, types = g.get("tokenizer.ggml.tokens"), g.get("tokenizer.ggml.token_type") or []
     types = types or [1] * len(tokens)
     model = g.get("tokenizer.ggml.model")
@@ -230,6 +230,11 @@ def write_tokenizer(g: Gguf, out: Path) -> None:
     # GGUF type 3 (control) = a special added token; 4 (user-defined) = a plain added token.
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
+    add_bos = bool(g.get("tokenizer.ggml.add_bos_token", model == "llama"))
+    bos = g.get("tokenizer.ggml.bos_token_id")
+    if add_bos and bos is not None:  # encode() adds BOS through the post-processor, as the published files do
+        tok.post_processor = processors.TemplateProcessing(single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
+                                                           special_tokens=[(tokens[bos], bos)])
     tok.save(str(out / "tokenizer.json"))
 
     def text(key: str):
@@ -238,7 +243,7 @@ def write_tokenizer(g: Gguf, out: Path) -> None:
     cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": text("tokenizer.ggml.bos_token_id"),
            "eos_token": text("tokenizer.ggml.eos_token_id"), "pad_token": text("tokenizer.ggml.padding_token_id"),
            "unk_token": text("tokenizer.ggml.unknown_token_id"),
-           "add_bos_token": bool(g.get("tokenizer.ggml.add_bos_token", model == "llama")),
+           "add_bos_token": add_bos,
            "add_eos_token": bool(g.get("tokenizer.ggml.add_eos_token", False)),
            "model_max_length": g.a("context_length", 2048), "clean_up_tokenization_spaces": False}
     if g.get("tokenizer.chat_template"):

@@ -231,18 +231,18 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
     if (!filled[i]) v.tokens[i] = "<unused-" + std::to_string(i) + ">";
   for (size_t i = 0; i < v.tokens.size(); ++i) v.ids.emplace(v.tokens[i], static_cast<int32_t>(i));
 
-  // ---- merges: "a b" strings or [a, b] pairs ----
-  std::vector<std::string> merges;
+  // ---- merges: "a b" strings (split at the first space) or [a, b] pairs ----
+  std::vector<std::pair<std::string, std::string>> merges;
   if (const boost::json::value* m = model->if_contains("merges"); m && m->is_array()) {
     merges.reserve(m->as_array().size());
     for (const boost::json::value& x : m->as_array()) {
       if (x.is_string()) {
-        merges.emplace_back(x.as_string());
+        const std::string_view s(x.as_string());
+        const size_t sp = s.find(' ');
+        if (sp == std::string_view::npos) fail("model.merges entry '" + std::string(s) + "' has no space");
+        merges.emplace_back(std::string(s.substr(0, sp)), std::string(s.substr(sp + 1)));
       } else if (x.is_array() && x.as_array().size() == 2 && x.as_array()[0].is_string() && x.as_array()[1].is_string()) {
-        std::string a(x.as_array()[0].as_string()), b(x.as_array()[1].as_string());
-        if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
-          fail("a merge has a piece with a space, which the engine's merge list cannot hold");
-        merges.push_back(a + " " + b);
+        merges.emplace_back(std::string(x.as_array()[0].as_string()), std::string(x.as_array()[1].as_string()));
       } else {
         fail("model.merges entry is neither \"a b\" nor [a, b]");
       }
@@ -326,14 +326,22 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
     // merges best first, so a piece's score is minus the rank of the first merge making it.
     std::vector<float> scores(v.tokens.size(), -1e9f);
     for (size_t r = 0; r < merges.size(); ++r) {
-      const size_t sp = merges[r].find(' ');
-      const int32_t id = v.id(merges[r].substr(0, sp) + merges[r].substr(sp + 1));
+      const int32_t id = v.id(merges[r].first + merges[r].second);
       if (id >= 0 && scores[static_cast<size_t>(id)] == -1e9f) scores[static_cast<size_t>(id)] = -static_cast<float>(r);
     }
     w.set_float_array("tokenizer.ggml.scores", scores);
     w.set_bool("tokenizer.ggml.add_space_prefix", prepend_space);
   } else {
-    w.set_string_array("tokenizer.ggml.merges", merges);
+    // Byte-level pieces never hold a space (the byte alphabet spells it 'Ġ'), so the engine's
+    // "left right" form can hold every merge.
+    std::vector<std::string> joined;
+    joined.reserve(merges.size());
+    for (const auto& [a, b] : merges) {
+      if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
+        fail("a byte-level merge has a piece with a space ('" + a + "', '" + b + "')");
+      joined.push_back(a + " " + b);
+    }
+    w.set_string_array("tokenizer.ggml.merges", joined);
   }
   if (nfc) w.set_string("tandem.tokenizer.normalizer", "nfc");  // no GGUF key records it
   if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
