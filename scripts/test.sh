@@ -56,10 +56,10 @@ if [ "$TANDEM_TEST_MODELS" != "none" ] && ! python3 scripts/fetch_models.py --mo
     echo "[test] Fix the fetch, or limit the run (TANDEM_TEST_MODELS=...) or accept skips (TANDEM_ALLOW_SKIP=1)." >&2
   fi
 fi
-# The Qwen pair as Hugging Face folders (bf16 safetensors, tokenizer.json ...), converted from
-# the fetched GGUFs once (stamped) for the model-folder tests (tests/python/test_hf_models.py).
+# The models as Hugging Face folders (bf16 safetensors, tokenizer.json ...), converted from the
+# fetched GGUFs once (stamped) for the model-folder tests (tests/python/test_hf_models.py).
 hf_models=()
-for m in qwen0.5b qwen1.5b; do
+for m in qwen0.5b qwen1.5b smollm2 gemma3; do
   case ",${TANDEM_TEST_MODELS// /}," in *,all,* | *,$m,*) hf_models+=("$m") ;; esac
 done
 if [ ${#hf_models[@]} -gt 0 ]; then

@@ -185,8 +185,15 @@ void expect_same_tokenizer(const Tiny& t, const std::vector<std::string>& texts)
     ASSERT_EQ(a->token_text(id), b->token_text(id)) << id;
     ASSERT_EQ(a->token_type(id), b->token_type(id)) << id;
   }
+  const bool spm = a->model() == "llama";
   for (const std::string& s : texts)
     for (bool special : {false, true}) {
+      // An empty text: the GGUF's SentencePiece still gets its dummy prefix; tokenizers'
+      // Prepend normalizer has nothing to prepend to.
+      if (spm && s.empty()) {
+        EXPECT_TRUE(b->encode(s, special, special).size() == (special && b->add_bos() ? 1u : 0u));
+        continue;
+      }
       const auto ia = a->encode(s, special, special), ib = b->encode(s, special, special);
       EXPECT_EQ(ia, ib) << "'" << s << "'";
       EXPECT_EQ(a->decode(ia), b->decode(ib));

@@ -5,6 +5,7 @@
 #include "apps/server/api_error.hpp"
 #include "apps/server/generation.hpp"
 #include "apps/server/server_state.hpp"
+#include "engine/text/utf8.hpp"
 
 namespace tandem::server {
 namespace json = boost::json;
@@ -46,7 +47,9 @@ HttpResponse tokenize_response(ServerState& state, std::string_view body) {
   }
   json::array tokens;
   for (int32_t id : ids) {
-    if (pieces) tokens.push_back(json::object{{"id", id}, {"piece", state.engine.detokenize(std::span<const int32_t>(&id, 1))}});
+    // A token may hold part of a character: its piece gets U+FFFD there, as JSON needs UTF-8.
+    if (pieces)
+      tokens.push_back(json::object{{"id", id}, {"piece", utf8::sanitize(state.engine.detokenize(std::span<const int32_t>(&id, 1)))}});
     else tokens.push_back(id);
   }
   HttpResponse r;
@@ -72,7 +75,9 @@ HttpResponse detokenize_response(ServerState& state, std::string_view body) {
                         "tokens", "invalid_value");
     ids.push_back(static_cast<int32_t>(id));
   }
-  const std::string text = state.engine.detokenize(ids);
+  // Ids that end inside a character decode to U+FFFD there (as the tokenizers library's decode
+  // does): the reply is JSON, which must be UTF-8.
+  const std::string text = utf8::sanitize(state.engine.detokenize(ids));
   HttpResponse r;
   r.body = json::serialize(json::object{{"prompt", text}, {"content", text}});
   return r;

@@ -17,6 +17,10 @@
 
 #include "kernels/dtype.hpp"
 
+namespace tandem {
+class MappedFile;
+}
+
 namespace tandem::gguf {
 
 // Every message starts with the file path and says what is wrong.
@@ -141,7 +145,7 @@ class File {
     ValueType elem_type;   // ARRAY only
     uint64_t count;        // ARRAY only
   };
-  File() = default;
+  File();
   void parse();
   const Kv* find(std::string_view key) const;
   const Kv& require(std::string_view key) const;
@@ -150,7 +154,7 @@ class File {
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
-  bool mapped_ = false;  // base_ is our mapping (open), not the caller's bytes (from_memory)
+  std::unique_ptr<MappedFile> mapping_;  // open(): base_ is its data; from_memory(): none
   uint32_t version_ = 0;
   uint32_t alignment_ = kDefaultAlignment;
   size_t data_start_ = 0;

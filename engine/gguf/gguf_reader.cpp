@@ -3,17 +3,12 @@
 // with the bytes that remain (by division, so nothing overflows) before it is used to
 // allocate, loop or index. After parse() succeeds every metadata value and tensor range
 // is known to lie inside the mapping, so the getters can read without further checks.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
 
 #include "engine/gguf/gguf.hpp"
 #include "engine/gguf/gguf_bytes.hpp"
+#include "engine/gguf/mapped_file.hpp"
 
 namespace tandem::gguf {
 namespace {
@@ -189,30 +184,13 @@ int64_t TensorInfo::numel() const {
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw Error(path + ": cannot stat: " + std::strerror(e));
+  try {
+    f->mapping_ = MappedFile::open(path);
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
-  f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw Error(path + ": cannot map " + std::to_string(f->size_) + " bytes: " + std::strerror(e));
-    }
-    f->base_ = static_cast<const uint8_t*>(p);
-    f->mapped_ = true;
-  }
-  ::close(fd);  // the mapping keeps the file alive
+  f->base_ = f->mapping_->data();
+  f->size_ = f->mapping_->size();
   f->parse();
   return f;
 }
@@ -226,9 +204,8 @@ std::unique_ptr<File> File::from_memory(const void* data, size_t size, const std
   return f;
 }
 
-File::~File() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
-}
+File::File() = default;
+File::~File() = default;
 
 void File::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
 
@@ -400,11 +377,11 @@ const uint8_t* File::tensor_data(const TensorInfo& t) const {
 
 void File::release(const TensorInfo& t) const {
   // Heap copies would lose their contents: only file mappings can be dropped and re-read.
-  if (!external_.empty() ? !external_[t.offset].releasable : !mapped_) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(tensor_data(t)), end = begin + t.nbytes;
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
-  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  if (!external_.empty()) {
+    if (external_[t.offset].releasable) MappedFile::release_pages(tensor_data(t), t.nbytes);
+    return;
+  }
+  if (mapping_) MappedFile::release_pages(tensor_data(t), t.nbytes);
 }
 
 }  // namespace tandem::gguf

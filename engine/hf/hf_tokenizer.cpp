@@ -203,6 +203,10 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
       if (!id || !content || *id < 0 || *id >= (int64_t{1} << 24)) fail("added_tokens entry without a valid id and content");
       if (get_bool(o, "lstrip", tok_path).value_or(false) || get_bool(o, "rstrip", tok_path).value_or(false))
         fail("added token '" + *content + "' strips whitespace (lstrip/rstrip), which is not supported");
+      // Matched in the raw text: how the engine (and llama.cpp) never match in the normalized
+      // text for byte-level vocabularies, and what added_tokens_raw asks of SentencePiece ones.
+      if (get_bool(o, "normalized", tok_path).value_or(false) && spm)
+        fail("added token '" + *content + "' is matched in normalized text (normalized: true), which is not supported");
       added.push_back({*id, *content, get_bool(o, "special", tok_path).value_or(false)});
       max_id = std::max(max_id, *id);
     }
@@ -344,6 +348,7 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
     w.set_string_array("tokenizer.ggml.merges", joined);
   }
   if (nfc) w.set_string("tandem.tokenizer.normalizer", "nfc");  // no GGUF key records it
+  if (spm) w.set_bool("tandem.tokenizer.added_tokens_raw", true);
   if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(bos));
   if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(eos));
   if (eot >= 0) w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(eot));

@@ -1,14 +1,9 @@
 #include "engine/hf/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "engine/gguf/mapped_file.hpp"
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 
 namespace tandem::st {
@@ -67,25 +62,13 @@ int64_t TensorInfo::numel() const {
 std::unique_ptr<File> File::open(const std::string& path) {
   std::unique_ptr<File> f(new File());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
+  try {
+    f->mapping_ = MappedFile::open(path);
+  } catch (const std::runtime_error& e) {
+    throw Error(e.what());
   }
-  f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw Error(path + ": cannot map " + std::to_string(f->size_) + " bytes: " + std::strerror(e));
-    }
-    f->base_ = static_cast<const uint8_t*>(p);
-    f->mapped_ = true;
-  }
-  ::close(fd);
+  f->base_ = f->mapping_->data();
+  f->size_ = f->mapping_->size();
   f->parse();
   return f;
 }
@@ -99,9 +82,8 @@ std::unique_ptr<File> File::from_memory(const void* data, size_t size, const std
   return f;
 }
 
-File::~File() {
-  if (mapped_) ::munmap(const_cast<uint8_t*>(base_), size_);
-}
+File::File() = default;
+File::~File() = default;
 
 void File::fail(const std::string& what) const { throw Error(path_ + ": " + what); }
 

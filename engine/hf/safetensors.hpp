@@ -19,6 +19,10 @@
 
 #include "kernels/dtype.hpp"
 
+namespace tandem {
+class MappedFile;
+}
+
 namespace tandem::st {
 
 class Error : public std::runtime_error {
@@ -64,17 +68,17 @@ class File {
   const TensorInfo* find(std::string_view name) const;                 // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const uint8_t* data(const TensorInfo& t) const;
-  bool mapped() const { return mapped_; }
+  bool mapped() const { return mapping_ != nullptr; }  // open(): a file mapping release may drop
 
  private:
-  File() = default;
+  File();
   void parse();
   [[noreturn]] void fail(const std::string& what) const;
 
   std::string path_;
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
-  bool mapped_ = false;
+  std::unique_ptr<MappedFile> mapping_;
   size_t data_start_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> index_;

@@ -98,6 +98,7 @@ std::unique_ptr<Vocab> build_vocab(TokenizerData& d) {
   v->add_eos = d.add_eos.value_or(false);
   v->add_space_prefix = spm && d.add_space_prefix.value_or(true);
   v->nfc = d.nfc;
+  v->added_tokens_raw = d.added_tokens_raw;
 
   auto special_text = [&](std::string_view text) -> int32_t {
     const int32_t id = v->find(text);
@@ -123,7 +124,7 @@ std::unique_ptr<Vocab> build_vocab(TokenizerData& d) {
     const bool user = t == TokenType::UserDefined;
     if (!user && t != TokenType::Control && t != TokenType::Unknown) continue;
     const std::string& text = v->tokens[i];
-    v->specials.add(spm ? tok_detail::spm_escape(text) : text, static_cast<int32_t>(i), !user);
+    v->specials.add(spm && !v->added_tokens_raw ? tok_detail::spm_escape(text) : text, static_cast<int32_t>(i), !user);
   }
   return v;
 }
@@ -155,10 +156,25 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
     cleaned = utf8::sanitize(text);
     text = cleaned;
   }
-  const std::string norm = encoder_->normalize(text);
   std::vector<int32_t> out;
-  out.reserve(norm.size() / 3 + 4);
   if (add_special && v.add_bos && v.bos >= 0) out.push_back(v.bos);
+  if (v.added_tokens_raw) {
+    // Hugging Face's order: added tokens found in the raw text, each stretch between them
+    // normalized on its own.
+    std::vector<tok_detail::SpecialMatcher::Piece> raw;
+    v.specials.split(text, parse_special, raw);
+    for (const auto& p : raw) {
+      if (p.id >= 0) {
+        out.push_back(p.id);
+      } else if (!p.text.empty()) {
+        encoder_->encode(encoder_->normalize(v.nfc ? utf8::nfc(p.text) : std::string(p.text)), out);
+      }
+    }
+    if (add_special && v.add_eos && v.eos >= 0) out.push_back(v.eos);
+    return out;
+  }
+  const std::string norm = encoder_->normalize(text);
+  out.reserve(norm.size() / 3 + 4);
 
   std::vector<tok_detail::SpecialMatcher::Piece> pieces;
   if (v.specials.empty()) {

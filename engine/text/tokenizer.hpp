@@ -54,6 +54,11 @@ struct TokenizerData {
   // Text between special tokens is put in Unicode NFC first (a Hugging Face tokenizer.json's
   // NFC normalizer, as Qwen2's has; GGUF files do not record it).
   bool nfc = false;
+  // Special and user-defined tokens are matched in the raw text, and each stretch between
+  // them is normalized on its own: how a Hugging Face tokenizer.json's added tokens
+  // (normalized: false) work. Otherwise, as in SentencePiece and llama.cpp, they are matched in
+  // the normalized text. Only the "llama" kind normalizes, so only it can tell the difference.
+  bool added_tokens_raw = false;
 };
 
 namespace tok_detail {

@@ -48,6 +48,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     if (*norm != "nfc") throw std::runtime_error(f.path() + ": unknown tokenizer normalizer '" + *norm + "'");
     d.nfc = true;
   }
+  d.added_tokens_raw = f.get_bool("tandem.tokenizer.added_tokens_raw").value_or(false);
 
   try {
     return from_data(std::move(d));

@@ -66,6 +66,7 @@ struct Vocab {
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
   bool nfc = false;  // raw text goes through Unicode NFC before the algorithm
+  bool added_tokens_raw = false;  // specials matched in the raw text (TokenizerData)
   std::vector<int32_t> eog;  // sorted
   SpecialMatcher specials;
 
