@@ -274,6 +274,26 @@ TEST(HfFolder, SpeculationWithAFolderTargetGivesTheTargetsGreedyOutput) {
   }
 }
 
+// Pairing reads the vocabularies of both formats alike: a draft of another vocabulary is
+// refused whichever of the two is a folder.
+TEST(HfFolder, PairingRefusesAnotherVocabularyInEitherFormat) {
+  test::TinyModelSpec s;
+  s.arch = "qwen2";
+  const Tiny bpe = tiny("pair-bpe", s);
+  s.arch = "llama";
+  s.tokenizer = "llama";
+  const Tiny spm = tiny("pair-spm", s);
+  for (const auto& [target, draft] : {std::pair{bpe.dir, spm.gguf}, std::pair{bpe.gguf, spm.dir}, std::pair{bpe.dir, spm.dir}}) {
+    LoadOptions o;
+    o.threads = 1;
+    o.context = 64;
+    o.model_path = target;
+    o.draft_model_path = draft;
+    const std::string err = error_of([&] { Engine::load(o); });
+    EXPECT_NE(err.find("tokenizer types differ"), std::string::npos) << target << " + " << draft << ": " << err;
+  }
+}
+
 TEST(HfFolder, WeightTypeQuantizesAFloatFolderAsItWouldTheGguf) {
   test::TinyModelSpec s;
   s.arch = "llama";

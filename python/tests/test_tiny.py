@@ -183,6 +183,18 @@ def test_reduced_draft_vocabulary(tiny: tandem.Engine, tiny_path: str, tmp_path)
         tandem.Engine.load(tiny_path, draft=tiny_path, threads=1, draft_vocab=64, draft_vocab_counts=str(counts))
 
 
+def test_weight_type_quantizes_the_target_at_load(tiny: tandem.Engine, tiny_path: str) -> None:
+    # The tiny model's float matrices quantized to Q8_0 as they load: fewer bytes, the same
+    # interface; "auto" is the drafts' choice, refused for a target.
+    assert tiny.info.weight_type == "keep"
+    with tandem.Engine.load(tiny_path, threads=1, weight_type="q8_0") as e:
+        assert e.info.weight_type == "q8_0"
+        assert e.info.weight_bytes < tiny.info.weight_bytes
+        assert len(e.generate(REPETITIVE, **greedy(8)).tokens) == 8
+    with pytest.raises(tandem.InvalidArgumentError, match="for drafts"):
+        tandem.Engine.load(tiny_path, threads=1, weight_type="auto")
+
+
 def test_stream_matches_generate(tiny: tandem.Engine) -> None:
     ref = tiny.generate("Stream me", **greedy(20))
     s = tiny.stream("Stream me", **greedy(20))
