@@ -41,9 +41,10 @@ TEST(DraftType, NamesParseInAnyCaseAndBadOnesAreRefused) {
   EXPECT_FALSE(names_explicit_weight_type("keep"));
   EXPECT_FALSE(names_explicit_weight_type(""));
   EXPECT_TRUE(names_explicit_weight_type("q8_0"));
+  EXPECT_EQ(type_of("q4_k"), DType::Q4_K);
   try {
-    parse_weight_options("q4_k");
-    ADD_FAILURE() << "q4_k accepted";
+    parse_weight_options("q6_k");
+    ADD_FAILURE() << "q6_k accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("q4_0"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("auto"), std::string::npos) << e.what();

@@ -439,7 +439,8 @@ TEST(Tune, DraftVocabularyIsChosenAndCarriedInTheConfig) {
 TEST(Tune, DraftWeightTypeIsChosenWithTheVocabularyAndCarriedInTheConfig) {
   EXPECT_EQ(parse_draft_type_list("keep,Q4_0,q8_0,q4_0"), (std::vector<std::string>{"keep", "q4_0", "q8_0"}));
   EXPECT_EQ(parse_draft_type_list("AUTO,keep"), (std::vector<std::string>{"auto", "keep"}));
-  for (const char* bad : {"", "q4_k", "keep,", "f16"})
+  EXPECT_EQ(parse_draft_type_list("q4_k,keep"), (std::vector<std::string>{"q4_k", "keep"}));
+  for (const char* bad : {"", "q6_k", "keep,", "f16"})
     EXPECT_THROW(parse_draft_type_list(bad), std::invalid_argument) << bad;
   // Unasked, tune compares the default (auto) with the stored weights; --draft-type narrows
   // it to one.

@@ -192,7 +192,7 @@ def test_weight_type_quantizes_the_target_at_load(tiny: tandem.Engine, tiny_path
         assert e.info.weight_bytes < tiny.info.weight_bytes
         assert len(e.generate(REPETITIVE, **greedy(8)).tokens) == 8
     with pytest.raises(tandem.InvalidArgumentError, match="for drafts"):
-        tandem.Engine.load(tiny_path, threads=1, weight_type="auto")
+        tandem.Engine.load(tiny_path, threads=1, weight_type="auto")  # type: ignore[arg-type]
 
 
 def test_stream_matches_generate(tiny: tandem.Engine) -> None:
