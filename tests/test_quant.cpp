@@ -466,6 +466,32 @@ TEST(Matmul, MatchesReferenceAllTypesIsasShapes) {
   }
 }
 
+// The float kernels compute the same bits at every SIMD level (AVX-512's register tiles hold
+// the AVX2 kernel's two accumulators lane for lane): a float model gives the same logits on
+// every AVX2 and AVX-512 CPU. Row counts and token counts around the 4 × 4 tile, columns with an 8-column step and a
+// scalar tail, padded strides.
+TEST(Matmul, FloatKernelsGiveTheSameBitsOnEveryIsa) {
+  IsaGuard guard;
+  cpu::ThreadPool pool(2);
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t C : {5, 16, 24, 27, 64, 200})
+      for (int64_t R : {1, 3, 4, 6, 9})
+        for (int64_t N : {1, 2, 4, 5, 9, 33}) {
+          const Problem p(t, R, C, N, 1000 * C + 10 * R + N, R == 6 ? 3 : 0);
+          std::vector<std::vector<float>> got;
+          for (Isa isa : supported_isas()) {
+            if (isa == Isa::Scalar) continue;  // the scalar level sums in its own order
+            cpu::force_isa(isa);
+            got.push_back(p.run(pool));
+          }
+          ASSERT_GE(got.size(), 2u) << "no two SIMD levels to compare on this machine";
+          for (size_t i = 1; i < got.size(); ++i)
+            for (size_t k = 0; k < got[0].size(); ++k)
+              ASSERT_EQ(bits(got[i][k]), bits(got[0][k]))
+                  << dtype_name(t) << " C=" << C << " R=" << R << " N=" << N << " level " << i << " element " << k;
+        }
+}
+
 TEST(Matmul, WideRowsAndLongBatches) {
   IsaGuard guard;
   cpu::ThreadPool pool(2);

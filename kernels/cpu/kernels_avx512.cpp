@@ -1,5 +1,5 @@
 // The AVX-512 kernel set (see matmul_impl.hpp): VNNI kernels for every quantized weight
-// type; float weights are left to the AVX2 level (pick() in matmul.cpp falls through).
+// type, and register-tiled kernels for float weights (the AVX2 kernels' bits).
 // Selected only after detected_isa() has confirmed AVX-512 F/BW/VL/DQ and VNNI at run time.
 // Compiled a second time against SIMDe for the tests (simd_avx512.hpp), which then exports
 // avx512_emulated_kernels() instead.
@@ -13,6 +13,7 @@ RowsFn rows_q32_packed(DType t);
 RowsFn rows_qk(DType t);
 RowsFn rows_qk_tiles(DType t);
 RowsFn rows_q32_tiles(DType t);
+RowsFn rows_float(DType t);
 void attention_multi_avx512(const AttnArgs& a, const int64_t* ts, const int32_t* his, int n_tok, int kvh, int32_t lo,
                             AttnState* sts);
 QuantFn quant_qk_for(DType t);
@@ -20,6 +21,7 @@ QuantFn quant_qk_for(DType t);
 
 namespace {
 RowsFn rows(DType t) {
+  if (RowsFn f = TANDEM_AVX512_NS::rows_float(t)) return f;
   if (RowsFn f = TANDEM_AVX512_NS::rows_qk(t)) return f;
   return TANDEM_AVX512_NS::rows_q32(t);
 }
