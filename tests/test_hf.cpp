@@ -14,7 +14,6 @@
 #include <functional>
 
 #include "engine/api/chat_prompt.hpp"
-#include "engine/hf/checkpoint.hpp"
 #include "engine/hf/model_file.hpp"
 #include "engine/hf/safetensors.hpp"
 #include "engine/text/tokenizer.hpp"
@@ -43,6 +42,16 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 void write_text(const std::string& path, const std::string& s) { std::ofstream(path, std::ios::binary) << s; }
+
+// One thread, a small context: what every engine here needs.
+LoadOptions options(const std::string& model, const std::string& draft = "", int32_t context = 64) {
+  LoadOptions o;
+  o.threads = 1;
+  o.context = context;
+  o.model_path = model;
+  o.draft_model_path = draft;
+  return o;
+}
 
 // The message of what `fn` throws ("" when it does not throw).
 std::string error_of(const std::function<void()>& fn) {
@@ -222,10 +231,7 @@ TEST(HfFolder, ChatTemplateAndSpecialTokensComeFromTheTokenizerConfig) {
   test::TinyModelSpec s;
   s.arch = "qwen2";
   const Tiny t = tiny("chat", s);
-  LoadOptions o;
-  o.threads = 1;
-  o.context = 64;
-  o.model_path = t.gguf;
+  LoadOptions o = options(t.gguf);
   const auto eg = Engine::load(o);
   o.model_path = t.dir;
   const auto eh = Engine::load(o);
@@ -247,12 +253,7 @@ TEST(HfFolder, SpeculationWithAFolderTargetGivesTheTargetsGreedyOutput) {
   test::gguf_to_tiny_hf(p.close_draft, d + "/close-hf");
   for (const std::string& draft : {p.close_draft, d + "/close-hf"}) {
     SCOPED_TRACE(draft);
-    LoadOptions o;
-    o.threads = 1;
-    o.context = 256;
-    o.model_path = d + "/target-hf";
-    o.draft_model_path = draft;
-    const auto e = Engine::load(o);
+    const auto e = Engine::load(options(d + "/target-hf", draft, 256));
     int64_t accepted = 0;
     for (uint32_t seed = 0; seed < 4; ++seed) {
       const std::vector<int32_t> prompt = test::random_prompt(5 + 3 * static_cast<int>(seed), seed, 1);
@@ -284,12 +285,7 @@ TEST(HfFolder, PairingRefusesAnotherVocabularyInEitherFormat) {
   s.tokenizer = "llama";
   const Tiny spm = tiny("pair-spm", s);
   for (const auto& [target, draft] : {std::pair{bpe.dir, spm.gguf}, std::pair{bpe.gguf, spm.dir}, std::pair{bpe.dir, spm.dir}}) {
-    LoadOptions o;
-    o.threads = 1;
-    o.context = 64;
-    o.model_path = target;
-    o.draft_model_path = draft;
-    const std::string err = error_of([&] { Engine::load(o); });
+    const std::string err = error_of([&] { Engine::load(options(target, draft)); });
     EXPECT_NE(err.find("tokenizer types differ"), std::string::npos) << target << " + " << draft << ": " << err;
   }
 }
@@ -301,11 +297,8 @@ TEST(HfFolder, WeightTypeQuantizesAFloatFolderAsItWouldTheGguf) {
   s.embd_type = DType::BF16;
   s.tied_embeddings = false;
   const Tiny t = tiny("weight-type", s);
-  LoadOptions o;
-  o.threads = 1;
-  o.context = 128;
+  LoadOptions o = options(t.dir, "", 128);
   o.weight_type = "q8_0";
-  o.model_path = t.dir;
   const auto eh = Engine::load(o);
   o.model_path = t.gguf;
   const auto eg = Engine::load(o);
@@ -334,11 +327,8 @@ TEST(HfFolder, CudaBackendRunsAFolderAsItRunsTheGguf) {
   s.tied_embeddings = false;
   s.n_layer = 1;
   const Tiny t = tiny("cuda", s);
-  LoadOptions o;
-  o.threads = 1;
-  o.context = 64;
+  LoadOptions o = options(t.gguf);
   o.device = "cuda-emulated";
-  o.model_path = t.gguf;
   const auto eg = Engine::load(o);
   o.model_path = t.dir;
   o.draft_model_path = t.gguf;
@@ -419,11 +409,7 @@ TEST(HfFolder, BadFoldersGetAnErrorNamingTheProblem) {
     const std::string d = test::scratch_dir(std::string("hf-bad-") + std::to_string(&c - cases.data()));
     fs::copy(base.dir, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     c.spoil(d);
-    LoadOptions o;
-    o.threads = 1;
-    o.context = 64;
-    o.model_path = d;
-    const std::string err = error_of([&] { Engine::load(o); });
+    const std::string err = error_of([&] { Engine::load(options(d)); });
     EXPECT_NE(err.find(c.expect), std::string::npos) << c.name << ": " << err;
   }
   // One-file checkpoints holding a tensor of an integer type where a weight goes, and one the
@@ -437,9 +423,7 @@ TEST(HfFolder, BadFoldersGetAnErrorNamingTheProblem) {
     for (const char* f : {"model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
       fs::remove(d + "/" + f);
     test::write_safetensors(d + "/model.safetensors", {tensor});
-    LoadOptions o;
-    o.model_path = d;
-    const std::string err = error_of([&] { Engine::load(o); });
+    const std::string err = error_of([&] { Engine::load(options(d)); });
     EXPECT_NE(err.find(expect), std::string::npos) << err;
   }
 }

@@ -61,10 +61,4 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
   return c;
 }
 
-const Checkpoint::Entry* Checkpoint::find(const std::string& name) const {
-  for (const Entry& e : entries_)
-    if (e.info->name == name) return &e;
-  return nullptr;
-}
-
 }  // namespace tandem::hf

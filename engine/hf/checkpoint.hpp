@@ -20,8 +20,6 @@ class Checkpoint {
   static std::unique_ptr<Checkpoint> open(const std::string& dir);  // throws std::runtime_error
 
   const std::vector<Entry>& tensors() const { return entries_; }
-  const Entry* find(const std::string& name) const;
-  size_t shard_count() const { return shards_.size(); }
 
  private:
   std::vector<std::unique_ptr<st::File>> shards_;

@@ -1,6 +1,7 @@
 // AVX2 matmul kernels for float weights (F32, F16, BF16); activations stay in f32.
 // Eight weights are converted once (F16C / shift) and used for every token of a group of
 // up to 4. Two accumulators per token (even and odd 8-column chunks) hide FMA latency.
+#include "kernels/cpu/float_loads_avx2.hpp"
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/simd_avx2.hpp"
 
@@ -13,31 +14,9 @@ namespace {
 using namespace avx2;
 using u8 = uint8_t;
 
-struct F32 {
-  static inline __m256 load8(const u8* row, int64_t c) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c); }
-  static inline float load1(const u8* row, int64_t c) {
-    float f;
-    __builtin_memcpy(&f, row + 4 * c, 4);
-    return f;
-  }
-};
-struct F16 {
-  static inline __m256 load8(const u8* row, int64_t c) { return _mm256_cvtph_ps(loadu128(row + 2 * c)); }
-  static inline float load1(const u8* row, int64_t c) { return f16(row + 2 * c); }
-};
-struct BF16 {
-  static inline __m256 load8(const u8* row, int64_t c) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(row + 2 * c)), 16));
-  }
-  static inline float load1(const u8* row, int64_t c) {
-    uint16_t h;
-    __builtin_memcpy(&h, row + 2 * c, 2);
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-};
+using F32 = F32Loads;
+using F16 = F16Loads;
+using BF16 = BF16Loads;
 
 template <class L, int TN>
 static void row_group(const Args& a, const u8* wr, int64_t r, int64_t t0) {

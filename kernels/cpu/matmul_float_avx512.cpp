@@ -10,6 +10,7 @@
 // shape never changes a result: each (row, token) is summed alone, in the same order.
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/float_loads_avx2.hpp"
 
 namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
 namespace {
@@ -17,39 +18,19 @@ namespace {
 using namespace avx2;
 using u8 = uint8_t;
 
-struct F32 {
+// The AVX2 kernel's conversions, and sixteen at a time as two of its eight (SIMDe, which the
+// tests build this file against, has no 512-bit F16 or BF16 conversion).
+template <class Loads>
+struct Wide : Loads {
+  static inline __m512 load16(const u8* row, int64_t c) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(Loads::load8(row, c)), Loads::load8(row, c + 8), 1);
+  }
+};
+struct F32 : F32Loads {
   static inline __m512 load16(const u8* row, int64_t c) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c); }
-  static inline __m256 load8(const u8* row, int64_t c) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c); }
-  static inline float load1(const u8* row, int64_t c) {
-    float f;
-    __builtin_memcpy(&f, row + 4 * c, 4);
-    return f;
-  }
 };
-struct F16 {
-  static inline __m512 load16(const u8* row, int64_t c) {  // two F16C halves (SIMDe has no 512-bit cvtph)
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtph_ps(loadu128(row + 2 * c))),
-                              _mm256_cvtph_ps(loadu128(row + 2 * c + 16)), 1);
-  }
-  static inline __m256 load8(const u8* row, int64_t c) { return _mm256_cvtph_ps(loadu128(row + 2 * c)); }
-  static inline float load1(const u8* row, int64_t c) { return f16(row + 2 * c); }
-};
-struct BF16 {
-  static inline __m512 load16(const u8* row, int64_t c) {  // two halves (SIMDe has no 512-bit cvtepu16)
-    return _mm512_insertf32x8(_mm512_castps256_ps512(load8(row, c)), load8(row, c + 8), 1);
-  }
-  static inline __m256 load8(const u8* row, int64_t c) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(row + 2 * c)), 16));
-  }
-  static inline float load1(const u8* row, int64_t c) {
-    uint16_t h;
-    __builtin_memcpy(&h, row + 2 * c, 2);
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  }
-};
+using F16 = Wide<F16Loads>;
+using BF16 = Wide<BF16Loads>;
 
 // Rows r..r+RN-1 against tokens t0..t0+TN-1.
 template <class L, int RN, int TN>
