@@ -61,15 +61,7 @@ class Gguf:
 
     def get(self, key: str, default=None):
         f = self.r.fields.get(key)
-        if f is None:
-            return default
-        if f.types[0].name == "ARRAY":
-            if f.types[1].name == "STRING":
-                return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-            return [f.parts[i][0].item() for i in f.data]
-        if f.types[0].name == "STRING":
-            return bytes(f.parts[f.data[0]]).decode("utf-8")
-        return f.parts[f.data[0]][0].item()
+        return default if f is None else f.contents()
 
     def a(self, suffix: str, default=None):
         return self.get(f"{self.arch}.{suffix}", default)

@@ -1,7 +1,5 @@
 #include "engine/hf/checkpoint.hpp"
 
-#include <sys/stat.h>
-
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -9,21 +7,13 @@
 #include "engine/hf/hf_json.hpp"
 
 namespace tandem::hf {
-namespace {
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-}  // namespace
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
   std::unique_ptr<Checkpoint> c(new Checkpoint());
   const std::string single = dir + "/model.safetensors", index_path = dir + "/model.safetensors.index.json";
   // Which tensor each shard must hold (empty for a single file: whatever it has).
   std::map<std::string, std::set<std::string>> wanted;
-  if (exists(index_path)) {
+  if (file_exists(index_path)) {
     const boost::json::object index = read_json_object(index_path);
     const boost::json::value* map = index.if_contains("weight_map");
     if (!map || !map->is_object() || map->as_object().empty())
@@ -35,7 +25,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
         throw std::runtime_error(index_path + ": shard name '" + shard + "' is not a file name in the folder");
       wanted[shard].insert(std::string(kv.key()));
     }
-  } else if (exists(single)) {
+  } else if (file_exists(single)) {
     wanted[ "model.safetensors" ];
   } else {
     throw std::runtime_error(dir + ": no weights (neither model.safetensors nor model.safetensors.index.json)");
@@ -43,7 +33,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
   std::set<std::string> seen;
   for (const auto& [shard, names] : wanted) {
     const std::string path = dir + "/" + shard;
-    if (!exists(path)) throw std::runtime_error(path + ": missing shard (listed in model.safetensors.index.json)");
+    if (!file_exists(path)) throw std::runtime_error(path + ": missing shard (listed in model.safetensors.index.json)");
     try {
       c->shards_.push_back(st::File::open(path));
     } catch (const st::Error& e) {

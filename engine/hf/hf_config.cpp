@@ -80,13 +80,13 @@ HfArch write_config_metadata(const boost::json::object& cfg, const std::string& 
   }
   const std::string& a = h.gguf_arch;
   constexpr int64_t kBig = int64_t{1} << 20;
-  h.n_embd = c.req_int("hidden_size", 1, kBig);
-  h.n_layer = c.req_int("num_hidden_layers", 1, 4096);
+  const int64_t n_embd = c.req_int("hidden_size", 1, kBig);
+  const int64_t n_layer = c.req_int("num_hidden_layers", 1, 4096);
   h.n_head = c.req_int("num_attention_heads", 1, 4096);
   h.n_head_kv = c.opt_int("num_key_value_heads", h.n_head, 1, h.n_head);
-  h.n_ff = c.req_int("intermediate_size", 1, kBig);
+  const int64_t n_ff = c.req_int("intermediate_size", 1, kBig);
   h.n_vocab = c.req_int("vocab_size", 1, int64_t{1} << 24);
-  h.head_dim = c.opt_int("head_dim", h.n_embd / h.n_head, 1, 4096);
+  h.head_dim = c.opt_int("head_dim", n_embd / h.n_head, 1, 4096);
   h.tied_embeddings = get_bool(cfg, "tie_word_embeddings", file).value_or(a == "gemma3");
   const int64_t ctx = c.opt_int("max_position_embeddings", 2048, 1, int64_t{1} << 24);
   const double eps = c.opt_number("rms_norm_eps", 1e-6);
@@ -94,11 +94,11 @@ HfArch write_config_metadata(const boost::json::object& cfg, const std::string& 
 
   w.set_string("general.architecture", a);
   w.set_string("general.name", name);
-  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(h.n_embd));
-  w.set_u32(a + ".block_count", static_cast<uint32_t>(h.n_layer));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(n_embd));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(n_layer));
   w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(h.n_head));
   w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(h.n_head_kv));
-  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(h.n_ff));
+  w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(n_ff));
   w.set_u32(a + ".context_length", static_cast<uint32_t>(ctx));
   w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(h.head_dim));
   w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(h.head_dim));
@@ -130,8 +130,8 @@ HfArch write_config_metadata(const boost::json::object& cfg, const std::string& 
     // The engine's Gemma 3 layer pattern: five sliding-window layers, then one global.
     if (const boost::json::value* lt = cfg.if_contains("layer_types"); lt && lt->is_array()) {
       const boost::json::array& types = lt->as_array();
-      if (static_cast<int64_t>(types.size()) != h.n_layer) c.fail("'layer_types' has the wrong length");
-      for (int64_t il = 0; il < h.n_layer; ++il) {
+      if (static_cast<int64_t>(types.size()) != n_layer) c.fail("'layer_types' has the wrong length");
+      for (int64_t il = 0; il < n_layer; ++il) {
         const bool local = window > 0 && (il + 1) % 6 != 0;
         const boost::json::value& t = types[static_cast<size_t>(il)];
         if (!t.is_string() || t.as_string() != (local ? "sliding_attention" : "full_attention"))

@@ -12,9 +12,11 @@
 
 namespace tandem::hf {
 
+// What the tensors' mapping needs of the config (the rest goes into the metadata only).
 struct HfArch {
   std::string gguf_arch;  // "qwen2" | "llama" | "gemma3"
-  int64_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_vocab = 0;  // vocab_size: the embedding's rows
   bool tied_embeddings = false;
 };
 

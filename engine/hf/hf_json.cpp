@@ -6,7 +6,12 @@
 
 namespace tandem::hf {
 
-boost::json::object read_json_object(const std::string& path, size_t max_bytes) {
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string read_text_file(const std::string& path, size_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw std::runtime_error(path + ": missing");
   if (!S_ISREG(st.st_mode)) throw std::runtime_error(path + ": not a regular file");
@@ -16,11 +21,16 @@ boost::json::object read_json_object(const std::string& path, size_t max_bytes) 
   if (!in) throw std::runtime_error(path + ": cannot read");
   std::ostringstream ss;
   ss << in.rdbuf();
+  return ss.str();
+}
+
+boost::json::object read_json_object(const std::string& path, size_t max_bytes) {
+  const std::string text = read_text_file(path, max_bytes);
   boost::json::parse_options opts;
   opts.max_depth = 64;
   opts.allow_invalid_utf8 = false;
   boost::system::error_code ec;
-  boost::json::value v = boost::json::parse(ss.str(), ec, {}, opts);
+  boost::json::value v = boost::json::parse(text, ec, {}, opts);
   if (ec) throw std::runtime_error(path + ": not valid JSON: " + ec.message());
   if (!v.is_object()) throw std::runtime_error(path + ": not a JSON object");
   return std::move(v.as_object());

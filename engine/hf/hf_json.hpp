@@ -1,5 +1,5 @@
-// Reading the JSON files of a Hugging Face model folder, with errors that name the file and
-// the key. Internal to engine/hf.
+// Reading the files of a Hugging Face model folder (JSON and text), with errors that name the
+// file and the key. Internal to engine/hf.
 #pragma once
 #include <boost/json.hpp>
 #include <optional>
@@ -8,8 +8,14 @@
 
 namespace tandem::hf {
 
-// The whole file parsed; throws std::runtime_error naming the file (missing, unreadable,
-// larger than max_bytes, not JSON, not an object).
+bool file_exists(const std::string& path);
+
+// The whole file; throws std::runtime_error naming it (missing, not a regular file, larger than
+// max_bytes, unreadable).
+std::string read_text_file(const std::string& path, size_t max_bytes = size_t{64} << 20);
+
+// The whole file parsed; throws std::runtime_error naming the file (as read_text_file, and not
+// JSON, not an object).
 boost::json::object read_json_object(const std::string& path, size_t max_bytes = size_t{64} << 20);
 
 // Typed lookups: nullopt when the key is absent or null; a value of another type throws,

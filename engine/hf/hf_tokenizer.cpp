@@ -1,10 +1,6 @@
 #include "engine/hf/hf_tokenizer.hpp"
 
-#include <sys/stat.h>
-
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -29,19 +25,6 @@ constexpr KnownSplit kSplits[] = {
 
 // GGUF token types.
 constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
-
-bool exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 const boost::json::object* object_at(const boost::json::object& o, const char* key) {
   const boost::json::value* v = o.if_contains(key);
@@ -94,7 +77,7 @@ struct Vocab {
 
 void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
   const std::string tok_path = dir + "/tokenizer.json";
-  if (!exists(tok_path)) throw std::runtime_error(tok_path + ": missing (the folder has no tokenizer)");
+  if (!file_exists(tok_path)) throw std::runtime_error(tok_path + ": missing (the folder has no tokenizer)");
   const boost::json::object tok = read_json_object(tok_path, size_t{512} << 20);
   auto fail = [&](const std::string& what) -> void { throw std::runtime_error(tok_path + ": " + what); };
 
@@ -255,7 +238,7 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
   if (merges.empty()) fail("model.merges is empty");
 
   const std::string cfg_path = dir + "/tokenizer_config.json";
-  const boost::json::object cfg = exists(cfg_path) ? read_json_object(cfg_path) : boost::json::object();
+  const boost::json::object cfg = file_exists(cfg_path) ? read_json_object(cfg_path) : boost::json::object();
   auto special_id = [&](const char* key) -> int32_t {
     const std::optional<std::string> t = token_text(cfg, key);
     if (!t) return -1;
@@ -272,7 +255,7 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
   // generation_config.json: the ids that end generation (one or a list); the first that is
   // not the tokenizer's EOS becomes the end-of-turn token.
   int32_t eot = -1;
-  if (const std::string gen_path = dir + "/generation_config.json"; exists(gen_path)) {
+  if (const std::string gen_path = dir + "/generation_config.json"; file_exists(gen_path)) {
     const boost::json::object gen = read_json_object(gen_path);
     std::vector<int64_t> ids;
     if (const boost::json::value* e = gen.if_contains("eos_token_id"); e && !e->is_null()) {
@@ -309,8 +292,8 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
   // The chat template: chat_template.jinja, or tokenizer_config.json's (a string, or a list
   // of named templates of which "default" is the chat one).
   std::optional<std::string> chat;
-  if (exists(dir + "/chat_template.jinja")) {
-    chat = read_text(dir + "/chat_template.jinja");
+  if (file_exists(dir + "/chat_template.jinja")) {
+    chat = read_text_file(dir + "/chat_template.jinja");
   } else if (const boost::json::value* ct = cfg.if_contains("chat_template"); ct && !ct->is_null()) {
     if (ct->is_string()) {
       chat = std::string(ct->as_string());

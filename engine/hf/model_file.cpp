@@ -29,8 +29,7 @@ std::unique_ptr<gguf::File> open_folder(const std::string& dir_in, bool tensors)
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string cfg_path = dir + "/config.json";
-  struct stat st {};
-  if (::stat(cfg_path.c_str(), &st) != 0)
+  if (!file_exists(cfg_path))
     throw std::runtime_error(dir + ": not a model folder (no config.json; a GGUF model is a file)");
   const size_t slash = dir.find_last_of('/');
   const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);

@@ -158,37 +158,30 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
   }
   std::vector<int32_t> out;
   if (add_special && v.add_bos && v.bos >= 0) out.push_back(v.bos);
-  if (v.added_tokens_raw) {
-    // Hugging Face's order: added tokens found in the raw text, each stretch between them
-    // normalized on its own.
-    std::vector<tok_detail::SpecialMatcher::Piece> raw;
-    v.specials.split(text, parse_special, raw);
-    for (const auto& p : raw) {
-      if (p.id >= 0) {
-        out.push_back(p.id);
-      } else if (!p.text.empty()) {
-        encoder_->encode(encoder_->normalize(v.nfc ? utf8::nfc(p.text) : std::string(p.text)), out);
-      }
-    }
-    if (add_special && v.add_eos && v.eos >= 0) out.push_back(v.eos);
-    return out;
-  }
-  const std::string norm = encoder_->normalize(text);
-  out.reserve(norm.size() / 3 + 4);
-
+  // Special tokens are found in the normalized text (SentencePiece's and llama.cpp's order), or
+  // in the raw text with each stretch between them normalized on its own (Hugging Face's
+  // added tokens: added_tokens_raw).
+  const std::string norm = v.added_tokens_raw ? std::string() : encoder_->normalize(text);
+  const std::string_view searched = v.added_tokens_raw ? text : std::string_view(norm);
+  out.reserve(searched.size() / 3 + 4);
   std::vector<tok_detail::SpecialMatcher::Piece> pieces;
   if (v.specials.empty()) {
-    pieces.push_back({-1, norm});
+    pieces.push_back({-1, searched});
   } else {
-    v.specials.split(norm, parse_special, pieces);
+    v.specials.split(searched, parse_special, pieces);
   }
+  std::string nfc_text;
   for (const auto& p : pieces) {
     if (p.id >= 0) {
       out.push_back(p.id);
-    } else if (v.nfc) {
-      encoder_->encode(utf8::nfc(p.text), out);
-    } else {
-      encoder_->encode(p.text, out);
+      continue;
+    }
+    std::string_view piece = p.text;
+    if (v.nfc) piece = nfc_text = utf8::nfc(piece);
+    if (!v.added_tokens_raw) {
+      encoder_->encode(piece, out);
+    } else if (!piece.empty()) {
+      encoder_->encode(encoder_->normalize(piece), out);
     }
   }
 

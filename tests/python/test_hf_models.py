@@ -50,6 +50,8 @@ import time
 import unicodedata
 import unittest
 
+from forward_ref import bytes_to_unicode  # GPT-2's byte alphabet (tests/python, beside this file)
+
 # The folders are local; no download, no progress bars.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -257,15 +259,7 @@ CHAT_PROMPTS = [
 
 def byte_decoder():
     """GPT-2 byte-level BPE: the vocabulary's characters back to bytes."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 class Vocab:
