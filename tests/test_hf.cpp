@@ -376,6 +376,16 @@ TEST(HfFolder, BadFoldersGetAnErrorNamingTheProblem) {
       {"rope scaling",
        [&](const std::string& d) { edit(d + "/config.json", "\"hidden_act\"", "\"rope_scaling\":{\"type\":\"yarn\"},\"hidden_act\""); },
        "RoPE scaling"},
+      {"vocab_size not the embedding's rows",
+       [&](const std::string& d) { edit(d + "/config.json", "\"vocab_size\":320", "\"vocab_size\":321"); },
+       "config.json's vocab_size is 321"},
+      {"Metaspace after SentencePiece's normalizer",
+       [&](const std::string& d) {
+         edit(d + "/tokenizer.json", "\"normalizer\":null",
+              "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}");
+         edit(d + "/tokenizer.json", "\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"Metaspace\"");
+       },
+       "pre-tokenizer 'Metaspace' after SentencePiece's normalizer is not supported"},
       {"wrong hidden size",
        [&](const std::string& d) { edit(d + "/config.json", "\"hidden_size\":64", "\"hidden_size\":80"); },
        "wrong shape"},

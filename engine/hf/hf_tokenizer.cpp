@@ -114,14 +114,10 @@ void write_tokenizer_metadata(const std::string& dir, gguf::Writer& w) {
   bool ignore_merges = get_bool(*model, "ignore_merges", tok_path).value_or(false);
   if (spm) {
     if (nfc) fail("an NFC normalizer with SentencePiece-style pieces is not supported");
-    for (const boost::json::object* s : steps(pre_tok, "pretokenizers")) {
-      const std::string t = type_of(s);
-      if (t == "Metaspace") {
-        spm = true;
-      } else {
-        fail("pre-tokenizer '" + t + "' after SentencePiece's normalizer is not supported");
-      }
-    }
+    // A pre-tokenizer here (Metaspace's prepend scheme and splitting) would change the pieces
+    // the engine's SentencePiece-style encoder makes: refused, not ignored.
+    for (const boost::json::object* s : steps(pre_tok, "pretokenizers"))
+      fail("pre-tokenizer '" + type_of(s) + "' after SentencePiece's normalizer is not supported");
   } else {
     const std::vector<const boost::json::object*> st = steps(pre_tok, "pretokenizers");
     if (st.empty() || type_of(st.back()) != "ByteLevel") {

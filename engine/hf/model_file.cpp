@@ -41,7 +41,12 @@ std::unique_ptr<gguf::File> open_folder(const std::string& dir_in, bool tensors)
   std::shared_ptr<const Checkpoint> ckpt = Checkpoint::open(dir);
   MappedWeights m = map_weights(ckpt, arch, dir);
   bool has_head = false;
-  for (const gguf::File::ExternalTensor& t : m.tensors) has_head |= t.name == "output.weight";
+  for (const gguf::File::ExternalTensor& t : m.tensors) {
+    has_head |= t.name == "output.weight";
+    if (t.name == "token_embd.weight" && t.dims.size() == 2 && t.dims[1] != arch.n_vocab)
+      throw std::runtime_error(dir + ": model.embed_tokens.weight has " + std::to_string(t.dims[1]) +
+                               " rows, config.json's vocab_size is " + std::to_string(arch.n_vocab));
+  }
   if (!has_head && !arch.tied_embeddings)
     throw std::runtime_error(dir + ": no lm_head.weight, and config.json says the embeddings are not tied");
   return gguf::File::assemble(dir, w.to_bytes(), std::move(m.tensors), std::move(m.owner));
