@@ -19,7 +19,7 @@ struct BackendOptions {
   int cuda_device = 0;
   size_t gpu_mem_bytes = 0;       // the CUDA arena; 0 = gpu_mem_fraction of free memory
   double gpu_mem_fraction = 0.90;  // (emulated: 0 means 256 MiB)
-  int64_t gemm_min_tokens = 64;    // matmuls of >= this many tokens use dequantize + GEMM (not batch invariant)
+  int64_t gemm_min_tokens = 0;     // > 0: matmuls of >= this many tokens use dequantize + GEMM (not batch invariant)
 };
 
 // The chosen backend. `reason` is one line saying why when "auto" fell back to the CPU
@@ -36,7 +36,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& opt, std::string* re
 // The CUDA backend under the SIMT emulator, with an arena of arena_bytes (host memory,
 // reserved lazily). Always available (plain C++).
 std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes = size_t{256} << 20,
-                                                    int64_t gemm_min_tokens = 64);
+                                                    int64_t gemm_min_tokens = 0);
 
 // Device-to-device copy bandwidth in GB/s of a CUDA backend (real or emulated), measured
 // over `reps` copies of `bytes`; 0 for other backends.

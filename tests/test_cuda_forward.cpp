@@ -137,6 +137,41 @@ TEST(CudaForward, VerifyingKPlus1TokensGivesTheDecodeLogitsBitForBit) {
   }
 }
 
+// A decoding sequence keeps its logits bit for bit when another sequence's long prompt
+// chunk shares its pass (90 tokens: the tensor-core matmuls, which the lone token never
+// takes), as the server's mixed steps need for greedy and coupled output to be independent
+// of the load.
+TEST(CudaForward, ADecodeTokenBesideALongPromptChunkKeepsItsLogits) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    ModelRun gpu(cuda_under_test(), model_path(c));
+    const auto prompt = tokens(6, 11), next = tokens(1, 12), chunk = tokens(90, 13);
+    const size_t nv = static_cast<size_t>(gpu.model->config().n_vocab);
+    std::vector<float> l, alone;
+    {
+      SequenceKV s(*gpu.cache);
+      Batch b;
+      b.add(s, prompt);
+      gpu.tf->forward(b, l);
+      b.clear();
+      b.add(s, next);
+      gpu.tf->forward(b, l);
+      alone = l;
+    }
+    SequenceKV s(*gpu.cache), o(*gpu.cache);
+    Batch b;
+    b.add(s, prompt);
+    gpu.tf->forward(b, l);
+    b.clear();
+    b.add(o, chunk);
+    b.add(s, next);
+    gpu.tf->forward(b, l);
+    ASSERT_EQ(l.size(), 2 * nv);  // the chunk's last row, then s's
+    for (size_t i = 0; i < nv; ++i)
+      ASSERT_EQ(std::memcmp(&alone[i], &l[nv + i], 4), 0) << "logit " << i;
+  }
+}
+
 // Greedy speculative decoding (n-gram drafts, k = 4, verified in one target pass) gives
 // exactly the tokens of plain greedy decoding, on the CUDA backend: what batch invariance
 // is for. The prompt repeats itself so that the n-gram proposer has drafts to offer.

@@ -84,7 +84,8 @@ TEST(CudaGraph, EmulatedRuntimeRecordsDeviceCopiesAndRefusesHostTraffic) {
 std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{64} << 20); }
 
 struct Fixture {
-  std::unique_ptr<Backend> be = cuda_under_test();
+  explicit Fixture(int64_t gemm_min_tokens = 0) : be(test::cuda_under_test(size_t{64} << 20, gemm_min_tokens)) {}
+  std::unique_ptr<Backend> be;
   GraphCapture* gc = graph_capture(*be);
   std::vector<std::unique_ptr<Buffer>> bufs;
   Tensor f32(int64_t cols, int64_t rows, const std::vector<float>& v = {}) {
@@ -194,7 +195,21 @@ TEST(CudaGraph, ForbiddenCallsDuringCaptureThrowAndTheBackendRecovers) {
     EXPECT_TRUE(same_bits(f.get(l.h), direct));
   }
 
-  // The matmul's GEMM path (gemm_min_tokens rows or more) is not captured.
+  // By default every token count is captured (both matmul kernels are plain launches)...
+  Tensor x = f.f32(64, 64), y = f.f32(64, 64);
+  EXPECT_GE(f.gc->max_capture_rows(), 1 << 20);
+  f.be->matmul(y, l.w_q8, x);
+  const std::vector<float> direct64 = f.get(y);
+  f.gc->begin_capture();
+  f.be->matmul(y, l.w_q8, x);
+  f.gc->end_capture()->launch();
+  EXPECT_TRUE(same_bits(f.get(y), direct64));
+}
+
+// ...but the opt-in GEMM path (gemm_min_tokens rows or more) is not.
+TEST(CudaGraph, TheOptInGemmPathIsNotCaptured) {
+  Fixture f(64);
+  const Layer l = make_layer(f, 3);
   Tensor x = f.f32(64, 64), y = f.f32(64, 64);
   f.be->matmul(y, l.w_f32, x);  // fine outside a capture
   EXPECT_EQ(f.gc->max_capture_rows(), 63);

@@ -22,6 +22,7 @@
 #include "kernels/backend_factory.hpp"
 #include "kernels/cpu/fp16.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "tests/support/random_blocks.hpp"
 
@@ -407,33 +408,83 @@ struct MatmulCase {
   }
 };
 
-// Every weight type, odd row counts (not a multiple of the 4 rows of a block), row lengths
-// of 1, 3 and 9 blocks, M = 1..17 tokens: each token's row matches the CPU within the
-// bound above and is bit-identical to the same token computed alone.
-TEST(CudaOps, MatmulEveryWeightTypeM1To17AgainstCpuAndBatchInvariant) {
+// The CPU's scalar kernels (cpu::matmul at Isa::Scalar, weights in the file's layout): the
+// bits the CUDA backend's quantized matmuls must give.
+std::vector<float> scalar_reference(const MatmulCase& mc) {
+  const cpu::Isa saved = cpu::active_isa();
+  cpu::force_isa(cpu::Isa::Scalar);
+  cpu::ThreadPool pool(1);
+  std::vector<float> y(static_cast<size_t>(mc.N * mc.R));
+  cpu::matmul(pool, mc.t, mc.blob.data(), row_bytes(mc.t, mc.C), mc.R, mc.C, mc.x.data(), mc.C, mc.N, y.data(), mc.R);
+  cpu::force_isa(saved);
+  return y;
+}
+
+// Sets TANDEM_CUDA_MMA_MIN_TOKENS for the backends made while it lives.
+struct MmaMinTokens {
+  explicit MmaMinTokens(int n) { setenv("TANDEM_CUDA_MMA_MIN_TOKENS", std::to_string(n).c_str(), 1); }
+  ~MmaMinTokens() { unsetenv("TANDEM_CUDA_MMA_MIN_TOKENS"); }
+};
+
+// Every weight type, odd row counts (not a multiple of a kernel's rows per block), row
+// lengths of 1, 3 and 9 blocks, M = 1..17 alone and batches up to 70 tokens (both matmul
+// kernels: __dp4a below 17 tokens, tensor cores from there on): each token's row is
+// bit-identical to the same token computed alone; quantized weights give the CPU's scalar
+// reference bit for bit, float weights match the CPU within the bound above.
+TEST(CudaOps, MatmulEveryWeightTypeAgainstCpuAndBatchInvariant) {
   const auto start = std::chrono::steady_clock::now();
   for (DType t : kWeightTypes) {
     const int64_t bs = dtype_info(t).block_size;
     const int64_t C = bs == 256 ? 256 * 3 : (bs == 32 ? 32 * 9 : 37);
     SCOPED_TRACE(dtype_name(t));
-    MatmulCase mc(t, 13, C, 17, 100 + static_cast<uint32_t>(t));
-    const auto ref = mc.cpu_all();
+    MatmulCase mc(t, 67, C, 70, 100 + static_cast<uint32_t>(t));
+    const bool exact = bs > 1;
+    const auto ref = exact ? scalar_reference(mc) : mc.cpu_all();
     std::vector<std::vector<float>> alone;
-    for (int64_t i = 0; i < mc.N; ++i) alone.push_back(mc.gpu(i, 1));
-    for (int64_t i = 0; i < mc.N; ++i)
+    for (int64_t i = 0; i < 17; ++i) alone.push_back(mc.gpu(i, 1));
+    for (int64_t i = 0; i < 17; ++i)
       for (int64_t r = 0; r < mc.R; ++r) {
+        if (exact) {
+          ASSERT_TRUE(same_bits(std::vector<float>{alone[i][r]}, std::vector<float>{ref[i * mc.R + r]}))
+              << "token " << i << " row " << r << ": " << alone[i][r] << " vs the scalar kernel's " << ref[i * mc.R + r];
+          continue;
+        }
         const double tol = matmul_tolerance(t, mc.blob, r, C, mc.x.data() + i * C);
         ASSERT_LE(std::fabs(alone[i][r] - ref[i * mc.R + r]), tol) << "token " << i << " row " << r;
       }
-    for (int64_t n : {2, 3, 8, 16, 17}) {
+    for (int64_t n : {2, 3, 8, 16, 17, 33, 70}) {
       const auto y = mc.gpu(0, n);
       for (int64_t i = 0; i < n; ++i) {
         const std::vector<float> row(y.begin() + i * mc.R, y.begin() + (i + 1) * mc.R);
-        ASSERT_TRUE(same_bits(row, alone[i])) << "M=" << n << " token " << i;
+        if (i < 17) {
+          ASSERT_TRUE(same_bits(row, alone[i])) << "M=" << n << " token " << i;
+        } else if (exact) {
+          const std::vector<float> want(ref.begin() + i * mc.R, ref.begin() + (i + 1) * mc.R);
+          ASSERT_TRUE(same_bits(row, want)) << "M=" << n << " token " << i << " against the scalar kernel";
+        }
       }
     }
   }
   RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+}
+
+// Either kernel for any token count: the tensor-core one down to one token, the __dp4a one
+// up to many (16 tokens per weight read, grid.y over the rest), the same bits.
+TEST(CudaOps, MatmulKernelsAreInterchangeableAtEveryTokenCount) {
+  for (DType t : {DType::Q4_0, DType::Q5_1, DType::Q8_0, DType::Q3_K, DType::Q4_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t C = dtype_info(t).block_size == 256 ? 512 : 96;
+    std::vector<std::vector<float>> got;
+    for (int k : {1, 1000}) {
+      MmaMinTokens env(k);
+      MatmulCase mc(t, 21, C, 41, 300 + static_cast<uint32_t>(t));
+      got.push_back(mc.gpu(0, 41));
+      const auto one = mc.gpu(40, 1);
+      const std::vector<float> last(got.back().end() - mc.R, got.back().end());
+      ASSERT_TRUE(same_bits(one, last)) << "mma from " << k << " tokens";
+    }
+    EXPECT_TRUE(same_bits(got[0], got[1]));
+  }
 }
 
 // matmul_shared gives each target the bits of its own matmul, with one activation

@@ -207,6 +207,68 @@ TEST(Simt, Dp4aIsTheSignedByteDotProduct) {
   EXPECT_EQ(__dp4a(0x01010101, a, 0), 1 - 2 + 127 - 128);
 }
 
+// mma.sync's integer shapes: each lane packs the bytes the PTX ISA assigns it (A 16 x K
+// row-major, B K x 8 column-major, as a list of (row, k) per register byte), and the
+// results land where the ISA says; the product must be the plain one.
+template <int K>
+__global__ void mma_tile(const int8_t* A, const int8_t* B, const int* C, int* D) {
+  const int lane = static_cast<int>(threadIdx.x), gid = lane / 4, tid = lane % 4;
+  uint32_t a[K / 8], b[K / 16];
+  for (int r = 0; r < K / 8; ++r) {  // a[r]: rows gid (r even) / gid + 8 (r odd), k from 16 (r / 2) + 4 tid
+    uint32_t w = 0;
+    for (int j = 0; j < 4; ++j)
+      w |= uint32_t(uint8_t(A[(gid + 8 * (r % 2)) * K + 16 * (r / 2) + 4 * tid + j])) << (8 * j);
+    a[r] = w;
+  }
+  for (int r = 0; r < K / 16; ++r) {  // b[r]: column gid, k from 16 r + 4 tid
+    uint32_t w = 0;
+    for (int j = 0; j < 4; ++j) w |= uint32_t(uint8_t(B[gid * K + 16 * r + 4 * tid + j])) << (8 * j);
+    b[r] = w;
+  }
+  int c[4], d[4];
+  for (int i = 0; i < 4; ++i) c[i] = C[(gid + 8 * (i / 2)) * 8 + 2 * tid + i % 2];
+  tandem::simt::mma_s8<K>(d, a, b, c);
+  for (int i = 0; i < 4; ++i) D[(gid + 8 * (i / 2)) * 8 + 2 * tid + i % 2] = d[i];
+}
+
+template <int K>
+void check_mma(uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> byte(-128, 127), acc(-100000, 100000);
+  std::vector<int8_t> A(16 * K), B(8 * K);  // B column-major: column n at B[n * K ..]
+  std::vector<int> C(16 * 8), D(16 * 8, 0);
+  for (auto& v : A) v = static_cast<int8_t>(byte(g));
+  for (auto& v : B) v = static_cast<int8_t>(byte(g));
+  for (auto& v : C) v = acc(g);
+  TANDEM_LAUNCH(mma_tile<K>, 1, 32, 0, nullptr)(A.data(), B.data(), C.data(), D.data());
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      int want = C[m * 8 + n];
+      for (int k = 0; k < K; ++k) want += int(A[m * K + k]) * int(B[n * K + k]);
+      ASSERT_EQ(D[m * 8 + n], want) << "K=" << K << " (" << m << ", " << n << ")";
+    }
+}
+
+TEST(Simt, IntegerMmaIsTheMatrixProductInThePtxFragmentLayout) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    check_mma<32>(seed);
+    check_mma<16>(seed + 100);
+  }
+}
+
+__global__ void mma_in_partial_warp(int* out) {
+  const uint32_t a[4] = {1, 1, 1, 1}, b[2] = {1, 1};
+  const int c[4] = {0, 0, 0, 0};
+  int d[4];
+  tandem::simt::mma_s8<32>(d, a, b, c);
+  out[threadIdx.x] = d[0];
+}
+
+TEST(Simt, MmaNeedsTheWholeWarp) {
+  std::vector<int> out(20);
+  EXPECT_THROW(TANDEM_LAUNCH(mma_in_partial_warp, 1, 20, 0, nullptr)(out.data()), std::logic_error);
+}
+
 TEST(Simt, HalfConversionsAreRoundToNearestEven) {
   EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
   EXPECT_EQ(__half_as_ushort(__float2half_rn(65504.0f)), 0x7bff);

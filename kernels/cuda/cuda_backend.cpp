@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -78,7 +80,26 @@ void DevicePool::free(size_t offset) {
   arena.free(offset);
 }
 
-CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt) : opt_(opt) {
+namespace {
+// A token-count setting from the environment (a whole number >= lo), or `fallback`.
+int64_t env_tokens(const char* name, int64_t fallback, int64_t lo) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < lo)
+    throw std::invalid_argument(std::string(name) + "=" + v + ": expected a whole number of tokens >= " +
+                                std::to_string(lo));
+  return n;
+}
+CudaOptions with_env(CudaOptions o) {
+  o.gemm_min_tokens = env_tokens("TANDEM_CUDA_GEMM_MIN_TOKENS", o.gemm_min_tokens, 0);
+  o.mma_min_tokens = env_tokens("TANDEM_CUDA_MMA_MIN_TOKENS", o.mma_min_tokens, 1);
+  return o;
+}
+}  // namespace
+
+CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt) : opt_(with_env(opt)) {
   const size_t capacity = arena_capacity(*rt, opt);
   pool_ = std::make_shared<DevicePool>(std::move(rt), capacity);
   rt_ = pool_->rt.get();
@@ -120,15 +141,19 @@ std::string CudaBackend::description() const {
   s += "\n  arena: " + cuda_arena::Arena::human(ar.capacity()) + " (" + cuda_arena::Arena::human(ar.used()) +
        " used, peak " + cuda_arena::Arena::human(ar.peak()) + ")";
   s += "\n  kernels: get_rows, rms_norm, add/mul, scale, gated_act, rope, kv_store (f16/f32), "
-       "matmul small-M (<= 16 tokens per weight read; int8 dot products on Q8-quantized activations for "
-       "Q4_0..Q8_0, Q2_K..Q6_K; f32 dot products for F32/F16/BF16), matmul GEMM (>= " +
-       std::to_string(opt_.gemm_min_tokens) + " tokens: dequantized f32 tiles, " +
-       (d.emulated ? std::string("host GEMM") : std::string("cuBLAS SGEMM, no TF32")) +
-       "), paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
+       "matmul (quantized weights Q4_0..Q8_0, Q2_K..Q6_K: int8 activations, the CPU reference's bits; "
+       "below " + std::to_string(opt_.mma_min_tokens) + " tokens __dp4a, from there on int8 tensor cores "
+       "(mma.sync); float weights F32/F16/BF16: f32 dot products)";
+  if (opt_.gemm_min_tokens > 0)
+    s += ", matmul GEMM (>= " + std::to_string(opt_.gemm_min_tokens) + " tokens: dequantized f32 tiles, " +
+         (d.emulated ? std::string("host GEMM") : std::string("cuBLAS SGEMM, no TF32")) + ", not batch invariant)";
+  s += ", paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
   s += "\n  decoding on the device: argmax, final distributions (penalties, temperature, top-k/top-p by radix "
        "select, min-p), draws with counter-based noise, rejection and coupled verification of the batch; "
        "decode passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
-  s += "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens";
+  s += opt_.gemm_min_tokens > 0
+           ? "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens"
+           : std::string("\n  batch invariant: every op at every batch size");
   return s;
 }
 
@@ -237,12 +262,12 @@ int64_t attention_chunk(size_t per_token) {
 
 void CudaBackend::reserve_scratch(const ScratchNeeds& n) {
   if (n.tokens <= 0) return;
-  const int64_t small = std::min<int64_t>(n.tokens, opt_.gemm_min_tokens - 1);
+  const int64_t small = gemm_on(n.tokens) ? std::min<int64_t>(n.tokens, opt_.gemm_min_tokens - 1) : n.tokens;
   if (small > 0 && n.max_cols > 0) {
     scratch(kScratchActQ, act_quant_bytes(small, n.max_cols, 32));
     scratch(kScratchActQ + 3, act_quant_bytes(small, n.max_cols, 256));
   }
-  if (n.tokens >= opt_.gemm_min_tokens && n.max_cols > 0 && n.max_weight_elems > 0) {
+  if (gemm_on(n.tokens) && n.max_cols > 0 && n.max_weight_elems > 0) {
     // The most any R x C weight with C <= max_cols and R x C <= max_weight_elems tiles.
     const int64_t floats = std::min<int64_t>(n.max_weight_elems, std::max<int64_t>(kGemmTileFloats, n.max_cols));
     scratch(kScratchTile, sizeof(float) * static_cast<size_t>(floats));
@@ -383,7 +408,7 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
     for (int64_t t = 0; t < N; ++t) rt_->zero(y.p + t * y.ld, sizeof(float) * static_cast<size_t>(R));
     return;
   }
-  if (N >= opt_.gemm_min_tokens) {
+  if (gemm_on(N)) {
     // Prefill: dequantize row tiles to F32 and multiply them with a GEMM.
     require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
                                              " tokens or more) is not captured into graphs");
@@ -415,8 +440,19 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
       if (cache) *cache = {block, q, d};
     }
   }
+  if (q && N >= opt_.mma_min_tokens) {
+    ops::matmul_mma(rt_->stream(), w.type, wp, w.row_stride(), R, C, q, d, N, y);
+    launched("matmul (tensor cores)");
+    return;
+  }
   ops::matmul_small(rt_->stream(), w.type, wp, w.row_stride(), R, C, xp, ld_of(x), q, d, N, y);
   launched("matmul");
+}
+
+bool CudaBackend::gemm_on(int64_t tokens) const { return opt_.gemm_min_tokens > 0 && tokens >= opt_.gemm_min_tokens; }
+
+int64_t CudaBackend::max_capture_rows() const {
+  return opt_.gemm_min_tokens > 0 ? opt_.gemm_min_tokens - 1 : std::numeric_limits<int32_t>::max();
 }
 
 void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }

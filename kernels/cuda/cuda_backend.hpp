@@ -7,11 +7,12 @@
 // Memory: one arena taken from the device at construction; every Buffer (weights copied
 // in by wrap_host, KV caches, activations) and the backend's own scratch come from it.
 //
-// Batch invariance (a contract of the seam): for matmul calls of fewer than
-// gemm_min_tokens tokens, and for every other op, token t's output row is the same bits
-// whatever the other tokens of the call are. Calls of gemm_min_tokens tokens or more
-// (prefill) take the dequantize + GEMM path, which is not invariant (cuBLAS picks its
-// reduction by shape).
+// Batch invariance (a contract of the seam): for every op, token t's output row is the same
+// bits whatever the other tokens of the call are. Quantized matmuls give the CPU's scalar
+// reference bits through either of their kernels (matmul_small below mma_min_tokens tokens,
+// the tensor-core matmul_mma from there on); float weights take matmul_small at every size.
+// Only the opt-in dequantize + GEMM path (gemm_min_tokens > 0: cuBLAS picks its reduction
+// by shape) is not invariant.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -31,7 +32,12 @@ struct CudaOptions {
   int device = 0;
   size_t arena_bytes = 0;           // 0: arena_fraction of the device's free memory
   double arena_fraction = 0.90;
-  int64_t gemm_min_tokens = 64;     // matmuls of at least this many tokens use the GEMM path
+  // Matmuls of at least this many tokens use dequantize + GEMM (cuBLAS SGEMM on a device):
+  // not batch invariant, so off (0) unless asked for (TANDEM_CUDA_GEMM_MIN_TOKENS).
+  int64_t gemm_min_tokens = 0;
+  // Quantized matmuls of at least this many tokens use the tensor-core kernel (the same bits
+  // as the small-M one, so this is a speed choice only; TANDEM_CUDA_MMA_MIN_TOKENS).
+  int64_t mma_min_tokens = 17;
 };
 
 // The device memory every Buffer of a backend lives in (the arena and the runtime that
@@ -105,9 +111,11 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   uint64_t capture_epoch() const override { return scratch_epoch_; }
   // Sizes the scratch slots for such passes now (load time), so they do not move later.
   void reserve_scratch(const ScratchNeeds& need) override;
-  int64_t max_capture_rows() const override { return opt_.gemm_min_tokens - 1; }
+  int64_t max_capture_rows() const override;
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
+  // Whether a matmul of this many tokens takes the opt-in dequantize + GEMM path.
+  bool gemm_on(int64_t tokens) const;
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
   // `reps` copies of `bytes`: the reference the decode benchmark's weight bandwidth is
   // compared with.

@@ -13,7 +13,7 @@
 
 namespace tandem::test {
 
-std::unique_ptr<kernels::Backend> cuda_under_test(size_t arena_bytes, int64_t gemm_min_tokens = 64);
+std::unique_ptr<kernels::Backend> cuda_under_test(size_t arena_bytes, int64_t gemm_min_tokens = 0);
 
 // The tiny models the CUDA forward tests run: llama with F32 weights; qwen2 with Q8_0
 // weights and Q4_0 embeddings; gemma3 with Q4_K weights, Q6_K embeddings, GQA 4:1 and a

@@ -139,6 +139,7 @@ struct Fiber {
 
 struct Warp {
   uint64_t slots[32] = {};
+  uint32_t frags[32][kMaxGatherWords] = {};  // warp_gather's exchange (mma fragments)
   unsigned live = 0;     // lanes not exited
   unsigned arrived = 0;  // lanes waiting at the current warp barrier
   unsigned mask = 0;     // the mask they wait on
@@ -504,6 +505,20 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   }
   warp_barrier(mask);
   return out;
+}
+
+void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
+  Runner& r = runner();
+  const unsigned linear = r.current->ctx.linear;
+  Warp& wp = r.warps[linear / 32];
+  if (n < 0 || n > kMaxGatherWords) throw std::logic_error("simt: warp_gather of more than 8 words a lane");
+  // The .aligned warp-wide instructions this models need every lane of the warp.
+  if (wp.live != 0xffffffffu)
+    throw std::logic_error("simt: a warp-wide matrix instruction in a warp with exited or missing lanes");
+  std::memcpy(wp.frags[linear % 32], mine, sizeof(uint32_t) * static_cast<size_t>(n));
+  warp_barrier(0xffffffffu);
+  for (int l = 0; l < 32; ++l) std::memcpy(all + l * n, wp.frags[l], sizeof(uint32_t) * static_cast<size_t>(n));
+  warp_barrier(0xffffffffu);
 }
 
 void check_config(const LaunchConfig& cfg) {

@@ -84,6 +84,11 @@ void syncthreads();
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src);
 void syncwarp(unsigned mask);
 unsigned lane_id();
+// Every lane of a full warp passes n (<= kMaxGatherWords) words; each gets all 32 lanes'
+// words, lane l's at all[l * n ..]. Throws when the warp has exited or missing lanes (the
+// warp-wide matrix instructions modelled with it require all 32).
+constexpr int kMaxGatherWords = 8;
+void warp_gather(const uint32_t* mine, int n, uint32_t* all);
 
 struct LaunchConfig {
   dim3 grid, block;
@@ -217,6 +222,45 @@ inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred
 inline unsigned __activemask() { return 0xffffffffu; }  // the emulator never splits a warp
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// ---- tensor-core matrix multiply-accumulate ------------------------------------------------
+// Models of PTX's integer mma.sync.aligned.m16n8k{32,16}.row.col.s32.s8.s8.s32 (d = A B + c,
+// A 16 x K row-major int8, B K x 8 column-major int8, exact int32 sums), with the fragment
+// layouts the PTX ISA documents; gid = lane / 4, tid = lane % 4, registers hold 4 int8 of
+// consecutive k, lowest byte first:
+//   k = 32:  a[0] = A[gid][4tid..],  a[1] = A[gid+8][4tid..],
+//            a[2] = A[gid][16+4tid..], a[3] = A[gid+8][16+4tid..];
+//            b[0] = B[4tid..][gid],  b[1] = B[16+4tid..][gid]
+//   k = 16:  a[0] = A[gid][4tid..],  a[1] = A[gid+8][4tid..];  b[0] = B[4tid..][gid]
+//   d, c:    [0] = (gid, 2tid), [1] = (gid, 2tid+1), [2] = (gid+8, 2tid), [3] = (gid+8, 2tid+1)
+// Every lane of the warp must take part (kMaxGatherWords' exchange checks it).
+namespace tandem::simt {
+namespace detail {
+inline int s8_at(uint32_t word, int byte) { return static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * byte))); }
+}  // namespace detail
+template <int K>
+inline void mma_s8(int (&d)[4], const uint32_t* a, const uint32_t* b, const int (&c)[4]) {
+  static_assert(K == 16 || K == 32, "m16n8k16 or m16n8k32");
+  constexpr int na = K / 8, nb = K / 16, n = na + nb;  // registers of A and B per lane
+  uint32_t mine[n], all[32 * n];
+  for (int i = 0; i < na; ++i) mine[i] = a[i];
+  for (int i = 0; i < nb; ++i) mine[na + i] = b[i];
+  detail::warp_gather(mine, n, all);
+  const int lane = static_cast<int>(detail::lane_id()), gid = lane / 4, tid = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = gid + 8 * (i / 2), col = 2 * tid + (i % 2);
+    int s = c[i];
+    for (int k = 0; k < K; ++k) {
+      // A[row][k] is byte k % 4 of register (row >= 8) + 2 (k >= 16) of lane 4 (row % 8) + (k % 16) / 4;
+      // B[k][col] byte k % 4 of register (k >= 16) of lane 4 col + (k % 16) / 4.
+      const int la = 4 * (row % 8) + (k % 16) / 4, ra = (row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+      const int lb = 4 * col + (k % 16) / 4, rb = k >= 16 ? 1 : 0;
+      s += detail::s8_at(all[la * n + ra], k % 4) * detail::s8_at(all[lb * n + na + rb], k % 4);
+    }
+    d[i] = s;
+  }
+}
+}  // namespace tandem::simt
 
 // ---- atomics (real atomics: blocks may run on several OS threads) ---------------------------
 template <typename T>
