@@ -2,15 +2,19 @@
 // factory gives (cuda, cuda-emulated with tiny shapes, cpu), so it is built and smoke-run
 // without a GPU too.
 //
-//   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [-m MODEL.gguf] [--ctx 256]
-//              [--nmax 16] [--reps 5] [--small]
+//   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [--gemm] [-m MODEL.gguf] [--ctx 256]
+//              [--nmax 16] [--reps 5] [--small] [--gemm-min-tokens N]
 //
 // Prints one JSON object:
 //   backend, copy_gbps (device-to-device copy bandwidth: the reference),
 //   ops: per weight type, matmul of an R x C weight at M = 1 (ms, weight GB/s, fraction of
 //        copy_gbps) and T(M)/T(1) for M = 1..16 (the cost of verifying M-1 drafts);
-//   model (with -m): prefill tokens/s, T(n) ms for n = 1..nmax at position ctx, batch-1
-//        decode tokens/s and its weight GB/s as a fraction of copy_gbps.
+//   gemm: per weight type, the matmul of an FFN-shaped weight (8960 x 1536) at M = 1..512
+//        tokens: ms and int8 tera-operations/s (2 R C M / time); with --gemm-min-tokens N the
+//        dequantize + cuBLAS path takes M >= N (run it twice for the side-by-side ratio);
+//   model (with -m): prefill tokens/s, kernel launches of the prefill pass (per layer), T(n)
+//        ms for n = 1..nmax at position ctx, batch-1 decode tokens/s and its weight GB/s as
+//        a fraction of copy_gbps.
 // --small shrinks the op shapes (for the emulator).
 #include <algorithm>
 #include <chrono>
@@ -54,7 +58,8 @@ double time_ms(kernels::Backend& be, int reps, F&& f) {
 static int run(int argc, char** argv) {
   std::string device = "cuda", model_path, gpu_mem = "0";
   int nmax = 16, reps = 5, ctx = 256;
-  bool ops = false, small = false;
+  bool ops = false, small = false, gemm = false;
+  int64_t gemm_min_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
     if (!std::strcmp(argv[i], "--device")) device = next();
@@ -62,17 +67,20 @@ static int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "-m")) model_path = next();
     else if (!std::strcmp(argv[i], "--ops")) ops = true;
     else if (!std::strcmp(argv[i], "--small")) small = true;
+    else if (!std::strcmp(argv[i], "--gemm")) gemm = true;
+    else if (!std::strcmp(argv[i], "--gemm-min-tokens")) gemm_min_tokens = std::stoll(next());
     else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else {
-      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--small] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--gemm] [--small] [--gemm-min-tokens N] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
       return 2;
     }
   }
   kernels::BackendOptions bo;
   bo.device = device;
   bo.gpu_mem_bytes = kernels::parse_memory_size(gpu_mem);
+  bo.gemm_min_tokens = gemm_min_tokens;
   std::string why;
   auto be = kernels::make_backend(bo, &why);
   const bool is_cuda = be->kind() == kernels::DeviceKind::CUDA;
@@ -110,6 +118,37 @@ static int run(int argc, char** argv) {
     out += "}";
   }
 
+  if (gemm) {
+    const int64_t R = small ? 64 : 8960, C = small ? 512 : 1536;
+    const std::vector<int> ms = small ? std::vector<int>{1, 17, 40} : std::vector<int>{1, 8, 16, 17, 32, 64, 128, 256, 512};
+    const int mmax = ms.back();
+    out += ", \"gemm\": {\"rows\": " + std::to_string(R) + ", \"cols\": " + std::to_string(C) +
+           ", \"gemm_min_tokens\": " + std::to_string(gemm_min_tokens) + ", \"m\": [";
+    for (size_t i = 0; i < ms.size(); ++i) out += (i ? ", " : "") + std::to_string(ms[i]);
+    out += "]";
+    std::vector<float> x(static_cast<size_t>(mmax * C));
+    std::mt19937 g(2);
+    for (auto& v : x) v = std::normal_distribution<float>(0, 1)(g);
+    auto xb = be->alloc(x.size() * 4);
+    const kernels::Tensor xt = kernels::make_tensor(xb.get(), DType::F32, C, mmax);
+    be->upload(xt, x.data(), x.size() * 4);
+    auto yb = be->alloc(sizeof(float) * static_cast<size_t>(mmax * R));
+    for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0}) {
+      const auto blob = test::random_blocks(t, R * C, 4);
+      auto wb = be->wrap_host(blob.data(), blob.size());
+      const kernels::Tensor w = kernels::make_tensor(wb.get(), t, C, R);
+      std::string ms_s, tops_s;
+      for (size_t i = 0; i < ms.size(); ++i) {
+        const kernels::Tensor y = kernels::make_tensor(yb.get(), DType::F32, R, ms[i]);
+        const double t_ms = time_ms(*be, reps, [&] { be->matmul(y, w, xt.slice_rows(0, ms[i])); });
+        ms_s += (i ? ", " : "") + std::to_string(t_ms);
+        tops_s += (i ? ", " : "") + std::to_string(2.0 * double(R) * double(C) * ms[i] / (t_ms * 1e-3) / 1e12);
+      }
+      out += std::string(", \"") + dtype_name(t) + "\": {\"ms\": [" + ms_s + "], \"tops\": [" + tops_s + "]}";
+    }
+    out += "}";
+  }
+
   if (!model_path.empty()) {
     auto model = Model::load(model_path, *be);
     KVCacheOptions o;
@@ -121,6 +160,7 @@ static int run(int argc, char** argv) {
     std::vector<int32_t> prompt(static_cast<size_t>(ctx));
     for (int i = 0; i < ctx; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % std::min(vocab, 30000);
     std::vector<float> logits;
+    const int64_t launches0 = kernels::cuda_launch_count(*be);
     const auto tp = Clock::now();
     {
       Batch b;
@@ -128,6 +168,7 @@ static int run(int argc, char** argv) {
       tf.forward(b, logits);
     }
     const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
+    const int64_t prefill_launches = launches0 < 0 ? -1 : kernels::cuda_launch_count(*be) - launches0;
     std::vector<double> tn;
     for (int n = 1; n <= nmax; ++n) {
       std::vector<int32_t> run(static_cast<size_t>(n));
@@ -146,6 +187,8 @@ static int run(int argc, char** argv) {
     const double gbps = static_cast<double>(model->weight_bytes()) / (tn[0] * 1e-3) / 1e9;
     out += ", \"model\": {\"path\": \"" + model_path + "\", \"weight_bytes\": " + std::to_string(model->weight_bytes()) +
            ", \"prefill_tok_s\": " + std::to_string(ctx * 1000.0 / prefill_ms) +
+           ", \"prefill_launches\": " + std::to_string(prefill_launches) + ", \"launches_per_layer\": " +
+           std::to_string(prefill_launches < 0 ? -1.0 : double(prefill_launches) / model->config().n_layer) +
            ", \"decode_tok_s\": " + std::to_string(1000.0 / tn[0]) + ", \"weight_gbps\": " + std::to_string(gbps) +
            ", \"fraction_of_copy\": " + std::to_string(copy > 0 ? gbps / copy : 0) + ", \"t_ms\": [";
     for (size_t i = 0; i < tn.size(); ++i) out += (i ? ", " : "") + std::to_string(tn[i]);

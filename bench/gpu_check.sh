@@ -15,7 +15,9 @@
 #      CUDA graphs (capture, replay == direct, forbidden calls refused by CUDA itself,
 #      graphed decode passes bit-identical to direct ones)
 #   4. compute-sanitizer memcheck (small cases), racecheck and synccheck (attention, matmul)
-#   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), and for each
+#   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), the quantized
+#      matmul at M = 1..512 on tensor cores next to the opt-in dequantize + cuBLAS path
+#      (int8 TOPS, the ratio at each M), and for each
 #      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
 #      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16;
 #      for the 0.5B draft and SmolLM2 the batch-1 decode again with CUDA graphs off
@@ -102,11 +104,11 @@ TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cu
   --gtest_filter='CudaOps.*:-*LongContexts*'
 
 # 4. compute-sanitizer on the small cases
-SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps.MatmulShared*:CudaOps.MatmulGemm*:CudaOps.PagedAttentionF16:CudaOps.PagedAttentionSlidingWindowAndSoftcap:CudaOps.PagedAttentionRejectsBadTables'
+SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps.MatmulShared*:CudaOps.MatmulGemm*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.PagedAttentionSlidingWindowAndSoftcap:CudaOps.PagedAttentionRejectsBadTables'
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" --gtest_filter="$SMALL"
   step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
-    --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
+    --gtest_filter='CudaOps.MatmulShared*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
   step synccheck 45 compute-sanitizer --tool synccheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16'
   # The sampling kernels' shared histograms and scans (one block per row).
@@ -122,6 +124,12 @@ unset TANDEM_CUDA_TEST_DEVICE
 # 5. benchmarks
 step bench_ops 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --ops --reps 20
 cp "$OUT/bench_ops.out" "$OUT/bench_ops.json" 2>/dev/null || true
+# The quantized matmul from 1 to 512 tokens: tensor cores (the default, batch invariant) and
+# the opt-in dequantize + cuBLAS SGEMM path for every M, side by side.
+step bench_gemm 90 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --gemm --reps 10
+cp "$OUT/bench_gemm.out" "$OUT/bench_gemm.json" 2>/dev/null || true
+step bench_gemm_cublas 90 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --gemm --reps 10 --gemm-min-tokens 1
+cp "$OUT/bench_gemm_cublas.out" "$OUT/bench_gemm_cublas.json" 2>/dev/null || true
 for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf smollm2-135m-instruct-q4_1.gguf; do
   [ -f "$MODELS/$f" ] || { log "model $f not in $MODELS: skipped"; continue; }
   [ "$(elapsed)" -lt 420 ] || { log "time budget: skipping $f"; continue; }
@@ -224,11 +232,21 @@ with open(os.path.join(out, "summary.md"), "w") as t:
         for k, v in ops.items():
             if isinstance(v, dict):
                 t.write(f"| {k} | {v['m1_ms']:.4f} | {v['weight_gbps']:.0f} | {v['fraction_of_copy']:.2f} | {v['t_rel'][-1]:.2f} |\n")
+    gm, gc = bench.get("bench_gemm", {}).get("gemm"), bench.get("bench_gemm_cublas", {}).get("gemm")
+    if gm:
+        t.write(f"\nquantized matmul {gm['rows']}x{gm['cols']}, int8 TOPS by M (tensor cores; cuBLAS path; ratio)\n\n")
+        t.write("| type | " + " | ".join(f"M={m}" for m in gm["m"]) + " |\n|---|" + "---|" * len(gm["m"]) + "\n")
+        for k, v in gm.items():
+            if isinstance(v, dict):
+                c = (gc or {}).get(k, {}).get("tops")
+                cells = [f"{a:.1f}" + (f"; {b:.1f}; {a / max(b, 1e-9):.2f}x" if c else "") for a, b in zip(v["tops"], c or v["tops"])]
+                t.write(f"| {k} | " + " | ".join(cells) + " |\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
         if m and not k.endswith("_graphs_off"):
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
-                    f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s, "
+                    f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s "
+                    f"({m.get('launches_per_layer', -1):.1f} launches a layer), "
                     f"T(16)/T(1) {m['t_ms'][-1] / m['t_ms'][0]:.2f}\n")
             off = bench.get(k + "_graphs_off", {}).get("model")
             if off:

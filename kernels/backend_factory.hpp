@@ -42,6 +42,10 @@ std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes = size_t{
 // over `reps` copies of `bytes`; 0 for other backends.
 double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps = 20);
 
+// Kernels a CUDA backend (real or emulated) has launched directly so far (a graph's replay
+// counts once per kernel when it is captured, not per replay); -1 for other backends.
+int64_t cuda_launch_count(const Backend& be);
+
 // Whether this build contains the real (nvcc) CUDA backend.
 bool cuda_backend_built();
 

@@ -28,6 +28,14 @@ double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps) {
   return g < 0 ? 0.0 : g;
 }
 
+int64_t cuda_launch_count(const Backend& be) {
+  int64_t n = cuda_entry::launches_emulated(be);
+#if TANDEM_WITH_CUDA_DEVICE
+  if (n < 0) n = cuda_entry::launches_device(be);
+#endif
+  return n;
+}
+
 BackendChoice choose_backend(const BackendOptions& opt) {
   BackendChoice c;
   if (opt.device == "cpu") {

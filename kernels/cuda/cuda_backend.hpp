@@ -14,6 +14,7 @@
 // Only the opt-in dequantize + GEMM path (gemm_min_tokens > 0: cuBLAS picks its reduction
 // by shape) is not invariant.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -114,6 +115,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   int64_t max_capture_rows() const override;
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
+  uint64_t launches() const { return launches_.load(std::memory_order_relaxed); }
   // Whether a matmul of this many tokens takes the opt-in dequantize + GEMM path.
   bool gemm_on(int64_t tokens) const;
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
@@ -127,7 +129,10 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   uint8_t* ptr(const Tensor& t, const char* op) const;
   uint8_t* arena_alloc(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a);
   uint8_t* scratch(int slot, size_t bytes);
-  void launched(const char* op) { rt_->check_launch(op); }
+  void launched(const char* op) {
+    launches_.fetch_add(1, std::memory_order_relaxed);
+    rt_->check_launch(op);
+  }
   void check_errors();
   struct QuantizedX;
   void matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache);
@@ -142,6 +147,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
     uint8_t* p = nullptr;
   };
   ScratchSlot scratch_[4];
+  std::atomic<uint64_t> launches_{0};  // kernels launched (or recorded into a graph) through launched()
   uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
 };
 

@@ -13,4 +13,7 @@ std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double aren
 // Copy bandwidth of a backend of that build; a negative value when `be` is not one.
 double copy_gbps_emulated(Backend& be, size_t bytes, int reps);
 double copy_gbps_device(Backend& be, size_t bytes, int reps);
+// Kernels launched by a backend of that build so far; -1 when `be` is not one.
+int64_t launches_emulated(const Backend& be);
+int64_t launches_device(const Backend& be);
 }  // namespace tandem::kernels::cuda_entry

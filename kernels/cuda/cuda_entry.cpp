@@ -14,6 +14,10 @@ double copy_gbps_emulated(Backend& be, size_t bytes, int reps) {
   auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? c->measure_copy_gbps(bytes, reps) : -1.0;
 }
+int64_t launches_emulated(const Backend& be) {
+  auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->launches()) : -1;
+}
 #else
 std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double arena_fraction, int64_t gemm_min_tokens) {
   TANDEM_CUDA_NS::CudaOptions o;
@@ -26,6 +30,10 @@ std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double aren
 double copy_gbps_device(Backend& be, size_t bytes, int reps) {
   auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? c->measure_copy_gbps(bytes, reps) : -1.0;
+}
+int64_t launches_device(const Backend& be) {
+  auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->launches()) : -1;
 }
 #endif
 }  // namespace tandem::kernels::cuda_entry

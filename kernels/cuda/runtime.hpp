@@ -50,7 +50,8 @@ class DeviceRuntime {
   virtual void copy_on_device(void* dst, const void* src, size_t n) = 0;
   virtual void zero(void* dst, size_t n) = 0;
   virtual void synchronize() = 0;
-  // After each launch: cudaGetLastError (debug builds, or TANDEM_CUDA_CHECK_LAUNCHES=1).
+  // After each launch: cudaGetLastError always; a synchronize too in debug builds or with
+  // TANDEM_CUDA_CHECK_LAUNCHES=1, so that a fault names its op.
   virtual void check_launch(const char* op) = 0;
 
   // Stream capture. Between begin_capture and end_capture the stream's kernels, device

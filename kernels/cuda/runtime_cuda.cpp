@@ -103,11 +103,13 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
   void check_launch(const char* op) override {
-    if (!check_launches_) return;
+    // The launch's own error (a bad configuration, too much shared memory, no kernel image
+    // for this device) costs nothing to read and is always checked.
     check(cudaGetLastError(), op);
-    // A capturing stream refuses a synchronize (and the capture would be lost): the
-    // launch's own error is all that can be checked until the graph runs.
-    if (!capturing_) check(cudaStreamSynchronize(stream_), op);
+    // A fault while the kernel runs shows up at the next synchronizing call; waiting here
+    // names the op, at the price of the pipelining. A capturing stream refuses a
+    // synchronize (and the capture would be lost): the graph's launch reports its faults.
+    if (check_launches_ && !capturing_) check(cudaStreamSynchronize(stream_), op);
   }
 
   // Thread-local mode: what this thread does during the capture is checked (a cudaMalloc, a
