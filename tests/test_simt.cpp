@@ -269,6 +269,38 @@ TEST(Simt, MmaNeedsTheWholeWarp) {
   EXPECT_THROW(TANDEM_LAUNCH(mma_in_partial_warp, 1, 20, 0, nullptr)(out.data()), std::logic_error);
 }
 
+__global__ void fill_dynamic_shared(int* out) {
+  TANDEM_DYNAMIC_SHARED(int, buf);
+  buf[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+__global__ void fill_dynamic_shared_granted(int* out) {
+  TANDEM_DYNAMIC_SHARED(int, buf);
+  buf[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+
+// 48 KiB of dynamic shared memory without asking; more only after cudaFuncSetAttribute,
+// per kernel, up to 227 KiB: what a GPU enforces.
+TEST(Simt, DynamicSharedMemoryAbove48KiBMustBeGranted) {
+  std::vector<int> out(64);
+  TANDEM_LAUNCH(fill_dynamic_shared, 1, 64, 48 * 1024, nullptr)(out.data());
+  EXPECT_EQ(out[63], 0);
+  EXPECT_THROW(TANDEM_LAUNCH(fill_dynamic_shared, 1, 64, 48 * 1024 + 4, nullptr)(out.data()), std::invalid_argument);
+  EXPECT_EQ(cudaFuncSetAttribute(fill_dynamic_shared_granted, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024),
+            cudaSuccess);
+  TANDEM_LAUNCH(fill_dynamic_shared_granted, 1, 64, 100 * 1024, nullptr)(out.data());
+  EXPECT_EQ(out[0], 1);
+  EXPECT_THROW(TANDEM_LAUNCH(fill_dynamic_shared_granted, 1, 64, 100 * 1024 + 4, nullptr)(out.data()),
+               std::invalid_argument);
+  EXPECT_THROW(TANDEM_LAUNCH(fill_dynamic_shared, 1, 64, 100 * 1024, nullptr)(out.data()), std::invalid_argument)
+      << "the grant is the other kernel's";
+  EXPECT_THROW(cudaFuncSetAttribute(fill_dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+               std::invalid_argument);
+}
+
 TEST(Simt, HalfConversionsAreRoundToNearestEven) {
   EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
   EXPECT_EQ(__half_as_ushort(__float2half_rn(65504.0f)), 0x7bff);

@@ -51,7 +51,9 @@ tandem_simt_switch:
 #include <memory>
 #include <mutex>
 #include <string>
+#include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -521,13 +523,43 @@ void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
   warp_barrier(0xffffffffu);
 }
 
+namespace {
+std::mutex g_shared_mu;
+std::unordered_map<const void*, size_t>& granted_shared() {
+  static std::unordered_map<const void*, size_t> m;
+  return m;
+}
+constexpr size_t kDefaultDynamicShared = 48 * 1024, kMaxDynamicShared = 227 * 1024;
+}  // namespace
+
+void set_max_dynamic_shared(const void* kernel, size_t bytes) {
+  if (bytes > kMaxDynamicShared)
+    throw std::invalid_argument("simt: cudaFuncSetAttribute(MaxDynamicSharedMemorySize) of " + std::to_string(bytes) +
+                                " bytes, above the 227 KiB a block can have");
+  std::lock_guard<std::mutex> lk(g_shared_mu);
+  granted_shared()[kernel] = bytes;
+}
+
 void check_config(const LaunchConfig& cfg) {
   const unsigned nthreads = cfg.block.x * cfg.block.y * cfg.block.z;
   if (nthreads == 0 || nthreads > kMaxThreads)
     throw std::invalid_argument("simt: block of " + std::to_string(nthreads) + " threads (1..1024)");
   if (cfg.block.z > 64) throw std::invalid_argument("simt: blockDim.z above 64");
   if (cfg.grid.y > 65535 || cfg.grid.z > 65535) throw std::invalid_argument("simt: gridDim.y/z above 65535");
-  if (cfg.shmem > 227 * 1024) throw std::invalid_argument("simt: more than 227 KiB of dynamic shared memory");
+  if (cfg.shmem > kMaxDynamicShared) throw std::invalid_argument("simt: more than 227 KiB of dynamic shared memory");
+  if (cfg.shmem > kDefaultDynamicShared) {
+    size_t granted = 0;
+    {
+      std::lock_guard<std::mutex> lk(g_shared_mu);
+      auto it = granted_shared().find(cfg.kernel);
+      if (it != granted_shared().end()) granted = it->second;
+    }
+    if (cfg.shmem > granted)
+      throw std::invalid_argument("simt: " + std::to_string(cfg.shmem) +
+                                  " bytes of dynamic shared memory, above the 48 KiB default, and the kernel was "
+                                  "granted " + std::to_string(granted) +
+                                  " (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))");
+  }
   if (uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z == 0) throw std::invalid_argument("simt: empty grid");
 }
 

@@ -93,7 +93,11 @@ void warp_gather(const uint32_t* mine, int n, uint32_t* all);
 struct LaunchConfig {
   dim3 grid, block;
   size_t shmem = 0;
+  const void* kernel = nullptr;  // for the dynamic shared memory it was granted
 };
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes): what a
+// launch of `kernel` may ask for beyond the 48 KiB every kernel gets (up to 227 KiB).
+void set_max_dynamic_shared(const void* kernel, size_t bytes);
 void run_grid(const LaunchConfig& cfg, const std::function<void()>& body);
 // Throws std::invalid_argument for a shape CUDA would refuse at launch (run_grid checks it
 // too; a captured launch is checked when it is recorded, as CUDA does).
@@ -160,7 +164,7 @@ struct Launcher {
 };
 template <typename... P>
 Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
-  return Launcher<P...>{kernel, {grid, block, shmem}, stream};
+  return Launcher<P...>{kernel, {grid, block, shmem, reinterpret_cast<const void*>(kernel)}, stream};
 }
 inline dim3 as_dim3(dim3 d) { return d; }
 inline dim3 as_dim3(unsigned v) { return dim3(v); }
@@ -178,6 +182,20 @@ inline dim3 as_dim3(size_t v) { return dim3(static_cast<unsigned>(v)); }
 #define blockIdx (::tandem::simt::detail::block_idx())
 #define blockDim (::tandem::simt::detail::block_dim())
 #define gridDim (::tandem::simt::detail::grid_dim())
+
+// ---- function attributes ---------------------------------------------------------------------
+// The one attribute kernels set: the dynamic shared memory a kernel may use above the 48 KiB
+// default. The emulator enforces both (std::invalid_argument at the launch, as CUDA's
+// cudaErrorInvalidValue), so a kernel that forgot to ask fails here as it would on a GPU.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+using cudaError_t = int;
+constexpr cudaError_t cudaSuccess = 0;
+template <typename... P>
+inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize)
+    ::tandem::simt::detail::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), static_cast<size_t>(value));
+  return cudaSuccess;
+}
 
 // ---- barriers, shuffles, votes -------------------------------------------------------------
 inline void __syncthreads() { ::tandem::simt::detail::syncthreads(); }
