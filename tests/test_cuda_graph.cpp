@@ -81,7 +81,6 @@ TEST(CudaGraph, EmulatedRuntimeRecordsDeviceCopiesAndRefusesHostTraffic) {
 
 // On the real device (TANDEM_CUDA_TEST_DEVICE=1) the forbidden calls are refused by CUDA
 // itself, as cudaErrorStreamCaptureUnsupported.
-std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{64} << 20); }
 
 struct Fixture {
   explicit Fixture(int64_t gemm_min_tokens = 0) : be(test::cuda_under_test(size_t{64} << 20, gemm_min_tokens)) {}
