@@ -487,6 +487,33 @@ TEST(CudaOps, MatmulKernelsAreInterchangeableAtEveryTokenCount) {
   }
 }
 
+// The quantized kernels load block fields a word or 16 bytes at a time: a weight view whose
+// blocks are not aligned as whole-block rows from an arena granule are is refused with a
+// clear error (on a GPU the load would fault), and the emulator checks each such load too.
+TEST(CudaOps, MatmulRefusesMisalignedQuantizedWeights) {
+  Dual d;
+  const int64_t C = 256, R = 3;
+  const auto blob = test::random_blocks(DType::Q4_K, R * C, 9);
+  auto x = d.f32(randn(C, 10), C);
+  auto y = d.zeros(R, 1);
+  auto buf = d.gpu->alloc(blob.size() + 64);
+  for (size_t off : {size_t{0}, size_t{16}, size_t{8}, size_t{2}}) {
+    SCOPED_TRACE(off);
+    d.gpu->upload(make_tensor(buf.get(), DType::I8, static_cast<int64_t>(blob.size()), 1, off), blob.data(), blob.size());
+    const Tensor w = make_tensor(buf.get(), DType::Q4_K, C, R, off);
+    if (off % 16 == 0) {
+      d.gpu->matmul(y.g, w, x.g);
+    } else {
+      try {
+        d.gpu->matmul(y.g, w, x.g);
+        ADD_FAILURE() << "a misaligned Q4_K view was multiplied";
+      } catch (const std::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find("aligned to 16 bytes"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 // matmul_shared gives each target the bits of its own matmul, with one activation
 // quantization per block size (Q4_K and Q8_0 targets mixed).
 TEST(CudaOps, MatmulSharedMatchesSingleMatmuls) {

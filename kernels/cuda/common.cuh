@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cuda/simt/simt.hpp"
 
@@ -49,6 +50,42 @@ __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpr
 __device__ __forceinline__ uint32_t ld_u32(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
 }
+
+// Loads at addresses the weight layout keeps aligned (each caller says why): one 4- or
+// 16-byte load, or two 2-byte ones, instead of four byte loads a word. A GPU faults on a
+// misaligned wide load; the emulator checks the same and throws (simt::misaligned).
+__device__ __forceinline__ void check_aligned(const void* p, unsigned bytes) {
+#if TANDEM_SIMT_EMULATED
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) ::tandem::simt::misaligned(p, bytes);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+__device__ __forceinline__ uint32_t ld_u32_a4(const uint8_t* p) {
+  check_aligned(p, 4);
+#if TANDEM_SIMT_EMULATED
+  uint32_t v;
+  std::memcpy(&v, p, 4);  // host C++: no aliasing through uint32_t*
+  return v;
+#else
+  return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) {
+  check_aligned(p, 2);
+  return ld_u16(p) | (ld_u16(p + 2) << 16);
+}
+// Sixteen bytes from a 16-aligned address as four little-endian words.
+__device__ __forceinline__ void ld_u128_a16(const uint8_t* p, uint32_t (&w)[4]) {
+  check_aligned(p, 16);
+#if TANDEM_SIMT_EMULATED
+  std::memcpy(w, p, 16);
+#else
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+#endif
+}
+
 __device__ __forceinline__ float f16_to_f32(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }

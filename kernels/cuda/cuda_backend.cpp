@@ -402,6 +402,16 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
   const int64_t N = x.rows(), R = w.rows(), C = w.cols();
   if (N == 0 || R == 0) return;
   const uint8_t* wp = ptr(w, "matmul");
+  if (quantized(w.type)) {
+    // The kernels load block fields a word (or 16 bytes) at a time (kernels/cuda/qcodes.cuh):
+    // every block must start at a multiple of the largest power of two dividing its size,
+    // as whole-block rows from an arena granule do. A view that breaks it is refused here,
+    // where a GPU would fault inside the kernel.
+    const size_t tb = dtype_info(w.type).type_size, align = std::min<size_t>(tb & (~tb + 1), 16);
+    require(reinterpret_cast<uintptr_t>(wp) % align == 0 && w.row_stride() % align == 0, "matmul",
+            std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
+                " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
+  }
   const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
   const ops::F32Rows y = rows_of(ptr(dst, "matmul"), dst);
   if (C == 0) {

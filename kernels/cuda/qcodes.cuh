@@ -77,20 +77,26 @@ __device__ __forceinline__ uint32_t spread4_to_bit4(uint32_t x) {
   return ((x & 1u) | ((x & 2u) << 7) | ((x & 4u) << 14) | ((x & 8u) << 21)) << 4;
 }
 
+// Alignment of the quantized rows: a weight matrix starts on an arena granule (256 bytes)
+// and its rows are whole blocks, so each block starts at a multiple of the largest power of
+// two dividing its size (Q4_K, Q5_K: 16; Q4_1: 4; Q4_0, Q5_0, Q8_0, Q6_K: 2), and so do the
+// fields at such offsets inside it. The word loads below rely on that (checked under the
+// emulator).
+
 // A lane's codes of a 32-block as two words: elements 4s..4s+3 and 16+4s..16+4s+3 (s the
 // sub-lane), each byte one code (unsigned for Q4/Q5, signed for Q8_0).
 template <int T>
 __device__ __forceinline__ void q32_words(const uint8_t* b, int sub, int& lo, int& hi) {
   if constexpr (T == kQ8_0) {
-    lo = static_cast<int>(ld_u32(b + 2 + 4 * sub));
-    hi = static_cast<int>(ld_u32(b + 18 + 4 * sub));
+    lo = static_cast<int>(ld_u32_a2(b + 2 + 4 * sub));
+    hi = static_cast<int>(ld_u32_a2(b + 18 + 4 * sub));
   } else if constexpr (T == kQ4_0 || T == kQ4_1) {
-    const uint32_t w = ld_u32(b + (T == kQ4_0 ? 2 : 4) + 4 * sub);
+    const uint32_t w = T == kQ4_0 ? ld_u32_a2(b + 2 + 4 * sub) : ld_u32_a4(b + 4 + 4 * sub);
     lo = static_cast<int>(w & 0x0f0f0f0fu);
     hi = static_cast<int>((w >> 4) & 0x0f0f0f0fu);
   } else if constexpr (T == kQ5_0) {
-    const uint32_t qh = ld_u32(b + 2);
-    const uint32_t w = ld_u32(b + 6 + 4 * sub);
+    const uint32_t qh = ld_u32_a2(b + 2);
+    const uint32_t w = ld_u32_a2(b + 6 + 4 * sub);
     lo = static_cast<int>((w & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (4 * sub)) & 0xfu));
     hi = static_cast<int>(((w >> 4) & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (16 + 4 * sub)) & 0xfu));
   } else {
@@ -104,16 +110,22 @@ __device__ __forceinline__ void q32_words(const uint8_t* b, int sub, int& lo, in
 template <int T>
 __device__ __forceinline__ void k_words(const uint8_t* b, int sub, int* w) {
   if constexpr (T == kQ4_K) {
-    const uint8_t* qs = b + 16 + 32 * (sub / 2);
+    const uint8_t* qs = b + 16 + 32 * (sub / 2);  // 16-aligned: two 16-byte loads
     const int shift = 4 * (sub & 1);
-    for (int j = 0; j < 8; ++j) w[j] = static_cast<int>((ld_u32(qs + 4 * j) >> shift) & 0x0f0f0f0fu);
+    uint32_t v0[4], v1[4];
+    ld_u128_a16(qs, v0);
+    ld_u128_a16(qs + 16, v1);
+    for (int j = 0; j < 4; ++j) {
+      w[j] = static_cast<int>((v0[j] >> shift) & 0x0f0f0f0fu);
+      w[4 + j] = static_cast<int>((v1[j] >> shift) & 0x0f0f0f0fu);
+    }
   } else if constexpr (T == kQ6_K) {
     const int half = sub / 4, k = sub % 4;
     const uint8_t* ql = b + 64 * half + 32 * (k & 1);
     const uint8_t* qh = b + 128 + 32 * half;
     for (int j = 0; j < 8; ++j) {
-      const uint32_t lo = (ld_u32(ql + 4 * j) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
-      const uint32_t hi = (ld_u32(qh + 4 * j) >> (2 * k)) & 0x03030303u;
+      const uint32_t lo = (ld_u32_a2(ql + 4 * j) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+      const uint32_t hi = (ld_u32_a2(qh + 4 * j) >> (2 * k)) & 0x03030303u;
       w[j] = static_cast<int>(lo | (hi << 4));
     }
   } else {
@@ -127,6 +139,7 @@ __device__ __forceinline__ void k_words(const uint8_t* b, int sub, int* w) {
 // Four int8 activations (a block's element offsets are multiples of 4, rows of quantize_act
 // multiples of 32 bytes: aligned).
 __device__ __forceinline__ int ld_x4(const int8_t* p) {
+  check_aligned(p, 4);
 #if TANDEM_SIMT_EMULATED
   int v;
   std::memcpy(&v, p, sizeof v);  // host C++: no aliasing through int*
@@ -141,11 +154,11 @@ __device__ __forceinline__ int ld_x4(const int8_t* p) {
 template <int T>
 __device__ __forceinline__ int k_word4(const uint8_t* b, int e) {
   if constexpr (T == kQ4_K) {
-    return static_cast<int>((ld_u32(b + 16 + 32 * (e / 64) + e % 32) >> (4 * ((e / 32) & 1))) & 0x0f0f0f0fu);
+    return static_cast<int>((ld_u32_a4(b + 16 + 32 * (e / 64) + e % 32) >> (4 * ((e / 32) & 1))) & 0x0f0f0f0fu);
   } else if constexpr (T == kQ6_K) {
     const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-    const uint32_t lo = (ld_u32(b + 64 * half + 32 * (k & 1) + l) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
-    const uint32_t hi = (ld_u32(b + 128 + 32 * half + l) >> (2 * k)) & 0x03030303u;
+    const uint32_t lo = (ld_u32_a2(b + 64 * half + 32 * (k & 1) + l) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+    const uint32_t hi = (ld_u32_a2(b + 128 + 32 * half + l) >> (2 * k)) & 0x03030303u;
     return static_cast<int>(lo | (hi << 4));
   } else {
     return pack4(k_code<T>(b, e), k_code<T>(b, e + 1), k_code<T>(b, e + 2), k_code<T>(b, e + 3));

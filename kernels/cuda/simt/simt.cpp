@@ -45,13 +45,14 @@ tandem_simt_switch:
 #endif
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -589,3 +590,12 @@ void run_grid(const LaunchConfig& cfg, const std::function<void()>& body) {
 }
 
 }  // namespace tandem::simt::detail
+
+namespace tandem::simt {
+void misaligned(const void* p, unsigned bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  throw std::logic_error("simt: misaligned " + std::to_string(bytes) + "-byte load at " + buf +
+                         " (a GPU faults on it: the kernel assumed an alignment the data does not have)");
+}
+}  // namespace tandem::simt

@@ -183,6 +183,12 @@ inline dim3 as_dim3(size_t v) { return dim3(static_cast<unsigned>(v)); }
 #define blockDim (::tandem::simt::detail::block_dim())
 #define gridDim (::tandem::simt::detail::grid_dim())
 
+namespace tandem::simt {
+// Throws std::logic_error naming the address: what a GPU faults on (kernels/cuda/common.cuh's
+// aligned loads call it when an address is not a multiple of the load's width).
+[[noreturn]] void misaligned(const void* p, unsigned bytes);
+}  // namespace tandem::simt
+
 // ---- function attributes ---------------------------------------------------------------------
 // The one attribute kernels set: the dynamic shared memory a kernel may use above the 48 KiB
 // default. The emulator enforces both (std::invalid_argument at the launch, as CUDA's
