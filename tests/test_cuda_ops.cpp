@@ -537,6 +537,36 @@ TEST(CudaOps, MatmulSharedMatchesSingleMatmuls) {
   }
 }
 
+// Targets of one weight type share one launch (and one activation quantization), at both
+// kernels' token counts, with each target's own bits: q/k/v of Q4_K and Q6_K mixed, gate/up.
+TEST(CudaOps, MatmulSharedLaunchesOneKernelPerWeightType) {
+  for (int64_t N : {3, 40}) {
+    SCOPED_TRACE(N);
+    Dual d;
+    const int64_t C = 512;
+    auto x = d.f32(randn(N * C, 51), C);
+    const DType types[] = {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::Q4_K};
+    const int64_t rows[] = {70, 13, 13, 5};
+    std::vector<Dual::T> ws, ys;
+    for (int i = 0; i < 4; ++i) {
+      const auto blob = test::random_blocks(types[i], rows[i] * C, 80 + i);
+      ws.push_back(d.raw(types[i], C, rows[i], blob.data()));
+      ys.push_back(d.zeros(rows[i], N));
+    }
+    std::vector<Backend::MatmulTarget> tg;
+    for (int i = 0; i < 4; ++i) tg.push_back({ys[i].g, ws[i].g});
+    const int64_t before = cuda_launch_count(*d.gpu);
+    d.gpu->matmul_shared(x.g, tg.data(), 4);
+    // One quantization of x per block size (both 256 here), one launch per weight type.
+    EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 3);
+    for (int i = 0; i < 4; ++i) {
+      auto y = d.zeros(rows[i], N);
+      d.gpu->matmul(y.g, ws[i].g, x.g);
+      EXPECT_SAME_BITS(d.getg(y), d.getg(ys[i])) << i;
+    }
+  }
+}
+
 // From gemm_min_tokens tokens on: dequantized F32 tiles and a GEMM on the unquantized
 // activations (cuBLAS on a device, a host loop here), checked against a double reference
 // of the same product: C products summed in float, |error| <= C u sum|w x| (each way).

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/ops.hpp"
 
@@ -393,14 +394,13 @@ struct CudaBackend::QuantizedX {
   const float* d = nullptr;
 };
 
-void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
+ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
   require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
   require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
   require(w.layout == RowLayout::File, "matmul", "a weight packed for another backend");
   require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
   require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
-  const int64_t N = x.rows(), R = w.rows(), C = w.cols();
-  if (N == 0 || R == 0) return;
+  if (x.rows() == 0 || w.rows() == 0) return {nullptr, 0, 0, {nullptr, 0}};
   const uint8_t* wp = ptr(w, "matmul");
   if (quantized(w.type)) {
     // The kernels load block fields a word (or 16 bytes) at a time (kernels/cuda/qcodes.cuh):
@@ -412,50 +412,66 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
             std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
                 " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
   }
+  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst)};
+}
+
+// The activations of x as int8 blocks of `block` elements: quantized once per block size
+// and matmul_shared call (cache), in one scratch slot per block size so that q/k/v of mixed
+// quantizations keep both.
+void CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d) {
+  if (cache && cache->block == block) {
+    q = cache->q, d = cache->d;
+    return;
+  }
+  const int64_t N = x.rows(), C = x.cols();
+  const size_t qbytes = act_quant_codes_bytes(N, C);
+  uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
+  q = reinterpret_cast<int8_t*>(s);
+  d = reinterpret_cast<float*>(s + qbytes);
+  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block,
+                    const_cast<int8_t*>(q), const_cast<float*>(d));
+  launched("matmul (quantize activations)");
+  if (cache) *cache = {block, q, d};
+}
+
+void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
+  const ops::MatmulWeight mw = check_matmul(dst, w, x);
+  if (!mw.w) return;
+  const int64_t N = x.rows(), R = w.rows(), C = w.cols();
   const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
-  const ops::F32Rows y = rows_of(ptr(dst, "matmul"), dst);
   if (C == 0) {
-    for (int64_t t = 0; t < N; ++t) rt_->zero(y.p + t * y.ld, sizeof(float) * static_cast<size_t>(R));
+    for (int64_t t = 0; t < N; ++t) rt_->zero(mw.y.p + t * mw.y.ld, sizeof(float) * static_cast<size_t>(R));
     return;
   }
   if (gemm_on(N)) {
-    // Prefill: dequantize row tiles to F32 and multiply them with a GEMM.
+    // The opt-in path: dequantize row tiles to F32 and multiply them with a GEMM.
     require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
                                              " tokens or more) is not captured into graphs");
     const int64_t tile_rows = gemm_tile_rows(R, C);
     float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
     for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
       const int64_t nr = std::min(tile_rows, R - r0);
-      ops::dequant_rows(rt_->stream(), w.type, wp, w.row_stride(), r0, nr, C, tile);
+      ops::dequant_rows(rt_->stream(), w.type, mw.w, w.row_stride(), r0, nr, C, tile);
       launched("matmul (dequantize tile)");
-      gemm_->abt_f32(N, nr, C, xp, ld_of(x), tile, C, y.p + r0, y.ld);
+      gemm_->abt_f32(N, nr, C, xp, ld_of(x), tile, C, mw.y.p + r0, mw.y.ld);
     }
     return;
   }
+  launch_matmul(w.type, &mw, 1, x, cache);
+}
+
+void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache) {
+  const int64_t N = x.rows(), C = x.cols();
+  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
   const int8_t* q = nullptr;
   const float* d = nullptr;
-  if (quantized(w.type)) {
-    const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
-    if (cache && cache->block == block) {
-      q = cache->q;
-      d = cache->d;
-    } else {
-      // One scratch slot per block size, so q/k/v of mixed quantizations keep both.
-      const size_t qbytes = act_quant_codes_bytes(N, C);
-      uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
-      q = reinterpret_cast<int8_t*>(s);
-      d = reinterpret_cast<float*>(s + qbytes);
-      ops::quantize_act(rt_->stream(), xp, ld_of(x), N, C, block, const_cast<int8_t*>(q), const_cast<float*>(d));
-      launched("matmul (quantize activations)");
-      if (cache) *cache = {block, q, d};
-    }
-  }
+  if (quantized(t)) quantize_x(x, dtype_info(t).block_size == 256 ? 256 : 32, cache, q, d);
   if (q && N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), w.type, wp, w.row_stride(), R, C, q, d, N, y);
+    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), w.type, wp, w.row_stride(), R, C, xp, ld_of(x), q, d, N, y);
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N);
   launched("matmul");
 }
 
@@ -467,11 +483,29 @@ int64_t CudaBackend::max_capture_rows() const {
 
 void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
 
+// Targets of one weight type go out in one launch (up to ops::kMaxMatmulGroup): q/k/v and
+// gate/up of a layer are one kernel each where their types agree. Each row's arithmetic is
+// the single matmul's, so the results are its bits.
 void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
   QuantizedX q32, qk;
+  std::vector<char> done(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i) {
-    const bool k = dtype_info(targets[i].w.type).block_size == 256;
-    matmul_one(targets[i].dst, targets[i].w, x, k ? &qk : &q32);
+    if (done[static_cast<size_t>(i)]) continue;
+    const DType t = targets[i].w.type;
+    QuantizedX* cache = dtype_info(t).block_size == 256 ? &qk : &q32;
+    if (x.cols() == 0 || gemm_on(x.rows())) {
+      matmul_one(targets[i].dst, targets[i].w, x, cache);
+      continue;
+    }
+    ops::MatmulWeight ws[ops::kMaxMatmulGroup];
+    int n_w = 0;
+    for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
+      if (done[static_cast<size_t>(j)] || targets[j].w.type != t) continue;
+      done[static_cast<size_t>(j)] = 1;
+      const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
+      if (mw.w) ws[n_w++] = mw;
+    }
+    if (n_w > 0) launch_matmul(t, ws, n_w, x, cache);
   }
 }
 

@@ -25,6 +25,7 @@
 #include "kernels/graph_capture.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/runtime.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
@@ -136,6 +137,12 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void check_errors();
   struct QuantizedX;
   void matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache);
+  // The checks of a matmul; the weight's rows and the destination for the kernels (w null
+  // when there is nothing to compute).
+  ops::MatmulWeight check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x);
+  void quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d);
+  // One launch of the matmul kernels for matrices of type t sharing x.
+  void launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache);
 
   std::shared_ptr<DevicePool> pool_;
   DeviceRuntime* rt_;  // pool_->rt

@@ -50,17 +50,28 @@ void kv_store(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride,
 // backend does (symmetric, d = amax/127, codes rounded to nearest even): q [N][C] int8 and
 // d [N][C/block] float, block 32 (Q4_0..Q8_0) or 256 (K-quants).
 void quantize_act(Stream s, const float* x, int64_t ldx, int64_t n, int64_t c, int block, int8_t* q, float* d);
-// The small-M kernel: y[t][r] for t < n over every row of w; each weight row is read once
-// per 16 tokens. Float weights read x; quantized weights read (q, d) from quantize_act.
+// One weight matrix of a matmul launch: `rows` rows of w, w_stride bytes apart, into y.
+struct MatmulWeight {
+  const uint8_t* w;
+  size_t w_stride;
+  int64_t rows;
+  F32Rows y;
+};
+// Several matrices of one weight type and row length multiplied with the same activations
+// (q/k/v, gate/up of a layer) in one launch: each row's arithmetic is what a launch of its
+// matrix alone does, so the results are those of separate launches, bit for bit.
+constexpr int kMaxMatmulGroup = 4;
+// The small-M kernel: y[t][r] for t < n over every row of each w; each weight row is read
+// once per 16 tokens. Float weights read x; quantized weights read (q, d) from quantize_act.
 // The result of a (t, r) pair does not depend on n (batch invariance); for quantized
 // weights it is the CPU's scalar reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
 constexpr int kSmallMTokens = 16;
-void matmul_small(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
-                  const float* x, int64_t ldx, const int8_t* q, const float* d, int64_t n, F32Rows y);
+void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
+                  const int8_t* q, const float* d, int64_t n);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
-void matmul_mma(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
-                const int8_t* q, const float* d, int64_t n, F32Rows y);
+void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
+                int64_t n);
 // Rows [r0, r0 + nr) of w dequantized to F32 into tile (row-major, cols wide).
 void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
                   float* tile);

@@ -16,6 +16,7 @@
 // m16n8k32 per block; Q4_K and Q5_K (one scale per 32) one per 32 elements; Q2_K, Q3_K and
 // Q6_K (one scale per 16) one m16n8k16 per 16 elements. Integer sums over the groups of a
 // K-quant block are exact (int32 holds them), then one float contribution per block.
+#include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qcodes.cuh"
@@ -29,14 +30,11 @@ constexpr int kBlockTokens = 8 * kTiles;
 constexpr uint32_t kOnes = 0x01010101u;
 
 struct MmaArgs {
-  const uint8_t* w;
-  size_t w_stride;
-  int64_t rows, cols;
+  dev::MatmulGroup g;
+  int64_t cols;
   const int8_t* q;  // activation codes [n][cols] and scales [n][cols / block]
   const float* d;
   int64_t n;
-  float* y;
-  int64_t ldy;
 };
 
 template <int T>
@@ -47,12 +45,16 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   constexpr int qk = dev::Geo<T>::qk, bytes = dev::Geo<T>::bytes;
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   const int gid = lane / 4, tid = lane % 4;
-  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * 16;
-  if (r0 >= a.rows) return;  // the whole warp leaves together
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  const int64_t rows = a.g.rows[m_of];
+  const int64_t r0 = (static_cast<int64_t>(bx) * kWarps + warp) * 16;
+  if (r0 >= rows) return;  // the whole warp leaves together
   // This lane's rows of the A fragment and of the results: gid and gid + 8 of the tile.
-  int64_t row[2] = {r0 + gid, r0 + gid + 8};
+  const int64_t row[2] = {r0 + gid, r0 + gid + 8};
   const uint8_t* wrow[2];
-  for (int h = 0; h < 2; ++h) wrow[h] = a.w + static_cast<size_t>(row[h] < a.rows ? row[h] : r0) * a.w_stride;
+  for (int h = 0; h < 2; ++h)
+    wrow[h] = a.g.w[m_of] + static_cast<size_t>(row[h] < rows ? row[h] : r0) * a.g.w_stride[m_of];
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBlockTokens;
   const int n_tiles = static_cast<int>((a.n - t0 + 7) / 8 < kTiles ? (a.n - t0 + 7) / 8 : kTiles);
   const int64_t nb = a.cols / qk;
@@ -151,18 +153,18 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   for (int j = 0; j < n_tiles; ++j)
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
-      if (t < a.n && row[i / 2] < a.rows) a.y[t * a.ldy + row[i / 2]] = qk == 32 ? acc[j][i] + off[j][i] : acc[j][i];
+      if (t < a.n && row[i / 2] < rows)
+        a.g.y[m_of][t * a.g.ldy[m_of] + row[i / 2]] = qk == 32 ? acc[j][i] + off[j][i] : acc[j][i];
     }
 }
 
 }  // namespace
 
-void ops::matmul_mma(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
-                     const int8_t* q, const float* d, int64_t n, F32Rows y) {
-  if (rows == 0 || n == 0) return;
-  const MmaArgs a{w, w_stride, rows, cols, q, d, n, y.p, y.ld};
-  const dim3 grid(static_cast<unsigned>((rows + 16 * kWarps - 1) / (16 * kWarps)),
-                  static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
+void ops::matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
+                     int64_t n) {
+  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps), cols, q, d, n};
+  if (a.g.first_block[n_w] == 0 || n == 0) return;
+  const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
   dev::dispatch_wtype(t, [&](auto wt) {
     constexpr int T = decltype(wt)::value;
     if constexpr (dev::Geo<T>::qk > 1)

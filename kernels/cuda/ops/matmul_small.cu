@@ -18,8 +18,9 @@
 //
 // Float weights: lane l owns columns l, l+32, ...; each lane keeps one partial sum per
 // token and the 32 partials are added in a fixed tree (dev::tree_sum32).
-#include "kernels/cuda/qcodes.cuh"
+#include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/ops.hpp"
+#include "kernels/cuda/qcodes.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
@@ -28,16 +29,13 @@ constexpr int kWarps = 4;
 constexpr int kMT = ops::kSmallMTokens;
 
 struct MatmulArgs {
-  const uint8_t* w;
-  size_t w_stride;
-  int64_t rows, cols;
+  dev::MatmulGroup g;
+  int64_t cols;
   const float* x;  // float weights
   int64_t ldx;
   const int8_t* q;  // quantized weights: codes [n][cols] and scales [n][cols/block]
   const float* d;
   int64_t n;
-  float* y;
-  int64_t ldy;
 };
 
 // The sum of v over the `lanes` lanes sharing a block (aligned groups: xor stays inside).
@@ -54,11 +52,15 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   __shared__ float red[kWarps][kMT][dev::kWarp];    // float weights: the lanes' partial sums
   __shared__ float part[kWarps][kMT][groups][2];    // quantized: a round's block contributions
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (r >= a.rows) return;  // the whole warp leaves together
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  const int64_t r = static_cast<int64_t>(bx) * kWarps + warp;
+  if (r >= a.g.rows[m_of]) return;  // the whole warp leaves together
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMT;
   const int mt = static_cast<int>(a.n - t0 < kMT ? a.n - t0 : kMT);
-  const uint8_t* wr = a.w + static_cast<size_t>(r) * a.w_stride;
+  const uint8_t* wr = a.g.w[m_of] + static_cast<size_t>(r) * a.g.w_stride[m_of];
+  float* const y = a.g.y[m_of];
+  const int64_t ldy = a.g.ldy[m_of];
   if constexpr (qk == 1) {
     float acc[kMT];
     for (int m = 0; m < kMT; ++m) acc[m] = 0.0f;
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
     for (int m = 0; m < kMT; ++m)
       if (m < mt) red[warp][m][lane] = acc[m];
     __syncwarp();
-    if (lane < mt) a.y[(t0 + lane) * a.ldy + r] = dev::tree_sum32(red[warp][lane]);
+    if (lane < mt) y[(t0 + lane) * ldy + r] = dev::tree_sum32(red[warp][lane]);
   } else {
     constexpr int ones = 0x01010101;
     const int g = lane / lanes, sub = lane % lanes;
@@ -142,17 +144,17 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
       }
       __syncwarp();  // the next round's contributions overwrite these
     }
-    if (lane < mt) a.y[(t0 + lane) * a.ldy + r] = qk == 32 ? acc + off : acc;
+    if (lane < mt) y[(t0 + lane) * ldy + r] = qk == 32 ? acc + off : acc;
   }
 }
 
 }  // namespace
 
-void ops::matmul_small(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
-                       const float* x, int64_t ldx, const int8_t* q, const float* d, int64_t n, F32Rows y) {
-  if (rows == 0 || n == 0) return;
-  const MatmulArgs a{w, w_stride, rows, cols, x, ldx, q, d, n, y.p, y.ld};
-  const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps), static_cast<unsigned>((n + kMT - 1) / kMT));
+void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
+                       const int8_t* q, const float* d, int64_t n) {
+  const MatmulArgs a{dev::make_group(ws, n_w, kWarps), cols, x, ldx, q, d, n};
+  if (a.g.first_block[n_w] == 0 || n == 0) return;
+  const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
   dev::dispatch_wtype(t, [&](auto wt) {
     TANDEM_LAUNCH(matmul_small_kernel<decltype(wt)::value>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
   });

@@ -1,0 +1,42 @@
+// The matrices of one grouped matmul launch (ops::MatmulWeight, up to kMaxMatmulGroup) as a
+// kernel argument: grid.x runs over each matrix's blocks of rows in turn, and a block finds
+// its matrix from the prefix of block counts. Everything else a kernel does is per matrix,
+// so a row's result is what a launch of its matrix alone computes.
+#pragma once
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS::dev {
+
+struct MatmulGroup {
+  const uint8_t* w[ops::kMaxMatmulGroup];
+  size_t w_stride[ops::kMaxMatmulGroup];
+  int64_t rows[ops::kMaxMatmulGroup];
+  float* y[ops::kMaxMatmulGroup];
+  int64_t ldy[ops::kMaxMatmulGroup];
+  unsigned first_block[ops::kMaxMatmulGroup + 1];  // grid.x blocks before matrix g
+  int n = 0;
+};
+
+// Host side: the group of `n_w` matrices with `rows_per_block` rows per block.
+inline MatmulGroup make_group(const ops::MatmulWeight* ws, int n_w, int64_t rows_per_block) {
+  MatmulGroup g;
+  g.n = n_w;
+  g.first_block[0] = 0;
+  for (int i = 0; i < n_w; ++i) {
+    g.w[i] = ws[i].w, g.w_stride[i] = ws[i].w_stride, g.rows[i] = ws[i].rows;
+    g.y[i] = ws[i].y.p, g.ldy[i] = ws[i].y.ld;
+    g.first_block[i + 1] = g.first_block[i] + static_cast<unsigned>((ws[i].rows + rows_per_block - 1) / rows_per_block);
+  }
+  return g;
+}
+
+// The matrix of this block and the block's index within it.
+__device__ __forceinline__ int group_member(const MatmulGroup& g, unsigned bx, unsigned& local) {
+  int m = 0;
+  while (m + 1 < g.n && bx >= g.first_block[m + 1]) ++m;
+  local = bx - g.first_block[m];
+  return m;
+}
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS::dev
