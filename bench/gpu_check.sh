@@ -3,7 +3,21 @@
 # for ~15 minutes, finishing in <= 8 minutes. Writes JSON, logs and a table into the
 # results folder given as its argument.
 #
-#   bench/gpu_check.sh RESULTS_DIR
+#   bench/gpu_check.sh [--dry-run] RESULTS_DIR [PACK_DIR]
+#
+# PACK_DIR (the device tool's $OUT, which brings back at most 8 files): summary.md,
+# summary.json, log.txt and results.tar.gz (everything in RESULTS_DIR) are copied there.
+#
+# On a lent machine (bare: nvcc, CMake, ninja, PyTorch, the driver; no Debian packages, no
+# network) it runs the binaries of scripts/gpu_bundle.sh, carried in build/gpu-bundle with
+# the shared libraries they need (TANDEM_CUDA_BUILD picks another build). Real GGUFs do not
+# travel: where $TANDEM_MODELS lacks them, random-weight models of the same shapes and
+# weight types are written first (tandem_make_fixture --shape) and timed instead; the
+# summary says which were used.
+#
+# --dry-run: the same script on a machine without a GPU, to prove it before a device run:
+# everything on the emulated backend (cuda-emulated), small shapes, tiny models, no
+# nvidia-smi or compute-sanitizer.
 #
 # Steps (each with its own time limit; a failing step is recorded and the next one runs):
 #   1. device facts (nvidia-smi)
@@ -33,12 +47,24 @@
 # A step that did not run (no models, no torch, out of time) is listed in the summary.
 set -uo pipefail
 
-OUT=${1:?usage: bench/gpu_check.sh RESULTS_DIR}
+DRY=0
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
+OUT=${1:?usage: bench/gpu_check.sh [--dry-run] RESULTS_DIR [PACK_DIR]}
+PACK=${2:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${TANDEM_CUDA_BUILD:-$ROOT/build/cuda}
+if [ -n "${TANDEM_CUDA_BUILD:-}" ]; then BUILD=$(cd "$TANDEM_CUDA_BUILD" && pwd)
+elif [ -d "$ROOT/build/gpu-bundle" ]; then BUILD=$ROOT/build/gpu-bundle
+else BUILD=$ROOT/build/cuda; fi
 MODELS=${TANDEM_MODELS:-$HOME/.cache/tandem/models}
+DEVICE=cuda
+SIZE_ARGS=()
+if [ "$DRY" = 1 ]; then DEVICE=cuda-emulated; SIZE_ARGS=(--small); fi
+# The bundle's own libraries first, then the machine's cuBLAS (the toolkit's, or PyTorch's
+# nvidia-cublas wheel).
+CUBLAS_DIRS=$(python3 -c 'import glob, os, nvidia; print(":".join(glob.glob(os.path.join(list(nvidia.__path__)[0], "cu*", "lib")) + glob.glob(os.path.join(list(nvidia.__path__)[0], "cublas", "lib"))))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$BUILD/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${CUBLAS_DIRS:+:$CUBLAS_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 START=$(date +%s)
 SUMMARY="$OUT/summary.json"
 TABLE="$OUT/summary.md"
@@ -65,24 +91,28 @@ step() {
 }
 
 # 1. device
-step device 30 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv
-nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
+if [ "$DRY" = 1 ]; then
+  step device 30 echo "dry run: no device, the emulated backend"
+else
+  step device 30 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv
+  nvidia-smi -q >"$OUT/nvidia-smi-q.txt" 2>&1 || true
+fi
 
 # 2. build. Carried binaries need this machine's driver to support the toolkit they were
 # built with (CUDA 13: driver >= 580) and libcudart/libcublas .so.13 on the loader path; a
 # one-line probe (bench_cuda opening the device) decides, else the CUDA targets are built
 # here with this machine's nvcc.
 BINS=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_cuda_sampling tests/test_simt
-      tests/test_cuda_graph tests/test_cuda_graph_forward bench/bench_cuda)
+      tests/test_cuda_graph tests/test_cuda_graph_forward bench/bench_cuda tandem_make_fixture)
 have_bins() { for b in "${BINS[@]}"; do [ -x "$1/$b" ] || return 1; done; }
-probe() { "$1/bench/bench_cuda" --device cuda --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
+probe() { "$1/bench/bench_cuda" --device "$DEVICE" --gpu-mem 64M --small >"$OUT/probe.out" 2>&1; }
 build_here() {
   BUILD=$ROOT/build/cuda-here
   step configure 60 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DTANDEM_CUDA_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="80-real;90-real;90-virtual" \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc)"
   step build 240 ninja -C "$BUILD" -j16 test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt \
-    test_cuda_graph test_cuda_graph_forward bench_cuda tandem
+    test_cuda_graph test_cuda_graph_forward bench_cuda tandem tandem_make_fixture
 }
 if have_bins "$BUILD" && probe "$BUILD"; then
   log "build: reusing $BUILD ($(head -c 200 "$OUT/probe.out"))"
@@ -92,7 +122,7 @@ else
 fi
 
 # 3. tests on the device
-export TANDEM_CUDA_TEST_DEVICE=1
+[ "$DRY" = 1 ] || export TANDEM_CUDA_TEST_DEVICE=1
 step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/test_cuda_ops.json"
 step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
 step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
@@ -105,7 +135,9 @@ TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cu
 
 # 4. compute-sanitizer on the small cases
 SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps.MatmulShared*:CudaOps.MatmulGemm*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.PagedAttentionSlidingWindowAndSoftcap:CudaOps.PagedAttentionRejectsBadTables'
-if command -v compute-sanitizer >/dev/null; then
+if [ "$DRY" = 1 ]; then
+  log "dry run: compute-sanitizer skipped"
+elif command -v compute-sanitizer >/dev/null; then
   step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" --gtest_filter="$SMALL"
   step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
@@ -122,24 +154,49 @@ fi
 unset TANDEM_CUDA_TEST_DEVICE
 
 # 5. benchmarks
-step bench_ops 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --ops --reps 20
+step bench_ops 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --ops --reps 20 "${SIZE_ARGS[@]}"
 cp "$OUT/bench_ops.out" "$OUT/bench_ops.json" 2>/dev/null || true
 # The quantized matmul from 1 to 512 tokens: tensor cores (the default, batch invariant) and
 # the opt-in dequantize + cuBLAS SGEMM path for every M, side by side.
-step bench_gemm 90 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --gemm --reps 10
+step bench_gemm 90 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --gemm --reps 10 "${SIZE_ARGS[@]}"
 cp "$OUT/bench_gemm.out" "$OUT/bench_gemm.json" 2>/dev/null || true
-step bench_gemm_cublas 90 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 8G --gemm --reps 10 --gemm-min-tokens 1
+step bench_gemm_cublas 90 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --gemm --reps 10 --gemm-min-tokens 1 \
+  "${SIZE_ARGS[@]}"
 cp "$OUT/bench_gemm_cublas.out" "$OUT/bench_gemm_cublas.json" 2>/dev/null || true
+# Real GGUFs where $MODELS has them, else random-weight twins of their shapes and types
+# under the same names (in a dry run: tiny ones).
+TWINS=${TANDEM_GPU_CHECK_MODELS:-/tmp/tandem-gpu-check-models}
+declare -A SHAPE=([qwen2.5-coder-1.5b-instruct-q4_k_m.gguf]=qwen2.5-coder-1.5b
+                  [qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]=qwen2.5-coder-0.5b
+                  [smollm2-135m-instruct-q4_1.gguf]=smollm2-135m)
+RANDOM_WEIGHTS=0
+for f in "${!SHAPE[@]}"; do
+  [ -f "$MODELS/$f" ] && [ "$DRY" = 0 ] && continue
+  RANDOM_WEIGHTS=1
+  mkdir -p "$TWINS"
+  shape=${SHAPE[$f]}
+  [ "$DRY" = 1 ] && shape=tiny
+  step "twin_${SHAPE[$f]}" 120 "$BUILD/tandem_make_fixture" --shape "$shape" "$TWINS/$f"
+done
+if [ "$RANDOM_WEIGHTS" = 1 ]; then
+  for f in "${!SHAPE[@]}"; do [ -f "$TWINS/$f" ] || { [ -f "$MODELS/$f" ] && ln -sf "$MODELS/$f" "$TWINS/$f"; }; done
+  MODELS=$TWINS
+  echo '{"random_weights": true}' >"$OUT/models.json"
+  log "models: random-weight twins of the real shapes in $TWINS"
+fi
+export TANDEM_MODELS=$MODELS
+CTX=256
+[ "$DRY" = 1 ] && CTX=32
 for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf smollm2-135m-instruct-q4_1.gguf; do
   [ -f "$MODELS/$f" ] || { log "model $f not in $MODELS: skipped"; continue; }
   [ "$(elapsed)" -lt 420 ] || { log "time budget: skipping $f"; continue; }
   name="bench_model_${f%%.gguf}"
-  step "$name" 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 16G -m "$MODELS/$f" --ctx 256 --nmax 16 --reps 5
+  step "$name" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
   cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null || true
   # Batch-1 decode is a graphed pass (docs/cuda.md, "CUDA graphs"); the small models again without.
   case $f in qwen2.5-coder-0.5b*|smollm2*)
-    TANDEM_CUDA_GRAPHS=0 step "${name}_graphs_off" 60 "$BUILD/bench/bench_cuda" --device cuda --gpu-mem 16G \
-      -m "$MODELS/$f" --ctx 256 --nmax 1 --reps 20
+    TANDEM_CUDA_GRAPHS=0 step "${name}_graphs_off" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G \
+      -m "$MODELS/$f" --ctx "$CTX" --nmax 1 --reps 20
     cp "$OUT/${name}_graphs_off.out" "$OUT/${name}_graphs_off.json" 2>/dev/null || true ;;
   esac
 done
@@ -152,9 +209,9 @@ PROMPTS=("def quicksort(arr):" "Write a Python function that parses an ISO 8601 
 if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 440 ]; then
   i=0
   for p in "${PROMPTS[@]}"; do
-    step "engine_plain_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device cuda --gpu-mem 8G -n 128 --temp 0 \
+    step "engine_plain_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device "$DEVICE" --gpu-mem 8G -n 128 --temp 0 \
       --draft none --json -p "$p"
-    step "engine_spec_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device cuda --gpu-mem 8G -n 128 \
+    step "engine_spec_$i" 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device "$DEVICE" --gpu-mem 8G -n 128 \
       --temp 0 --draft model --draft-max 4 --json -p "$p"
     i=$((i + 1))
   done
@@ -164,7 +221,7 @@ fi
 
 # 7. the peers' figure: HF transformers assisted generation on the same pair and prompts
 #    (torch and transformers are in the device image; gguf_file= also needs the gguf module).
-if [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 330 ]; then
+if [ "$RANDOM_WEIGHTS" = 0 ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 330 ]; then
   if python3 -c "import torch, transformers, gguf" > "$OUT/hf_probe.out" 2>&1; then
     step hf_assisted 120 python3 "$ROOT/bench/hf_assisted.py" --target "$TARGET" --draft "$DRAFT" -n 128 \
       --device cuda --json "$OUT/hf_assisted.json" -p "${PROMPTS[0]}" -p "${PROMPTS[1]}" -p "${PROMPTS[2]}"
@@ -175,7 +232,7 @@ fi
 
 # 8. the server on the GPU at 1/2/8/32/128 streams, greedy and sampled, speculation off and
 #    under the step budget (bench/serve_matrix.py).
-if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 400 ]; then
+if [ "$RANDOM_WEIGHTS" = 0 ] && [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(elapsed)" -lt 400 ]; then
   step serve_matrix 150 python3 "$ROOT/bench/serve_matrix.py" --tandem "$BUILD/apps/tandem" --pair qwen \
     --concurrency 1,2,8,32,128 --temperatures 0,0.8 --categories all --max-tokens 64 --waves 1 -t 4 \
     --policies goodput --out "$OUT/serve_matrix.json" --server-args "--device cuda --gpu-mem 24G --kv-mem 8GiB"
@@ -218,10 +275,15 @@ def read_json(name):
     except Exception:
         return None
 hf, serve = read_json("hf_assisted.json"), read_json("serve_matrix.json")
+random_weights = bool((read_json("models.json") or {}).get("random_weights"))
 summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "hf_assisted": hf, "serve": serve,
+           "random_weight_models": random_weights,
            "not_run": [n for n, v in (("HF assisted generation", hf), ("server at 1/8/32/128 streams", serve)) if v is None]}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
 with open(os.path.join(out, "summary.md"), "w") as t:
+    if random_weights:
+        t.write("models: random-weight twins of the real shapes and weight types (speeds only; "
+                "acceptance and speculation figures mean nothing)\n\n")
     t.write("| step | rc | s |\n|---|---|---|\n")
     for s in steps:
         t.write(f"| {s['step']} | {s['rc']} | {s['seconds']} |\n")
@@ -276,3 +338,8 @@ with open(os.path.join(out, "summary.md"), "w") as t:
 print(open(os.path.join(out, "summary.md")).read())
 PY
 log "done in $(elapsed)s; results in $OUT"
+if [ -n "$PACK" ]; then
+  mkdir -p "$PACK"
+  tar czf "$PACK/results.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+  cp "$OUT/summary.md" "$OUT/summary.json" "$OUT/log.txt" "$PACK/" 2>/dev/null || true
+fi

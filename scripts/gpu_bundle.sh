@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Packs what bench/gpu_check.sh needs to run on a lent GPU machine, which has nvcc, CMake,
+# ninja, PyTorch and the NVIDIA driver but none of the Debian packages tandem builds
+# against (spdlog, fmt, Boost, PCRE2, GTest) and cannot fetch them:
+#
+#   scripts/gpu_bundle.sh [BUILD_DIR] [BUNDLE_DIR]
+#
+# BUILD_DIR (default build/release) must be a build with the CUDA backend (nvcc found at
+# configure time; sm_80 and sm_90 code, no -march=native). The CUDA test and benchmark
+# binaries, `tandem` and `tandem_make_fixture` are built there, copied stripped into
+# BUNDLE_DIR (default build/gpu-bundle) in the build's layout (tests/, bench/, apps/), with
+# every shared library they need that is neither the C/C++ runtime nor the CUDA driver,
+# cuBLAS or cuBLASLt (the machine's own) in BUNDLE_DIR/lib. The device tool carries one
+# folder of at most 64 MiB with the source tree: the script fails above 56 MiB.
+#
+#   device run: carry ["build/gpu-bundle"], command
+#     TANDEM_CUDA_BUILD=build/gpu-bundle bash bench/gpu_check.sh $OUT
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$ROOT/build/release}
+BUNDLE=${2:-$ROOT/build/gpu-bundle}
+TARGETS=(test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt test_cuda_graph
+         test_cuda_graph_forward bench_cuda tandem tandem_make_fixture)
+
+[ -f "$BUILD/kernels/cuda/libtandem_cuda_device.a" ] || {
+  echo "gpu_bundle: $BUILD has no CUDA device build (configure with -DTANDEM_CUDA=ON and nvcc on the PATH)" >&2
+  exit 1
+}
+cmake --build "$BUILD" --target "${TARGETS[@]}" >/dev/null
+rm -rf "$BUNDLE"
+mkdir -p "$BUNDLE/lib"
+declare -a BINS=()
+for t in "${TARGETS[@]}"; do
+  f=$(find "$BUILD" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1)
+  [ -n "$f" ] || { echo "gpu_bundle: $t not built in $BUILD" >&2; exit 1; }
+  rel=${f#"$BUILD"/}
+  mkdir -p "$BUNDLE/$(dirname "$rel")"
+  strip --strip-unneeded -o "$BUNDLE/$rel" "$f"
+  BINS+=("$BUNDLE/$rel")
+done
+# Shared libraries to carry: everything ldd resolves except the C/C++ runtime, the loader
+# and the libraries the GPU machine brings (driver, cuBLAS, cuBLASLt).
+ldd "${BINS[@]}" 2>/dev/null | awk '/=> \//{print $1, $3}' | sort -u | while read -r name path; do
+  case $name in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libgcc_s.so*|libstdc++.so*|ld-linux*|libcuda.so*|libcublas.so*|libcublasLt.so*) ;;
+    *) cp -L "$path" "$BUNDLE/lib/$name" ;;
+  esac
+done
+size=$(du -sm "$BUNDLE" | cut -f1)
+echo "gpu_bundle: $BUNDLE: ${#BINS[@]} binaries, $(ls "$BUNDLE/lib" | wc -l) libraries ($(ls "$BUNDLE/lib" | tr '\n' ' ')), ${size} MiB"
+[ "$size" -le 56 ] || { echo "gpu_bundle: ${size} MiB is more than the device run can carry with the tree" >&2; exit 1; }
