@@ -169,6 +169,28 @@ class Backend {
   // Write k, v ([n_tokens, n_kv_heads*head_dim], F32) into the cache at meta.slot_mapping.
   virtual void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v,
                         const PagedAttnMeta& meta) = 0;
+
+  // ---- fused steps (defaults: the ops above, in order; a backend may do one in fewer
+  //      passes, with exactly the same bits) ---------------------------------------------
+  // A layer's attention inputs after its q/k/v projections, in place: the biases added to
+  // q, k and v (those given), each head of q and k RMS-normed by q_norm / k_norm (those
+  // given: Gemma 3), q and k rotated, k and v written into the cache at meta.slot_mapping.
+  // The default: add, add, add, rms_norm, rms_norm, rope, rope, kv_store.
+  struct AttnInputs {
+    Tensor q, k, v;        // [n_tokens, n_heads * head_dim], [n_tokens, n_kv_heads * head_dim] (both)
+    Tensor bq, bk, bv;     // biases; buf null: none
+    Tensor q_norm, k_norm; // per-head norm weights [head_dim]; buf null: none
+    float norm_eps = 0.0f;
+    Tensor positions;      // [n_tokens] I32
+    int n_heads = 0, n_kv_heads = 0, head_dim = 0, rope_dims = 0;
+    float theta = 0.0f;
+    RopeStyle style = RopeStyle::Normal;
+  };
+  virtual void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta);
+  // dst += matmul(w, x): a residual connection. tmp (dst's shape, F32) is the default's
+  // workspace: matmul(tmp, w, x), then add(dst, dst, tmp).
+  virtual void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp);
+
   // Causal attention of q [n_tokens, n_heads*head_dim] over the cached keys/values of each
   // token's sequence, positions 0..positions[t] inclusive (keys of this batch already
   // stored). GQA: head h reads kv head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads*head_dim].

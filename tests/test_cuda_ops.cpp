@@ -331,6 +331,74 @@ TEST(CudaOps, KvStoreF32AndF16BitIdentical) {
   }
 }
 
+// The fused attention inputs (one launch: biases, rope of q and k, the KV store) give the bits
+// of the ops one by one (Backend::attention_inputs, the default), on every variant the models
+// use: Qwen2's biases or none, NeoX or normal rotation, partial rotary dims, F16 or F32
+// caches, GQA; a slot outside the cache is still reported.
+TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
+  struct Case {
+    bool biases;
+    RopeStyle style;
+    int rope_dims;
+    DType cache;
+  };
+  for (const Case& c : {Case{true, RopeStyle::NeoX, 16, DType::F16}, Case{false, RopeStyle::Normal, 16, DType::F32},
+                        Case{true, RopeStyle::Normal, 8, DType::F32}, Case{false, RopeStyle::NeoX, 12, DType::F16}}) {
+    SCOPED_TRACE(std::to_string(c.biases) + " " + std::to_string(c.rope_dims) + " " + dtype_name(c.cache));
+    Dual d;
+    const int nh = 6, nkv = 2, hd = 16, n = 5, slots = 12;
+    Tensor kc[2], vc[2], q[2], k[2], v[2];
+    std::vector<Dual::T> keep;
+    for (int r = 0; r < 2; ++r) {  // 0: fused, 1: the default's ops
+      keep.push_back(d.raw(c.cache, nkv * hd, slots, nullptr));
+      kc[r] = keep.back().g;
+      keep.push_back(d.raw(c.cache, nkv * hd, slots, nullptr));
+      vc[r] = keep.back().g;
+      d.gpu->fill_zero(kc[r]), d.gpu->fill_zero(vc[r]);
+      keep.push_back(d.f32(randn(n * nh * hd, 20, 3.0f), nh * hd));
+      q[r] = keep.back().g;
+      keep.push_back(d.f32(randn(n * nkv * hd, 21, 3.0f), nkv * hd));
+      k[r] = keep.back().g;
+      keep.push_back(d.f32(randn(n * nkv * hd, 22), nkv * hd));
+      v[r] = keep.back().g;
+    }
+    auto bq = d.f32(randn(nh * hd, 23), nh * hd), bk = d.f32(randn(nkv * hd, 24), nkv * hd),
+         bv = d.f32(randn(nkv * hd, 25), nkv * hd);
+    auto pos = d.i32({0, 7, 300, 4095, 65000}, n);
+    auto sm = d.i32({3, 0, 11, 6, 1}, n);
+    PagedAttnMeta meta;
+    meta.slot_mapping = sm.g;
+    for (int r = 0; r < 2; ++r) {
+      Backend::AttnInputs a;
+      a.q = q[r], a.k = k[r], a.v = v[r];
+      if (c.biases) a.bq = bq.g, a.bk = bk.g, a.bv = bv.g;
+      a.positions = pos.g;
+      a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims;
+      a.theta = 1e6f, a.style = c.style;
+      const int64_t before = cuda_launch_count(*d.gpu);
+      if (r == 0) d.gpu->attention_inputs(a, {kc[r], vc[r]}, meta);
+      else d.gpu->Backend::attention_inputs(a, {kc[r], vc[r]}, meta);
+      EXPECT_EQ(cuda_launch_count(*d.gpu) - before, r == 0 ? 1 : (c.biases ? 6 : 3));
+    }
+    auto get = [&](const Tensor& t) {
+      std::vector<uint8_t> b(t.bytes());
+      d.gpu->download(b.data(), t, b.size());
+      return b;
+    };
+    EXPECT_EQ(get(q[0]), get(q[1]));
+    EXPECT_EQ(get(k[0]), get(k[1]));
+    EXPECT_EQ(get(kc[0]), get(kc[1]));
+    EXPECT_EQ(get(vc[0]), get(vc[1]));
+    auto bad = d.i32({3, 0, 12, 6, 1}, n);
+    meta.slot_mapping = bad.g;
+    Backend::AttnInputs a;
+    a.q = q[0], a.k = k[0], a.v = v[0], a.positions = pos.g;
+    a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims, a.theta = 1e6f;
+    d.gpu->attention_inputs(a, {kc[0], vc[0]}, meta);
+    EXPECT_THROW(d.gpu->synchronize(), std::out_of_range);
+  }
+}
+
 // ---- matmul -----------------------------------------------------------------------------------
 
 // Byte ranges holding the codes of a block: zeroing them leaves each element at its
@@ -567,6 +635,29 @@ TEST(CudaOps, MatmulSharedLaunchesOneKernelPerWeightType) {
   }
 }
 
+// The residual add in the matmul's epilogue (one launch less) gives add(dst, dst, matmul)'s
+// bits, through both quantized kernels and the float one.
+TEST(CudaOps, MatmulResidualGivesTheBitsOfMatmulThenAdd) {
+  for (DType t : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::BF16}) {
+    for (int64_t N : {1, 3, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
+      Dual d;
+      const int64_t C = 512, R = 37;
+      const auto blob = test::random_blocks(t, R * C, 90);
+      auto w = d.raw(t, C, R, blob.data());
+      auto x = d.f32(randn(N * C, 91), C);
+      const auto resid = randn(N * R, 92, 4.0f);
+      auto fused = d.f32(resid, R), plain = d.f32(resid, R), tmp = d.zeros(R, N);
+      const int64_t before = cuda_launch_count(*d.gpu);
+      d.gpu->matmul_residual(fused.g, w.g, x.g, tmp.g);
+      const int64_t fused_launches = cuda_launch_count(*d.gpu) - before;
+      d.gpu->Backend::matmul_residual(plain.g, w.g, x.g, tmp.g);
+      EXPECT_EQ(cuda_launch_count(*d.gpu) - before - fused_launches, fused_launches + 1);
+      EXPECT_SAME_BITS(d.getg(fused), d.getg(plain));
+    }
+  }
+}
+
 // From gemm_min_tokens tokens on: dequantized F32 tiles and a GEMM on the unquantized
 // activations (cuBLAS on a device, a host loop here), checked against a double reference
 // of the same product: C products summed in float, |error| <= C u sum|w x| (each way).
@@ -604,6 +695,7 @@ struct AttnCase {
   int n_heads = 4, n_kv = 2, hd = 16, bs = 4;
   std::vector<int> lens = {7, 13};
   std::vector<int> n_new = {3, 1};
+  int pad_cols = 0;  // block-table columns beyond the longest sequence's (unused entries)
 };
 
 // Sequences with scrambled block tables, the new tokens at their ends, the same cache on
@@ -621,6 +713,7 @@ struct AttnProblem {
     const int kvw = c.n_kv * c.hd, n_seq = static_cast<int>(c.lens.size());
     for (int l : c.lens) bt_cols = std::max(bt_cols, (l + c.bs - 1) / c.bs);
     const int n_blocks = bt_cols * n_seq + 3;
+    bt_cols += c.pad_cols;
     std::vector<int32_t> free(n_blocks);
     std::iota(free.begin(), free.end(), 0);
     std::shuffle(free.begin(), free.end(), std::mt19937(5));
@@ -745,6 +838,33 @@ TEST(CudaOps, PagedAttentionIsBatchInvariant) {
   for (size_t t = 0; t < pr.pos.size(); ++t) {
     const auto one = pr.run(true, t, t + 1);
     ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+  }
+}
+
+// A table too narrow for two spans of 512 positions lets the span kernel write the outputs
+// itself (one launch instead of two): the same bits as the merge kernel gives the same
+// tokens under a table wide enough to need it.
+TEST(CudaOps, PagedAttentionSingleSpanOutputsEqualTheMergedOnes) {
+  for (DType kv : {DType::F16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(kv));
+    AttnCase c;
+    c.kv_type = kv;
+    c.bs = 16;
+    c.n_heads = 6;
+    c.n_kv = 2;
+    c.hd = 32;
+    c.lens = {300, 40};
+    c.n_new = {4, 2};
+    AttnProblem narrow(c);
+    c.pad_cols = 30;  // 19 + 30 columns of 16: 784 positions, two spans' worth
+    AttnProblem wide(c);
+    const int64_t before = cuda_launch_count(*narrow.d.gpu);
+    const auto a = narrow.run(true, 0, narrow.pos.size());
+    EXPECT_EQ(cuda_launch_count(*narrow.d.gpu) - before, 1);
+    const auto b = wide.run(true, 0, wide.pos.size());
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    narrow.check(a, narrow.run(false, 0, narrow.pos.size()));
   }
 }
 

@@ -176,13 +176,6 @@ Tensor Transformer::encode(const PassInputs& in) {
   auto rows = [](const Tensor& t, int64_t r) { return t.slice_rows(0, r); };
   const Tensor x = rows(s.x, n), h = rows(s.h, n), q = rows(s.q, n), k = rows(s.k, n), v = rows(s.v, n);
   const Tensor attn = rows(s.attn, n), o = rows(s.o, n), gate = rows(s.gate, n), up = rows(s.up, n);
-  // Per-head views for Gemma's q/k norms: [n * heads, head_dim].
-  auto per_head = [&](const Tensor& t, int heads) {
-    Tensor r = t;
-    r.ne[0] = c.head_dim;
-    r.ne[1] = static_cast<int64_t>(n) * heads;
-    return r;
-  };
 
   be_.get_rows(x, model_.tok_embd, in.tokens);
   if (c.embd_scale != 1.0f) be_.scale(x, c.embd_scale);
@@ -195,22 +188,27 @@ Tensor Transformer::encode(const PassInputs& in) {
       const kernels::Backend::MatmulTarget qkv[] = {{q, L.wq}, {k, L.wk}, {v, L.wv}};
       be_.matmul_shared(h, qkv, 3);
     }
-    if (L.bq.buf) be_.add(q, q, L.bq);
-    if (L.bk.buf) be_.add(k, k, L.bk);
-    if (L.bv.buf) be_.add(v, v, L.bv);
-    if (c.qk_norm) {
-      be_.rms_norm(per_head(q, c.n_head), per_head(q, c.n_head), L.q_norm, c.rms_eps);
-      be_.rms_norm(per_head(k, c.n_head_kv), per_head(k, c.n_head_kv), L.k_norm, c.rms_eps);
+    {
+      kernels::Backend::AttnInputs ai;
+      ai.q = q, ai.k = k, ai.v = v;
+      ai.bq = L.bq, ai.bk = L.bk, ai.bv = L.bv;
+      if (c.qk_norm) ai.q_norm = L.q_norm, ai.k_norm = L.k_norm;
+      ai.norm_eps = c.rms_eps;
+      ai.positions = positions;
+      ai.n_heads = c.n_head, ai.n_kv_heads = c.n_head_kv, ai.head_dim = c.head_dim, ai.rope_dims = c.rope_dims;
+      ai.theta = local ? c.rope_theta_local : c.rope_theta;
+      ai.style = c.rope_style;
+      be_.attention_inputs(ai, cache_.layer(il), meta);
     }
-    const float theta = local ? c.rope_theta_local : c.rope_theta;
-    be_.rope(q, positions, c.n_head, c.head_dim, c.rope_dims, theta, c.rope_style);
-    be_.rope(k, positions, c.n_head_kv, c.head_dim, c.rope_dims, theta, c.rope_style);
-    be_.kv_store(cache_.layer(il), k, v, meta);
     be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
                         local ? c.sliding_window : 0);
-    be_.matmul(o, L.wo, attn);
-    if (c.post_norms) be_.rms_norm(o, o, L.post_attn_norm, c.rms_eps);
-    be_.add(x, x, o);
+    if (c.post_norms) {
+      be_.matmul(o, L.wo, attn);
+      be_.rms_norm(o, o, L.post_attn_norm, c.rms_eps);
+      be_.add(x, x, o);
+    } else {
+      be_.matmul_residual(x, L.wo, attn, o);
+    }
     // --- feed-forward block
     be_.rms_norm(h, x, L.ffn_norm, c.rms_eps);
     {
@@ -218,9 +216,13 @@ Tensor Transformer::encode(const PassInputs& in) {
       be_.matmul_shared(h, gate_up, 2);
     }
     be_.gated_act(gate, gate, up, c.activation);
-    be_.matmul(o, L.w_down, gate);
-    if (c.post_norms) be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);
-    be_.add(x, x, o);
+    if (c.post_norms) {
+      be_.matmul(o, L.w_down, gate);
+      be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);
+      be_.add(x, x, o);
+    } else {
+      be_.matmul_residual(x, L.w_down, gate, o);
+    }
   }
 
   if (n_out == 0) return {};

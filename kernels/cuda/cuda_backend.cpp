@@ -460,18 +460,19 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
   launch_matmul(w.type, &mw, 1, x, cache);
 }
 
-void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache) {
+void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
+                                bool accumulate) {
   const int64_t N = x.rows(), C = x.cols();
   const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
   const int8_t* q = nullptr;
   const float* d = nullptr;
   if (quantized(t)) quantize_x(x, dtype_info(t).block_size == 256 ? 256 : 32, cache, q, d);
   if (q && N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N);
+    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N, accumulate);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N);
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N, accumulate);
   launched("matmul");
 }
 
@@ -482,6 +483,54 @@ int64_t CudaBackend::max_capture_rows() const {
 }
 
 void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
+
+void CudaBackend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
+  if (x.cols() == 0 || gemm_on(x.rows())) {
+    Backend::matmul_residual(dst, w, x, tmp);
+    return;
+  }
+  const ops::MatmulWeight mw = check_matmul(dst, w, x);
+  if (mw.w) launch_matmul(w.type, &mw, 1, x, nullptr, /*accumulate=*/true);
+}
+
+void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+  const char* op = "attention_inputs";
+  const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  // Per-head norms (Gemma 3) and views wider than their heads take the ops one by one.
+  if (a.q_norm.buf || a.k_norm.buf || a.q.cols() != nq || a.k.cols() != nkv || a.v.cols() != nkv) {
+    Backend::attention_inputs(a, cache, meta);
+    return;
+  }
+  const int64_t n = a.q.rows();
+  require(a.q.type == DType::F32 && a.k.type == DType::F32 && a.v.type == DType::F32, op, "q, k, v must be F32");
+  require(a.k.rows() == n && a.v.rows() == n, op, "q, k, v must have the same rows");
+  require(a.positions.type == DType::I32 && a.positions.numel() == n, op, "one I32 position per row");
+  require(a.rope_dims > 0 && a.rope_dims <= a.head_dim && a.rope_dims % 2 == 0, op, "bad rope_dims");
+  auto bias = [&](const Tensor& b, int64_t cols, const char* name) -> const float* {
+    if (!b.buf) return nullptr;
+    require(b.type == DType::F32 && b.numel() == cols, op, std::string(name) + " must be F32 with one value per column");
+    return reinterpret_cast<const float*>(ptr(b, op));
+  };
+  require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), op,
+          "cache must be F16 or F32");
+  require(cache.k.cols() == nkv && cache.v.cols() == nkv, op, "cache row width mismatch");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), op,
+          "k and v caches must have the same layout");
+  require(meta.slot_mapping.numel() == n, op, "one slot per token");
+  ops::AttnInputsArgs g{};
+  g.q = reinterpret_cast<float*>(ptr(a.q, op)), g.k = reinterpret_cast<float*>(ptr(a.k, op));
+  g.v = reinterpret_cast<float*>(ptr(a.v, op));
+  g.ldq = ld_of(a.q), g.ldk = ld_of(a.k), g.ldv = ld_of(a.v);
+  g.bq = bias(a.bq, nq, "bq"), g.bk = bias(a.bk, nkv, "bk"), g.bv = bias(a.bv, nkv, "bv");
+  g.positions = reinterpret_cast<const int32_t*>(ptr(a.positions, op));
+  g.n_heads = a.n_heads, g.n_kv_heads = a.n_kv_heads, g.head_dim = a.head_dim, g.rope_dims = a.rope_dims;
+  g.theta = a.theta, g.neox = a.style == RopeStyle::NeoX;
+  g.k_cache = ptr(cache.k, op), g.v_cache = ptr(cache.v, op);
+  g.cache_stride = cache.k.row_stride(), g.f16 = cache.k.type == DType::F16, g.n_slots = cache.k.rows();
+  g.slots = reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, op));
+  ops::attn_inputs(rt_->stream(), g, n, err_);
+  launched(op);
+}
 
 // Targets of one weight type go out in one launch (up to ops::kMaxMatmulGroup): q/k/v and
 // gate/up of a layer are one kernel each where their types agree. Each row's arithmetic is
@@ -546,8 +595,7 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     c.out += t0 * a.ldo;
     c.pos += t0;
     c.seq += t0;
-    ops::paged_attention(rt_->stream(), c, states, err_);
-    launched(op);
+    for (int k = ops::paged_attention(rt_->stream(), c, states, err_); k > 0; --k) launched(op);
   }
 }
 

@@ -87,6 +87,10 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim, int rope_dims, float theta,
             RopeStyle style) override;
   void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v, const PagedAttnMeta& meta) override;
+  // Fused: one kernel for the attention inputs (models without per-head norms), the
+  // residual add in the matmul's epilogue.
+  void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) override;
+  void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) override;
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
@@ -142,7 +146,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   ops::MatmulWeight check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x);
   void quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d);
   // One launch of the matmul kernels for matrices of type t sharing x.
-  void launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache);
+  void launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
+                     bool accumulate = false);
 
   std::shared_ptr<DevicePool> pool_;
   DeviceRuntime* rt_;  // pool_->rt

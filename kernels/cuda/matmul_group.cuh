@@ -16,12 +16,20 @@ struct MatmulGroup {
   int64_t ldy[ops::kMaxMatmulGroup];
   unsigned first_block[ops::kMaxMatmulGroup + 1];  // grid.x blocks before matrix g
   int n = 0;
+  bool accumulate = false;  // y = y + result (a residual connection), else y = result
 };
 
-// Host side: the group of `n_w` matrices with `rows_per_block` rows per block.
-inline MatmulGroup make_group(const ops::MatmulWeight* ws, int n_w, int64_t rows_per_block) {
+// What a kernel writes for a result r: r, or y + r (add(dst, dst, tmp)'s order).
+__device__ __forceinline__ void store_result(const MatmulGroup& g, float* y, float r) {
+  *y = g.accumulate ? *y + r : r;
+}
+
+// Host side: the group of `n_w` matrices with `rows_per_block` rows per block; accumulate:
+// results are added to what y holds.
+inline MatmulGroup make_group(const ops::MatmulWeight* ws, int n_w, int64_t rows_per_block, bool accumulate) {
   MatmulGroup g;
   g.n = n_w;
+  g.accumulate = accumulate;
   g.first_block[0] = 0;
   for (int i = 0; i < n_w; ++i) {
     g.w[i] = ws[i].w, g.w_stride[i] = ws[i].w_stride, g.rows[i] = ws[i].rows;

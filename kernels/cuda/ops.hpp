@@ -45,6 +45,24 @@ void kv_store(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride,
               const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_tokens, int64_t width,
               const int32_t* slots, int* err);
 
+// The attention inputs of a layer in one launch (Backend::attention_inputs without per-head
+// norms): biases (null: none) added to q, k, v; q and k rotated; k, v stored at slots.
+struct AttnInputsArgs {
+  float *q, *k, *v;
+  int64_t ldq, ldk, ldv;
+  const float *bq, *bk, *bv;
+  const int32_t* positions;
+  int n_heads, n_kv_heads, head_dim, rope_dims;
+  float theta;
+  bool neox;
+  uint8_t *k_cache, *v_cache;
+  size_t cache_stride;
+  bool f16;
+  int64_t n_slots;
+  const int32_t* slots;
+};
+void attn_inputs(Stream s, const AttnInputsArgs& a, int64_t n_tokens, int* err);
+
 // ---- matmul ---------------------------------------------------------------------------------
 // Activations of quantized weights are quantized to int8 blocks first, exactly as the CPU
 // backend does (symmetric, d = amax/127, codes rounded to nearest even): q [N][C] int8 and
@@ -66,12 +84,13 @@ constexpr int kMaxMatmulGroup = 4;
 // The result of a (t, r) pair does not depend on n (batch invariance); for quantized
 // weights it is the CPU's scalar reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
 constexpr int kSmallMTokens = 16;
+// accumulate: y += the product (a residual connection: the bits of add(y, y, product)).
 void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                  const int8_t* q, const float* d, int64_t n);
+                  const int8_t* q, const float* d, int64_t n, bool accumulate = false);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
 void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                int64_t n);
+                int64_t n, bool accumulate = false);
 // Rows [r0, r0 + nr) of w dequantized to F32 into tile (row-major, cols wide).
 void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
                   float* tile);
@@ -89,7 +108,8 @@ struct AttnParams : PagedAttnArgs {
 size_t attention_scratch_floats(const AttnParams& p);
 // Dynamic shared memory of one span block; must be <= 48 KiB.
 size_t attention_shared_bytes(const AttnParams& p);
-void paged_attention(Stream s, const AttnParams& p, float* scratch, int* err);
+// Returns the number of kernels launched (1 when no context can span two splits).
+int paged_attention(Stream s, const AttnParams& p, float* scratch, int* err);
 
 // ---- greedy decoding on the device ----------------------------------------------------------
 // out[r] = argmax of logits row r (ties: lowest id; NaN as -inf; -1 when nothing is finite).

@@ -154,15 +154,15 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
       if (t < a.n && row[i / 2] < rows)
-        a.g.y[m_of][t * a.g.ldy[m_of] + row[i / 2]] = qk == 32 ? acc[j][i] + off[j][i] : acc[j][i];
+        dev::store_result(a.g, &a.g.y[m_of][t * a.g.ldy[m_of] + row[i / 2]], qk == 32 ? acc[j][i] + off[j][i] : acc[j][i]);
     }
 }
 
 }  // namespace
 
 void ops::matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                     int64_t n) {
-  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps), cols, q, d, n};
+                     int64_t n, bool accumulate) {
+  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
   dev::dispatch_wtype(t, [&](auto wt) {

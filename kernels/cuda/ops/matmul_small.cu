@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
     for (int m = 0; m < kMT; ++m)
       if (m < mt) red[warp][m][lane] = acc[m];
     __syncwarp();
-    if (lane < mt) y[(t0 + lane) * ldy + r] = dev::tree_sum32(red[warp][lane]);
+    if (lane < mt) dev::store_result(a.g, &y[(t0 + lane) * ldy + r], dev::tree_sum32(red[warp][lane]));
   } else {
     constexpr int ones = 0x01010101;
     const int g = lane / lanes, sub = lane % lanes;
@@ -144,15 +144,15 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
       }
       __syncwarp();  // the next round's contributions overwrite these
     }
-    if (lane < mt) y[(t0 + lane) * ldy + r] = qk == 32 ? acc + off : acc;
+    if (lane < mt) dev::store_result(a.g, &y[(t0 + lane) * ldy + r], qk == 32 ? acc + off : acc);
   }
 }
 
 }  // namespace
 
 void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                       const int8_t* q, const float* d, int64_t n) {
-  const MatmulArgs a{dev::make_group(ws, n_w, kWarps), cols, x, ldx, q, d, n};
+                       const int8_t* q, const float* d, int64_t n, bool accumulate) {
+  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, x, ldx, q, d, n};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
   dev::dispatch_wtype(t, [&](auto wt) {

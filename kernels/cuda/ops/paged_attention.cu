@@ -8,7 +8,10 @@
 // rows (one thread per (head, dim), positions in order). Kernel 2 merges a token's span
 // states in span order. Nothing depends on the other tokens of the batch, so a token's
 // output is the same bits alone or in any batch (batch invariance); grid.z is sized from
-// the block table's width and blocks past a token's last span return at once.
+// the block table's width and blocks past a token's last span return at once. When the
+// table is too narrow for any context to have two spans (max_parts == 1: every decode and
+// verification pass below 512 positions), kernel 1 also does kernel 2's work for its one
+// span with the same functions (merge_scale, merge_elem), and kernel 2 is not launched.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
 
@@ -49,13 +52,44 @@ __device__ __forceinline__ size_t state_floats(const ops::AttnParams& a) {
   return static_cast<size_t>(group) * (2 + a.head_dim);
 }
 
+// Kernel 2's arithmetic for head g of a token whose span states (parts of them, sf floats
+// apart) start at base: the largest max, 1 / the rescaled exp-sum (0 when nothing counts),
+// and output element i before that scale.
+__device__ __forceinline__ void merge_scale(const float* base, int parts, size_t sf, int group, int g, float& mx,
+                                            float& inv) {
+  mx = -INFINITY;
+  for (int p = 0; p < parts; ++p) mx = dev::fmax2(mx, base[p * sf + g]);
+  float l = 0.0f;
+  for (int p = 0; p < parts; ++p) {
+    const float m = base[p * sf + g];
+    if (m == -INFINITY) continue;
+    l += base[p * sf + group + g] * expf(m - mx);
+  }
+  inv = l > 0.0f ? 1.0f / l : 0.0f;
+}
+__device__ __forceinline__ float merge_elem(const float* base, int parts, size_t sf, int group, int g, int hd, int i,
+                                            float mx) {
+  float acc = 0.0f;
+  for (int p = 0; p < parts; ++p) {
+    const float m = base[p * sf + g];
+    if (m == -INFINITY) continue;
+    acc += base[p * sf + 2 * group + g * hd + i] * expf(m - mx);
+  }
+  return acc;
+}
+
 __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, int max_parts, float* states, int* err) {
   TANDEM_DYNAMIC_SHARED(float, smem);
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y, part = blockIdx.z;
   const int group = a.n_heads / a.n_kv_heads, hd = a.head_dim;
   Ctx c;
-  if (!token_ctx(a, t, c, err, kvh == 0 && part == 0 && threadIdx.x == 0)) return;
+  if (!token_ctx(a, t, c, err, kvh == 0 && part == 0 && threadIdx.x == 0)) {
+    if (max_parts == 1)  // kernel 2's zeros for a token it cannot read
+      for (int i = threadIdx.x; i < group * hd; i += kThreads)
+        a.out[t * a.ldo + static_cast<int64_t>(kvh) * group * hd + i] = 0.0f;
+    return;
+  }
   if (part >= c.parts) return;
   const int32_t lo = c.j0 + part * kSplit, hi = dev::imin(c.p, lo + kSplit - 1), n = hi - lo + 1;
   const int64_t n_blocks = a.n_slots / a.block_size;
@@ -114,6 +148,16 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
     }
     st[2 * group + idx] = acc;
   }
+  if (max_parts == 1) {
+    __syncthreads();  // the block's state (global memory) is complete and visible to all its threads
+    const size_t sf = state_floats(a);
+    for (int idx = threadIdx.x; idx < group * hd; idx += kThreads) {
+      const int g = idx / hd, i = idx % hd;
+      float mx, inv;
+      merge_scale(st, 1, sf, group, g, mx, inv);
+      a.out[t * a.ldo + static_cast<int64_t>(kvh * group + g) * hd + i] = merge_elem(st, 1, sf, group, g, hd, i, mx) * inv;
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(ops::AttnParams a, int max_parts, const float* states,
@@ -129,24 +173,9 @@ __global__ void __launch_bounds__(kThreads) attn_merge_kernel(ops::AttnParams a,
   }
   const size_t sf = state_floats(a);
   const float* base = states + (t * a.n_kv_heads + kvh) * max_parts * sf;
-  float mx = -INFINITY;
-  for (int p = 0; p < c.parts; ++p) mx = dev::fmax2(mx, base[p * sf + g]);
-  float l = 0.0f;
-  for (int p = 0; p < c.parts; ++p) {
-    const float m = base[p * sf + g];
-    if (m == -INFINITY) continue;
-    l += base[p * sf + group + g] * expf(m - mx);
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (int i = threadIdx.x; i < hd; i += kThreads) {
-    float acc = 0.0f;
-    for (int p = 0; p < c.parts; ++p) {
-      const float m = base[p * sf + g];
-      if (m == -INFINITY) continue;
-      acc += base[p * sf + 2 * group + g * hd + i] * expf(m - mx);
-    }
-    o[i] = acc * inv;
-  }
+  float mx, inv;
+  merge_scale(base, c.parts, sf, group, g, mx, inv);
+  for (int i = threadIdx.x; i < hd; i += kThreads) o[i] = merge_elem(base, c.parts, sf, group, g, hd, i, mx) * inv;
 }
 
 int max_parts_of(const ops::AttnParams& a) {
@@ -166,14 +195,16 @@ size_t ops::attention_shared_bytes(const AttnParams& a) {
   return sizeof(float) * static_cast<size_t>(group) * (a.head_dim + kSplit);
 }
 
-void ops::paged_attention(Stream s, const AttnParams& a, float* scratch, int* err) {
-  if (a.n_tokens == 0) return;
+int ops::paged_attention(Stream s, const AttnParams& a, float* scratch, int* err) {
+  if (a.n_tokens == 0) return 0;
   const int mp = max_parts_of(a);
   auto st = static_cast<cudaStream_t>(s);
   const dim3 g1(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(mp));
   TANDEM_LAUNCH(attn_span_kernel, g1, kThreads, attention_shared_bytes(a), st)(a, mp, scratch, err);
+  if (mp == 1) return 1;  // kernel 1 wrote the outputs
   const dim3 g2(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
   TANDEM_LAUNCH(attn_merge_kernel, g2, kThreads, 0, st)(a, mp, scratch, err);
+  return 2;
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -1,8 +1,8 @@
 // rope: in-place rotary embedding of x [n_tokens, n_heads, head_dim]. One block per token,
 // threads over (pair, head). The angle pos * theta^(-2i/rope_dims) is computed in double
 // as on the CPU backend; cos/sin in double, rounded to float.
-#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
+#include "kernels/cuda/rope.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
@@ -17,15 +17,7 @@ __global__ void rope_kernel(float* x, int64_t ldx, const int32_t* positions, int
   const double pos = static_cast<double>(positions[t]);
   for (int idx = threadIdx.x; idx < half * n_heads; idx += kThreads) {
     const int i = idx / n_heads, h = idx % n_heads;
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * i / rope_dims);
-    const double ang = pos * inv_freq;
-    const float c = static_cast<float>(cos(ang)), s = static_cast<float>(sin(ang));
-    float* v = row + static_cast<int64_t>(h) * head_dim;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
+    dev::rope_pair(row + static_cast<int64_t>(h) * head_dim, i, pos, rope_dims, theta, neox);
   }
 }
 

@@ -1,0 +1,35 @@
+// The fused steps of the backend seam (kernels/backend.hpp) written as the ops they fuse:
+// what every backend computes unless it has a faster way to the same bits.
+#include "kernels/backend.hpp"
+
+namespace tandem::kernels {
+
+namespace {
+// x [n_tokens, heads * head_dim] viewed as [n_tokens * heads, head_dim] (packed rows).
+Tensor per_head(const Tensor& x, int heads, int head_dim) {
+  Tensor r = x;
+  r.ne[0] = head_dim;
+  r.ne[1] = x.rows() * heads;
+  r.ne[2] = r.ne[3] = 1;
+  return r;
+}
+}  // namespace
+
+void Backend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+  if (a.bq.buf) add(a.q, a.q, a.bq);
+  if (a.bk.buf) add(a.k, a.k, a.bk);
+  if (a.bv.buf) add(a.v, a.v, a.bv);
+  if (a.q_norm.buf) rms_norm(per_head(a.q, a.n_heads, a.head_dim), per_head(a.q, a.n_heads, a.head_dim), a.q_norm, a.norm_eps);
+  if (a.k_norm.buf)
+    rms_norm(per_head(a.k, a.n_kv_heads, a.head_dim), per_head(a.k, a.n_kv_heads, a.head_dim), a.k_norm, a.norm_eps);
+  rope(a.q, a.positions, a.n_heads, a.head_dim, a.rope_dims, a.theta, a.style);
+  rope(a.k, a.positions, a.n_kv_heads, a.head_dim, a.rope_dims, a.theta, a.style);
+  kv_store(cache, a.k, a.v, meta);
+}
+
+void Backend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
+  matmul(tmp, w, x);
+  add(dst, dst, tmp);
+}
+
+}  // namespace tandem::kernels
