@@ -187,6 +187,14 @@ class Backend {
     RopeStyle style = RopeStyle::Normal;
   };
   virtual void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta);
+  // rms_norm(h, x, norm_w, eps, w_offset), then matmul_shared(h, targets, n): a block's input
+  // norm and the projections that read it. Default: the two ops.
+  virtual void norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                  const MatmulTarget* targets, int n);
+  // gated_act(gate, gate, up, act), then matmul_residual(dst, w, gate, tmp): a feed-forward
+  // block's activation and down projection. Default: the two ops.
+  virtual void act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
+                                   const Tensor& w, const Tensor& tmp);
   // dst += matmul(w, x): a residual connection. tmp (dst's shape, F32) is the default's
   // workspace: matmul(tmp, w, x), then add(dst, dst, tmp).
   virtual void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp);

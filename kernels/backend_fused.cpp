@@ -27,6 +27,18 @@ void Backend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const 
   kv_store(cache, a.k, a.v, meta);
 }
 
+void Backend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                 const MatmulTarget* targets, int n) {
+  rms_norm(h, x, norm_w, eps, w_offset);
+  matmul_shared(h, targets, n);
+}
+
+void Backend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
+                                  const Tensor& w, const Tensor& tmp) {
+  gated_act(gate, gate, up, act);
+  matmul_residual(dst, w, gate, tmp);
+}
+
 void Backend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
   matmul(tmp, w, x);
   add(dst, dst, tmp);

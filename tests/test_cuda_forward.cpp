@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <span>
 
 #include "tests/support/cuda_under_test.hpp"
@@ -169,6 +170,38 @@ TEST(CudaForward, ADecodeTokenBesideALongPromptChunkKeepsItsLogits) {
     ASSERT_EQ(l.size(), 2 * nv);  // the chunk's last row, then s's
     for (size_t i = 0; i < nv; ++i)
       ASSERT_EQ(std::memcmp(&alone[i], &l[nv + i], 4), 0) << "logit " << i;
+  }
+}
+
+// Kernel launches a layer costs in a prefill pass (the difference between 3 and 2 layers of
+// the same model): the fused steps at work. Qwen2 (biases, Q8_0): the input norm with the
+// quantization its projections read and q/k/v in one launch (2), the attention inputs (1),
+// attention in one span (1), the output projection with its quantization and the residual
+// in its epilogue (2), the FFN norm and gate/up (2), the activation with its quantization and
+// the down projection with the residual (2): 10. Llama in F32 needs no quantization but takes
+// the activation apart (9); Gemma 3's per-head and post norms take their ops one by one (19).
+TEST(CudaForward, KernelLaunchesPerLayer) {
+  const std::map<std::string, int64_t> expected = {{"llama_f32", 9}, {"qwen2_q8_0", 10}, {"gemma3_q4_k", 19}};
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    int64_t launches[2];
+    for (int i = 0; i < 2; ++i) {
+      Case ci = c;
+      ci.spec.n_layer = 2 + i;
+      const std::string name = std::string(c.name) + "_" + std::to_string(ci.spec.n_layer) + "l";
+      ci.name = name.c_str();
+      ModelRun gpu(cuda_under_test(), model_path(ci));
+      SequenceKV s(*gpu.cache);
+      Batch b;
+      b.add(s, tokens(12, 3));
+      std::vector<float> l;
+      const int64_t before = kernels::cuda_launch_count(*gpu.be);
+      gpu.tf->forward(b, l);
+      launches[i] = kernels::cuda_launch_count(*gpu.be) - before;
+    }
+    const int64_t per_layer = launches[1] - launches[0];
+    RecordProperty(std::string(c.name) + "_launches_per_layer", std::to_string(per_layer));
+    EXPECT_EQ(per_layer, expected.at(c.name));
   }
 }
 

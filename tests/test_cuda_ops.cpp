@@ -635,6 +635,64 @@ TEST(CudaOps, MatmulSharedLaunchesOneKernelPerWeightType) {
   }
 }
 
+// The input norm fused with the quantization its projections read (one launch instead of
+// the norm and one quantization per block size) gives the ops' bits: q/k/v of mixed block
+// sizes and float weights beside them, at both matmul kernels' token counts.
+TEST(CudaOps, NormMatmulSharedGivesTheBitsOfTheOps) {
+  for (int64_t N : {1, 5, 40}) {
+    SCOPED_TRACE(N);
+    Dual d;
+    const int64_t C = 512;
+    auto x = d.f32(randn(N * C, 61, 2.0f), C);
+    auto nw = d.f32(randn(C, 62), C);
+    const DType types[] = {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::F16};
+    std::vector<Dual::T> ws, y0, y1;
+    for (int i = 0; i < 4; ++i) {
+      const auto blob = test::random_blocks(types[i], 24 * C, 63 + i);
+      ws.push_back(d.raw(types[i], C, 24, blob.data()));
+      y0.push_back(d.zeros(24, N));
+      y1.push_back(d.zeros(24, N));
+    }
+    auto h0 = d.zeros(C, N), h1 = d.zeros(C, N);
+    std::vector<Backend::MatmulTarget> t0, t1;
+    for (int i = 0; i < 4; ++i) t0.push_back({y0[i].g, ws[i].g}), t1.push_back({y1[i].g, ws[i].g});
+    const int64_t before = cuda_launch_count(*d.gpu);
+    d.gpu->norm_matmul_shared(h0.g, x.g, nw.g, 1e-6f, 0.0f, t0.data(), 4);
+    const int64_t fused = cuda_launch_count(*d.gpu) - before;
+    d.gpu->Backend::norm_matmul_shared(h1.g, x.g, nw.g, 1e-6f, 0.0f, t1.data(), 4);
+    const int64_t ops = cuda_launch_count(*d.gpu) - before - fused;
+    EXPECT_EQ(fused, 1 + 4);    // norm + both quantizations, then one launch per weight type
+    EXPECT_EQ(ops, 1 + 2 + 4);  // the norm, a quantization per block size, the matmuls
+    EXPECT_SAME_BITS(d.getg(h0), d.getg(h1));
+    for (int i = 0; i < 4; ++i) EXPECT_SAME_BITS(d.getg(y0[i]), d.getg(y1[i])) << dtype_name(types[i]);
+  }
+}
+
+// The feed-forward activation fused with the quantization the down projection reads, and
+// the residual add in that projection's epilogue: the ops' bits, SiLU and GELU, both
+// quantized block sizes, both matmul kernels.
+TEST(CudaOps, ActMatmulResidualGivesTheBitsOfTheOps) {
+  for (Activation act : {Activation::SiLU, Activation::GeluTanh})
+    for (DType t : {DType::Q4_K, DType::Q8_0})
+      for (int64_t N : {2, 40}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
+        Dual d;
+        const int64_t C = 512, R = 33;
+        const auto blob = test::random_blocks(t, R * C, 70);
+        auto w = d.raw(t, C, R, blob.data());
+        const auto g = randn(N * C, 71, 2.0f), u = randn(N * C, 72);
+        auto g0 = d.f32(g, C), g1 = d.f32(g, C), up = d.f32(u, C);
+        const auto resid = randn(N * R, 73);
+        auto y0 = d.f32(resid, R), y1 = d.f32(resid, R), tmp = d.zeros(R, N);
+        const int64_t before = cuda_launch_count(*d.gpu);
+        d.gpu->act_matmul_residual(y0.g, g0.g, up.g, act, w.g, tmp.g);
+        EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 2);
+        d.gpu->Backend::act_matmul_residual(y1.g, g1.g, up.g, act, w.g, tmp.g);
+        EXPECT_SAME_BITS(d.getg(g0), d.getg(g1));
+        EXPECT_SAME_BITS(d.getg(y0), d.getg(y1));
+      }
+}
+
 // The residual add in the matmul's epilogue (one launch less) gives add(dst, dst, matmul)'s
 // bits, through both quantized kernels and the float one.
 TEST(CudaOps, MatmulResidualGivesTheBitsOfMatmulThenAdd) {

@@ -183,10 +183,9 @@ Tensor Transformer::encode(const PassInputs& in) {
     const LayerWeights& L = model_.layers[static_cast<size_t>(il)];
     const bool local = c.layer_is_local[static_cast<size_t>(il)];
     // --- attention block
-    be_.rms_norm(h, x, L.attn_norm, c.rms_eps);
     {
       const kernels::Backend::MatmulTarget qkv[] = {{q, L.wq}, {k, L.wk}, {v, L.wv}};
-      be_.matmul_shared(h, qkv, 3);
+      be_.norm_matmul_shared(h, x, L.attn_norm, c.rms_eps, 0.0f, qkv, 3);
     }
     {
       kernels::Backend::AttnInputs ai;
@@ -210,18 +209,17 @@ Tensor Transformer::encode(const PassInputs& in) {
       be_.matmul_residual(x, L.wo, attn, o);
     }
     // --- feed-forward block
-    be_.rms_norm(h, x, L.ffn_norm, c.rms_eps);
     {
       const kernels::Backend::MatmulTarget gate_up[] = {{gate, L.w_gate}, {up, L.w_up}};
-      be_.matmul_shared(h, gate_up, 2);
+      be_.norm_matmul_shared(h, x, L.ffn_norm, c.rms_eps, 0.0f, gate_up, 2);
     }
-    be_.gated_act(gate, gate, up, c.activation);
     if (c.post_norms) {
+      be_.gated_act(gate, gate, up, c.activation);
       be_.matmul(o, L.w_down, gate);
       be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);
       be_.add(x, x, o);
     } else {
-      be_.matmul_residual(x, L.w_down, gate, o);
+      be_.act_matmul_residual(x, gate, up, c.activation, L.w_down, o);
     }
   }
 

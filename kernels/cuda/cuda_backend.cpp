@@ -424,14 +424,19 @@ void CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache, cons
     return;
   }
   const int64_t N = x.rows(), C = x.cols();
-  const size_t qbytes = act_quant_codes_bytes(N, C);
-  uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
-  q = reinterpret_cast<int8_t*>(s);
-  d = reinterpret_cast<float*>(s + qbytes);
-  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block,
-                    const_cast<int8_t*>(q), const_cast<float*>(d));
+  int8_t* qw;
+  float* dw;
+  act_scratch(N, C, block, qw, dw);
+  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block, qw, dw);
+  q = qw, d = dw;
   launched("matmul (quantize activations)");
   if (cache) *cache = {block, q, d};
+}
+
+void CudaBackend::act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d) {
+  uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
+  q = reinterpret_cast<int8_t*>(s);
+  d = reinterpret_cast<float*>(s + act_quant_codes_bytes(N, C));
 }
 
 void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
@@ -537,6 +542,63 @@ void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, co
 // the single matmul's, so the results are its bits.
 void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
   QuantizedX q32, qk;
+  matmul_shared_cached(x, targets, n, q32, qk);
+}
+
+void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                     const MatmulTarget* targets, int n) {
+  bool want32 = false, want256 = false;
+  for (int i = 0; i < n; ++i)
+    if (quantized(targets[i].w.type)) (dtype_info(targets[i].w.type).block_size == 256 ? want256 : want32) = true;
+  const int64_t N = x.rows(), C = x.cols();
+  if ((!want32 && !want256) || gemm_on(N) || N == 0 || C == 0 || (want32 && C % 32) || (want256 && C % 256)) {
+    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
+    return;
+  }
+  require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
+  require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
+  ops::ActQuant a32, a256;
+  QuantizedX q32, qk;
+  if (want32) {
+    a32.block = 32;
+    act_scratch(N, C, 32, a32.q, a32.d);
+    q32 = {32, a32.q, a32.d};
+  }
+  if (want256) {
+    a256.block = 256;
+    act_scratch(N, C, 256, a256.q, a256.d);
+    qk = {256, a256.q, a256.d};
+  }
+  ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
+                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, a32, a256);
+  launched("rms_norm + quantize");
+  matmul_shared_cached(h, targets, n, q32, qk);
+}
+
+void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
+                                      const Tensor& w, const Tensor& tmp) {
+  const int64_t N = gate.rows(), C = gate.cols();
+  const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
+  if (!quantized(w.type) || gemm_on(N) || N == 0 || C == 0 || C % block) {
+    Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
+    return;
+  }
+  check_binary("gated_act", gate, gate, up);
+  require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
+  const ops::MatmulWeight mw = check_matmul(dst, w, gate);
+  ops::ActQuant aq;
+  aq.block = block;
+  act_scratch(N, C, block, aq.q, aq.d);
+  ops::gated_act_quant(rt_->stream(), act, rows_of(ptr(gate, "gated_act"), gate),
+                       reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
+                       reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);
+  launched("gated_act + quantize");
+  QuantizedX cache{block, aq.q, aq.d};
+  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &cache, /*accumulate=*/true);
+}
+
+void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32,
+                                       QuantizedX& qk) {
   std::vector<char> done(static_cast<size_t>(n), 0);
   for (int i = 0; i < n; ++i) {
     if (done[static_cast<size_t>(i)]) continue;

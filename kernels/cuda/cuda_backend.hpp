@@ -91,6 +91,12 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // residual add in the matmul's epilogue.
   void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) override;
   void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) override;
+  // The activation and the quantization the down projection reads in one kernel.
+  void act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w,
+                           const Tensor& tmp) override;
+  // The norm and the quantization of its output for the projections in one kernel.
+  void norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                          const MatmulTarget* targets, int n) override;
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
@@ -145,6 +151,9 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // when there is nothing to compute).
   ops::MatmulWeight check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x);
   void quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d);
+  // The scratch slot of x's quantized activations for one block size.
+  void act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d);
+  void matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk);
   // One launch of the matmul kernels for matrices of type t sharing x.
   void launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
                      bool accumulate = false);

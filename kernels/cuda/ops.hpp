@@ -68,6 +68,19 @@ void attn_inputs(Stream s, const AttnInputsArgs& a, int64_t n_tokens, int* err);
 // backend does (symmetric, d = amax/127, codes rounded to nearest even): q [N][C] int8 and
 // d [N][C/block] float, block 32 (Q4_0..Q8_0) or 256 (K-quants).
 void quantize_act(Stream s, const float* x, int64_t ldx, int64_t n, int64_t c, int block, int8_t* q, float* d);
+// Where quantize_act's output for one block size goes (q null: not wanted).
+struct ActQuant {
+  int block = 0;
+  int8_t* q = nullptr;
+  float* d = nullptr;
+};
+// gated_act, then its rows quantized as quantize_act does (aq.block): one launch.
+void gated_act_quant(Stream s, Activation act, F32Rows dst, const float* gate, int64_t ldg, const float* up,
+                     int64_t ldu, int64_t rows, int64_t cols, const ActQuant& aq);
+// rms_norm, then the normed rows quantized as quantize_act does for each wanted block size:
+// one launch, the bits of the two ops.
+void rms_norm_quant(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
+                    float eps, float w_offset, const ActQuant& q32, const ActQuant& qk);
 // One weight matrix of a matmul launch: `rows` rows of w, w_stride bytes apart, into y.
 struct MatmulWeight {
   const uint8_t* w;
