@@ -1,5 +1,6 @@
-// CudaBackend: validation of every call on the host, then one or two kernel launches on
-// the runtime's stream. See cuda_backend.hpp.
+// CudaBackend: memory, the elementwise ops, attention, device decoding and graphs, each call
+// validated on the host, then its launches on the runtime's stream (matmuls: cuda_backend_matmul.cpp;
+// fused steps: cuda_backend_fused.cpp; sampling: cuda_backend_sampling.cpp). See cuda_backend.hpp.
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
@@ -12,20 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_backend_detail.hpp"
 #include "kernels/cuda/ops.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
+
+using namespace backend_detail;
+
 namespace {
 
-constexpr const char* kKind = TANDEM_CUDA_EMULATED_BUILD ? "cuda-emulated" : "cuda";
 constexpr size_t kEmulatedDefaultArena = size_t{256} << 20;
-constexpr size_t kGemmTileFloats = size_t{4} << 20;     // 16 MiB of dequantized weight rows per GEMM
 constexpr size_t kAttnScratchFloats = size_t{8} << 20;  // 32 MiB of span states per attention launch
-enum { kScratchActQ = 0, kScratchTile = 1, kScratchAttn = 2 };
-
-void require(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw std::logic_error(std::string(kKind) + " backend: " + op + ": " + what);
-}
 
 class DeviceBuffer final : public Buffer {
  public:
@@ -49,13 +47,6 @@ size_t arena_capacity(DeviceRuntime& rt, const CudaOptions& opt) {
   const double f = std::clamp(opt.arena_fraction, 0.01, 0.99);
   return static_cast<size_t>(static_cast<double>(rt.info().free_bytes) * f);
 }
-
-ops::F32Rows rows_of(uint8_t* p, const Tensor& t) {
-  return {reinterpret_cast<float*>(p), static_cast<int64_t>(t.row_stride() / sizeof(float))};
-}
-int64_t ld_of(const Tensor& t) { return static_cast<int64_t>(t.row_stride() / sizeof(float)); }
-
-bool quantized(DType t) { return dtype_info(t).block_size > 1; }
 
 }  // namespace
 
@@ -244,17 +235,6 @@ void CudaBackend::check_errors() {
 }
 
 namespace {
-// The scratch each op takes, one formula for the op and for reserve_scratch.
-// Q8 activations of N x C: int8 values (padded to 256 bytes: where the scales start), then
-// a float scale per block.
-size_t act_quant_codes_bytes(int64_t N, int64_t C) { return (static_cast<size_t>(N * C) + 255) / 256 * 256; }
-size_t act_quant_bytes(int64_t N, int64_t C, int block) {
-  return act_quant_codes_bytes(N, C) + sizeof(float) * static_cast<size_t>(N * (C / block));
-}
-// Rows of an R x C weight dequantized per GEMM tile.
-int64_t gemm_tile_rows(int64_t R, int64_t C) {
-  return std::max<int64_t>(1, std::min<int64_t>(R, static_cast<int64_t>(kGemmTileFloats) / C));
-}
 // Attention span states: tokens in chunks of what kAttnScratchFloats holds.
 int64_t attention_chunk(size_t per_token) {
   return std::max<int64_t>(1, static_cast<int64_t>(kAttnScratchFloats / per_token));
@@ -322,14 +302,6 @@ void CudaBackend::rms_norm(const Tensor& dst, const Tensor& x, const Tensor& w, 
   launched("rms_norm");
 }
 
-namespace {
-void check_binary(const char* op, const Tensor& dst, const Tensor& a, const Tensor& b) {
-  require(dst.type == DType::F32 && a.type == DType::F32 && b.type == DType::F32, op, "F32 only");
-  require(dst.cols() == a.cols() && dst.rows() == a.rows(), op, "dst/a shape mismatch");
-  require(b.cols() == a.cols() && (b.rows() == a.rows() || b.rows() == 1), op, "b must match a or be one row");
-}
-}  // namespace
-
 void CudaBackend::add(const Tensor& dst, const Tensor& a, const Tensor& b) {
   check_binary("add", dst, a, b);
   const bool bcast = b.rows() == 1 && a.rows() != 1;
@@ -385,239 +357,6 @@ void CudaBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& 
                 reinterpret_cast<const float*>(ptr(v, "kv_store")), ld_of(v), k.rows(), k.cols(),
                 reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, "kv_store")), err_);
   launched("kv_store");
-}
-
-// The activations of one matmul_shared call quantized once per block size.
-struct CudaBackend::QuantizedX {
-  int block = 0;
-  const int8_t* q = nullptr;
-  const float* d = nullptr;
-};
-
-ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
-  require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
-  require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
-  require(w.layout == RowLayout::File, "matmul", "a weight packed for another backend");
-  require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
-  require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
-  if (x.rows() == 0 || w.rows() == 0) return {nullptr, 0, 0, {nullptr, 0}};
-  const uint8_t* wp = ptr(w, "matmul");
-  if (quantized(w.type)) {
-    // The kernels load block fields a word (or 16 bytes) at a time (kernels/cuda/qcodes.cuh):
-    // every block must start at a multiple of the largest power of two dividing its size,
-    // as whole-block rows from an arena granule do. A view that breaks it is refused here,
-    // where a GPU would fault inside the kernel.
-    const size_t tb = dtype_info(w.type).type_size, align = std::min<size_t>(tb & (~tb + 1), 16);
-    require(reinterpret_cast<uintptr_t>(wp) % align == 0 && w.row_stride() % align == 0, "matmul",
-            std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
-                " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
-  }
-  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst)};
-}
-
-// The activations of x as int8 blocks of `block` elements: quantized once per block size
-// and matmul_shared call (cache), in one scratch slot per block size so that q/k/v of mixed
-// quantizations keep both.
-void CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d) {
-  if (cache && cache->block == block) {
-    q = cache->q, d = cache->d;
-    return;
-  }
-  const int64_t N = x.rows(), C = x.cols();
-  int8_t* qw;
-  float* dw;
-  act_scratch(N, C, block, qw, dw);
-  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block, qw, dw);
-  q = qw, d = dw;
-  launched("matmul (quantize activations)");
-  if (cache) *cache = {block, q, d};
-}
-
-void CudaBackend::act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d) {
-  uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
-  q = reinterpret_cast<int8_t*>(s);
-  d = reinterpret_cast<float*>(s + act_quant_codes_bytes(N, C));
-}
-
-void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
-  const ops::MatmulWeight mw = check_matmul(dst, w, x);
-  if (!mw.w) return;
-  const int64_t N = x.rows(), R = w.rows(), C = w.cols();
-  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
-  if (C == 0) {
-    for (int64_t t = 0; t < N; ++t) rt_->zero(mw.y.p + t * mw.y.ld, sizeof(float) * static_cast<size_t>(R));
-    return;
-  }
-  if (gemm_on(N)) {
-    // The opt-in path: dequantize row tiles to F32 and multiply them with a GEMM.
-    require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
-                                             " tokens or more) is not captured into graphs");
-    const int64_t tile_rows = gemm_tile_rows(R, C);
-    float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
-    for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
-      const int64_t nr = std::min(tile_rows, R - r0);
-      ops::dequant_rows(rt_->stream(), w.type, mw.w, w.row_stride(), r0, nr, C, tile);
-      launched("matmul (dequantize tile)");
-      gemm_->abt_f32(N, nr, C, xp, ld_of(x), tile, C, mw.y.p + r0, mw.y.ld);
-    }
-    return;
-  }
-  launch_matmul(w.type, &mw, 1, x, cache);
-}
-
-void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
-                                bool accumulate) {
-  const int64_t N = x.rows(), C = x.cols();
-  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
-  const int8_t* q = nullptr;
-  const float* d = nullptr;
-  if (quantized(t)) quantize_x(x, dtype_info(t).block_size == 256 ? 256 : 32, cache, q, d);
-  if (q && N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N, accumulate);
-    launched("matmul (tensor cores)");
-    return;
-  }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N, accumulate);
-  launched("matmul");
-}
-
-bool CudaBackend::gemm_on(int64_t tokens) const { return opt_.gemm_min_tokens > 0 && tokens >= opt_.gemm_min_tokens; }
-
-int64_t CudaBackend::max_capture_rows() const {
-  return opt_.gemm_min_tokens > 0 ? opt_.gemm_min_tokens - 1 : std::numeric_limits<int32_t>::max();
-}
-
-void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
-
-void CudaBackend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
-  if (x.cols() == 0 || gemm_on(x.rows())) {
-    Backend::matmul_residual(dst, w, x, tmp);
-    return;
-  }
-  const ops::MatmulWeight mw = check_matmul(dst, w, x);
-  if (mw.w) launch_matmul(w.type, &mw, 1, x, nullptr, /*accumulate=*/true);
-}
-
-void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
-  const char* op = "attention_inputs";
-  const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
-  // Per-head norms (Gemma 3) and views wider than their heads take the ops one by one.
-  if (a.q_norm.buf || a.k_norm.buf || a.q.cols() != nq || a.k.cols() != nkv || a.v.cols() != nkv) {
-    Backend::attention_inputs(a, cache, meta);
-    return;
-  }
-  const int64_t n = a.q.rows();
-  require(a.q.type == DType::F32 && a.k.type == DType::F32 && a.v.type == DType::F32, op, "q, k, v must be F32");
-  require(a.k.rows() == n && a.v.rows() == n, op, "q, k, v must have the same rows");
-  require(a.positions.type == DType::I32 && a.positions.numel() == n, op, "one I32 position per row");
-  require(a.rope_dims > 0 && a.rope_dims <= a.head_dim && a.rope_dims % 2 == 0, op, "bad rope_dims");
-  auto bias = [&](const Tensor& b, int64_t cols, const char* name) -> const float* {
-    if (!b.buf) return nullptr;
-    require(b.type == DType::F32 && b.numel() == cols, op, std::string(name) + " must be F32 with one value per column");
-    return reinterpret_cast<const float*>(ptr(b, op));
-  };
-  require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), op,
-          "cache must be F16 or F32");
-  require(cache.k.cols() == nkv && cache.v.cols() == nkv, op, "cache row width mismatch");
-  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), op,
-          "k and v caches must have the same layout");
-  require(meta.slot_mapping.numel() == n, op, "one slot per token");
-  ops::AttnInputsArgs g{};
-  g.q = reinterpret_cast<float*>(ptr(a.q, op)), g.k = reinterpret_cast<float*>(ptr(a.k, op));
-  g.v = reinterpret_cast<float*>(ptr(a.v, op));
-  g.ldq = ld_of(a.q), g.ldk = ld_of(a.k), g.ldv = ld_of(a.v);
-  g.bq = bias(a.bq, nq, "bq"), g.bk = bias(a.bk, nkv, "bk"), g.bv = bias(a.bv, nkv, "bv");
-  g.positions = reinterpret_cast<const int32_t*>(ptr(a.positions, op));
-  g.n_heads = a.n_heads, g.n_kv_heads = a.n_kv_heads, g.head_dim = a.head_dim, g.rope_dims = a.rope_dims;
-  g.theta = a.theta, g.neox = a.style == RopeStyle::NeoX;
-  g.k_cache = ptr(cache.k, op), g.v_cache = ptr(cache.v, op);
-  g.cache_stride = cache.k.row_stride(), g.f16 = cache.k.type == DType::F16, g.n_slots = cache.k.rows();
-  g.slots = reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, op));
-  ops::attn_inputs(rt_->stream(), g, n, err_);
-  launched(op);
-}
-
-// Targets of one weight type go out in one launch (up to ops::kMaxMatmulGroup): q/k/v and
-// gate/up of a layer are one kernel each where their types agree. Each row's arithmetic is
-// the single matmul's, so the results are its bits.
-void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
-  QuantizedX q32, qk;
-  matmul_shared_cached(x, targets, n, q32, qk);
-}
-
-void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                     const MatmulTarget* targets, int n) {
-  bool want32 = false, want256 = false;
-  for (int i = 0; i < n; ++i)
-    if (quantized(targets[i].w.type)) (dtype_info(targets[i].w.type).block_size == 256 ? want256 : want32) = true;
-  const int64_t N = x.rows(), C = x.cols();
-  if ((!want32 && !want256) || gemm_on(N) || N == 0 || C == 0 || (want32 && C % 32) || (want256 && C % 256)) {
-    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
-    return;
-  }
-  require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
-  require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
-  ops::ActQuant a32, a256;
-  QuantizedX q32, qk;
-  if (want32) {
-    a32.block = 32;
-    act_scratch(N, C, 32, a32.q, a32.d);
-    q32 = {32, a32.q, a32.d};
-  }
-  if (want256) {
-    a256.block = 256;
-    act_scratch(N, C, 256, a256.q, a256.d);
-    qk = {256, a256.q, a256.d};
-  }
-  ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
-                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, a32, a256);
-  launched("rms_norm + quantize");
-  matmul_shared_cached(h, targets, n, q32, qk);
-}
-
-void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
-                                      const Tensor& w, const Tensor& tmp) {
-  const int64_t N = gate.rows(), C = gate.cols();
-  const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
-  if (!quantized(w.type) || gemm_on(N) || N == 0 || C == 0 || C % block) {
-    Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
-    return;
-  }
-  check_binary("gated_act", gate, gate, up);
-  require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
-  const ops::MatmulWeight mw = check_matmul(dst, w, gate);
-  ops::ActQuant aq;
-  aq.block = block;
-  act_scratch(N, C, block, aq.q, aq.d);
-  ops::gated_act_quant(rt_->stream(), act, rows_of(ptr(gate, "gated_act"), gate),
-                       reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
-                       reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);
-  launched("gated_act + quantize");
-  QuantizedX cache{block, aq.q, aq.d};
-  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &cache, /*accumulate=*/true);
-}
-
-void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32,
-                                       QuantizedX& qk) {
-  std::vector<char> done(static_cast<size_t>(n), 0);
-  for (int i = 0; i < n; ++i) {
-    if (done[static_cast<size_t>(i)]) continue;
-    const DType t = targets[i].w.type;
-    QuantizedX* cache = dtype_info(t).block_size == 256 ? &qk : &q32;
-    if (x.cols() == 0 || gemm_on(x.rows())) {
-      matmul_one(targets[i].dst, targets[i].w, x, cache);
-      continue;
-    }
-    ops::MatmulWeight ws[ops::kMaxMatmulGroup];
-    int n_w = 0;
-    for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
-      if (done[static_cast<size_t>(j)] || targets[j].w.type != t) continue;
-      done[static_cast<size_t>(j)] = 1;
-      const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
-      if (mw.w) ws[n_w++] = mw;
-    }
-    if (n_w > 0) launch_matmul(t, ws, n_w, x, cache);
-  }
 }
 
 void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
@@ -684,6 +423,10 @@ void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, c
   ops::verify_greedy(rt_->stream(), i32(argmax), argmax.numel(), i32(first_row), i32(drafts), i32(n_drafts),
                      static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
   launched(op);
+}
+
+int64_t CudaBackend::max_capture_rows() const {
+  return opt_.gemm_min_tokens > 0 ? opt_.gemm_min_tokens - 1 : std::numeric_limits<int32_t>::max();
 }
 
 // ---- graphs -----------------------------------------------------------------------------------

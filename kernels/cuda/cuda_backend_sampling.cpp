@@ -5,17 +5,14 @@
 #include <string>
 
 #include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_backend_detail.hpp"
 #include "kernels/cuda/ops.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
+using namespace backend_detail;
+
 namespace {
 
-constexpr const char* kKind = TANDEM_CUDA_EMULATED_BUILD ? "cuda-emulated" : "cuda";
-
-void check(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw std::logic_error(std::string(kKind) + " backend: " + op + ": " + what);
-}
-int64_t floats_per_row(const Tensor& t) { return static_cast<int64_t>(t.row_stride() / sizeof(float)); }
 bool packed_i32(const Tensor& t, int64_t words) { return t.type == DType::I32 && t.cols() == words && t.nb1 == 0; }
 
 }  // namespace
@@ -23,17 +20,17 @@ bool packed_i32(const Tensor& t, int64_t words) { return t.type == DType::I32 &&
 void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
                              const Tensor& params, const Tensor& penalties) {
   const char* op = "make_probs";
-  check(probs.type == DType::F32 && logits.type == DType::F32 && conf.type == DType::F32 && top.type == DType::I32,
+  require(probs.type == DType::F32 && logits.type == DType::F32 && conf.type == DType::F32 && top.type == DType::I32,
         op, "probs, logits and conf F32, top I32");
   const int64_t rows = logits.rows();
-  check(probs.rows() == rows && top.numel() == rows && conf.numel() == rows, op, "one probs row, top and conf per row");
-  check(logits.cols() >= probs.cols() && probs.cols() > 0, op, "logits rows at least as wide as probs rows");
-  check(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
-  check(packed_i32(params, kRowSamplingWords) && params.rows() == rows, op, "params: I32 [16, rows]");
+  require(probs.rows() == rows && top.numel() == rows && conf.numel() == rows, op, "one probs row, top and conf per row");
+  require(logits.cols() >= probs.cols() && probs.cols() > 0, op, "logits rows at least as wide as probs rows");
+  require(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  require(packed_i32(params, kRowSamplingWords) && params.rows() == rows, op, "params: I32 [16, rows]");
   const bool with_pen = penalties.buf != nullptr;
-  check(!with_pen || packed_i32(penalties, 2), op, "penalties: I32 [2, n]");
-  ops::make_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, op)), floats_per_row(logits),
-                  reinterpret_cast<float*>(ptr(probs, op)), floats_per_row(probs), rows, probs.cols(),
+  require(!with_pen || packed_i32(penalties, 2), op, "penalties: I32 [2, n]");
+  ops::make_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, op)), ld_of(logits),
+                  reinterpret_cast<float*>(ptr(probs, op)), ld_of(probs), rows, probs.cols(),
                   reinterpret_cast<const RowSampling*>(ptr(params, op)),
                   with_pen ? reinterpret_cast<const int32_t*>(ptr(penalties, op)) : nullptr,
                   reinterpret_cast<int32_t*>(ptr(top, op)), reinterpret_cast<float*>(ptr(conf, op)));
@@ -43,11 +40,11 @@ void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tenso
 void CudaBackend::sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys,
                                int32_t tag, bool coupled) {
   const char* op = "sample_probs";
-  check(probs.type == DType::F32 && ids.type == DType::I32 && top.type == DType::I32, op, "probs F32, ids and top I32");
-  check(ids.numel() == probs.rows() && top.numel() == probs.rows(), op, "one id and top per row");
-  check(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
-  check(packed_i32(keys, kNoiseKeyWords) && keys.rows() == probs.rows(), op, "keys: I32 [4, rows]");
-  ops::sample_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(probs, op)), floats_per_row(probs), probs.rows(),
+  require(probs.type == DType::F32 && ids.type == DType::I32 && top.type == DType::I32, op, "probs F32, ids and top I32");
+  require(ids.numel() == probs.rows() && top.numel() == probs.rows(), op, "one id and top per row");
+  require(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  require(packed_i32(keys, kNoiseKeyWords) && keys.rows() == probs.rows(), op, "keys: I32 [4, rows]");
+  ops::sample_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(probs, op)), ld_of(probs), probs.rows(),
                     probs.cols(), reinterpret_cast<const int32_t*>(ptr(top, op)),
                     reinterpret_cast<const NoiseKey*>(ptr(keys, op)), tag, coupled,
                     reinterpret_cast<int32_t*>(ptr(ids, op)));
@@ -57,23 +54,23 @@ void CudaBackend::sample_probs(const Tensor& ids, const Tensor& probs, const Ten
 void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                                  const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) {
   const char* op = "verify_sampled";
-  check(p.type == DType::F32, op, "p F32");
-  check(p.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  require(p.type == DType::F32, op, "p F32");
+  require(p.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
   const bool with_q = q.buf != nullptr;
-  check(!with_q || q.type == DType::F32, op, "q F32");
+  require(!with_q || q.type == DType::F32, op, "q F32");
   const int64_t n = seqs.rows();
-  check(packed_i32(seqs, kSeqVerifyWords), op, "seqs: I32 [8, n]");
-  check(drafts.type == DType::I32 && n_accepted.type == DType::I32 && out_tokens.type == DType::I32, op,
+  require(packed_i32(seqs, kSeqVerifyWords), op, "seqs: I32 [8, n]");
+  require(drafts.type == DType::I32 && n_accepted.type == DType::I32 && out_tokens.type == DType::I32, op,
         "drafts, n_accepted and out_tokens I32");
-  check(drafts.rows() == n && n_accepted.numel() == n && out_tokens.rows() == n, op, "one row per sequence");
-  check(out_tokens.cols() == drafts.cols() + 1, op, "out_tokens must be max_drafts + 1 wide");
-  check(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
-  check(q_rows.type == DType::I32 && q_rows.nb1 == 0 && q_rows.cols() == drafts.cols() && q_rows.rows() == n, op,
+  require(drafts.rows() == n && n_accepted.numel() == n && out_tokens.rows() == n, op, "one row per sequence");
+  require(out_tokens.cols() == drafts.cols() + 1, op, "out_tokens must be max_drafts + 1 wide");
+  require(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
+  require(q_rows.type == DType::I32 && q_rows.nb1 == 0 && q_rows.cols() == drafts.cols() && q_rows.rows() == n, op,
         "q_rows: I32 shaped like drafts");
   auto i32 = [&](const Tensor& t) { return reinterpret_cast<int32_t*>(ptr(t, op)); };
-  ops::verify_sampled(rt_->stream(), reinterpret_cast<const float*>(ptr(p, op)), floats_per_row(p), p.rows(),
+  ops::verify_sampled(rt_->stream(), reinterpret_cast<const float*>(ptr(p, op)), ld_of(p), p.rows(),
                       p.cols(), with_q ? reinterpret_cast<const float*>(ptr(q, op)) : nullptr,
-                      with_q ? floats_per_row(q) : 0, with_q ? q.rows() : 0, with_q ? q.cols() : 0,
+                      with_q ? ld_of(q) : 0, with_q ? q.rows() : 0, with_q ? q.cols() : 0,
                       reinterpret_cast<const SeqVerify*>(ptr(seqs, op)), i32(drafts), i32(q_rows), static_cast<int>(drafts.cols()),
                       static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
   launched(op);
@@ -81,11 +78,11 @@ void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor&
 
 void CudaBackend::scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) {
   const char* op = "scatter_cols";
-  check(dst.type == DType::F32 && src.type == DType::F32 && ids.type == DType::I32, op, "dst, src F32, ids I32");
-  check(dst.rows() == src.rows(), op, "one dst row per src row");
-  check(ids.numel() == src.cols(), op, "one id per src column");
-  ops::scatter_cols(rt_->stream(), reinterpret_cast<float*>(ptr(dst, op)), floats_per_row(dst), dst.cols(),
-                    reinterpret_cast<const float*>(ptr(src, op)), floats_per_row(src), src.rows(),
+  require(dst.type == DType::F32 && src.type == DType::F32 && ids.type == DType::I32, op, "dst, src F32, ids I32");
+  require(dst.rows() == src.rows(), op, "one dst row per src row");
+  require(ids.numel() == src.cols(), op, "one id per src column");
+  ops::scatter_cols(rt_->stream(), reinterpret_cast<float*>(ptr(dst, op)), ld_of(dst), dst.cols(),
+                    reinterpret_cast<const float*>(ptr(src, op)), ld_of(src), src.rows(),
                     reinterpret_cast<const int32_t*>(ptr(ids, op)), ids.numel(), fill, err_);
   launched(op);
 }

@@ -1,0 +1,117 @@
+// CudaBackend's fused steps (kernels/backend.hpp: attention_inputs, norm_matmul_shared,
+// act_matmul_residual, matmul_residual): one kernel where the default takes several, built
+// from the same device functions, so the same bits; the default where a case is not fused.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_backend_detail.hpp"
+#include "kernels/cuda/ops.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS {
+
+using namespace backend_detail;
+
+void CudaBackend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
+  if (x.cols() == 0 || gemm_on(x.rows())) {
+    Backend::matmul_residual(dst, w, x, tmp);
+    return;
+  }
+  const ops::MatmulWeight mw = check_matmul(dst, w, x);
+  if (mw.w) launch_matmul(w.type, &mw, 1, x, nullptr, /*accumulate=*/true);
+}
+
+void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+  const char* op = "attention_inputs";
+  const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  // Per-head norms (Gemma 3) and views wider than their heads take the ops one by one.
+  if (a.q_norm.buf || a.k_norm.buf || a.q.cols() != nq || a.k.cols() != nkv || a.v.cols() != nkv) {
+    Backend::attention_inputs(a, cache, meta);
+    return;
+  }
+  const int64_t n = a.q.rows();
+  require(a.q.type == DType::F32 && a.k.type == DType::F32 && a.v.type == DType::F32, op, "q, k, v must be F32");
+  require(a.k.rows() == n && a.v.rows() == n, op, "q, k, v must have the same rows");
+  require(a.positions.type == DType::I32 && a.positions.numel() == n, op, "one I32 position per row");
+  require(a.rope_dims > 0 && a.rope_dims <= a.head_dim && a.rope_dims % 2 == 0, op, "bad rope_dims");
+  auto bias = [&](const Tensor& b, int64_t cols, const char* name) -> const float* {
+    if (!b.buf) return nullptr;
+    require(b.type == DType::F32 && b.numel() == cols, op, std::string(name) + " must be F32 with one value per column");
+    return reinterpret_cast<const float*>(ptr(b, op));
+  };
+  require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), op,
+          "cache must be F16 or F32");
+  require(cache.k.cols() == nkv && cache.v.cols() == nkv, op, "cache row width mismatch");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), op,
+          "k and v caches must have the same layout");
+  require(meta.slot_mapping.numel() == n, op, "one slot per token");
+  ops::AttnInputsArgs g{};
+  g.q = reinterpret_cast<float*>(ptr(a.q, op)), g.k = reinterpret_cast<float*>(ptr(a.k, op));
+  g.v = reinterpret_cast<float*>(ptr(a.v, op));
+  g.ldq = ld_of(a.q), g.ldk = ld_of(a.k), g.ldv = ld_of(a.v);
+  g.bq = bias(a.bq, nq, "bq"), g.bk = bias(a.bk, nkv, "bk"), g.bv = bias(a.bv, nkv, "bv");
+  g.positions = reinterpret_cast<const int32_t*>(ptr(a.positions, op));
+  g.n_heads = a.n_heads, g.n_kv_heads = a.n_kv_heads, g.head_dim = a.head_dim, g.rope_dims = a.rope_dims;
+  g.theta = a.theta, g.neox = a.style == RopeStyle::NeoX;
+  g.k_cache = ptr(cache.k, op), g.v_cache = ptr(cache.v, op);
+  g.cache_stride = cache.k.row_stride(), g.f16 = cache.k.type == DType::F16, g.n_slots = cache.k.rows();
+  g.slots = reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, op));
+  ops::attn_inputs(rt_->stream(), g, n, err_);
+  launched(op);
+}
+
+void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                     const MatmulTarget* targets, int n) {
+  bool want32 = false, want256 = false;
+  for (int i = 0; i < n; ++i)
+    if (quantized(targets[i].w.type)) (dtype_info(targets[i].w.type).block_size == 256 ? want256 : want32) = true;
+  const int64_t N = x.rows(), C = x.cols();
+  if ((!want32 && !want256) || gemm_on(N) || N == 0 || C == 0 || (want32 && C % 32) || (want256 && C % 256)) {
+    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
+    return;
+  }
+  require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
+  require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
+  ops::ActQuant a32, a256;
+  QuantizedX q32, qk;
+  if (want32) {
+    a32.block = 32;
+    act_scratch(N, C, 32, a32.q, a32.d);
+    q32 = {32, a32.q, a32.d};
+  }
+  if (want256) {
+    a256.block = 256;
+    act_scratch(N, C, 256, a256.q, a256.d);
+    qk = {256, a256.q, a256.d};
+  }
+  ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
+                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, a32, a256);
+  launched("rms_norm + quantize");
+  matmul_shared_cached(h, targets, n, q32, qk);
+}
+
+void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
+                                      const Tensor& w, const Tensor& tmp) {
+  const int64_t N = gate.rows(), C = gate.cols();
+  const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
+  if (!quantized(w.type) || gemm_on(N) || N == 0 || C == 0 || C % block) {
+    Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
+    return;
+  }
+  check_binary("gated_act", gate, gate, up);
+  require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
+  const ops::MatmulWeight mw = check_matmul(dst, w, gate);
+  ops::ActQuant aq;
+  aq.block = block;
+  act_scratch(N, C, block, aq.q, aq.d);
+  ops::gated_act_quant(rt_->stream(), act, rows_of(ptr(gate, "gated_act"), gate),
+                       reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
+                       reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);
+  launched("gated_act + quantize");
+  QuantizedX cache{block, aq.q, aq.d};
+  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &cache, /*accumulate=*/true);
+}
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -1,0 +1,144 @@
+// CudaBackend's matmuls (kernels/cuda/ops/matmul_small.cu, matmul_mma.cu): the checks, the
+// activations quantized once per block size, the kernel chosen by token count (the same bits
+// either way), targets of one weight type in one launch, and the opt-in GEMM path.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_backend_detail.hpp"
+#include "kernels/cuda/ops.hpp"
+
+namespace tandem::kernels::TANDEM_CUDA_NS {
+
+using namespace backend_detail;
+
+ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
+  require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
+  require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
+  require(w.layout == RowLayout::File, "matmul", "a weight packed for another backend");
+  require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
+  require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
+  if (x.rows() == 0 || w.rows() == 0) return {nullptr, 0, 0, {nullptr, 0}};
+  const uint8_t* wp = ptr(w, "matmul");
+  if (quantized(w.type)) {
+    // The kernels load block fields a word (or 16 bytes) at a time (kernels/cuda/qcodes.cuh):
+    // every block must start at a multiple of the largest power of two dividing its size,
+    // as whole-block rows from an arena granule do. A view that breaks it is refused here,
+    // where a GPU would fault inside the kernel.
+    const size_t tb = dtype_info(w.type).type_size, align = std::min<size_t>(tb & (~tb + 1), 16);
+    require(reinterpret_cast<uintptr_t>(wp) % align == 0 && w.row_stride() % align == 0, "matmul",
+            std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
+                " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
+  }
+  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst)};
+}
+
+// The activations of x as int8 blocks of `block` elements: quantized once per block size
+// and matmul_shared call (cache), in one scratch slot per block size so that q/k/v of mixed
+// quantizations keep both.
+void CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d) {
+  if (cache && cache->block == block) {
+    q = cache->q, d = cache->d;
+    return;
+  }
+  const int64_t N = x.rows(), C = x.cols();
+  int8_t* qw;
+  float* dw;
+  act_scratch(N, C, block, qw, dw);
+  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block, qw, dw);
+  q = qw, d = dw;
+  launched("matmul (quantize activations)");
+  if (cache) *cache = {block, q, d};
+}
+
+void CudaBackend::act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d) {
+  uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
+  q = reinterpret_cast<int8_t*>(s);
+  d = reinterpret_cast<float*>(s + act_quant_codes_bytes(N, C));
+}
+
+void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
+  const ops::MatmulWeight mw = check_matmul(dst, w, x);
+  if (!mw.w) return;
+  const int64_t N = x.rows(), R = w.rows(), C = w.cols();
+  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
+  if (C == 0) {
+    for (int64_t t = 0; t < N; ++t) rt_->zero(mw.y.p + t * mw.y.ld, sizeof(float) * static_cast<size_t>(R));
+    return;
+  }
+  if (gemm_on(N)) {
+    // The opt-in path: dequantize row tiles to F32 and multiply them with a GEMM.
+    require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
+                                             " tokens or more) is not captured into graphs");
+    const int64_t tile_rows = gemm_tile_rows(R, C);
+    float* tile = reinterpret_cast<float*>(scratch(kScratchTile, sizeof(float) * static_cast<size_t>(tile_rows * C)));
+    for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
+      const int64_t nr = std::min(tile_rows, R - r0);
+      ops::dequant_rows(rt_->stream(), w.type, mw.w, w.row_stride(), r0, nr, C, tile);
+      launched("matmul (dequantize tile)");
+      gemm_->abt_f32(N, nr, C, xp, ld_of(x), tile, C, mw.y.p + r0, mw.y.ld);
+    }
+    return;
+  }
+  launch_matmul(w.type, &mw, 1, x, cache);
+}
+
+void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
+                                bool accumulate) {
+  const int64_t N = x.rows(), C = x.cols();
+  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  if (quantized(t)) quantize_x(x, dtype_info(t).block_size == 256 ? 256 : 32, cache, q, d);
+  if (q && N >= opt_.mma_min_tokens) {
+    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N, accumulate);
+    launched("matmul (tensor cores)");
+    return;
+  }
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N, accumulate);
+  launched("matmul");
+}
+
+bool CudaBackend::gemm_on(int64_t tokens) const { return opt_.gemm_min_tokens > 0 && tokens >= opt_.gemm_min_tokens; }
+
+
+void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
+
+
+
+// Targets of one weight type go out in one launch (up to ops::kMaxMatmulGroup): q/k/v and
+// gate/up of a layer are one kernel each where their types agree. Each row's arithmetic is
+// the single matmul's, so the results are its bits.
+void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, int n) {
+  QuantizedX q32, qk;
+  matmul_shared_cached(x, targets, n, q32, qk);
+}
+
+
+
+void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32,
+                                       QuantizedX& qk) {
+  std::vector<char> done(static_cast<size_t>(n), 0);
+  for (int i = 0; i < n; ++i) {
+    if (done[static_cast<size_t>(i)]) continue;
+    const DType t = targets[i].w.type;
+    QuantizedX* cache = dtype_info(t).block_size == 256 ? &qk : &q32;
+    if (x.cols() == 0 || gemm_on(x.rows())) {
+      matmul_one(targets[i].dst, targets[i].w, x, cache);
+      continue;
+    }
+    ops::MatmulWeight ws[ops::kMaxMatmulGroup];
+    int n_w = 0;
+    for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
+      if (done[static_cast<size_t>(j)] || targets[j].w.type != t) continue;
+      done[static_cast<size_t>(j)] = 1;
+      const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
+      if (mw.w) ws[n_w++] = mw;
+    }
+    if (n_w > 0) launch_matmul(t, ws, n_w, x, cache);
+  }
+}
+
+}  // namespace tandem::kernels::TANDEM_CUDA_NS
