@@ -919,7 +919,9 @@ TEST(CudaOps, PagedAttentionSingleSpanOutputsEqualTheMergedOnes) {
     const int64_t before = cuda_launch_count(*narrow.d.gpu);
     const auto a = narrow.run(true, 0, narrow.pos.size());
     EXPECT_EQ(cuda_launch_count(*narrow.d.gpu) - before, 1);
+    const int64_t wide_before = cuda_launch_count(*wide.d.gpu);
     const auto b = wide.run(true, 0, wide.pos.size());
+    EXPECT_EQ(cuda_launch_count(*wide.d.gpu) - wide_before, 2) << "the wide table must take the merge kernel";
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     narrow.check(a, narrow.run(false, 0, narrow.pos.size()));

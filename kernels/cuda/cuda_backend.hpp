@@ -145,12 +145,13 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
     rt_->check_launch(op);
   }
   void check_errors();
-  struct QuantizedX;
+  // Activations quantized for one block size (q null: not yet), kept across the matmuls of a call.
+  using QuantizedX = ops::ActQuant;
   void matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache);
   // The checks of a matmul; the weight's rows and the destination for the kernels (w null
   // when there is nothing to compute).
   ops::MatmulWeight check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x);
-  void quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d);
+  QuantizedX quantize_x(const Tensor& x, int block, QuantizedX* cache);
   // The scratch slot of x's quantized activations for one block size.
   void act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d);
   void matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk);

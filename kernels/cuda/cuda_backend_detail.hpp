@@ -28,6 +28,8 @@ inline ops::F32Rows rows_of(uint8_t* p, const Tensor& t) {
 inline int64_t ld_of(const Tensor& t) { return static_cast<int64_t>(t.row_stride() / sizeof(float)); }
 
 inline bool quantized(DType t) { return dtype_info(t).block_size > 1; }
+// The block size of a quantized type's activations: 256 for the K-quants, else 32.
+inline int act_block(DType t) { return dtype_info(t).block_size == 256 ? 256 : 32; }
 
 inline void check_binary(const char* op, const Tensor& dst, const Tensor& a, const Tensor& b) {
   require(dst.type == DType::F32 && a.type == DType::F32 && b.type == DType::F32, op, "F32 only");
@@ -49,13 +51,3 @@ inline int64_t gemm_tile_rows(int64_t R, int64_t C) {
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::backend_detail
 
-namespace tandem::kernels::TANDEM_CUDA_NS {
-
-// The activations of one matmul_shared call quantized once per block size.
-struct CudaBackend::QuantizedX {
-  int block = 0;
-  const int8_t* q = nullptr;
-  const float* d = nullptr;
-};
-
-}  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_backend_detail.hpp"
@@ -66,7 +65,7 @@ void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Ten
                                      const MatmulTarget* targets, int n) {
   bool want32 = false, want256 = false;
   for (int i = 0; i < n; ++i)
-    if (quantized(targets[i].w.type)) (dtype_info(targets[i].w.type).block_size == 256 ? want256 : want32) = true;
+    if (quantized(targets[i].w.type)) (act_block(targets[i].w.type) == 256 ? want256 : want32) = true;
   const int64_t N = x.rows(), C = x.cols();
   if ((!want32 && !want256) || gemm_on(N) || N == 0 || C == 0 || (want32 && C % 32) || (want256 && C % 256)) {
     Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
@@ -74,20 +73,15 @@ void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Ten
   }
   require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
   require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
-  ops::ActQuant a32, a256;
+  // The quantized activations the kernel writes are the matmuls' caches (q null: not wanted).
   QuantizedX q32, qk;
-  if (want32) {
-    a32.block = 32;
-    act_scratch(N, C, 32, a32.q, a32.d);
-    q32 = {32, a32.q, a32.d};
-  }
-  if (want256) {
-    a256.block = 256;
-    act_scratch(N, C, 256, a256.q, a256.d);
-    qk = {256, a256.q, a256.d};
+  for (QuantizedX* a : {want32 ? &q32 : nullptr, want256 ? &qk : nullptr}) {
+    if (!a) continue;
+    a->block = a == &q32 ? 32 : 256;
+    act_scratch(N, C, a->block, a->q, a->d);
   }
   ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
-                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, a32, a256);
+                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, q32, qk);
   launched("rms_norm + quantize");
   matmul_shared_cached(h, targets, n, q32, qk);
 }
@@ -95,7 +89,7 @@ void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Ten
 void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
                                       const Tensor& w, const Tensor& tmp) {
   const int64_t N = gate.rows(), C = gate.cols();
-  const int block = dtype_info(w.type).block_size == 256 ? 256 : 32;
+  const int block = act_block(w.type);
   if (!quantized(w.type) || gemm_on(N) || N == 0 || C == 0 || C % block) {
     Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
     return;
@@ -103,15 +97,14 @@ void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, con
   check_binary("gated_act", gate, gate, up);
   require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
   const ops::MatmulWeight mw = check_matmul(dst, w, gate);
-  ops::ActQuant aq;
+  QuantizedX aq;
   aq.block = block;
   act_scratch(N, C, block, aq.q, aq.d);
   ops::gated_act_quant(rt_->stream(), act, rows_of(ptr(gate, "gated_act"), gate),
                        reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
                        reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);
   launched("gated_act + quantize");
-  QuantizedX cache{block, aq.q, aq.d};
-  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &cache, /*accumulate=*/true);
+  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &aq, /*accumulate=*/true);
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_backend_detail.hpp"
@@ -38,19 +37,16 @@ ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, 
 // The activations of x as int8 blocks of `block` elements: quantized once per block size
 // and matmul_shared call (cache), in one scratch slot per block size so that q/k/v of mixed
 // quantizations keep both.
-void CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache, const int8_t*& q, const float*& d) {
-  if (cache && cache->block == block) {
-    q = cache->q, d = cache->d;
-    return;
-  }
-  const int64_t N = x.rows(), C = x.cols();
-  int8_t* qw;
-  float* dw;
-  act_scratch(N, C, block, qw, dw);
-  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N, C, block, qw, dw);
-  q = qw, d = dw;
+CudaBackend::QuantizedX CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache) {
+  if (cache && cache->q && cache->block == block) return *cache;
+  QuantizedX a;
+  a.block = block;
+  act_scratch(x.rows(), x.cols(), block, a.q, a.d);
+  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), x.rows(), x.cols(), block,
+                    a.q, a.d);
   launched("matmul (quantize activations)");
-  if (cache) *cache = {block, q, d};
+  if (cache) *cache = a;
+  return a;
 }
 
 void CudaBackend::act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d) {
@@ -89,24 +85,19 @@ void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, c
                                 bool accumulate) {
   const int64_t N = x.rows(), C = x.cols();
   const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
-  const int8_t* q = nullptr;
-  const float* d = nullptr;
-  if (quantized(t)) quantize_x(x, dtype_info(t).block_size == 256 ? 256 : 32, cache, q, d);
-  if (q && N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, q, d, N, accumulate);
+  const QuantizedX a = quantized(t) ? quantize_x(x, act_block(t), cache) : QuantizedX{};
+  if (a.q && N >= opt_.mma_min_tokens) {
+    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), q, d, N, accumulate);
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), a.q, a.d, N, accumulate);
   launched("matmul");
 }
 
 bool CudaBackend::gemm_on(int64_t tokens) const { return opt_.gemm_min_tokens > 0 && tokens >= opt_.gemm_min_tokens; }
 
-
 void CudaBackend::matmul(const Tensor& dst, const Tensor& w, const Tensor& x) { matmul_one(dst, w, x, nullptr); }
-
-
 
 // Targets of one weight type go out in one launch (up to ops::kMaxMatmulGroup): q/k/v and
 // gate/up of a layer are one kernel each where their types agree. Each row's arithmetic is
@@ -116,15 +107,15 @@ void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, in
   matmul_shared_cached(x, targets, n, q32, qk);
 }
 
-
-
 void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32,
                                        QuantizedX& qk) {
-  std::vector<char> done(static_cast<size_t>(n), 0);
+  // Targets already launched, a bit each (no allocation per call: this runs for every layer).
+  require(n >= 0 && n <= 64, "matmul_shared", "at most 64 targets");
+  uint64_t done = 0;
   for (int i = 0; i < n; ++i) {
-    if (done[static_cast<size_t>(i)]) continue;
+    if (done >> i & 1u) continue;
     const DType t = targets[i].w.type;
-    QuantizedX* cache = dtype_info(t).block_size == 256 ? &qk : &q32;
+    QuantizedX* cache = act_block(t) == 256 ? &qk : &q32;
     if (x.cols() == 0 || gemm_on(x.rows())) {
       matmul_one(targets[i].dst, targets[i].w, x, cache);
       continue;
@@ -132,8 +123,8 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
     ops::MatmulWeight ws[ops::kMaxMatmulGroup];
     int n_w = 0;
     for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
-      if (done[static_cast<size_t>(j)] || targets[j].w.type != t) continue;
-      done[static_cast<size_t>(j)] = 1;
+      if ((done >> j & 1u) || targets[j].w.type != t) continue;
+      done |= uint64_t{1} << j;
       const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
       if (mw.w) ws[n_w++] = mw;
     }
