@@ -19,8 +19,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build/release}
 BUNDLE=${2:-$ROOT/build/gpu-bundle}
-TARGETS=(test_cuda_ops test_cuda_forward test_cuda_greedy test_cuda_sampling test_simt test_cuda_graph
-         test_cuda_graph_forward bench_cuda tandem tandem_make_fixture)
+# The binaries, by their place in the build tree (the layout gpu_check.sh expects).
+BINS_REL=(tests/test_cuda_ops tests/test_cuda_forward tests/test_cuda_greedy tests/test_cuda_sampling tests/test_simt
+          tests/test_cuda_graph tests/test_cuda_graph_forward bench/bench_cuda apps/tandem tandem_make_fixture)
+TARGETS=()
+for rel in "${BINS_REL[@]}"; do TARGETS+=("$(basename "$rel")"); done
 
 [ -f "$BUILD/kernels/cuda/libtandem_cuda_device.a" ] || {
   echo "gpu_bundle: $BUILD has no CUDA device build (configure with -DTANDEM_CUDA=ON and nvcc on the PATH)" >&2
@@ -30,12 +33,10 @@ cmake --build "$BUILD" --target "${TARGETS[@]}" >/dev/null
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/lib"
 declare -a BINS=()
-for t in "${TARGETS[@]}"; do
-  f=$(find "$BUILD" -type f -name "$t" -perm -u+x -not -path '*/CMakeFiles/*' | head -n 1)
-  [ -n "$f" ] || { echo "gpu_bundle: $t not built in $BUILD" >&2; exit 1; }
-  rel=${f#"$BUILD"/}
+for rel in "${BINS_REL[@]}"; do
+  [ -x "$BUILD/$rel" ] || { echo "gpu_bundle: $rel not built in $BUILD" >&2; exit 1; }
   mkdir -p "$BUNDLE/$(dirname "$rel")"
-  strip --strip-unneeded -o "$BUNDLE/$rel" "$f"
+  strip --strip-unneeded -o "$BUNDLE/$rel" "$BUILD/$rel"
   BINS+=("$BUNDLE/$rel")
 done
 # Shared libraries to carry: everything ldd resolves except the C/C++ runtime, the loader
