@@ -79,6 +79,9 @@ struct PagedAttnMeta {
   Tensor block_table;  // [n_seqs, max_blocks] block ids, row per sequence
   Tensor slot_mapping; // [n_tokens] flat cache slot (block * block_size + offset) to write
   int32_t block_size = 0;
+  // Tree attention (kernels/tree_keys.hpp): [n_tokens, kTreeFields] I32, each token's tree
+  // base and ancestor mask. buf null: every token reads positions 0..positions[t] (causal).
+  Tensor tree = {};
 };
 
 // One layer's K and V caches: [num_blocks * block_size, n_kv_heads * head_dim], F32 or F16.
@@ -169,6 +172,10 @@ class Backend {
   // Write k, v ([n_tokens, n_kv_heads*head_dim], F32) into the cache at meta.slot_mapping.
   virtual void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v,
                         const PagedAttnMeta& meta) = 0;
+  // Moves cache rows within one layer's K and V: for i = 0, 1, ... in order, row to[i] takes
+  // row from[i] (from, to: I32 [n] flat slots). Rows keep their bytes; later moves may read
+  // a row an earlier one wrote (a tree's accepted path moved down over its siblings).
+  virtual void kv_move(const KVLayer& cache, const Tensor& from, const Tensor& to) = 0;
 
   // ---- fused steps (defaults: the ops above, in order; a backend may do one in fewer
   //      passes, with exactly the same bits) ---------------------------------------------
@@ -201,7 +208,7 @@ class Backend {
 
   // Causal attention of q [n_tokens, n_heads*head_dim] over the cached keys/values of each
   // token's sequence, positions 0..positions[t] inclusive (keys of this batch already
-  // stored). GQA: head h reads kv head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads*head_dim].
+  // stored); with meta.tree, a tree node's logical keys (kernels/tree_keys.hpp). GQA: head h reads kv head h / (n_heads / n_kv_heads). out: [n_tokens, n_heads*head_dim].
   // sliding_window > 0 limits each query to the last sliding_window positions.
   virtual void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache,
                                const PagedAttnMeta& meta, int n_heads, int n_kv_heads,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/backend.hpp"
+#include "kernels/tree_keys.hpp"
 
 namespace tandem::kernels {
 
@@ -23,6 +24,7 @@ struct PagedAttnArgs {
   const int32_t* pos = nullptr;
   const int32_t* seq = nullptr;
   const int32_t* block_table = nullptr;
+  const int32_t* tree = nullptr;  // [n_tokens][kTreeFields] (kernels/tree_keys.hpp); null: causal
   int64_t bt_cols = 0;
   int64_t n_seqs = 0;
   int32_t block_size = 0;
@@ -51,6 +53,7 @@ PagedAttnArgs make_paged_attn_args(const Tensor& out, const Tensor& q, const KVL
   a.pos = reinterpret_cast<const int32_t*>(addr(meta.positions));
   a.seq = reinterpret_cast<const int32_t*>(addr(meta.seq_index));
   a.block_table = reinterpret_cast<const int32_t*>(addr(meta.block_table));
+  if (meta.tree.buf) a.tree = reinterpret_cast<const int32_t*>(addr(meta.tree));
   a.bt_cols = meta.block_table.cols();
   a.n_seqs = meta.block_table.rows();
   a.block_size = meta.block_size;

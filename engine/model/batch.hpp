@@ -1,6 +1,8 @@
 // A ragged batch for one forward pass: any number of sequences, each with a run of new
 // tokens at consecutive positions (a prompt chunk, one decode token, or the k+1 tokens of a
-// speculative verification), and which of those tokens need logits.
+// speculative verification), and which of those tokens need logits. A run may also be (part
+// of) a token tree (add_tree): its nodes are fed at consecutive cache indices, each at the
+// position of its depth and reading only its ancestors (kernels/tree_keys.hpp).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -17,6 +19,15 @@ class Batch {
   // all_logits() for every one).
   void add(SequenceKV& seq, std::span<const int32_t> tokens, std::vector<bool> want_logits = {});
   void add_all_logits(SequenceKV& seq, std::span<const int32_t> tokens);
+  // Tokens of a token tree for `seq`, fed at cache indices seq.length() + i, logits for every
+  // one. Token i sits at positions[i]; with masks[i] != 0 it is a tree node reading the keys
+  // below tree_base and the tree keys whose bits masks[i] sets (bit b: index tree_base + b;
+  // its own bit and its ancestors', none above its own, tree_base + their count =
+  // positions[i] + 1); with masks[i] == 0 an ordinary token (positions[i] = its index).
+  // Throws std::invalid_argument for anything else.
+  void add_tree(SequenceKV& seq, std::span<const int32_t> tokens, std::span<const int32_t> positions,
+                int32_t tree_base, std::span<const uint64_t> masks);
+  bool has_tree() const { return !tree_.empty(); }
   void clear();
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens_.size()); }
@@ -33,6 +44,8 @@ class Batch {
   };
   std::vector<Entry> entries_;
   std::vector<int32_t> tokens_, positions_, seq_index_, output_rows_;
+  // kTreeFields per token once a tree is added (PagedAttnMeta::tree), else empty.
+  std::vector<int32_t> tree_;
 };
 
 }  // namespace tandem

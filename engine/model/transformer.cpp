@@ -7,6 +7,7 @@
 
 #include "engine/model/transformer_scratch.hpp"
 #include "kernels/graph_capture.hpp"
+#include "kernels/tree_keys.hpp"
 
 namespace tandem {
 
@@ -79,6 +80,8 @@ bool Transformer::ensure_scratch(int32_t n, int32_t n_seqs, int32_t max_blocks, 
   s.slots = make(DType::I32, nt, 1);
   s.block_table = make(DType::I32, nb, ns);
   s.out_idx = make(DType::I32, no, 1);
+  s.tree = make(DType::I32, static_cast<int64_t>(nt) * kernels::kTreeFields, 1);
+  s.moves = make(DType::I32, 2 * kernels::kMaxTreeNodes, 1);
   s.graph_in = make(DType::I32, 5 * static_cast<int64_t>(nt) + static_cast<int64_t>(ns) * nb, 1);
   s.cap_tokens = nt;
   s.cap_seqs = ns;
@@ -164,14 +167,44 @@ Tensor Transformer::direct_pass(const Batch& batch, int32_t max_blocks) {
   be_.upload(in.slots, slots.data(), sizeof(int32_t) * n);
   be_.upload(in.block_table, table.data(), sizeof(int32_t) * table.size());
   if (n_out > 0) be_.upload(in.out_idx, batch.output_rows_.data(), sizeof(int32_t) * n_out);
+  if (batch.has_tree()) {
+    in.tree = s.tree;
+    in.tree.ne[0] = static_cast<int64_t>(n) * kernels::kTreeFields;
+    be_.upload(in.tree, batch.tree_.data(), sizeof(int32_t) * batch.tree_.size());
+  }
   return encode(in);
+}
+
+void Transformer::move_kv(SequenceKV& seq, std::span<const int32_t> from, int32_t to) {
+  if (from.size() > static_cast<size_t>(kernels::kMaxTreeNodes))
+    throw std::invalid_argument("Transformer::move_kv: more rows than a tree holds");
+  std::vector<int32_t> slots;  // from, then to
+  bool moves = false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int32_t dst = to + static_cast<int32_t>(i);
+    if (from[i] < dst || (i > 0 && from[i] <= from[i - 1]) || from[i] >= seq.length())
+      throw std::invalid_argument("Transformer::move_kv: rows must move down, in order, within the sequence");
+    moves = moves || from[i] != dst;
+  }
+  if (!moves) return;
+  seq.check_writable(to, static_cast<int32_t>(from.size()));
+  for (int32_t f : from) slots.push_back(seq.slot(f));
+  for (size_t i = 0; i < from.size(); ++i) slots.push_back(seq.slot(to + static_cast<int32_t>(i)));
+  if (!s_->moves.buf) ensure_scratch(1, 1, 1, 1);
+  const auto n = static_cast<int64_t>(from.size());
+  kernels::Tensor f = s_->moves.slice_rows(0, 1), t = f;
+  f.ne[0] = t.ne[0] = n;
+  t.offset += sizeof(int32_t) * static_cast<size_t>(n);
+  be_.upload(s_->moves.slice_rows(0, 1), slots.data(), sizeof(int32_t) * slots.size());
+  for (int il = 0; il < model_.config().n_layer; ++il) be_.kv_move(cache_.layer(il), f, t);
+  be_.synchronize();
 }
 
 Tensor Transformer::encode(const PassInputs& in) {
   const ModelConfig& c = model_.config();
   Scratch& s = *s_;
   const int32_t n = in.n, n_out = in.n_out;
-  kernels::PagedAttnMeta meta{in.positions, in.seq_index, in.block_table, in.slots, cache_.block_size()};
+  kernels::PagedAttnMeta meta{in.positions, in.seq_index, in.block_table, in.slots, cache_.block_size(), in.tree};
   const Tensor& positions = in.positions;
   auto rows = [](const Tensor& t, int64_t r) { return t.slice_rows(0, r); };
   const Tensor x = rows(s.x, n), h = rows(s.h, n), q = rows(s.q, n), k = rows(s.k, n), v = rows(s.v, n);

@@ -33,6 +33,12 @@ class Transformer {
   // in the order the outputs were requested. download = false leaves them on the backend
   // only (device_logits), for a caller that decides there (kernels/device_decode.hpp).
   void forward(const Batch& batch, std::vector<float>& logits, bool download = true);
+  // Keeps a token tree's accepted path: the KV rows at cache indices from[0] < from[1] < ...
+  // of `seq` (every layer) move to indices to, to + 1, ... (each from[i] >= to + i), so that
+  // the path sits where a chain of those tokens would have been written. Its rows are the
+  // chain's bit for bit (tree attention reads a node's keys as the chain's), so nothing is
+  // recomputed. The caller truncates the sequence after them.
+  void move_kv(SequenceKV& seq, std::span<const int32_t> from, int32_t to);
   // The last pass's logits on the backend, [n_outputs, n_vocab]; valid until the next pass.
   const kernels::Tensor& device_logits() const { return last_logits_; }
 
@@ -78,6 +84,7 @@ class Transformer {
   struct PassInputs {
     int32_t n = 0, n_out = 0;
     kernels::Tensor tokens, positions, seq_index, slots, block_table, out_idx;
+    kernels::Tensor tree = {};  // buf null: no tree in the pass
   };
   // Grows the scratch to hold such a pass (false: it already did).
   bool ensure_scratch(int32_t n_tokens, int32_t n_seqs, int32_t max_blocks, int32_t n_out);

@@ -74,8 +74,9 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
   kernels::GraphCapture* gc = graphs_on_ ? kernels::graph_capture(be_) : nullptr;
   if (!gc) return false;
   const int32_t n = batch.n_tokens(), n_out = batch.n_outputs();
-  // A pure decode pass: one token per sequence (entry i is token i), some logits wanted.
-  if (n != static_cast<int32_t>(batch.entries_.size()) || n_out == 0) return false;
+  // A pure decode pass: one token per sequence (entry i is token i), some logits wanted; no
+  // tree node (its position is not its index).
+  if (n != static_cast<int32_t>(batch.entries_.size()) || n_out == 0 || batch.has_tree()) return false;
   const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(gc->max_capture_rows(), kMaxGraphLanes));
   if (max_rows < 1) return false;
   const int32_t batch_bucket = decode_batch_bucket(n, max_rows);

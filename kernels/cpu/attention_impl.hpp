@@ -28,6 +28,13 @@ static inline int attn_group(const AttnArgs& a) { return a.n_heads / a.n_kv_head
 static inline const int32_t* attn_table(const AttnArgs& a, int64_t t) {
   return a.block_table + static_cast<int64_t>(a.seq[t]) * a.bt_cols;
 }
+// The cache index of token t's logical key j: j itself, or a tree node's ancestor
+// (kernels/tree_keys.hpp; -1: the token has no key j).
+static inline int32_t attn_key(const AttnArgs& a, int64_t t, int32_t j) {
+  if (!a.tree) return j;
+  const int32_t* f = a.tree + t * kTreeFields;
+  return tree_key_index(j, f[0], tree_mask_of(f));
+}
 // Byte offset of kv head `kvh` of cached position j, given the sequence's block table.
 static inline size_t attn_kv_offset(const AttnArgs& a, const int32_t* bt, int32_t j, int kvh) {
   const int64_t slot = static_cast<int64_t>(bt[j / a.block_size]) * a.block_size + j % a.block_size;
@@ -78,7 +85,7 @@ static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t l
   fill(st.m, static_cast<size_t>(group), -INFINITY);
   fill(st.l, static_cast<size_t>(group), 0.0f);
   for (int32_t j = lo; j <= hi; ++j) {
-    const size_t off = attn_kv_offset(a, bt, j, kvh);
+    const size_t off = attn_kv_offset(a, bt, attn_key(a, t, j), kvh);
     load_row(a.k + off, a.kv_f16, krow, hd);
     load_row(a.v + off, a.kv_f16, vrow, hd);
     for (int g = 0; g < group; ++g) {
@@ -101,6 +108,9 @@ static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t l
   }
 }
 
+// The most tokens one walk takes (the driver's groups).
+constexpr int kMaxWalkTokens = 16;
+
 // The walk the vector spans share (attention_span_avx2_multi: tiles of 8; the AVX-512
 // span: 16): n_tok tokens of one sequence over the positions from lo, each to his[m]. Per
 // tile of kTile positions the rows up to the last token's end are loaded (F16 converted)
@@ -109,7 +119,9 @@ static inline void span_generic(const AttnArgs& a, int64_t t, int kvh, int32_t l
 // tile the rows past its end are zero, as a lone token's tile has them: K past n is masked
 // by the tile function whatever it holds, V comes from vz, a copy with those rows zeroed,
 // where another token's rows were loaded (0 * V could otherwise turn a -0 sum into +0).
-// So a token's arithmetic is its own, whatever tokens share the walk.
+// The shared rows are those of the token that reaches furthest; a tree node whose own keys
+// differ in a tile (its ancestors are not that token's) gets the tile again with its own
+// rows, after the others. So a token's arithmetic is its own, whatever tokens share the walk.
 template <int kTile, class TileFn>
 __attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, const int64_t* ts, const int32_t* his,
                                                              int n_tok, int kvh, int32_t lo, AttnState* sts,
@@ -118,16 +130,16 @@ __attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, 
   const int hd = a.head_dim, group = attn_group(a);
   const int32_t* bt = attn_table(a, ts[0]);  // every token is of this sequence
   int32_t hi_max = lo;
+  int64_t ref = ts[0];  // the token whose keys fill the shared rows
   for (int m = 0; m < n_tok; ++m) {
-    hi_max = his[m] > hi_max ? his[m] : hi_max;
+    if (m == 0 || his[m] > hi_max) hi_max = his[m], ref = ts[m];
     fill(sts[m].acc, static_cast<size_t>(group) * hd, 0.0f);
     fill(sts[m].m, static_cast<size_t>(group), -INFINITY);
     fill(sts[m].l, static_cast<size_t>(group), 0.0f);
   }
-  for (int32_t j0 = lo; j0 <= hi_max; j0 += kTile) {
-    const int n_rows = hi_max - j0 + 1 < kTile ? hi_max - j0 + 1 : kTile;
+  auto load = [&](int64_t t, int32_t j0, int n_rows) {
     for (int j = 0; j < n_rows; ++j) {
-      const size_t off = attn_kv_offset(a, bt, j0 + j, kvh);
+      const size_t off = attn_kv_offset(a, bt, attn_key(a, t, j0 + j), kvh);
       load_row(a.k + off, a.kv_f16, kt[j], hd);
       load_row(a.v + off, a.kv_f16, vt[j], hd);
     }
@@ -135,9 +147,22 @@ __attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, 
       fill(kt[j], static_cast<size_t>(hd), 0.0f);
       fill(vt[j], static_cast<size_t>(hd), 0.0f);
     }
+  };
+  for (int32_t j0 = lo; j0 <= hi_max; j0 += kTile) {
+    const int n_rows = hi_max - j0 + 1 < kTile ? hi_max - j0 + 1 : kTile;
+    load(ref, j0, n_rows);
+    bool own[kMaxWalkTokens] = {};  // tokens whose keys differ from ref's in this tile
+    bool any_own = false;
     for (int m = 0; m < n_tok; ++m) {
       if (his[m] < j0) continue;
       const int n = his[m] - j0 + 1 < kTile ? his[m] - j0 + 1 : kTile;
+      if (a.tree && ts[m] != ref) {
+        for (int j = 0; j < n && !own[m]; ++j) own[m] = attn_key(a, ts[m], j0 + j) != attn_key(a, ref, j0 + j);
+        if (own[m]) {
+          any_own = true;
+          continue;
+        }
+      }
       const float(*vr)[kMaxHeadDim] = vt;
       if (n < n_rows) {
         for (int j = 0; j < kTile; ++j)
@@ -146,6 +171,14 @@ __attribute__((always_inline)) static inline void walk_tiles(const AttnArgs& a, 
         vr = vz;
       }
       tile(static_cast<const float(*)[kMaxHeadDim]>(kt), vr, n,
+           a.q + ts[m] * a.ldq + static_cast<int64_t>(kvh) * group * hd, sts[m]);
+    }
+    if (!any_own) continue;
+    for (int m = 0; m < n_tok; ++m) {
+      if (!own[m]) continue;
+      const int n = his[m] - j0 + 1 < kTile ? his[m] - j0 + 1 : kTile;
+      load(ts[m], j0, n);  // rows past n zero, as in a lone token's last tile
+      tile(static_cast<const float(*)[kMaxHeadDim]>(kt), static_cast<const float(*)[kMaxHeadDim]>(vt), n,
            a.q + ts[m] * a.ldq + static_cast<int64_t>(kvh) * group * hd, sts[m]);
     }
   }

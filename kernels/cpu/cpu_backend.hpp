@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   void rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim, int rope_dims,
             float theta, RopeStyle style) override;
   void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v, const PagedAttnMeta& meta) override;
+  void kv_move(const KVLayer& cache, const Tensor& from, const Tensor& to) override;
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;

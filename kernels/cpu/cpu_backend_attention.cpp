@@ -72,6 +72,26 @@ void CpuBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v
   }
 }
 
+void CpuBackend::kv_move(const KVLayer& cache, const Tensor& from, const Tensor& to) {
+  require(from.type == DType::I32 && to.type == DType::I32 && from.numel() == to.numel(), "kv_move",
+          "from and to must be I32 lists of one length");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), "kv_move",
+          "K and V caches of different shapes");
+  const int32_t* f = host_as<int32_t>(from);
+  const int32_t* t = host_as<int32_t>(to);
+  const int64_t n_slots = cache.k.rows();
+  const size_t row = cache.k.row_stride();
+  for (int64_t i = 0; i < from.numel(); ++i) {
+    require(f[i] >= 0 && f[i] < n_slots && t[i] >= 0 && t[i] < n_slots, "kv_move",
+            "slot " + std::to_string(f[i]) + " -> " + std::to_string(t[i]) + " out of range");
+    if (f[i] == t[i]) continue;
+    for (const Tensor* c : {&cache.k, &cache.v}) {
+      uint8_t* base = host_ptr(*c);
+      std::memcpy(base + static_cast<size_t>(t[i]) * row, base + static_cast<size_t>(f[i]) * row, row);
+    }
+  }
+}
+
 namespace {
 
 // Contexts longer than this many positions are cut into spans of this length that threads
@@ -117,7 +137,7 @@ struct SpanGroup {
   int32_t first = 0, n = 0;
 };
 // At most this many tokens a group (a worker keeps their states side by side).
-constexpr int kMaxGroup = 16;
+constexpr int kMaxGroup = attn_detail::kMaxWalkTokens;
 
 // A group being filled: spans of the current sequence starting at lo.
 struct OpenGroup {
@@ -193,15 +213,33 @@ void CpuBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLay
   std::vector<Span>& spans = t_spans;
   spans.clear();
   bool split = false;
+  if (meta.tree.buf)
+    require(meta.tree.type == DType::I32 && meta.tree.numel() == q.rows() * kTreeFields, "paged_attention",
+            "tree must hold kTreeFields I32 per token");
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int32_t p = a.pos[t], s = a.seq[t];
     if (s < 0 || s >= a.n_seqs)
       throw std::out_of_range("attention: sequence index " + std::to_string(s) + " out of range");
     if (p < 0 || static_cast<int64_t>(p) / a.block_size >= a.bt_cols)
       throw std::out_of_range("attention: position " + std::to_string(p) + " beyond the block table");
+    // A tree node's keys reach past its position: up to its highest ancestor bit.
+    int32_t last = p;
+    if (a.tree) {
+      const int32_t* f = a.tree + t * kTreeFields;
+      const uint64_t mask = tree_mask_of(f);
+      if (mask != 0) {
+        if (f[0] < 0 || f[0] + tree_popcount64(mask) != p + 1)
+          throw std::out_of_range("attention: tree token " + std::to_string(t) + " at position " + std::to_string(p) +
+                                  " has " + std::to_string(tree_popcount64(mask)) + " tree keys from " +
+                                  std::to_string(f[0]));
+        last = tree_last_key(f[0], mask);
+        if (static_cast<int64_t>(last) / a.block_size >= a.bt_cols)
+          throw std::out_of_range("attention: tree key " + std::to_string(last) + " beyond the block table");
+      }
+    }
     const int32_t j0 = a.window > 0 ? std::max<int32_t>(0, p - a.window + 1) : 0;
     const int32_t* bt = attn_table(a, t);
-    for (int32_t b = j0 / a.block_size; b <= p / a.block_size; ++b)
+    for (int32_t b = j0 / a.block_size; b <= last / a.block_size; ++b)
       if (bt[b] < 0 || bt[b] >= n_blocks)
         throw std::out_of_range("attention: cache block " + std::to_string(bt[b]) + " out of range");
     const int32_t parts = (p - j0) / kSplitPositions + 1;

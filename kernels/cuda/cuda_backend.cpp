@@ -359,6 +359,17 @@ void CudaBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& 
   launched("kv_store");
 }
 
+void CudaBackend::kv_move(const KVLayer& cache, const Tensor& from, const Tensor& to) {
+  require(from.type == DType::I32 && to.type == DType::I32 && from.numel() == to.numel(), "kv_move",
+          "from and to must be I32 lists of one length");
+  require(cache.k.row_stride() == cache.v.row_stride() && cache.k.rows() == cache.v.rows(), "kv_move",
+          "k and v caches must have the same layout");
+  ops::kv_move(rt_->stream(), ptr(cache.k, "kv_move"), ptr(cache.v, "kv_move"), cache.k.row_stride(), cache.k.rows(),
+               reinterpret_cast<const int32_t*>(ptr(from, "kv_move")), reinterpret_cast<const int32_t*>(ptr(to, "kv_move")),
+               from.numel(), err_);
+  launched("kv_move");
+}
+
 void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                                   int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                                   float softcap) {
@@ -376,6 +387,9 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
   require(meta.positions.numel() == q.rows() && meta.seq_index.numel() == q.rows(), op,
           "positions/seq_index must have one entry per token");
   require(meta.block_size > 0, op, "block_size must be positive");
+  if (meta.tree.buf)
+    require(meta.tree.type == DType::I32 && meta.tree.numel() == q.rows() * kTreeFields, op,
+            "tree must hold kTreeFields I32 per token");
   ops::AttnParams a;
   static_cast<PagedAttnArgs&>(a) = make_paged_attn_args(out, q, cache, meta, n_heads, n_kv_heads, head_dim, scale,
                                                          sliding_window, softcap,
@@ -396,6 +410,7 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     c.out += t0 * a.ldo;
     c.pos += t0;
     c.seq += t0;
+    if (c.tree) c.tree += t0 * kTreeFields;
     for (int k = ops::paged_attention(rt_->stream(), c, states, err_); k > 0; --k) launched(op);
   }
 }

@@ -87,6 +87,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void rope(const Tensor& x, const Tensor& positions, int n_heads, int head_dim, int rope_dims, float theta,
             RopeStyle style) override;
   void kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v, const PagedAttnMeta& meta) override;
+  void kv_move(const KVLayer& cache, const Tensor& from, const Tensor& to) override;
   // Fused: one kernel for the attention inputs (models without per-head norms), the
   // residual add in the matmul's epilogue.
   void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) override;

@@ -44,6 +44,10 @@ void rope(Stream s, F32Rows x, const int32_t* positions, int64_t n_tokens, int n
 void kv_store(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride, bool f16, int64_t n_slots,
               const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t n_tokens, int64_t width,
               const int32_t* slots, int* err);
+// for i in order: row to[i] of both caches = row from[i] (Backend::kv_move); an out-of-range
+// slot sets kErrKvSlot and is skipped.
+void kv_move(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride, int64_t n_slots, const int32_t* from,
+             const int32_t* to, int64_t n, int* err);
 
 // The attention inputs of a layer in one launch (Backend::attention_inputs without per-head
 // norms): biases (null: none) added to q, k, v; q and k rotated; k, v stored at slots.

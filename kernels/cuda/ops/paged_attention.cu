@@ -1,5 +1,6 @@
 // paged_attention: causal GQA attention of each query token over its sequence's cached
-// keys/values, read through the block table; sliding window and softcap as on the CPU.
+// keys/values, read through the block table; sliding window, softcap and tree nodes' keys
+// as on the CPU.
 //
 // Flash-decoding with a fixed split: a token's context [j0, p] is cut into spans of
 // kAttnSplit positions. Kernel 1 runs one block per (token, kv head, span): the scores of
@@ -25,10 +26,14 @@ __device__ __forceinline__ float kv_at(const uint8_t* row, bool f16, int i) {
   return f16 ? dev::f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]) : reinterpret_cast<const float*>(row)[i];
 }
 
-// A token's context, or false (and an error bit) when its metadata is out of range.
+// A token's context, or false (and an error bit) when its metadata is out of range. A tree
+// node (mask not 0) reads its logical keys through tree_key_index (kernels/tree_keys.hpp).
 struct Ctx {
   int32_t p, j0, parts;
   const int32_t* bt;
+  int32_t tree_base;
+  uint64_t mask;
+  __device__ __forceinline__ int32_t key(int32_t j) const { return tree_key_index(j, tree_base, mask); }
 };
 __device__ __forceinline__ bool token_ctx(const ops::AttnParams& a, int64_t t, Ctx& c, int* err, bool report) {
   const int32_t p = a.pos[t], s = a.seq[t];
@@ -39,6 +44,18 @@ __device__ __forceinline__ bool token_ctx(const ops::AttnParams& a, int64_t t, C
   if (p < 0 || p / a.block_size >= a.bt_cols) {
     if (report) atomicOr(err, static_cast<int>(dev::kErrAttnPosition));
     return false;
+  }
+  c.tree_base = p + 1;
+  c.mask = 0;
+  if (a.tree) {
+    const int32_t* f = a.tree + t * kTreeFields;
+    c.mask = tree_mask_of(f);
+    c.tree_base = f[0];
+    const int32_t last = c.mask ? tree_last_key(f[0], c.mask) : p;
+    if (c.mask && (f[0] < 0 || f[0] + tree_popcount64(c.mask) != p + 1 || last / a.block_size >= a.bt_cols)) {
+      if (report) atomicOr(err, static_cast<int>(dev::kErrAttnPosition));
+      return false;
+    }
   }
   c.p = p;
   c.j0 = a.window > 0 ? dev::imax(0, p - a.window + 1) : 0;
@@ -100,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
   __syncthreads();
   const size_t esz = a.kv_f16 ? 2 : 4;
   for (int jj = threadIdx.x; jj < n; jj += kThreads) {
-    const int32_t j = lo + jj, blk = c.bt[j / a.block_size];
+    const int32_t j = c.key(lo + jj), blk = c.bt[j / a.block_size];
     if (blk < 0 || blk >= n_blocks) {
       atomicOr(err, static_cast<int>(dev::kErrAttnBlock));
       for (int g = 0; g < group; ++g) sc[g * kSplit + jj] = -INFINITY;
@@ -140,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
     const float* e = sc + g * kSplit;
     float acc = 0.0f;
     for (int jj = 0; jj < n; ++jj) {
-      const int32_t j = lo + jj, blk = c.bt[j / a.block_size];
+      const int32_t j = c.key(lo + jj), blk = c.bt[j / a.block_size];
       if (blk < 0 || blk >= n_blocks) continue;
       const uint8_t* vrow = a.v + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
                             static_cast<size_t>(kvh) * hd * esz;
