@@ -34,16 +34,21 @@ std::atomic<float> g_bias_mass{0.0f};
 
 // p_i as the verifiers see it: the caller's, unless a test injected a bias at this position.
 Distribution target_at(const DistFn& target_dist, int32_t i, int64_t position) {
-  Distribution p = target_dist(i);
+  return with_injected_bias(target_dist(i), position + i);
+}
+
+}  // namespace
+
+Distribution with_injected_bias(Distribution p, int64_t position) {
   const int64_t at = g_bias_position.load(std::memory_order_relaxed);
-  if (at < 0 || at != position + i || p.size() < 2) return p;
+  if (at < 0 || at != position || p.size() < 2) return p;
   const float m = std::min(g_bias_mass.load(std::memory_order_relaxed), p.probs[0]);
   p.probs[0] -= m;
   p.probs[1] += m;
   return p;
 }
 
-}  // namespace
+float prob_of(const Distribution& p, int32_t x) { return ProbLookup(p)(x); }
 
 InjectedBias injected_verifier_bias() {
   return {g_bias_position.load(std::memory_order_relaxed), g_bias_mass.load(std::memory_order_relaxed)};
@@ -74,7 +79,7 @@ VerifyResult verify_greedy(std::span<const int32_t> draft, const DistFn& target_
   return r;
 }
 
-int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng) {
+Distribution residual(const Distribution& p, const Distribution& q) {
   const ProbLookup qp(q);
   Distribution res;
   double total = 0.0;
@@ -86,10 +91,12 @@ int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng) 
       total += w;
     }
   }
-  if (!(total > 0.0)) return sample(p, rng);
+  if (!(total > 0.0)) return p;
   for (auto& x : res.probs) x = static_cast<float>(x / total);
-  return sample(res, rng);
+  return res;
 }
+
+int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng) { return sample(residual(p, q), rng); }
 
 VerifyResult verify_stochastic(std::span<const int32_t> draft, const DistFn& target_dist, const DistFn* draft_dist,
                                Rng& rng, int64_t position) {

@@ -58,6 +58,10 @@ VerifyResult verify_coupled(std::span<const int32_t> draft, const DistFn& target
 // One draw from norm(max(0, p − q)). When the residual has no mass (p ≤ q everywhere,
 // which happens only through rounding when p == q), falls back to p.
 int32_t sample_residual(const Distribution& p, const Distribution& q, Rng& rng);
+// That residual itself (p when it has no mass).
+Distribution residual(const Distribution& p, const Distribution& q);
+// p(x) (0 outside its support), quick for large supports too.
+float prob_of(const Distribution& p, int32_t x);
 
 // Fault injection, for tests only: proves that the losslessness suite detects a biased
 // verifier. While set, the target distribution the verifiers use at absolute position
@@ -71,5 +75,7 @@ struct InjectedBias {
 void inject_verifier_bias(InjectedBias bias);
 // The bias in force (position < 0: none), for verifiers that build p elsewhere (on the device).
 InjectedBias injected_verifier_bias();
+// p as the verifiers see it at absolute position `position`: p itself unless the bias is on there.
+Distribution with_injected_bias(Distribution p, int64_t position);
 
 }  // namespace tandem
