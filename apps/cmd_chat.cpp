@@ -179,6 +179,7 @@ Command add_chat(CLI::App& app) {
   cli::add_draft_vocab_options(*sub, a->load);
   sub->add_option("--draft", a->draft_mode, "Proposer: model (default with -md), ngram, none");
   sub->add_option("--draft-max", a->gen.speculative.draft_max, "Tokens drafted per step (k)")->capture_default_str();
+  cli::add_tree_options(*sub, a->gen.speculative);
   sub->add_option("--policy", a->gen.speculative.policy,
                   "How many tokens to draft per step: fixed, confidence, adaptive, goodput")
       ->capture_default_str()

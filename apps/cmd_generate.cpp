@@ -112,6 +112,8 @@ int run_generate(const GenerateArgs& args) {
       sp["target_passes"] = m.target_passes;
       sp["device_verified_steps"] = m.device_verified_steps;
       sp["device_drafted_tokens"] = m.device_drafted_tokens;
+      sp["tree_width"] = gen.speculative.tree_width;
+      sp["tree_steps"] = m.tree_steps;
       if (gen.speculative.mode == DraftMode::Model) {
         sp["lookup"] = gen.speculative.lookup;
         sp["lookup_steps"] = m.lookup_steps;
@@ -179,6 +181,7 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--ngram-min", a->gen.speculative.ngram_min, "Shortest n-gram to match")->capture_default_str();
   sub->add_option("--ngram-max", a->gen.speculative.ngram_max, "Longest n-gram to match")->capture_default_str();
   cli::add_lookup_options(*sub, a->gen.speculative);
+  cli::add_tree_options(*sub, a->gen.speculative);
   sub->add_option("-n,--max-tokens", a->gen.max_tokens, "Tokens to generate")->capture_default_str();
   add_sampling_options(*sub, a->gen.sampling);
   add_verify_option(*sub, a->gen.speculative.verify);

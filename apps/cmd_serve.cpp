@@ -37,6 +37,7 @@ struct ServeArgs {
   std::string policy = "goodput";
   float draft_p_min = 0.0f;
   SpeculativeOptions lookup;  // --lookup/--no-lookup, --lookup-min (only those fields)
+  SpeculativeOptions tree;    // --tree-width, --tree-nodes (only those fields)
   VerifyMode verify = SpeculativeOptions{}.verify;
   std::string config_path;  // tune --write-config output
   ExplicitFlags given;      // flags given explicitly win over the config file
@@ -70,6 +71,8 @@ int run_serve(ServeArgs a) {
   defaults.draft_p_min = a.draft_p_min;
   defaults.lookup = a.lookup.lookup;
   defaults.lookup_min = a.lookup.lookup_min;
+  defaults.tree_width = a.tree.tree_width;
+  defaults.tree_nodes = a.tree.tree_nodes;
   defaults.verify = a.verify;
   if (!is_policy_name(a.policy)) throw std::invalid_argument("--policy must be fixed, confidence, adaptive or goodput");
   // --config: tune's recommendations per temperature; the one for T=0 (or the nearest) is
@@ -138,7 +141,12 @@ int run_serve(ServeArgs a) {
       needed = true;
     }
     // The step budget prices the passes a full batch takes: every sequence's drafts.
-    const int32_t batch_tokens = std::min(a.sched.max_batch_tokens, a.sched.max_seqs * (need.draft_max + 1));
+    // (a token tree's step carries its nodes)
+    const int32_t tree = need.tree_width > 1 ? (need.tree_nodes > 0 ? need.tree_nodes
+                                                                     : std::min(64, need.tree_width * need.draft_max))
+                                             : 0;
+    const int32_t batch_tokens =
+        std::min(a.sched.max_batch_tokens, a.sched.max_seqs * (std::max(need.draft_max, tree) + 1));
     if (needed) spdlog::info("{}", ensure_cost_model(*engine, need, config.get(), batch_tokens));
   }
 
@@ -200,6 +208,7 @@ Command add_serve(CLI::App& app) {
                                   "Stop drafting when the draft's most likely token has probability below this (decided before sampling)")
                       ->capture_default_str();
   add_lookup_options(*sub, a->lookup);
+  add_tree_options(*sub, a->tree);
   add_verify_option(*sub, a->verify);
   sub->add_option("--config", a->config_path,
                   "Speculative defaults per temperature from `tandem tune --write-config` (flags win)")

@@ -114,6 +114,17 @@ void add_lookup_options(CLI::App& sub, SpeculativeOptions& so) {
       ->capture_default_str();
 }
 
+void add_tree_options(CLI::App& sub, SpeculativeOptions& so) {
+  sub.add_option("--tree-width", so.tree_width,
+                 "With a draft model: draft a token tree with up to this many children a node, verified in one target "
+                 "pass (1: a chain)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub.add_option("--tree-nodes", so.tree_nodes, "Nodes of a token tree (0: tree width x draft max, at most 64)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+}
+
 size_t parse_size(const std::string& flag, const std::string& s) {
   size_t bytes = 0;
   try {

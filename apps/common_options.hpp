@@ -37,6 +37,8 @@ void add_runtime_options(CLI::App& sub, LoadOptions& load);
 void add_draft_vocab_options(CLI::App& sub, LoadOptions& load);
 // --lookup/--no-lookup, --lookup-min N: prompt lookup ahead of the draft model.
 void add_lookup_options(CLI::App& sub, SpeculativeOptions& so);
+// --tree-width, --tree-nodes: token trees (SpeculativeOptions::tree_width, tree_nodes).
+void add_tree_options(CLI::App& sub, SpeculativeOptions& so);
 // "1048576", "512M", "512MiB", "1.5GiB", "64k" → bytes (> 0; units are powers of 1024, as
 // kernels::parse_memory_size reads them); `flag` names the option in errors.
 size_t parse_size(const std::string& flag, const std::string& s);

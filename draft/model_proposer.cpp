@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "draft/token_tree.hpp"
 #include "engine/model/prefill.hpp"
 
 namespace tandem {
@@ -135,6 +136,7 @@ class ModelProposer::Drafting {
     try {
       catch_up();
       draft_positions();
+      draft_trees();
     } catch (const KVCacheFull&) {
       // Not expected (every lane reserved its room first); if it happens anyway, every lane
       // keeps what it drafted so far (nothing of the failed pass was written).
@@ -154,6 +156,7 @@ class ModelProposer::Drafting {
     GrammarState grammar = {};      // constrained requests: the state after history
     bool device = false;            // samples on the device (DraftProbs): logits stay there
     DraftProbs::Drawn drawn{-1, 0.0f, -1};  // a device lane's draw from its latest logits
+    std::unique_ptr<TreeBuilder> tree = nullptr;  // the lane drafts a token tree (ProposeOptions::tree)
     ModelProposer& proposer() const { return static_cast<ModelProposer&>(*job->proposer); }
   };
 
@@ -172,6 +175,12 @@ class ModelProposer::Drafting {
       ModelProposer& p = static_cast<ModelProposer&>(*j.proposer);
       const size_t common = p.keep_common_prefix(j.context);
       Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
+      // Trees are drafted on the host, without a grammar (the caller asks for neither).
+      if (j.opts.tree() && !j.opts.grammar) {
+        l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
+        lanes_.push_back(std::move(l));
+        continue;
+      }
       if (j.opts.grammar && j.opts.grammar_state) l.grammar = *j.opts.grammar_state;
       const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
       if (dev_ && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
@@ -218,7 +227,7 @@ class ModelProposer::Drafting {
     for (int32_t i = 0;; ++i) {
       std::vector<Lane*> out;
       for (Lane& l : lanes_) {
-        if (!l.active) continue;
+        if (!l.active || l.tree) continue;
         bool last = i + 1 >= l.job->opts.max_tokens;  // or the grammar is complete
         const int32_t tok = l.device ? draw_on_device(l) : draw_on_host(l, i, last);
         if (tok < 0) {
@@ -241,6 +250,73 @@ class ModelProposer::Drafting {
       if (out.empty()) return;
       pass(out);
     }
+  }
+
+  // The tree lanes (draft/token_tree.hpp): the root's children from the catch-up's logits,
+  // then one pass per depth feeding every lane's frontier (Batch::add_tree, the tree's nodes
+  // after the context in feed order), each fed node expanded from its row. The draft's cache
+  // keeps the context and the fed nodes that form a chain from the root (valid if accepted).
+  void draft_trees() {
+    std::vector<Lane*> tl;
+    for (Lane& l : lanes_)
+      if (l.tree && l.active) {
+        l.tree->expand(-1, l.logits);
+        tl.push_back(&l);
+      }
+    if (tl.empty()) return;
+    const int32_t vocab = draft_.model().config().n_vocab;
+    for (;;) {
+      std::vector<std::pair<Lane*, int32_t>> rows;
+      for (Lane* l : tl) {
+        // Room for a whole frontier first: take_frontier marks its nodes fed.
+        if (!l->active || !room(*l, static_cast<size_t>(l->job->opts.tree_width))) continue;
+        const std::vector<int32_t> f = l->tree->take_frontier();
+        if (f.empty()) continue;
+        std::vector<int32_t> toks, pos;
+        std::vector<uint64_t> masks;
+        for (int32_t n : f) {
+          toks.push_back(l->tree->token(n));
+          pos.push_back(l->tree->position(n));
+          masks.push_back(l->tree->fed_mask(n));
+          rows.push_back({l, n});
+        }
+        ModelProposer& p = l->proposer();
+        batch_.add_tree(p.seq_, as_draft_tokens(toks, vocab), pos, static_cast<int32_t>(l->job->context.size()), masks);
+        ++p.forwards_;
+      }
+      if (rows.empty()) break;
+      draft_.forward(batch_, logits_);
+      batch_.clear();
+      std::vector<float> row;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        host_row(i, row);
+        rows[i].first->tree->expand(rows[i].second, row);
+      }
+    }
+    for (Lane* l : tl) {
+      ModelProposer& p = l->proposer();
+      const std::vector<int32_t> chain = l->tree->fed_chain_tokens();
+      const size_t n = l->job->context.size();
+      p.seq_.truncate(static_cast<int32_t>(n + chain.size()));
+      p.cached_.resize(n);
+      p.cached_.insert(p.cached_.end(), chain.begin(), chain.end());
+      l->job->out = l->tree->take();
+    }
+  }
+
+  // Row i of the last pass's logits over the draft's whole vocabulary (a reduced output head's
+  // other tokens at -inf).
+  void host_row(size_t i, std::vector<float>& dst) const {
+    const OutputSubset* subset = draft_.output_subset();
+    const size_t vocab = static_cast<size_t>(draft_.model().config().n_vocab);
+    const size_t width = static_cast<size_t>(draft_.n_logits());
+    const float* row = logits_.data() + i * width;
+    if (!subset) {
+      dst.assign(row, row + width);
+      return;
+    }
+    dst.assign(vocab, -std::numeric_limits<float>::infinity());
+    for (size_t j = 0; j < width; ++j) dst[static_cast<size_t>(subset->ids[j])] = row[j];
   }
 
   // A device lane's token, drawn on the device from its last pass (DraftProbs::sample): the
@@ -312,8 +388,6 @@ class ModelProposer::Drafting {
     const OutputSubset* subset = draft_.output_subset();
     const bool to_host = std::any_of(with_logits.begin(), with_logits.end(), [](const Lane* l) { return !l->device; });
     draft_.forward(batch_, logits_, to_host);
-    const size_t vocab = static_cast<size_t>(draft_.model().config().n_vocab);
-    const size_t width = static_cast<size_t>(draft_.n_logits());
     std::vector<DraftProbs::Lane> dl;
     std::vector<Lane*> dl_of;
     for (size_t i = 0; i < with_logits.size(); ++i) {
@@ -332,17 +406,8 @@ class ModelProposer::Drafting {
                  : dev_->sample(draft_.device_logits(), dl);
       for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
     }
-    for (size_t i = 0; i < with_logits.size(); ++i) {
-      if (with_logits[i]->device) continue;
-      std::vector<float>& dst = with_logits[i]->logits;
-      const float* row = logits_.data() + i * width;
-      if (!subset) {
-        dst.assign(row, row + width);
-        continue;
-      }
-      dst.assign(vocab, -std::numeric_limits<float>::infinity());
-      for (size_t j = 0; j < width; ++j) dst[static_cast<size_t>(subset->ids[j])] = row[j];
-    }
+    for (size_t i = 0; i < with_logits.size(); ++i)
+      if (!with_logits[i]->device) host_row(i, with_logits[i]->logits);
     batch_.clear();
   }
 

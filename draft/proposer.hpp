@@ -2,9 +2,9 @@
 // accepted output) and proposes up to max_tokens continuation tokens, with the draft's
 // final distribution q for each when it is a sampling draft. Proposers are batch-first:
 // a step's drafting is one call per kind of proposer over every sequence that drafts
-// (propose_all), so the drivers never need to know which kind a sequence has. The chain
-// shape is what verification consumes today; `Proposal` is the place a token tree will go
-// later (several candidates per position with parent links).
+// (propose_all), so the drivers never need to know which kind a sequence has. A proposal is
+// a chain of tokens or, when the request asks for one (ProposeOptions::tree_width), a token
+// tree (Proposal::parents; draft/token_tree.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,14 +21,20 @@ namespace tandem {
 
 struct Proposal {
   std::vector<int32_t> tokens;
-  // q_i for each token when the draft sampled from a distribution; empty when the tokens
-  // are deterministic (point masses: n-gram lookup, greedy draft).
+  // A token tree: parents[i] is token i's parent (-1: the root, the pending token), parents
+  // listed first. Empty: a chain (token i's parent is i - 1).
+  std::vector<int32_t> parents;
+  // By row (0: the root, 1 + i: token i), the distribution q the row's children were drawn
+  // from, when the draft sampled; empty when the tokens are deterministic (point masses:
+  // n-gram lookup, greedy draft, top tokens). On a chain, row i's child is token i, so
+  // dists[i] is token i's q. A tree's rows without children hold an empty distribution.
   std::vector<Distribution> dists;
   // Or, when the draft sampled on the device (ProposeOptions::on_device), q_i is row
   // q_rows[i] of the step's DraftProbs store (draft/draft_probs.hpp) and dists is empty.
   std::vector<int32_t> q_rows;
   bool on_device = false;  // the tokens were drawn on the device
   bool deterministic() const { return dists.empty() && q_rows.empty(); }
+  bool tree() const { return !parents.empty(); }
 };
 
 struct ProposeOptions {
@@ -51,6 +57,12 @@ struct ProposeOptions {
   // The request is verified on the device: a draft model with a DraftProbs store samples
   // there too and leaves q on the device (Proposal::q_rows). Never with a grammar.
   bool on_device = false;
+  // A token tree instead of a chain (draft/token_tree.hpp) when tree_width > 1 and
+  // tree_nodes > 1: up to tree_width children a node, tree_nodes nodes (at most
+  // kMaxTreeNodes), max_tokens deep. Proposers that cannot draft trees draft the chain.
+  int32_t tree_width = 1;
+  int32_t tree_nodes = 0;
+  bool tree() const { return tree_width > 1 && tree_nodes > 1 && max_tokens > 0; }
 };
 
 class Proposer;

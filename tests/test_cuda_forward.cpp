@@ -222,7 +222,7 @@ TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
     g.ignore_eos = true;
     g.sampling.temperature = 0.0f;
     const int32_t n_vocab = gpu.model->config().n_vocab;
-    SequenceRun plain(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, nullptr, nullptr);
+    SequenceRun plain(*gpu.tf, *tok, prompt, g, {}, 128, n_vocab, nullptr, nullptr);
     test::drive_to_end(plain, *gpu.tf);
     const std::vector<int32_t> want = plain.result().tokens;
     plain.kv().clear();
@@ -230,7 +230,7 @@ TEST(CudaForward, GreedySpeculativeEqualsTargetOnly) {
     g.speculative.draft_max = 4;
     NgramProposer proposer(1, 4);
     FixedPolicy policy;
-    SequenceRun spec(*gpu.cache, *tok, prompt, g, {}, 128, n_vocab, &proposer, &policy);
+    SequenceRun spec(*gpu.tf, *tok, prompt, g, {}, 128, n_vocab, &proposer, &policy);
     test::drive_to_end(spec, *gpu.tf);
     EXPECT_EQ(spec.result().tokens, want);
     EXPECT_GT(spec.result().speculative.drafted_tokens, 0) << "no drafts: the test would not test anything";
@@ -267,7 +267,7 @@ TEST(CudaForward, DraftAndTargetShareOneArenaAndGreedySpeculationIsLossless) {
   const int32_t n_vocab = target->config().n_vocab;
   std::vector<int32_t> want;
   {
-    SequenceRun plain(tcache, *tok, prompt, g, {}, 96, n_vocab, nullptr, nullptr);
+    SequenceRun plain(ttf, *tok, prompt, g, {}, 96, n_vocab, nullptr, nullptr);
     test::drive_to_end(plain, ttf);
     want = plain.result().tokens;
   }
@@ -275,7 +275,7 @@ TEST(CudaForward, DraftAndTargetShareOneArenaAndGreedySpeculationIsLossless) {
   g.speculative.draft_max = 3;
   ModelProposer proposer(dtf);
   FixedPolicy policy;
-  SequenceRun spec_run(tcache, *tok, prompt, g, {}, 96, n_vocab, &proposer, &policy);
+  SequenceRun spec_run(ttf, *tok, prompt, g, {}, 96, n_vocab, &proposer, &policy);
   test::drive_to_end(spec_run, ttf);  // the draft reads its context when the run needs it
   EXPECT_EQ(spec_run.result().tokens, want);
   EXPECT_GT(spec_run.result().speculative.accepted_tokens, 0)

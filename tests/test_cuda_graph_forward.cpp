@@ -425,7 +425,7 @@ TEST(CudaGraphForward, GreedySpeculationWithAGraphedDraftEqualsTargetOnly) {
       opts.speculative.mode = DraftMode::Model;
       opts.speculative.draft_max = 3;
     }
-    SequenceRun r(tcache, *tok, prompt, opts, {}, 96, target->config().n_vocab, speculate ? &proposer : nullptr,
+    SequenceRun r(ttf, *tok, prompt, opts, {}, 96, target->config().n_vocab, speculate ? &proposer : nullptr,
                   speculate ? &policy : nullptr);
     test::drive_to_end(r, ttf);
     return Result{r.result().tokens, r.result().speculative.accepted_tokens, dtf.graph_stats()};

@@ -390,6 +390,9 @@ struct Config {
   // The target and the close draft loaded from Hugging Face folders of the same weights
   // (safetensors, config.json, tokenizer.json) instead of GGUF files.
   bool hf = false;
+  // Token trees (SpeculativeOptions::tree_width, tree_nodes); width 1: chains.
+  int32_t tree_width = 1;
+  int32_t tree_nodes = 0;
 };
 
 std::ostream& operator<<(std::ostream& o, const Config& c) { return o << c.name; }
@@ -628,6 +631,8 @@ GenerateOptions options_of(const Config& c, const SamplingParams& sp) {
   g.speculative.lookup = c.lookup_min > 0;
   if (c.lookup_min > 0) g.speculative.lookup_min = c.lookup_min;
   g.grammar = c.grammar;
+  g.speculative.tree_width = c.tree_width;
+  g.speculative.tree_nodes = c.tree_nodes;
   return g;
 }
 
@@ -674,6 +679,12 @@ void check_exercised(const Config& c, const SpeculativeMetrics& m, int runs) {
     EXPECT_GT(m.lookup_steps, runs / 20) << "prompt lookup hardly drafted";
     EXPECT_GT(m.lookup_accepted_tokens, 0);
     EXPECT_GT(m.drafted_tokens - m.lookup_drafted_tokens, runs / 2) << "the draft model hardly drafted";
+  }
+  if (c.tree_width > 1) {
+    EXPECT_GT(m.tree_steps, runs / 2) << "hardly any token trees were verified";
+    // Some steps accepted a node that was not its parent's first child: the tree's other
+    // branches were really taken (their depth counts show past the chain's first position).
+    EXPECT_GT(m.drafted_tokens, 2 * m.drafts) << "the trees hardly branched";
   }
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;
@@ -893,7 +904,7 @@ TEST(LosslessRules, ShortSampledDraftsAreVerifiedNotDropped) {
   FixedPolicy policy;
   for (int r = 0; r < runs; ++r) {
     g.sampling.seed = 1000 + static_cast<uint64_t>(r);
-    SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &policy);
+    SequenceRun run(parts.target, parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &policy);
     test::drive_to_end(run, parts.target);
     const auto [token, rank] = cells_of(run.result().tokens, 1, exact);
     ++seen_token[token];
@@ -1007,7 +1018,25 @@ const std::vector<Config> kConfigs = {
         Config{"hf_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_topp0.9_minp0.05", V::Rejection,
                false, "cpu", "", 0, "keep", 3, "", true},
         Config{"hf_coupled_model_goodput_penalties", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6_penalties",
-               V::Coupled, false, "cpu", "", 0, "keep", 3, "", true}};
+               V::Coupled, false, "cpu", "", 0, "keep", 3, "", true},
+        // Token trees: several children a node, drawn without replacement from q and
+        // verified by recursive rejection sampling over siblings (or Gumbel-max walks), with
+        // every cut of p and q, penalties along each branch, a reduced draft vocabulary, and
+        // outputs that end inside an accepted branch.
+        Config{"tree_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 0, "", false, 3, 9},
+        Config{"tree_model_topp_minp_w2", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp0.8_topk8_topp0.9_minp0.05",
+               V::Rejection, false, "cpu", "", 0, "keep", 0, "", false, 2, 6},
+        Config{"tree_far_model_penalties_w4", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Rejection, true, "cpu", "", 0, "keep", 0, "", false, 4, 12},
+        Config{"tree_eos_model_fixed_w2", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 0, "eos", false, 2, 6},
+        Config{"tree_coupled_model_goodput_w3", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Coupled, false, "cpu", "", 0, "keep", 3, "", false, 3, 10},
+        Config{"tree_draft_vocab_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
+               false, "cpu", "", 160, "keep", 0, "", false, 3, 8},
+        Config{"tree_stop_coupled_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0,
+               "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 0, "stop", false, 3, 8}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

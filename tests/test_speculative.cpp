@@ -509,7 +509,7 @@ TEST(Speculative, AStopInsideAcceptedDraftsLeavesNoKVPastTheCommittedTokens) {
       FixedPolicy policy;
       g.speculative.mode = DraftMode::Model;
       g.speculative.draft_max = 4;
-      SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer,
+      SequenceRun run(parts.target, parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer,
                       &policy);
       test::drive_to_end(run, parts.target);
       EXPECT_EQ(run.result().tokens, plain.tokens);
@@ -563,7 +563,7 @@ TEST(Speculative, APolicyWaitingToStartSeesTheTargetsConfidenceAtEachPlainStep) 
   for (size_t wait : {size_t{5}, size_t{1000}}) {
     ScriptProposer proposer(script);
     ConfidenceSpy spy(wait);
-    SequenceRun run(parts.target.cache(), parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &spy);
+    SequenceRun run(parts.target, parts.tokenizer, prompt, g, {}, parts.context, n_vocab, &proposer, &spy);
     test::drive_to_end(run, parts.target);
     EXPECT_EQ(run.result().tokens, plain.tokens) << wait;
     const size_t expect = std::min(wait, plain.tokens.size());

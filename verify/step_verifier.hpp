@@ -11,6 +11,7 @@
 
 #include "kernels/backend.hpp"
 #include "verify/device_verifier.hpp"
+#include "verify/tree_verifier.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
@@ -28,6 +29,9 @@ struct HostStep {
 
 // The host's verdict: verify_greedy, verify_coupled or verify_stochastic.
 VerifyResult verify_host(const HostStep& s);
+// The same for a token tree (verify/tree_verifier.hpp): s.target and s.draft are by row (0:
+// the root, 1 + i: node i), s.drafts unused.
+TreeVerdict verify_host_tree(const HostStep& s, std::span<const int32_t> drafts, std::span<const int32_t> parents);
 
 class StepVerifier {
  public:

@@ -54,20 +54,6 @@ void check_tree(std::span<const int32_t> drafts, std::span<const int32_t> parent
                                   std::to_string(parents[i]) + " (parents must come first)");
 }
 
-Distribution remove_token(const Distribution& q, int32_t x) {
-  Distribution r;
-  double total = 0.0;
-  for (size_t i = 0; i < q.size(); ++i) {
-    if (q.ids[i] == x) continue;
-    r.ids.push_back(q.ids[i]);
-    r.probs.push_back(q.probs[i]);
-    total += q.probs[i];
-  }
-  if (r.ids.size() == q.ids.size() || !(total > 0.0)) return q;
-  for (float& p : r.probs) p = static_cast<float>(p / total);
-  return r;
-}
-
 TreeVerdict verify_tree_greedy(std::span<const int32_t> drafts, std::span<const int32_t> parents,
                                const DistFn& row_dist) {
   return walk_by_token(drafts, parents, row_dist, -1, [](const Distribution& p, int32_t) {

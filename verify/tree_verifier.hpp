@@ -13,7 +13,7 @@
 //    text for a seed is plain decoding's whatever the tree.
 //  * rejection (recursive rejection sampling over siblings, SpecTr / Jeon et al. 2024): at a
 //    node with children x_1..x_m drawn from q without replacement (x_j from q_j = q with
-//    x_1..x_{j-1} removed and renormalised, remove_token below), accept x_j with probability
+//    x_1..x_{j-1} removed and renormalised: remove_token, sampler.hpp), accept x_j with probability
 //    min(1, p_j(x_j) / q_j(x_j)); on rejection p_{j+1} = norm(max(0, p_j − q_j)) and the next
 //    sibling is tried; after the last, the token is drawn from the residual. Each stage is an
 //    exact sampler of its p_j whatever the later stages propose, so the output follows p at
@@ -47,10 +47,6 @@ TreeVerdict verify_tree_coupled(std::span<const int32_t> drafts, std::span<const
                                 const DistFn& row_dist, const PositionNoise& noise, int64_t position);
 TreeVerdict verify_tree_stochastic(std::span<const int32_t> drafts, std::span<const int32_t> parents,
                                    const DistFn& row_dist, const DistFn* draft_dist, Rng& rng, int64_t position);
-
-// q without token x, renormalised (q itself when x is not in it): the distribution the next
-// sibling is drawn from after x, which drafting and verification must compute alike.
-Distribution remove_token(const Distribution& q, int32_t x);
 
 // Throws std::invalid_argument unless parents describes a tree listed parents first
 // (parents[i] in -1..i-1) with one entry per draft.

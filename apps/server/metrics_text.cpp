@@ -188,6 +188,8 @@ std::string metrics_text(const SchedulerStats& s, const HttpCounters& h, const M
            d(m.lookup_drafted_tokens));
   w.metric("tandem_spec_lookup_accepted_tokens_total", "counter",
            "Prompt lookup's draft tokens the target accepted (in the totals above)", d(m.lookup_accepted_tokens));
+  w.metric("tandem_spec_tree_steps_total", "counter",
+           "Verification steps that carried a token tree (its nodes in the draft token total)", d(m.tree_steps));
   w.metric("tandem_spec_budget_steps_total", "counter",
            "Steps whose drafts the step-level speculation budget planned", d(s.budget_steps));
   w.metric("tandem_spec_budget_wished_tokens_total", "counter",

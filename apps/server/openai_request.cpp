@@ -310,7 +310,8 @@ void parse_sampling(const json::object& o, SamplingParams& s) {
 //                            "draft_min": N, "policy": "fixed"|"confidence"|"adaptive"|"goodput",
 //                            "alpha_prior": A, "start_budget": B,
 //                            "verify": "rejection"|"coupled",
-//                            "lookup": true|false, "lookup_min": N}.
+//                            "lookup": true|false, "lookup_min": N,
+//                            "tree_width": W, "tree_nodes": N}.
 void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float temperature, SpeculativeOptions& sp) {
   sp = cfg.speculative_for(temperature);
   const json::value* v = field(o, "speculative");
@@ -363,6 +364,14 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
       throw bad_request("'speculative.lookup_min' must be in 1.." + std::to_string(kMaxLookupMin),
                         "speculative.lookup_min", "invalid_value");
     sp.lookup_min = static_cast<int32_t>(*n);
+  }
+  if (auto w = get_int(so, "tree_width", "speculative")) {
+    if (*w < 1 || *w > 64) throw bad_request("'speculative.tree_width' must be in 1..64", "speculative.tree_width", "invalid_value");
+    sp.tree_width = static_cast<int32_t>(*w);
+  }
+  if (auto n = get_int(so, "tree_nodes", "speculative")) {
+    if (*n < 0 || *n > 64) throw bad_request("'speculative.tree_nodes' must be in 0..64", "speculative.tree_nodes", "invalid_value");
+    sp.tree_nodes = static_cast<int32_t>(*n);
   }
   if (auto m = get_string(so, "verify", "speculative")) {
     if (*m != "rejection" && *m != "coupled")

@@ -49,6 +49,8 @@ tandem_generate_params default_generate_params() {
   p.start_budget = d.speculative.start_budget;
   p.lookup = d.speculative.lookup ? 1 : 0;
   p.lookup_min = d.speculative.lookup_min;
+  p.tree_width = d.speculative.tree_width;
+  p.tree_nodes = d.speculative.tree_nodes;
   return p;
 }
 
@@ -158,6 +160,10 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.lookup_min must be in 1.." + std::to_string(kMaxLookupMin));
   o.speculative.lookup = p.lookup != 0;
   o.speculative.lookup_min = p.lookup_min;
+  if (p.tree_width < 1 || p.tree_nodes < 0 || p.tree_nodes > 64)
+    throw std::invalid_argument("tandem_generate_params.tree_width must be >= 1 and tree_nodes in 0..64");
+  o.speculative.tree_width = p.tree_width;
+  o.speculative.tree_nodes = p.tree_nodes;
   return o;
 }
 

@@ -29,6 +29,7 @@ void SpeculativeMetrics::merge(const SpeculativeMetrics& o) {
   lookup_steps += o.lookup_steps;
   lookup_drafted_tokens += o.lookup_drafted_tokens;
   lookup_accepted_tokens += o.lookup_accepted_tokens;
+  tree_steps += o.tree_steps;
   draft_forwards += o.draft_forwards;
   draft_ms += o.draft_ms;
   target_ms += o.target_ms;

@@ -25,8 +25,8 @@ void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) 
       run.record_draft_prefill(static_cast<int64_t>(pending), ms_since(tp));
     }
     Batch b;
-    const std::span<const int32_t> step = run.plan_step(1);
-    b.add_all_logits(run.kv(), step);
+    run.plan_step(1);
+    run.add_step(b);
     const auto t0 = Clock::now();
     const bool on_device = verifier.on_device(run.verdict_on_device());
     target.forward(b, logits, !on_device);

@@ -190,7 +190,7 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
   auto run = [&](std::span<Part> some, std::vector<float>& out, bool download) {
     Batch b;
     for (Part& p : some) {
-      if (p.all_logits) b.add_all_logits(p.e->run()->kv(), p.tokens);
+      if (p.all_logits) p.e->run()->add_step(b);  // its step's tokens (a tree's with tree attention)
       else b.add(p.e->run()->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
     }
     if (!b.empty()) parts.target.forward(b, out, download);

@@ -10,6 +10,7 @@
 #include "engine/base/clock.hpp"
 #include "engine/sampling/fresh_seed.hpp"
 #include "engine/sampling/logprobs.hpp"
+#include "kernels/tree_keys.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/step_verifier.hpp"
 
@@ -23,11 +24,12 @@ GenerateOptions with_seed(const GenerateOptions& opts) {
 }
 }  // namespace
 
-SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt,
+SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<const int32_t> prompt,
                          const GenerateOptions& opts, StreamEventCallback cb, int32_t context, int32_t n_vocab,
                          Proposer* proposer, SpeculationPolicy* policy, Clock::time_point start,
                          std::shared_ptr<const TokenGrammar> grammar)
-    : kv_(cache),
+    : target_(&target),
+      kv_(target.cache()),
       opts_(with_seed(opts)),
       context_(context),
       n_vocab_(n_vocab),
@@ -51,6 +53,9 @@ SequenceRun::SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const i
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  if (opts.speculative.tree_width < 1 || opts.speculative.tree_nodes < 0 ||
+      opts.speculative.tree_nodes > kernels::kMaxTreeNodes)
+    throw std::invalid_argument("tree_width must be >= 1 and tree_nodes in 0.." + std::to_string(kernels::kMaxTreeNodes));
   if (opts.logprobs < -1 || opts.logprobs > kMaxTopLogprobs)
     throw std::invalid_argument("logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
   spec_.proposer = proposer;
@@ -98,7 +103,17 @@ size_t SequenceRun::draft_prefill_pending() const {
 
 int32_t SequenceRun::next_step_positions() const {
   if (prefilling()) return static_cast<int32_t>(committed_.size()) - 1;
-  return kv_.length() + 1 + (spec_.on ? opts_.speculative.draft_max : 0);
+  return kv_.length() + 1 + (spec_.on ? std::max(opts_.speculative.draft_max, tree_nodes()) : 0);
+}
+
+int32_t SequenceRun::tree_nodes() const {
+  const SpeculativeOptions& so = opts_.speculative;
+  // Trees come from a draft model, without a grammar (its masks are per chain position).
+  if (!spec_.on || so.mode != DraftMode::Model || so.tree_width < 2 || grammar_.active()) return 0;
+  const int32_t want = so.tree_nodes > 0 ? so.tree_nodes
+                                         : std::min(kernels::kMaxTreeNodes, so.tree_width * std::max(so.draft_max, 1));
+  const int32_t nodes = std::min(want, context_ - kv_.length() - 1);  // the tree's slots fit the context
+  return nodes >= 2 ? nodes : 0;
 }
 
 // Room for this step: pending + k drafts must fit the context; drafting past the token
@@ -190,6 +205,11 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.grammar = grammar_.grammar();
   po.grammar_state = grammar_.active() ? &grammar_.state() : nullptr;
   po.on_device = device_eligible();
+  if (const int32_t nodes = tree_nodes(); nodes > 0) {
+    po.tree_width = opts_.speculative.tree_width;
+    po.tree_nodes = nodes;
+    po.on_device = false;  // trees are drafted and verified on the host
+  }
   return po;
 }
 
@@ -254,10 +274,90 @@ std::span<const int32_t> SequenceRun::plan_step(int32_t batch_size) {
   return set_proposal(std::move(p), ms_between(td, Clock::now()), spec_.proposer->forward_passes() - f0);
 }
 
+void SequenceRun::add_step(Batch& b) {
+  const Proposal& prop = step_.prop;
+  if (!prop.tree()) {
+    b.add_all_logits(kv_, step_.tokens);
+    return;
+  }
+  // The pending token at its index, node i at index base + 1 + i and the position of its
+  // depth, reading its ancestors (bits are node indices).
+  const int32_t base = kv_.length();
+  std::vector<int32_t> positions = {base};
+  std::vector<uint64_t> masks = {0};
+  std::vector<int32_t> depth(prop.tokens.size());
+  std::vector<uint64_t> anc(prop.tokens.size());
+  for (size_t i = 0; i < prop.tokens.size(); ++i) {
+    const int32_t par = prop.parents[i];
+    depth[i] = par < 0 ? 1 : depth[static_cast<size_t>(par)] + 1;
+    anc[i] = (par < 0 ? 0 : anc[static_cast<size_t>(par)]) | (uint64_t{1} << i);
+    positions.push_back(base + depth[i]);
+    masks.push_back(anc[i]);
+  }
+  b.add_tree(kv_, step_.tokens, positions, base + 1, masks);
+}
+
+TreeVerdict SequenceRun::verify_tree(std::span<const float> logits) {
+  const Proposal& prop = step_.prop;
+  check_tree(prop.tokens, prop.parents);
+  const bool keep = opts_.logprobs >= 0 && !opts_.sampling.greedy();
+  step_.dists.assign(keep ? step_.tokens.size() : 0, std::nullopt);
+  std::vector<int32_t> hist;
+  // p at row r: the node's path is its history (penalties).
+  auto row_dist = [&](int32_t r) {
+    hist.assign(committed_.begin(), committed_.end());
+    const size_t at = hist.size();
+    for (int32_t n = r - 1; n >= 0; n = prop.parents[static_cast<size_t>(n)])
+      hist.insert(hist.begin() + static_cast<ptrdiff_t>(at), prop.tokens[static_cast<size_t>(n)]);
+    const auto row = logits.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_));
+    Distribution d = make_distribution(row, opts_.sampling, hist);
+    if (keep) step_.dists[static_cast<size_t>(r)] = d;
+    return d;
+  };
+  DistFn target = row_dist;
+  DistFn qf = [&](int32_t r) { return prop.dists.at(static_cast<size_t>(r)); };
+  HostStep step;
+  step.target = &target;
+  step.draft = prop.deterministic() ? nullptr : &qf;
+  step.greedy = opts_.sampling.greedy();
+  step.coupled = coupled_ ? &noise_ : nullptr;
+  step.rng = &rng_;
+  step.position = static_cast<int64_t>(committed_.size());
+  return verify_host_tree(step, prop.tokens, prop.parents);
+}
+
+VerifyResult SequenceRun::keep_path(const TreeVerdict& tv) {
+  Proposal& prop = step_.prop;
+  const int32_t first = step_.base_len + 1;  // node i sits at first + i
+  std::vector<int32_t> from, tokens;
+  step_.accepted_rows.clear();
+  for (int32_t n : tv.path) {
+    from.push_back(first + n);
+    tokens.push_back(prop.tokens[static_cast<size_t>(n)]);
+    step_.accepted_rows.push_back(1 + n);
+  }
+  target_->move_kv(kv_, from, first);
+  VerifyResult v;
+  v.n_accepted = static_cast<int32_t>(tv.path.size());
+  v.next_token = tv.next_token;
+  v.all_accepted = tv.leaf;
+  prop.tokens = std::move(tokens);  // what commit_step commits, as a chain
+  return v;
+}
+
 void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   if (logits.size() != step_.tokens.size() * static_cast<size_t>(n_vocab_))
     throw std::logic_error("SequenceRun::finish_step: wrong number of logits");
   const auto tv = Clock::now();
+  step_.accepted_rows.clear();
+  if (step_.prop.tree()) {
+    const TreeVerdict t = verify_tree(logits);
+    record_step(VerifyResult{static_cast<int32_t>(t.path.size()), t.next_token, t.leaf}, target_ms, ms_since(tv));
+    const VerifyResult v = keep_path(t);
+    kv_.truncate(step_.base_len + 1 + v.n_accepted);
+    commit_step(v, logits);
+    return;
+  }
   const VerifyResult v = verify(logits);
   // A plain step before the draft was first asked for: how sure the target is of this token
   // is what a policy waiting to start reads (AdaptivePolicy: starting on confidence). Not
@@ -340,6 +440,19 @@ VerifyResult SequenceRun::verify(std::span<const float> logits) {
 void SequenceRun::record_step(const VerifyResult& v, double target_ms, double verify_ms) {
   SpeculativeMetrics& m = result().speculative;
   const Proposal& prop = step_.prop;
+  // How deep the drafts reach: a chain's length, a tree's deepest node. Per-position counts
+  // are by depth, and the policy prices a tree as the chain of its depth (its cost is in
+  // target_ms and target_tokens).
+  size_t depth = prop.tokens.size();
+  if (prop.tree()) {
+    std::vector<size_t> d(prop.tokens.size());
+    depth = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      d[i] = prop.parents[i] < 0 ? 1 : d[static_cast<size_t>(prop.parents[i])] + 1;
+      depth = std::max(depth, d[i]);
+    }
+    ++m.tree_steps;
+  }
   if (out_.generated() > 0) {  // decoding; the first pass belongs to prefill
     m.target_ms += target_ms;
     ++m.target_passes;
@@ -350,7 +463,7 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
     ++m.drafts;
     m.drafted_tokens += static_cast<int64_t>(prop.tokens.size());
     m.accepted_tokens += v.n_accepted;
-    for (size_t i = 0; i < prop.tokens.size(); ++i) ++m.drafted_per_position[i];
+    for (size_t i = 0; i < depth; ++i) ++m.drafted_per_position[i];
     for (int32_t i = 0; i < v.n_accepted; ++i) ++m.accepted_per_position[static_cast<size_t>(i)];
   }
   if (step_.lookup) {
@@ -361,7 +474,7 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
     if (spec_.lookup && !prop.tokens.empty())
       spec_.lookup_choice.observe_draft(v.n_accepted, step_.draft_ms + target_ms);
     StepOutcome o;
-    o.drafted = static_cast<int32_t>(prop.tokens.size());
+    o.drafted = static_cast<int32_t>(depth);
     o.accepted = v.n_accepted;
     o.draft_ms = step_.draft_ms;
     o.target_ms = target_ms;
@@ -403,9 +516,15 @@ void SequenceRun::commit_step(const VerifyResult& v, std::span<const float> logi
   if (out_.generated() == 0) out_.start_decoding();
   GenerateResult& res = result();
   bool more = true;
+  // The pass's row of the i-th committed token: a chain's i, a tree's path's.
+  const std::vector<int32_t>& rows = step_.accepted_rows;
+  auto row_of = [&](int32_t i) {
+    if (rows.empty()) return i;
+    return i < static_cast<int32_t>(rows.size()) ? rows[static_cast<size_t>(i)] : rows.back();
+  };
   auto commit_row = [&](int32_t i, int32_t token) {
     if (opts_.logprobs < 0) return commit(token, nullptr);
-    res.logprobs.push_back(logprobs_at(logits, i, token));
+    res.logprobs.push_back(logprobs_at(logits, row_of(i), token));
     return commit(token, &res.logprobs.back());
   };
   for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit_row(i, step_.prop.tokens[static_cast<size_t>(i)]);

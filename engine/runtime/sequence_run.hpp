@@ -13,6 +13,9 @@
 // When the output ends inside the accepted drafts (EOS, a stop string, max_tokens) the cache
 // is cut back to the committed tokens: it never holds KV of a token that was not committed
 // (the scheduler publishes cache blocks to the prefix cache under the committed tokens).
+// A token tree (SpeculativeOptions::tree_width) is verified the same way in one pass
+// (add_step feeds its nodes with tree attention); its accepted path's KV is moved down to
+// where the chain of those tokens would sit (Transformer::move_kv) and the rest dropped.
 #pragma once
 #include <functional>
 #include <memory>
@@ -24,6 +27,8 @@
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/base/clock.hpp"
 #include "engine/kv/sequence_kv.hpp"
+#include "engine/model/batch.hpp"
+#include "engine/model/transformer.hpp"
 #include "engine/runtime/sequence_grammar.hpp"
 #include "engine/runtime/sequence_output.hpp"
 #include "verify/device_verifier.hpp"
@@ -33,6 +38,7 @@
 #include "policies/policy.hpp"
 #include "policies/step_budget.hpp"
 #include "tandem/generation.hpp"
+#include "verify/tree_verifier.hpp"
 #include "verify/verifier.hpp"
 
 namespace tandem {
@@ -45,7 +51,7 @@ class SequenceRun {
   // std::invalid_argument for an empty prompt or one that does not fit the context.
   // grammar: the compiled opts.grammar (GrammarCache), null when unconstrained; it must be
   // given when opts.grammar is set.
-  SequenceRun(KVCache& cache, const Tokenizer& tok, std::span<const int32_t> prompt, const GenerateOptions& opts,
+  SequenceRun(Transformer& target, const Tokenizer& tok, std::span<const int32_t> prompt, const GenerateOptions& opts,
               StreamEventCallback cb, int32_t context, int32_t n_vocab, Proposer* proposer, SpeculationPolicy* policy,
               Clock::time_point start = Clock::now(), std::shared_ptr<const TokenGrammar> grammar = nullptr);
 
@@ -96,6 +102,9 @@ class SequenceRun {
   // the step is planned, as by take_proposal, and the draft model is not run). False otherwise.
   bool try_lookup(int32_t k);
   std::span<const int32_t> step_tokens() const { return step_.tokens; }
+  // This step's target pass into a batch: its tokens with logits for all (a token tree's
+  // nodes at the positions of their depths, each reading its ancestors: Batch::add_tree).
+  void add_step(Batch& b);
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
   // Whether this request's verdict is the target's argmax alone (greedy, no penalties), so a
@@ -108,7 +117,7 @@ class SequenceRun {
   // Whether a backend may reach this step's verdict on the device whatever the sampling
   // (verify/device_verifier.hpp): no grammar (its masks apply on the host), no
   // logprobs (they need the rows), and no draft distributions held on the host.
-  bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty(); }
+  bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty() && !step_.prop.tree(); }
   // This step as the device verifier takes it (first_row: the pending token's row).
   DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
@@ -163,9 +172,19 @@ class SequenceRun {
     bool lookup = false;          // its drafts came from prompt lookup
     // The target distributions verification computed, by row (logprobs reuse them).
     std::vector<std::optional<Distribution>> dists;
+    // The accepted drafts' rows of the pass, in order (a chain's: 1, 2, ...; a tree's: its
+    // path's), for their logprobs.
+    std::vector<int32_t> accepted_rows;
   };
 
   ProposeOptions propose_options(int32_t k) const;
+  // The tree this step may draft: its node budget within the context (< 2: a chain).
+  int32_t tree_nodes() const;
+  // A tree step's verification: the walk's verdict (verify/tree_verifier.hpp).
+  TreeVerdict verify_tree(std::span<const float> logits);
+  // Keeps the accepted path of a verified tree: its KV moved into chain order, the proposal
+  // rewritten as the chain of its tokens; returns the chain's verdict.
+  VerifyResult keep_path(const TreeVerdict& tv);
   std::span<const int32_t> set_proposal(Proposal p, double draft_ms, int64_t draft_forwards);
   VerifyResult verify(std::span<const float> logits);
   // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
@@ -183,6 +202,7 @@ class SequenceRun {
   TokenLogprobs logprobs_at(std::span<const float> logits, int32_t i, int32_t token);
   void close_output();
 
+  Transformer* target_;
   SequenceKV kv_;
   GenerateOptions opts_;  // the seed settled
   int32_t context_, n_vocab_;

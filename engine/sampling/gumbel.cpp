@@ -1,5 +1,6 @@
 #include "engine/sampling/gumbel.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -57,6 +58,30 @@ int32_t gumbel_argmax(const Distribution& d, const PositionNoise& noise, int64_t
     }
   }
   return best;
+}
+
+std::vector<int32_t> gumbel_top(const Distribution& d, const PositionNoise& noise, int64_t position, size_t w) {
+  if (d.ids.empty()) throw std::invalid_argument("gumbel_top: empty distribution");
+  // The best w so far by key (ascending; ties keep the earlier entry), as in gumbel_argmax:
+  // a token whose lower bound already loses to the w-th needs no logarithm.
+  std::vector<std::pair<double, int32_t>> best;
+  for (size_t i = 0; i < d.ids.size() && w > 0; ++i) {
+    const double p = d.probs[i];
+    if (!(p > 0.0)) continue;
+    const double bar = best.size() < w ? std::numeric_limits<double>::infinity() : best.back().first;
+    const double u = noise.uniform(position, d.ids[i]);
+    if (1.0 - u >= bar * p) continue;
+    const double key = -portable_log(u) / p;
+    if (!(key < bar)) continue;
+    auto at = std::upper_bound(best.begin(), best.end(), key,
+                               [](double k, const std::pair<double, int32_t>& e) { return k < e.first; });
+    best.insert(at, {key, d.ids[i]});
+    if (best.size() > w) best.pop_back();
+  }
+  std::vector<int32_t> out;
+  for (const auto& e : best) out.push_back(e.second);
+  if (out.empty()) out.push_back(d.ids[0]);  // no positive weight: gumbel_argmax's answer
+  return out;
 }
 
 }  // namespace tandem

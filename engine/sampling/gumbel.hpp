@@ -13,6 +13,7 @@
 // the same seed gives the same text on every platform.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "engine/sampling/sampler.hpp"
 
@@ -36,6 +37,11 @@ class PositionNoise {
 // Ties (measure zero) go to the earlier entry of d.
 // Throws std::invalid_argument on an empty distribution.
 int32_t gumbel_argmax(const Distribution& d, const PositionNoise& noise, int64_t position);
+
+// The w tokens of d's support with the largest log d(v) + g(position, v), best first: the
+// first is gumbel_argmax's. The other candidates of a token tree drafted under coupled
+// verification (the target's token is the draft's best guess, then its runners-up).
+std::vector<int32_t> gumbel_top(const Distribution& d, const PositionNoise& noise, int64_t position, size_t w);
 
 // Natural logarithm for x > 0 in plain IEEE double arithmetic (relative error < 1e-15):
 // the same bits on every platform, unlike libm's log.

@@ -502,4 +502,18 @@ int32_t sample(const Distribution& d, Rng& rng) {
   return d.ids[j];
 }
 
+Distribution remove_token(const Distribution& q, int32_t x) {
+  Distribution r;
+  double total = 0.0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    if (q.ids[i] == x) continue;
+    r.ids.push_back(q.ids[i]);
+    r.probs.push_back(q.probs[i]);
+    total += q.probs[i];
+  }
+  if (r.ids.size() == q.ids.size() || !(total > 0.0)) return q;
+  for (float& p : r.probs) p = static_cast<float>(p / total);
+  return r;
+}
+
 }  // namespace tandem

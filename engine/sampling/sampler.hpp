@@ -68,6 +68,10 @@ double top_probability(std::span<const float> logits, float temperature);
 // Inverse CDF over the distribution's order with exactly one rng.uniform() draw.
 // Throws std::invalid_argument on an empty distribution.
 int32_t sample(const Distribution& d, Rng& rng);
+// d without token x, renormalised (d itself when x is not in it, or nothing would remain):
+// the distribution the next sibling of a token tree is drawn from after x, which drafting
+// and verification (verify/tree_verifier.hpp) must compute alike.
+Distribution remove_token(const Distribution& d, int32_t x);
 
 // The index of the largest logit; ties → lowest id; NaN counts as -inf.
 // Throws std::runtime_error("logits are all NaN/-inf") when there is no finite or +inf value.

@@ -68,6 +68,14 @@ struct SpeculativeOptions {
   // as the model's (policies/lookup_choice.hpp). Outputs that copy their input gain most.
   bool lookup = true;
   int32_t lookup_min = 3;  // 1..kMaxLookupMin
+  // Token trees (draft-model speculation): with tree_width > 1 the draft proposes a tree
+  // instead of a chain each step: up to tree_width children a node (the most likely
+  // continuations, expanded best path first), up to tree_nodes nodes (0: tree_width x
+  // draft_max, at most 64) and draft_max deep, all verified in one target pass. The output is
+  // the target's as with a chain (greedy: the same tokens; sampled: the same distribution).
+  // Requests with a grammar draft chains. 1: chains.
+  int32_t tree_width = 1;
+  int32_t tree_nodes = 0;
 };
 inline constexpr int32_t kMaxLookupMin = 64;
 
@@ -100,6 +108,9 @@ struct SpeculativeMetrics {
   int64_t lookup_steps = 0;
   int64_t lookup_drafted_tokens = 0;
   int64_t lookup_accepted_tokens = 0;
+  // Steps that verified a token tree (SpeculativeOptions::tree_width; also counted above:
+  // drafted_tokens counts its nodes, the per-position counts are by depth).
+  int64_t tree_steps = 0;
   // The draft model's prompt passes (after the first token, and again after preemption):
   // context tokens it read, and their time. Not in draft_ms or draft_forwards.
   int64_t draft_prefill_tokens = 0;

@@ -156,6 +156,11 @@ typedef struct tandem_generate_params {
    * verified instead of the draft model's while such drafts pay more. Outputs are unchanged. */
   int32_t lookup;
   int32_t lookup_min;
+  /* Token trees (draft-model speculation): tree_width > 1 drafts a tree of up to tree_width
+   * children a node and tree_nodes nodes (0: tree_width x draft_max, at most 64), verified in
+   * one target pass; outputs are unchanged. Default 1: chains. */
+  int32_t tree_width;
+  int32_t tree_nodes;
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20

@@ -76,6 +76,8 @@ class GenerateParams(Structure):
         ("start_budget", c_float),
         ("lookup", c_int32),
         ("lookup_min", c_int32),
+        ("tree_width", c_int32),
+        ("tree_nodes", c_int32),
     ]
 
 

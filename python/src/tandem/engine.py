@@ -25,7 +25,7 @@ _FINISH: dict[int, FinishReason] = {0: "stop", 1: "length", 2: "cancelled"}
 _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "repetition_window",
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
                  "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget",
-                 "lookup", "lookup_min")
+                 "lookup", "lookup_min", "tree_width", "tree_nodes")
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed

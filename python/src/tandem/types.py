@@ -58,6 +58,8 @@ class SamplingOptions(TypedDict, total=False):
     start_budget: float               # adaptive/goodput: output share a first draft may risk (0: 0.02; < 0: any)
     lookup: bool                      # draft model: prompt lookup's drafts where they pay more (default True)
     lookup_min: int                   # shortest match prompt lookup drafts from (default 3)
+    tree_width: int                   # draft model: > 1 drafts token trees this wide (default 1: chains)
+    tree_nodes: int                   # nodes of a tree (0: tree_width x draft_max, at most 64)
     # Constrained output (docs/constrained.md), at most one: a GBNF grammar, or the JSON
     # documents valid against a JSON Schema (a dict or its JSON text; {} → any JSON object).
     grammar: str

@@ -1,0 +1,69 @@
+// Building a token tree from a draft's distributions (EAGLE-2's dynamic trees, arXiv
+// 2406.16858, for any draft model): the root's children come from the draft's logits after
+// the context; then, depth by depth, the `width` nodes of the newest depth with the highest
+// path probability (the product of the draft's probabilities along the path) are fed to the
+// draft in one batched pass, and each gets up to `width` children from its logits, until the
+// tree holds `nodes` nodes or reaches `depth`. A tree of width 1 is a chain.
+//
+// How children are chosen follows the request's verification (verify/tree_verifier.hpp):
+//  * greedy: the most likely tokens (softmax of the logits);
+//  * coupled: the tokens with the largest log q + Gumbel noise of the target's position
+//    (gumbel_top; the first is the chain draft's token);
+//  * rejection: draws from q without replacement (remove_token), q kept for the verifier.
+//    Which nodes grow and how many children a node gets are decided before its children are
+//    drawn, and no drawn node is dropped: each node's children are then plain sequential
+//    draws, what recursive rejection sampling needs to be exact.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "draft/proposer.hpp"
+
+namespace tandem {
+
+class TreeBuilder {
+ public:
+  // context: the committed tokens (the root is its last); opts: the job's (max_tokens is the
+  // depth limit, tree_width and tree_nodes the shape); rng: the sequence's stream (rejection).
+  TreeBuilder(std::span<const int32_t> context, const ProposeOptions& opts, Rng* rng);
+
+  // The root's (node -1) or a fed node's children from the draft's logits for the position
+  // after it (the draft's whole vocabulary; ids at or past opts.vocab are never proposed).
+  void expand(int32_t node, std::span<const float> logits);
+  // The nodes to feed to the draft next, in feed order (the best `width` of the newest
+  // depth that can still grow); marks them fed. Empty: the tree is complete.
+  std::vector<int32_t> take_frontier();
+  // A fed node as the draft's pass takes it: its token, its position (context size - 1 +
+  // depth) and its ancestor mask over the fed nodes (bit f: the f-th fed node; Batch::add_tree
+  // with tree_base = context size).
+  int32_t token(int32_t node) const { return nodes_[static_cast<size_t>(node)].token; }
+  int32_t position(int32_t node) const;
+  uint64_t fed_mask(int32_t node) const;
+  int32_t fed_count() const { return fed_; }
+  // The fed nodes that form a chain from the root in feed order (the f-th fed node is the
+  // (f-1)-th's child): the draft's cache stays valid for them if the target accepts them.
+  std::vector<int32_t> fed_chain_tokens() const;
+
+  // The tree as a proposal: tokens, parents, and for rejection mode dists by row.
+  Proposal take();
+
+ private:
+  struct Node {
+    int32_t token = -1, parent = -1, depth = 0;
+    double score = 0.0;  // log path probability under the draft
+    int32_t fed = -1;    // feed order (bit of the mask), -1: not fed
+    bool expanded = false;
+  };
+  std::vector<int32_t> path_tokens(int32_t node) const;  // context's continuation up to node
+
+  std::span<const int32_t> context_;
+  ProposeOptions opts_;
+  Rng* rng_;
+  std::vector<Node> nodes_;
+  std::vector<Distribution> row_dists_;  // rejection mode: q of each row's children
+  int32_t fed_ = 0;
+  int32_t grown_depth_ = 0;  // the deepest depth whose frontier was taken
+};
+
+}  // namespace tandem
