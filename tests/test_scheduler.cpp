@@ -295,6 +295,46 @@ TEST(Scheduler, PreemptionLosesNothing) {
 
 // The same on the CUDA backend (its kernels under the SIMT emulator, both models in its one
 // arena): batching, preemption and the prefix cache change no greedy output there either.
+// Token trees through the scheduler: several sequences' trees verified in one ragged pass
+// (each node reading only its own ancestors), beside chains and plain streams, on the CPU
+// and the emulated CUDA backend: greedy outputs are each request's alone, and a sampled
+// coupled one is plain decoding's text for its seed.
+TEST(Scheduler, TokenTreesInOneRaggedPassChangeNoOutput) {
+  for (const std::string device : {"cpu", "cuda-emulated"}) {
+    SCOPED_TRACE(device);
+    auto e = load(0, device, varied_models());
+    const bool emulated = device != "cpu";
+    const int n = emulated ? 4 : 7;
+    std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
+    for (int i = 0; i < n; ++i) {
+      GenerateOptions g = greedy(emulated ? 12 : 20, i == 1 ? DraftMode::None : DraftMode::Model);
+      g.speculative.tree_width = i == 2 ? 1 : 2 + i % 3;  // one chain among the trees
+      g.speculative.tree_nodes = 4 + 2 * i;
+      g.speculative.lookup = false;
+      if (i == n - 1) {
+        g.sampling.temperature = 0.9f;
+        g.sampling.top_k = 8;
+        g.sampling.seed = 17;
+        g.speculative.verify = VerifyMode::Coupled;
+      }
+      reqs.emplace_back(prompt_of(4 + i * 3, 40 + i), g);
+    }
+    const auto alone = without_speculation(*e, reqs);
+    Scheduler s(*e, SchedulerOptions{});
+    const auto batched = run_all(s, reqs);
+    int64_t trees = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(batched[i].error, "");
+      EXPECT_EQ(batched[i].result.tokens, alone[i].tokens) << "request " << i;
+      trees += batched[i].result.speculative.tree_steps;
+    }
+    EXPECT_GT(trees, 0);
+    s.shutdown(true);
+    EXPECT_EQ(s.stats().kv_blocks_used, 0);
+    EXPECT_EQ(s.stats().draft_kv_blocks_used, 0);
+  }
+}
+
 TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing) {
   const size_t per_token = 2 * 2 * 2 * 32 * 2;  // 2 models x 2 (K,V) x 2 layers x kv width x f16
   auto e = load(per_token * 144, "cuda-emulated", varied_models());  // one context (128 + 16 tokens): the least allowed

@@ -86,5 +86,87 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsForEveryShapeAndDraft) {
   }
 }
 
+// Coupled verification: a seed gives plain decoding's text whatever the tree, and its
+// logprobs (each from the node's own row of the tree pass) are plain decoding's, bit for bit.
+TEST(TokenTrees, ASeedGivesThePlainTextAndLogprobsWhateverTheTree) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  for (uint32_t s = 0; s < 3; ++s) {
+    const auto prompt = test::random_prompt(5 + static_cast<int>(s) * 4, 10 + s, 1);
+    GenerateOptions g;
+    g.max_tokens = 30;
+    g.ignore_eos = true;
+    g.sampling.temperature = 0.8f;
+    g.sampling.top_k = 12;
+    g.sampling.repetition_penalty = 1.1f;
+    g.sampling.seed = 100 + s;
+    g.logprobs = 3;
+    g.speculative.verify = VerifyMode::Coupled;
+    const auto plain = e->generate_tokens(prompt, g);
+    for (const Shape& sh : kShapes) {
+      const auto tree = e->generate_tokens(prompt, with_tree(g, sh.width, sh.nodes, sh.depth));
+      ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s << " width " << sh.width << " nodes " << sh.nodes;
+      EXPECT_GT(tree.speculative.tree_steps, 0);
+      ASSERT_EQ(tree.logprobs.size(), plain.logprobs.size());
+      for (size_t i = 0; i < plain.logprobs.size(); ++i) {
+        EXPECT_EQ(tree.logprobs[i].chosen.logprob, plain.logprobs[i].chosen.logprob) << "token " << i;
+        ASSERT_EQ(tree.logprobs[i].top.size(), plain.logprobs[i].top.size());
+        for (size_t j = 0; j < plain.logprobs[i].top.size(); ++j)
+          EXPECT_EQ(tree.logprobs[i].top[j].logprob, plain.logprobs[i].top[j].logprob);
+      }
+    }
+  }
+}
+
+// Greedy logprobs with trees are plain decoding's too.
+TEST(TokenTrees, GreedyLogprobsAreThePlainOnes) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  const auto prompt = test::random_prompt(9, 4, 1);
+  GenerateOptions g = greedy(24);
+  g.logprobs = 2;
+  const auto plain = e->generate_tokens(prompt, g);
+  const auto tree = e->generate_tokens(prompt, with_tree(g, 3, 12, 4));
+  ASSERT_EQ(tree.tokens, plain.tokens);
+  ASSERT_EQ(tree.logprobs.size(), plain.logprobs.size());
+  for (size_t i = 0; i < plain.logprobs.size(); ++i) EXPECT_EQ(tree.logprobs[i].chosen.logprob, plain.logprobs[i].chosen.logprob) << i;
+}
+
+// On the CUDA backend (its kernels under the emulator): trees are drafted and verified on the
+// host from the device's logits, their nodes attended to by the CUDA kernel.
+TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
+  for (uint32_t s = 0; s < 2; ++s) {
+    const auto prompt = test::random_prompt(6 + static_cast<int>(s) * 9, 20 + s, 1);
+    const auto plain = e->generate_tokens(prompt, greedy(16));
+    for (const Shape& sh : {Shape{2, 6, 3}, Shape{4, 16, 5}}) {
+      const auto tree = e->generate_tokens(prompt, with_tree(greedy(16), sh.width, sh.nodes, sh.depth));
+      ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s << " width " << sh.width;
+      EXPECT_GT(tree.speculative.tree_steps, 0);
+    }
+  }
+}
+
+// A request with a grammar drafts chains (masks follow one chain), and bad shapes are refused.
+TEST(TokenTrees, GrammarsDraftChainsAndBadShapesAreRefused) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  const auto prompt = test::random_prompt(7, 3, 1);
+  GenerateOptions c = greedy(12);
+  c.grammar = "root ::= [a-m ]+";
+  const auto plain = e->generate_tokens(prompt, c);
+  const auto tree = e->generate_tokens(prompt, with_tree(c, 3, 9, 3));
+  EXPECT_EQ(tree.tokens, plain.tokens);
+  EXPECT_EQ(tree.speculative.tree_steps, 0);
+  EXPECT_GT(tree.speculative.drafts, 0);
+  GenerateOptions g = with_tree(greedy(8), 3, 9, 3);
+  g.speculative.tree_nodes = 65;
+  EXPECT_THROW(e->generate_tokens(prompt, g), std::invalid_argument);
+  g.speculative.tree_nodes = 9;
+  g.speculative.tree_width = 0;
+  EXPECT_THROW(e->generate_tokens(prompt, g), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tandem

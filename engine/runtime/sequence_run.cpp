@@ -330,7 +330,7 @@ VerifyResult SequenceRun::keep_path(const TreeVerdict& tv) {
   Proposal& prop = step_.prop;
   const int32_t first = step_.base_len + 1;  // node i sits at first + i
   std::vector<int32_t> from, tokens;
-  step_.accepted_rows.clear();
+  step_.accepted_rows.assign(1, 0);  // the root's row holds p of the path's first token
   for (int32_t n : tv.path) {
     from.push_back(first + n);
     tokens.push_back(prop.tokens[static_cast<size_t>(n)]);
@@ -516,12 +516,10 @@ void SequenceRun::commit_step(const VerifyResult& v, std::span<const float> logi
   if (out_.generated() == 0) out_.start_decoding();
   GenerateResult& res = result();
   bool more = true;
-  // The pass's row of the i-th committed token: a chain's i, a tree's path's.
+  // The pass's row whose p the i-th committed token was verified with: a chain's i, the row
+  // of a tree path's parent node.
   const std::vector<int32_t>& rows = step_.accepted_rows;
-  auto row_of = [&](int32_t i) {
-    if (rows.empty()) return i;
-    return i < static_cast<int32_t>(rows.size()) ? rows[static_cast<size_t>(i)] : rows.back();
-  };
+  auto row_of = [&](int32_t i) { return rows.empty() ? i : rows.at(static_cast<size_t>(i)); };
   auto commit_row = [&](int32_t i, int32_t token) {
     if (opts_.logprobs < 0) return commit(token, nullptr);
     res.logprobs.push_back(logprobs_at(logits, row_of(i), token));

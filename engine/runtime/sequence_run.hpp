@@ -172,8 +172,8 @@ class SequenceRun {
     bool lookup = false;          // its drafts came from prompt lookup
     // The target distributions verification computed, by row (logprobs reuse them).
     std::vector<std::optional<Distribution>> dists;
-    // The accepted drafts' rows of the pass, in order (a chain's: 1, 2, ...; a tree's: its
-    // path's), for their logprobs.
+    // A tree step's rows of p for its committed tokens in order (the root's, then each
+    // accepted node's), for their logprobs; empty for a chain (row i).
     std::vector<int32_t> accepted_rows;
   };
 
