@@ -62,6 +62,11 @@ struct ProposeOptions {
   // kMaxTreeNodes), max_tokens deep. Proposers that cannot draft trees draft the chain.
   int32_t tree_width = 1;
   int32_t tree_nodes = 0;
+  // The target's cost of verifying n tree nodes relative to a plain step (index n: T(n+1) /
+  // T(1), n = 0..tree_nodes), from the policy's cost model; empty: keep tree_nodes nodes.
+  // With it a deterministic tree keeps the most probable nodes that maximise the expected
+  // tokens per unit of that cost (its draft probabilities as the acceptance estimates).
+  std::span<const double> tree_cost = {};
   bool tree() const { return tree_width > 1 && tree_nodes > 1 && max_tokens > 0; }
 };
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/exp_nonpos.hpp"
 #include "kernels/tree_keys.hpp"
 
 namespace tandem {
@@ -29,11 +30,27 @@ std::vector<int32_t> TreeBuilder::path_tokens(int32_t node) const {
   return p;
 }
 
+bool TreeBuilder::sampled() const { return !opts_.sampling->greedy() && !opts_.coupled; }
+
+int32_t TreeBuilder::room_for_children(int32_t depth) {
+  const bool first = depth != last_depth_;  // the best node of its depth: expanded first
+  last_depth_ = depth;
+  const int32_t size = static_cast<int32_t>(nodes_.size());
+  if (!sampled()) return std::min(opts_.tree_width, kernels::kMaxTreeNodes - size);  // pruned in take()
+  // Sampled: nothing drawn is dropped, so the budget is spent as it is drawn; the nodes the
+  // best path needs to reach max_tokens stay reserved.
+  const int32_t reserve = std::max(0, opts_.max_tokens - depth - 1);
+  int32_t room = std::min(opts_.tree_width, opts_.tree_nodes - size - reserve);
+  if (first) room = std::max(room, std::min(1, opts_.tree_nodes - size));
+  return room;
+}
+
 void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
   const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
   if (node >= 0) nodes_[static_cast<size_t>(node)].expanded = true;
-  const int32_t room = std::min<int32_t>(opts_.tree_width, opts_.tree_nodes - static_cast<int32_t>(nodes_.size()));
-  if (depth >= opts_.max_tokens || room <= 0) return;
+  if (depth >= opts_.max_tokens) return;
+  const int32_t room = room_for_children(depth);
+  if (room <= 0) return;
   const size_t shared = opts_.vocab > 0 ? std::min(logits.size(), static_cast<size_t>(opts_.vocab)) : logits.size();
   const std::span<const float> row = logits.first(shared);
   const SamplingParams& sp = *opts_.sampling;
@@ -41,25 +58,23 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
   std::vector<std::pair<int32_t, double>> kids;  // token, log probability under the draft
   if (sp.greedy()) {
     // The most likely tokens of the draft at temperature 1 (its final distribution is a
-    // point mass); NaN logits never win.
-    std::vector<int32_t> ids(row.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    auto better = [&](int32_t a, int32_t b) {
-      const float x = std::isnan(row[a]) ? -INFINITY : row[a], y = std::isnan(row[b]) ? -INFINITY : row[b];
-      return x > y || (x == y && a < b);
-    };
-    const auto n = std::min<size_t>(static_cast<size_t>(room), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n), ids.end(), better);
-    const float mx = row[static_cast<size_t>(ids[0])];
-    if (!std::isfinite(mx)) return;  // nothing possible
-    double z = 0.0;
-    for (float x : row)
-      if (x > -INFINITY) z += std::exp(static_cast<double>(x - mx));
-    for (size_t i = 0; i < n; ++i) {
-      const float x = row[static_cast<size_t>(ids[i])];
-      if (!(x > -INFINITY)) break;
-      kids.push_back({ids[i], static_cast<double>(x - mx) - std::log(z)});
+    // point mass), in one pass over the vocabulary (ties: the lower id); NaN never wins.
+    std::vector<std::pair<float, int32_t>> top;  // best first
+    const size_t n = static_cast<size_t>(room);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const float x = row[i];
+      if (!(x > -INFINITY) || (top.size() == n && !(x > top.back().first))) continue;
+      auto at = std::upper_bound(top.begin(), top.end(), x,
+                                 [](float v, const std::pair<float, int32_t>& e) { return v > e.first; });
+      top.insert(at, {x, static_cast<int32_t>(i)});
+      if (top.size() > n) top.pop_back();
     }
+    if (top.empty() || !std::isfinite(top[0].first)) return;  // nothing possible
+    const float mx = top[0].first;
+    float z = 0.0f;  // exp_nonpos: vectorised, exact enough for ranking the tree's nodes
+    for (float x : row) z += x > -INFINITY ? kernels::exp_nonpos(x - mx) : 0.0f;
+    const double log_z = std::log(static_cast<double>(z));
+    for (const auto& [x, id] : top) kids.push_back({id, static_cast<double>(x - mx) - log_z});
   } else {
     const std::vector<int32_t> path = path_tokens(node);
     std::vector<int32_t> history(context_.begin(), context_.end());
@@ -95,7 +110,8 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
 std::vector<int32_t> TreeBuilder::take_frontier() {
   const int32_t d = grown_depth_ + 1;
   std::vector<int32_t> cand;
-  if (d < opts_.max_tokens && static_cast<int32_t>(nodes_.size()) < opts_.tree_nodes)
+  const int32_t limit = sampled() ? opts_.tree_nodes : kernels::kMaxTreeNodes;
+  if (d < opts_.max_tokens && static_cast<int32_t>(nodes_.size()) < limit)
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].depth == d && !nodes_[i].expanded && nodes_[i].fed < 0) cand.push_back(static_cast<int32_t>(i));
   std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) {
@@ -137,10 +153,42 @@ std::vector<int32_t> TreeBuilder::fed_chain_tokens() const {
 }
 
 Proposal TreeBuilder::take() {
+  // Deterministic trees keep their tree_nodes most probable nodes (EAGLE-2's re-ranking): a
+  // child is never more probable than its parent (ties: shallower first), so the kept nodes
+  // form a tree, the best path among them.
+  std::vector<int32_t> keep(nodes_.size());
+  std::iota(keep.begin(), keep.end(), 0);
+  if (!sampled()) {
+    std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) {
+      const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
+      return x.score != y.score ? x.score > y.score : x.depth < y.depth;
+    });
+    size_t n = std::min(keep.size(), static_cast<size_t>(opts_.tree_nodes));
+    // Sized by cost: a node's path probability is the chance it is accepted, so the first n
+    // nodes are expected to commit 1 + the sum of theirs per pass of relative cost
+    // tree_cost[n]; the best n of that ratio (0: a plain step) is kept.
+    const std::span<const double> cost = opts_.tree_cost;
+    if (!cost.empty()) {
+      double expected = 1.0, best = 1.0 / std::max(cost[0], 1e-9);
+      size_t best_n = 0;
+      for (size_t i = 1; i <= n && i < cost.size(); ++i) {
+        expected += std::exp(nodes_[static_cast<size_t>(keep[i - 1])].score);
+        if (const double v = expected / std::max(cost[i], 1e-9); v > best) best = v, best_n = i;
+      }
+      n = best_n;
+    }
+    keep.resize(n);
+    std::sort(keep.begin(), keep.end());  // back in creation order: parents first
+  }
+  std::vector<int32_t> index(nodes_.size(), -1);
   Proposal p;
-  for (const Node& n : nodes_) {
-    p.tokens.push_back(n.token);
-    p.parents.push_back(n.parent);
+  for (int32_t n : keep) {
+    const Node& nd = nodes_[static_cast<size_t>(n)];
+    const int32_t parent = nd.parent < 0 ? -1 : index[static_cast<size_t>(nd.parent)];
+    if (nd.parent >= 0 && parent < 0) continue;  // (cannot happen: see above) never an orphan
+    index[static_cast<size_t>(n)] = static_cast<int32_t>(p.tokens.size());
+    p.tokens.push_back(nd.token);
+    p.parents.push_back(parent);
   }
   if (!row_dists_.empty()) {
     p.dists = std::move(row_dists_);

@@ -2,8 +2,10 @@
 // 2406.16858, for any draft model): the root's children come from the draft's logits after
 // the context; then, depth by depth, the `width` nodes of the newest depth with the highest
 // path probability (the product of the draft's probabilities along the path) are fed to the
-// draft in one batched pass, and each gets up to `width` children from its logits, until the
-// tree holds `nodes` nodes or reaches `depth`. A tree of width 1 is a chain.
+// draft in one batched pass, and each gets up to `width` children from its logits, until
+// max_tokens deep. Deterministic trees then keep their tree_nodes most probable nodes (the
+// best path and the likeliest alternatives); sampled ones spend tree_nodes as they grow,
+// keeping enough for the best path to reach max_tokens. A tree of width 1 is a chain.
 //
 // How children are chosen follows the request's verification (verify/tree_verifier.hpp):
 //  * greedy: the most likely tokens (softmax of the logits);
@@ -56,6 +58,10 @@ class TreeBuilder {
     bool expanded = false;
   };
   std::vector<int32_t> path_tokens(int32_t node) const;  // context's continuation up to node
+  bool sampled() const;  // rejection mode: children drawn from q, kept as drawn
+  // How many children the next node expanded at `depth` may get (expansions come best first
+  // within a depth).
+  int32_t room_for_children(int32_t depth);
 
   std::span<const int32_t> context_;
   ProposeOptions opts_;
@@ -64,6 +70,7 @@ class TreeBuilder {
   std::vector<Distribution> row_dists_;  // rejection mode: q of each row's children
   int32_t fed_ = 0;
   int32_t grown_depth_ = 0;  // the deepest depth whose frontier was taken
+  int32_t last_depth_ = -1;  // the depth of the last expansion
 };
 
 }  // namespace tandem

@@ -105,6 +105,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   void observe_confidence(double p_top) override;
   std::optional<double> budget_alpha() const override;
   void granted(int32_t k) override;
+  const CostModel* cost_model() const override { return &costs_; }
 
   // The k that maximises predicted speed at acceptance alpha (0 when none beats plain
   // decoding by min_gain), and that speed relative to plain decoding.

@@ -15,6 +15,8 @@
 
 namespace tandem {
 
+class CostModel;
+
 struct PolicyInput {
   int32_t k_max = 0;       // the request's draft_max, already clipped to context and token budget
   int32_t batch_size = 1;  // sequences in this step's target pass (1 outside the server)
@@ -55,6 +57,9 @@ class SpeculationPolicy {
   // What the budget granted of the last choose_k (≤ it): the policy keeps its books as if it
   // had chosen that (a draft that never ran has read nothing and risked nothing).
   virtual void granted(int32_t k) { (void)k; }
+  // The measured costs the policy decides with (null: none, e.g. a fixed k): a token tree's
+  // size is then chosen from them too (ProposeOptions::tree_cost).
+  virtual const CostModel* cost_model() const { return nullptr; }
 };
 
 // Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"

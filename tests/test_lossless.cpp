@@ -681,10 +681,12 @@ void check_exercised(const Config& c, const SpeculativeMetrics& m, int runs) {
     EXPECT_GT(m.drafted_tokens - m.lookup_drafted_tokens, runs / 2) << "the draft model hardly drafted";
   }
   if (c.tree_width > 1) {
-    EXPECT_GT(m.tree_steps, runs / 2) << "hardly any token trees were verified";
-    // Some steps accepted a node that was not its parent's first child: the tree's other
-    // branches were really taken (their depth counts show past the chain's first position).
-    EXPECT_GT(m.drafted_tokens, 2 * m.drafts) << "the trees hardly branched";
+    // (Prompt lookup drafts seldom here, and an adaptive policy sizes its trees by cost and
+    // drafts chains where they have paid more.)
+    EXPECT_GT(m.tree_steps, c.mode == DraftMode::Ngram ? runs / 20 : runs / 4) << "hardly any token trees were verified";
+    // A draft model's fixed trees hold several nodes a step: the siblings are really drafted.
+    if (c.mode == DraftMode::Model && c.policy == "fixed")
+      EXPECT_GT(m.drafted_tokens, 2 * m.drafts) << "the trees hardly branched";
   }
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;
@@ -1035,6 +1037,8 @@ const std::vector<Config> kConfigs = {
                V::Coupled, false, "cpu", "", 0, "keep", 3, "", false, 3, 10},
         Config{"tree_draft_vocab_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
                false, "cpu", "", 160, "keep", 0, "", false, 3, 8},
+        Config{"tree_ngram_fixed_w3", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 0, "", false, 3, 8},
         Config{"tree_stop_coupled_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0,
                "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 0, "stop", false, 3, 8}};
 

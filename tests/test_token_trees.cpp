@@ -86,6 +86,32 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsForEveryShapeAndDraft) {
   }
 }
 
+// Prompt lookup's trees: the continuations of several earlier occurrences merged, each
+// verified in the same pass. A prompt whose phrases go on differently after the same words.
+TEST(TokenTrees, PromptLookupTreesKeepGreedyOutputAndBranch) {
+  auto e = load(fixture_pair().target, "");
+  for (uint32_t s = 0; s < 4; ++s) {
+    std::vector<int32_t> prompt;
+    const auto a = test::random_prompt(6, 50 + s, 1), b = test::random_prompt(6, 60 + s, 1);
+    for (int rep = 0; rep < 3; ++rep) {  // "x y" then a or b, three times each
+      for (const auto* tail : {&a, &b}) {
+        prompt.push_back(7);
+        prompt.push_back(9);
+        prompt.insert(prompt.end(), tail->begin(), tail->end());
+      }
+    }
+    GenerateOptions g = greedy(40);
+    const auto plain = e->generate_tokens(prompt, g);
+    g.speculative.mode = DraftMode::Ngram;
+    g.speculative.draft_max = 5;
+    g.speculative.tree_width = 3;
+    g.speculative.tree_nodes = 12;
+    const auto tree = e->generate_tokens(prompt, g);
+    ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s;
+    EXPECT_GT(tree.speculative.tree_steps, 0);
+  }
+}
+
 // Coupled verification: a seed gives plain decoding's text whatever the tree, and its
 // logprobs (each from the node's own row of the tree pass) are plain decoding's, bit for bit.
 TEST(TokenTrees, ASeedGivesThePlainTextAndLogprobsWhateverTheTree) {

@@ -11,6 +11,7 @@
 #include "engine/sampling/fresh_seed.hpp"
 #include "engine/sampling/logprobs.hpp"
 #include "kernels/tree_keys.hpp"
+#include "policies/cost_model.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/step_verifier.hpp"
 
@@ -108,8 +109,9 @@ int32_t SequenceRun::next_step_positions() const {
 
 int32_t SequenceRun::tree_nodes() const {
   const SpeculativeOptions& so = opts_.speculative;
-  // Trees come from a draft model, without a grammar (its masks are per chain position).
-  if (!spec_.on || so.mode != DraftMode::Model || so.tree_width < 2 || grammar_.active()) return 0;
+  // Trees come from a draft model or prompt lookup, without a grammar (its masks are per
+  // chain position).
+  if (!spec_.on || so.mode == DraftMode::None || so.tree_width < 2 || grammar_.active()) return 0;
   const int32_t want = so.tree_nodes > 0 ? so.tree_nodes
                                          : std::min(kernels::kMaxTreeNodes, so.tree_width * std::max(so.draft_max, 1));
   const int32_t nodes = std::min(want, context_ - kv_.length() - 1);  // the tree's slots fit the context
@@ -153,6 +155,7 @@ size_t SequenceRun::resolve_draft(int32_t batch_size, const StartGate& may_start
 
 int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
   if (done_ || prefilling()) throw std::logic_error("SequenceRun: decode step outside the decode phase");
+  step_.tree = false;
   resolve_draft(batch_size, may_start);  // when the caller has not asked before feeding the draft
   SpeculativeMetrics& m = result().speculative;
   const int32_t decided = std::exchange(spec_.decided_k, -1);
@@ -175,7 +178,20 @@ int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
     spec_.last_wish = k;
   }
   if (spec_.on && !plain) ++m.steps_per_k[static_cast<size_t>(k)];
+  // A policy deciding from measured costs drafts a tree where trees have paid more than
+  // chains so far (and sizes it); a fixed policy drafts the tree asked for.
+  const bool priced = spec_.policy && spec_.policy->cost_model();
+  step_.tree = k > 0 && tree_nodes() > 0 && (!priced || spec_.tree_choice.prefer_first());
+  if (step_.tree) price_tree(batch_size);
   return k;
+}
+
+void SequenceRun::price_tree(int32_t batch_size) {
+  tree_cost_.clear();
+  const CostModel* costs = spec_.policy ? spec_.policy->cost_model() : nullptr;
+  const int32_t nodes = tree_nodes();
+  if (!costs || nodes <= 0) return;
+  for (int32_t n = 0; n <= nodes; ++n) tree_cost_.push_back(costs->r(n, batch_size));
 }
 
 std::optional<BudgetWish> SequenceRun::budget_wish(int32_t k) const {
@@ -205,9 +221,10 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
   po.grammar = grammar_.grammar();
   po.grammar_state = grammar_.active() ? &grammar_.state() : nullptr;
   po.on_device = device_eligible();
-  if (const int32_t nodes = tree_nodes(); nodes > 0) {
+  if (const int32_t nodes = step_.tree ? tree_nodes() : 0; nodes > 0) {
     po.tree_width = opts_.speculative.tree_width;
     po.tree_nodes = nodes;
+    po.tree_cost = tree_cost_;
     po.on_device = false;  // trees are drafted and verified on the host
   }
   return po;
@@ -473,6 +490,10 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   } else if (step_.k_max > 0) {
     if (spec_.lookup && !prop.tokens.empty())
       spec_.lookup_choice.observe_draft(v.n_accepted, step_.draft_ms + target_ms);
+    if (!prop.tokens.empty() && tree_nodes() > 0) {  // a draft-model step that could have been a tree
+      if (prop.tree()) spec_.tree_choice.observe_first(v.n_accepted, step_.draft_ms + target_ms);
+      else spec_.tree_choice.observe_second(v.n_accepted, step_.draft_ms + target_ms);
+    }
     StepOutcome o;
     o.drafted = static_cast<int32_t>(depth);
     o.accepted = v.n_accepted;

@@ -35,6 +35,7 @@
 #include "engine/sampling/rng.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/lookup_choice.hpp"
+#include "policies/rate_choice.hpp"
 #include "policies/policy.hpp"
 #include "policies/step_budget.hpp"
 #include "tandem/generation.hpp"
@@ -161,6 +162,10 @@ class SequenceRun {
     // and which of the two drafts pays more so far.
     std::unique_ptr<Proposer> lookup;
     LookupChoice lookup_choice;
+    // Token trees (tree_width > 1) against chains: which commits more per millisecond so far
+    // (rate_choice.hpp; the tree is the first way). Where verifying more tokens costs little
+    // (AMX, a GPU) trees win; where it does not, chains.
+    RateChoice tree_choice{true};
   };
   // The step in flight, between planning (set_proposal) and finishing it.
   struct Step {
@@ -170,6 +175,7 @@ class SequenceRun {
     int32_t k_max = 0;            // the most drafts the policy could choose (0: a plain step)
     double draft_ms = 0.0;
     bool lookup = false;          // its drafts came from prompt lookup
+    bool tree = false;            // a token tree is drafted this step (choose_k: tree_choice)
     // The target distributions verification computed, by row (logprobs reuse them).
     std::vector<std::optional<Distribution>> dists;
     // A tree step's rows of p for its committed tokens in order (the root's, then each
@@ -180,6 +186,9 @@ class SequenceRun {
   ProposeOptions propose_options(int32_t k) const;
   // The tree this step may draft: its node budget within the context (< 2: a chain).
   int32_t tree_nodes() const;
+  // ProposeOptions::tree_cost for this step (batch: the step's batch size): empty without a
+  // policy that decides from measured costs.
+  void price_tree(int32_t batch_size);
   // A tree step's verification: the walk's verdict (verify/tree_verifier.hpp).
   TreeVerdict verify_tree(std::span<const float> logits);
   // Keeps the accepted path of a verified tree: its KV moved into chain order, the proposal
@@ -203,6 +212,7 @@ class SequenceRun {
   void close_output();
 
   Transformer* target_;
+  std::vector<double> tree_cost_;  // this step's ProposeOptions::tree_cost
   SequenceKV kv_;
   GenerateOptions opts_;  // the seed settled
   int32_t context_, n_vocab_;
