@@ -6,7 +6,7 @@ bench/loadgen.py at each concurrency, prints one table.
     python3 bench/serve_matrix.py [--tandem build/release/apps/tandem] [--pair smollm2|qwen]
                                   [--concurrency 1,2,4,8,16] [--temperatures 0,0.8] [--categories chat,code]
                                   [--max-tokens 32] [--waves 2] [-t 2] [--policies goodput]
-                                  [--server-args '--device cuda --gpu-mem 24G']
+                                  [--server-args '--device cuda --gpu-mem 24G'] [--tree 3,12]
 
 --pair smollm2: SmolLM2-135M, speculation = n-gram prompt lookup.
 --pair qwen:    Qwen2.5-Coder-1.5B target with the 0.5B draft, speculation = draft model.
@@ -17,7 +17,8 @@ and temperature (--temperatures: 0 is greedy). Configurations: off (--draft none
 prompts are compared side by side. The summary pairs each on configuration with off at the
 same category, temperature and concurrency: throughput ratio, p99 inter-token latency (per
 token: a burst's wait shared by its tokens, see bench/loadgen.py), p99 gap between arrivals
-and p99 of the requests' time per output token (TPOT).
+and p99 of the requests' time per output token (TPOT). --tree W,N adds each policy with token
+trees (--tree-width W --tree-nodes N) and a table of trees against chains.
 """
 import argparse
 import asyncio
@@ -123,6 +124,7 @@ def main():
     ap.add_argument("--server-args", default="",
                     help="more `tandem serve` arguments, e.g. '--device cuda --gpu-mem 24G' (bench/gpu_check.sh)")
     ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--tree", metavar="W,N", help="also each policy with token trees of width W and N nodes")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     max_seqs = max(levels)
@@ -138,6 +140,10 @@ def main():
     configs = [("off", ["--draft", "none"])]
     for p in a.policies.split(","):
         configs.append((f"on/{p}", on + ["--draft-max", str(a.draft_max), "--policy", p]))
+        if a.tree:
+            w, nodes = a.tree.split(",")
+            configs.append((f"on/{p}+tree", on + ["--draft-max", str(a.draft_max), "--policy", p, "--tree-width", w,
+                                                  "--tree-nodes", nodes]))
     temps = [float(x) for x in a.temperatures.split(",")]
     cats = a.categories.split(",")
     prompt_files = prompts_by_category(a.prompts, cats)
@@ -203,6 +209,19 @@ def main():
         print(f"| {r['config']} | {r['category']} | {r['temperature']:g} | {r['concurrency']} "
               f"| {r['throughput_ratio']:.2f}x | {r['itl_p99_ratio']:.2f} | {r['gap_p99_ratio']:.2f} "
               f"| {r['tpot_p99_ratio']:.2f} |")
+    if a.tree:
+        chains = {(r["config"], r["category"], r["temperature"], r["concurrency"]): r for r in results}
+        print("\ntrees against chains (same policy, prompts, temperature, streams):")
+        print("| config | prompts | T | streams | throughput ratio | ITL p99 ratio |")
+        print("|---|---|---|---|---|---|")
+        for r in results:
+            if not r["config"].endswith("+tree"):
+                continue
+            c = chains.get((r["config"][:-len("+tree")], r["category"], r["temperature"], r["concurrency"]))
+            if c and c["output_tokens_per_s"] and c["itl_ms"][99]:
+                print(f"| {r['config']} | {r['category']} | {r['temperature']:g} | {r['concurrency']} "
+                      f"| {r['output_tokens_per_s'] / c['output_tokens_per_s']:.2f}x "
+                      f"| {r['itl_ms'][99] / c['itl_ms'][99]:.2f} |")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -111,11 +111,14 @@ def main():
     ap.add_argument("--llama-dir", default=os.path.expanduser(f"~/.cache/tandem/llama.cpp-b{LLAMA_CPP_PYTHON}"))
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--draft-type", help="also run tandem spec k=K with the draft re-quantized to this type")
+    ap.add_argument("--tree", metavar="W,N",
+                    help="also run token trees of width W and N nodes: at k=K (fixed) and at the default policy")
+    ap.add_argument("--no-llama", action="store_true", help="tandem's columns only (llama.cpp not built or run)")
     a = ap.parse_args()
     for path in missing_paths(a):
         print(f"missing: {path}", file=sys.stderr)
         return 2
-    bins = ensure_llama(a.llama_dir, a.threads)
+    bins = None if a.no_llama else ensure_llama(a.llama_dir, a.threads)
     sets = prompt_sets(a.sets.split(","), a.limit)
     t = str(a.threads)
     tandem = [a.tandem, "generate", "-m", a.target, "-n", str(a.n), "--temp", "0", "-t", t, "--json"]
@@ -128,12 +131,19 @@ def main():
         **({f"tandem spec k={a.k} {a.draft_type}": lambda p: run_tandem(
             tandem + spec + ["--draft-type", a.draft_type, "--policy", "fixed", "--draft-max", str(a.k), "-p", p])}
            if a.draft_type else {}),
-        "llama.cpp plain": lambda p: run_llama([bins["llama-cli"], "-m", a.target, "-no-cnv", "-p", p, "-n", str(a.n),
-                                                "-t", t, "--temp", "0", "-c", "4096", "-ngl", "0"]),
-        f"llama.cpp spec k={a.k}": lambda p: run_llama(
-            [bins["llama-speculative-simple"], "-m", a.target, "-md", a.draft, "-p", p, "-n", str(a.n), "-t", t,
-             "-td", t, "--draft-max", str(a.k), "--temp", "0", "-c", "4096", "-ngl", "0", "-ngld", "0"]),
     }
+    if a.tree:
+        w, nodes = a.tree.split(",")
+        tree = ["--tree-width", w, "--tree-nodes", nodes]
+        configs[f"tandem tree k={a.k}"] = lambda p: run_tandem(tandem + spec + tree + ["--policy", "fixed", "--draft-max",
+                                                                                     str(a.k), "-p", p])
+        configs["tandem tree default"] = lambda p: run_tandem(tandem + spec + tree + ["-p", p])
+    if bins:
+        configs["llama.cpp plain"] = lambda p: run_llama([bins["llama-cli"], "-m", a.target, "-no-cnv", "-p", p, "-n",
+                                                          str(a.n), "-t", t, "--temp", "0", "-c", "4096", "-ngl", "0"])
+        configs[f"llama.cpp spec k={a.k}"] = lambda p: run_llama(
+            [bins["llama-speculative-simple"], "-m", a.target, "-md", a.draft, "-p", p, "-n", str(a.n), "-t", t,
+             "-td", t, "--draft-max", str(a.k), "--temp", "0", "-c", "4096", "-ngl", "0", "-ngld", "0"])
     names = list(configs)
     totals = {(s, c): [0, 0.0, []] for s in sets for c in names}
     for r in range(a.rounds):
@@ -160,6 +170,23 @@ def main():
     k = a.k
     print(f"\n{os.path.basename(a.target)} with {os.path.basename(a.draft)}, {a.threads} threads, n = {a.n}, "
           f"k = {k}, greedy, {a.rounds} rounds alternating, llama.cpp from llama-cpp-python {LLAMA_CPP_PYTHON}\n")
+    if a.tree:  # trees against the chains, side by side
+        print("| set | tree k / chain k | tree default / spec default | tree default / plain |")
+        print("|---|---|---|---|")
+        for row in rows:
+            print(f"| {row['set']} | {row[f'tandem tree k={k}'] / row[f'tandem spec k={k}']:.2f}x | "
+                  f"{row['tandem tree default'] / row['tandem spec default']:.2f}x | "
+                  f"{row['tandem tree default'] / row['tandem plain']:.2f}x |")
+        print()
+    if not bins:
+        print("| set | " + " | ".join(names) + " |")
+        print("|---|" + "---|" * len(names))
+        for row in rows:
+            print(f"| {row['set']} | " + " | ".join(f"{row[c]:.2f}" for c in names) + " |")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"rows": rows, "threads": a.threads, "n": a.n, "k": k, "rounds": a.rounds}, f, indent=1)
+        return 0
     typed = f"tandem spec k={k} {a.draft_type}" if a.draft_type else None
     extra = (f" | {a.draft_type} draft / plain | {a.draft_type} draft / llama.cpp spec" if typed else "")
     print("| set | " + " | ".join(names) + " | tandem spec / plain | tandem spec / llama.cpp spec | "

@@ -5,8 +5,12 @@
 namespace tandem {
 
 AdaptivePolicy::AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg,
-                               std::shared_ptr<OverheadTracker> overhead)
-    : costs_(costs), cfg_(cfg), est_(cfg.alpha_prior, cfg.prior_weight, cfg.decay), overhead_(std::move(overhead)) {
+                               std::shared_ptr<OverheadTracker> overhead, std::shared_ptr<ShapeChoice> shapes)
+    : costs_(costs),
+      cfg_(cfg),
+      est_(cfg.alpha_prior, cfg.prior_weight, cfg.decay),
+      overhead_(std::move(overhead)),
+      shapes_(shapes ? std::move(shapes) : std::make_shared<ShapeChoice>()) {
   if (!overhead_) {
     overhead_ = std::make_shared<OverheadTracker>();
     own_overhead_ = true;

@@ -68,6 +68,7 @@
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
 #include "policies/policy.hpp"
+#include "policies/shape_choice.hpp"
 
 namespace tandem {
 
@@ -93,8 +94,9 @@ class AdaptivePolicy final : public SpeculationPolicy {
  public:
   // costs must outlive the policy. `overhead` is shared with other sequences deciding with
   // the same costs; null gives the policy a private one (reset with each sequence).
+  // `shapes`: trees against chains, shared likewise (null: a private one, kept across resets).
   AdaptivePolicy(const CostModel& costs, const AdaptiveConfig& cfg,
-                 std::shared_ptr<OverheadTracker> overhead = nullptr);
+                 std::shared_ptr<OverheadTracker> overhead = nullptr, std::shared_ptr<ShapeChoice> shapes = nullptr);
 
   std::string name() const override { return cfg_.batch_aware ? "goodput" : "adaptive"; }
   int32_t choose_k(const PolicyInput& in) override;
@@ -106,6 +108,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   std::optional<double> budget_alpha() const override;
   void granted(int32_t k) override;
   const CostModel* cost_model() const override { return &costs_; }
+  ShapeChoice* shape_choice() override { return shapes_.get(); }
 
   // The k that maximises predicted speed at acceptance alpha (0 when none beats plain
   // decoding by min_gain), and that speed relative to plain decoding.
@@ -147,6 +150,7 @@ class AdaptivePolicy final : public SpeculationPolicy {
   int32_t conf_seen_ = 0;                 // how many were observed
   int32_t waited_ = 0;                    // steps asked about before the start
   std::shared_ptr<OverheadTracker> overhead_;
+  std::shared_ptr<ShapeChoice> shapes_;
   bool own_overhead_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
 #include "policies/policy.hpp"
+#include "policies/shape_choice.hpp"
 #include "tandem/speculative.hpp"
 
 namespace tandem {
@@ -24,7 +25,9 @@ SpeculativeOptions effective_options(const SpeculativeOptions& so);
 // Throws std::invalid_argument for an unknown name. costs may be null (→ the assumed
 // default); otherwise it must outlive the policy.
 // `overhead`: shared step-timing evidence for the adaptive policies (null: a private one).
+// `shapes`: shared evidence on token trees against chains (null: a private one).
 std::unique_ptr<SpeculationPolicy> make_policy(const SpeculativeOptions& so, const CostModel* costs,
-                                               std::shared_ptr<OverheadTracker> overhead = nullptr);
+                                               std::shared_ptr<OverheadTracker> overhead = nullptr,
+                                               std::shared_ptr<ShapeChoice> shapes = nullptr);
 
 }  // namespace tandem

@@ -16,6 +16,7 @@
 namespace tandem {
 
 class CostModel;
+class ShapeChoice;
 
 struct PolicyInput {
   int32_t k_max = 0;       // the request's draft_max, already clipped to context and token budget
@@ -60,6 +61,9 @@ class SpeculationPolicy {
   // The measured costs the policy decides with (null: none, e.g. a fixed k): a token tree's
   // size is then chosen from them too (ProposeOptions::tree_cost).
   virtual const CostModel* cost_model() const { return nullptr; }
+  // Where a policy that decides from costs keeps its evidence on token trees against chains
+  // (policies/shape_choice.hpp); null: trees as asked.
+  virtual ShapeChoice* shape_choice() { return nullptr; }
 };
 
 // Always drafts k_max (draft_p_min, if set, still stops the draft early). The "confidence"

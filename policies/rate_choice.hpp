@@ -2,8 +2,10 @@
 // tokens per millisecond of the steps it drafted (its draft passes and the target's pass).
 // Recent steps weigh most (what pays comes in phases). The first way is tried first while it
 // has no record, and again after kRetryAfter passed chances, so that a bad phase does not
-// rule it out for the rest of the sequence. The second way is taken while the first has no
-// match, or (try_both) once the first has a record and the second none. Prompt lookup ahead of a draft model
+// rule it out for the rest of the sequence (back_off: the wait doubles, up to kMaxRetryAfter,
+// each time the retried way loses again, and starts over when it wins). The second way is
+// taken while the first has no record, or (try_both) once the first has a record and the
+// second none. Prompt lookup ahead of a draft model
 // (lookup_choice.hpp) and token trees against chains (the runtime's step) decide so. Either
 // choice leaves the output unchanged: the target verifies every draft.
 #pragma once
@@ -15,17 +17,18 @@ class RateChoice {
  public:
   // Passed-over chances after which the first way is taken anyway.
   static constexpr int32_t kRetryAfter = 8;
+  static constexpr int32_t kMaxRetryAfter = 64;
   // Weight of the earlier record at each new step of the same way.
   static constexpr double kDecay = 0.8;
 
   // try_both: take the second way once before comparing (it is not always the default).
-  explicit RateChoice(bool try_both = false) : try_both_(try_both) {}
+  explicit RateChoice(bool try_both = false, bool back_off = false) : try_both_(try_both), back_off_(back_off) {}
   // The first way is available at this step: take it (true) or the second.
   bool prefer_first();
   // A verified step of either way: the drafts the target accepted and the step's time.
-  void observe_first(int32_t accepted, double step_ms) { first_.add(accepted + 1, step_ms); }
+  void observe_first(int32_t accepted, double step_ms);
   void observe_second(int32_t accepted, double step_ms) { second_.add(accepted + 1, step_ms); }
-  void reset() { *this = RateChoice{try_both_}; }
+  void reset() { *this = RateChoice{try_both_, back_off_}; }
 
  private:
   struct Record {
@@ -34,9 +37,11 @@ class RateChoice {
     bool known() const { return ms > 0.0; }  // a step of this way was timed
     double rate() const { return tokens / ms; }
   };
-  bool try_both_;
+  bool try_both_, back_off_;
   Record first_, second_;
   int32_t passed_ = 0;  // chances passed over since the last step of the first way
+  int32_t retry_after_ = kRetryAfter;
+  bool retrying_ = false;  // the first way was taken as a retry
 };
 
 }  // namespace tandem

@@ -133,6 +133,8 @@ TEST(CApi, ParamsDefaultsMirrorTheCppApi) {
   EXPECT_EQ(gp.ignore_eos, 0);
   EXPECT_EQ(gp.draft_mode, TANDEM_DRAFT_NONE);
   EXPECT_EQ(gp.draft_max, d.speculative.draft_max);
+  EXPECT_EQ(gp.tree_width, d.speculative.tree_width);
+  EXPECT_EQ(gp.tree_nodes, d.speculative.tree_nodes);
   EXPECT_EQ(gp.ngram_min, d.speculative.ngram_min);
   EXPECT_EQ(gp.ngram_max, d.speculative.ngram_max);
   EXPECT_EQ(gp.logprobs, -1);
@@ -664,6 +666,32 @@ TEST(CApi, SpeculativeGreedyTokensEqualPlain) {
       }
     }
   }
+}
+
+// Token trees through the C API (appended fields): the greedy tokens stay the plain ones,
+// the result counts the tree steps, and a bad shape is refused naming the field.
+TEST(CApi, TokenTreesKeepTheGreedyTokens) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  tandem_generate_params gp = greedy(24);
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr plain(r);
+  gp.draft_mode = TANDEM_DRAFT_MODEL;
+  gp.draft_max = 3;
+  gp.tree_width = 3;
+  gp.tree_nodes = 9;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+      << tandem_last_error();
+  ResultPtr tree(r);
+  EXPECT_EQ(tokens_of(tree.get()), tokens_of(plain.get()));
+  EXPECT_GT(tree->spec_tree_steps, 0);
+  EXPECT_GE(tree->spec_drafted_tokens, tree->spec_tree_steps);
+  gp.tree_width = 0;
+  EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+            TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("tree_width"), std::string::npos) << tandem_last_error();
 }
 
 // The speculation policy and the cost model through the C API (appended fields and a

@@ -685,8 +685,9 @@ void check_exercised(const Config& c, const SpeculativeMetrics& m, int runs) {
     // drafts chains where they have paid more.)
     EXPECT_GT(m.tree_steps, c.mode == DraftMode::Ngram ? runs / 20 : runs / 4) << "hardly any token trees were verified";
     // A draft model's fixed trees hold several nodes a step: the siblings are really drafted.
-    if (c.mode == DraftMode::Model && c.policy == "fixed")
+    if (c.mode == DraftMode::Model && c.policy == "fixed") {
       EXPECT_GT(m.drafted_tokens, 2 * m.drafts) << "the trees hardly branched";
+    }
   }
   if (c.policy == "adaptive" || c.policy == "goodput") {
     int distinct = 0;

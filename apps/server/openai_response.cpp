@@ -30,6 +30,7 @@ json::object speculation_object(const SpeculativeMetrics& m) {
   o["num_accepted_tokens_per_pos"] = json::value_from(m.accepted_per_position);
   o["acceptance_rate"] = m.acceptance_rate();
   o["mean_accepted_length"] = m.mean_accepted_length();
+  if (m.tree_steps > 0) o["num_tree_steps"] = m.tree_steps;  // token trees (tandem's extension)
   return o;
 }
 

@@ -66,6 +66,7 @@ ResultPtr make_result(const GenerateResult& g) {
   r->spec_lookup_drafted_tokens = m.lookup_drafted_tokens;
   r->spec_lookup_accepted_tokens = m.lookup_accepted_tokens;
   r->seed = g.seed;
+  r->spec_tree_steps = m.tree_steps;
   // Both per-position vectors have draft_max entries; copy the common length.
   const size_t n_pos = std::min(m.drafted_per_position.size(), m.accepted_per_position.size());
   r->spec_drafted_per_position = copy_array(std::vector<int64_t>(m.drafted_per_position.begin(),

@@ -228,6 +228,7 @@ void Engine::set_cost_model(std::shared_ptr<const CostModel> model) {
   std::lock_guard<std::mutex> lk(impl_->cost_mu);
   impl_->cost_model = std::move(model);
   impl_->overhead = std::make_shared<OverheadTracker>();  // what was measured against the old model is void
+  impl_->shapes = std::make_shared<ShapeChoice>();
 }
 
 std::shared_ptr<const CostModel> Engine::cost_model() const {

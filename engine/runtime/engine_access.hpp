@@ -10,6 +10,7 @@
 #include "engine/text/tokenizer.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
+#include "policies/shape_choice.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
@@ -31,6 +32,7 @@ struct EngineParts {
 struct PolicyCosts {
   std::shared_ptr<const CostModel> model;
   std::shared_ptr<OverheadTracker> overhead;
+  std::shared_ptr<ShapeChoice> shapes;  // token trees against chains (policies/shape_choice.hpp)
 };
 
 struct EngineAccess {

@@ -17,6 +17,7 @@
 #include "kernels/backend.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/overhead_tracker.hpp"
+#include "policies/shape_choice.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem {
@@ -44,10 +45,11 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   int32_t draft_vocab = 0;             // the reduced vocabulary's size in force; 0: all of it
   std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
   std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
+  std::shared_ptr<ShapeChoice> shapes = std::make_shared<ShapeChoice>();            // so does this
   mutable std::mutex cost_mu;                   // guards cost_model and overhead (not held while generating)
   PolicyCosts policy_costs() const {
     std::lock_guard<std::mutex> lk(cost_mu);
-    return {cost_model, overhead};
+    return {cost_model, overhead, shapes};
   }
   std::mutex mu;
   // Engine::cancel() bumps this; a generation cancels itself once it differs from the value

@@ -12,6 +12,7 @@
 #include "engine/sampling/logprobs.hpp"
 #include "kernels/tree_keys.hpp"
 #include "policies/cost_model.hpp"
+#include "policies/shape_choice.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "verify/step_verifier.hpp"
 
@@ -179,9 +180,10 @@ int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
   }
   if (spec_.on && !plain) ++m.steps_per_k[static_cast<size_t>(k)];
   // A policy deciding from measured costs drafts a tree where trees have paid more than
-  // chains so far (and sizes it); a fixed policy drafts the tree asked for.
-  const bool priced = spec_.policy && spec_.policy->cost_model();
-  step_.tree = k > 0 && tree_nodes() > 0 && (!priced || spec_.tree_choice.prefer_first());
+  // chains so far (policies/shape_choice.hpp) and sizes it; a fixed policy drafts the tree
+  // asked for.
+  ShapeChoice* shapes = spec_.policy ? spec_.policy->shape_choice() : nullptr;
+  step_.tree = k > 0 && tree_nodes() > 0 && (!shapes || shapes->prefer_tree());
   if (step_.tree) price_tree(batch_size);
   return k;
 }
@@ -490,10 +492,9 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   } else if (step_.k_max > 0) {
     if (spec_.lookup && !prop.tokens.empty())
       spec_.lookup_choice.observe_draft(v.n_accepted, step_.draft_ms + target_ms);
-    if (!prop.tokens.empty() && tree_nodes() > 0) {  // a draft-model step that could have been a tree
-      if (prop.tree()) spec_.tree_choice.observe_first(v.n_accepted, step_.draft_ms + target_ms);
-      else spec_.tree_choice.observe_second(v.n_accepted, step_.draft_ms + target_ms);
-    }
+    ShapeChoice* shapes = spec_.policy ? spec_.policy->shape_choice() : nullptr;
+    if (shapes && !prop.tokens.empty() && tree_nodes() > 0)  // a draft-model step that could have been a tree
+      shapes->observe(prop.tree(), v.n_accepted, step_.draft_ms + target_ms);
     StepOutcome o;
     o.drafted = static_cast<int32_t>(depth);
     o.accepted = v.n_accepted;

@@ -35,7 +35,6 @@
 #include "engine/sampling/rng.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/lookup_choice.hpp"
-#include "policies/rate_choice.hpp"
 #include "policies/policy.hpp"
 #include "policies/step_budget.hpp"
 #include "tandem/generation.hpp"
@@ -162,10 +161,6 @@ class SequenceRun {
     // and which of the two drafts pays more so far.
     std::unique_ptr<Proposer> lookup;
     LookupChoice lookup_choice;
-    // Token trees (tree_width > 1) against chains: which commits more per millisecond so far
-    // (rate_choice.hpp; the tree is the first way). Where verifying more tokens costs little
-    // (AMX, a GPU) trees win; where it does not, chains.
-    RateChoice tree_choice{true};
   };
   // The step in flight, between planning (set_proposal) and finishing it.
   struct Step {

@@ -28,7 +28,7 @@ PreparedSequence prepare_sequence(const EngineParts& parts, const PolicyCosts& c
       break;
   }
   s.costs = costs.model;
-  s.policy = make_policy(so, s.costs.get(), costs.overhead);
+  s.policy = make_policy(so, s.costs.get(), costs.overhead, costs.shapes);
   s.run = std::make_unique<SequenceRun>(parts.target, parts.tokenizer, prompt, run_opts, std::move(on_event),
                                         parts.context, parts.target.model().config().n_vocab, s.proposer.get(),
                                         s.policy.get(), start, std::move(grammar));

@@ -223,6 +223,10 @@ typedef struct tandem_result {
    * was drawn with (params.seed, or the one drawn for TANDEM_SEED_RANDOM): passing it as
    * params.seed gives the same text again. */
   uint64_t seed;
+  /* appended later: check struct_size >= offsetof(tandem_result, spec_tree_steps) + 8. Steps
+   * that verified a token tree (params.tree_width); spec_drafted_tokens counts its nodes, the
+   * per-position counts are by depth. */
+  int64_t spec_tree_steps;
 } tandem_result;
 
 /* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */

@@ -157,6 +157,12 @@ def test_speculation_gives_the_plain_greedy_tokens(tiny_path: str, draft: str) -
             assert off.speculative.lookup_drafted_tokens == 0
         else:
             assert m.lookup_steps == 0  # the n-gram proposer is the draft itself, not a lookup ahead of one
+        # Token trees: the same tokens, the steps counted.
+        tree = e.generate(REPETITIVE, **greedy(32), draft_max=3, tree_width=3, tree_nodes=9, policy="fixed")
+        assert tree.tokens == plain.tokens and tree.speculative.tree_steps > 0
+        assert spec.speculative.tree_steps == 0
+        with pytest.raises(tandem.InvalidArgumentError, match="tree_width"):
+            e.generate("x", max_tokens=2, tree_width=0)
 
 
 def test_reduced_draft_vocabulary(tiny: tandem.Engine, tiny_path: str, tmp_path) -> None:

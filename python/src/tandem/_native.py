@@ -114,6 +114,7 @@ class Result(Structure):
         ("spec_lookup_drafted_tokens", c_int64),
         ("spec_lookup_accepted_tokens", c_int64),
         ("seed", c_uint64),
+        ("spec_tree_steps", c_int64),
     ]
 
 

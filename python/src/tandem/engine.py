@@ -118,7 +118,7 @@ def _result(ptr: Any) -> GenerateResult:
             drafted_per_position=r.spec_drafted_per_position[:n_pos],
             accepted_per_position=r.spec_accepted_per_position[:n_pos],
             lookup_steps=r.spec_lookup_steps, lookup_drafted_tokens=r.spec_lookup_drafted_tokens,
-            lookup_accepted_tokens=r.spec_lookup_accepted_tokens)
+            lookup_accepted_tokens=r.spec_lookup_accepted_tokens, tree_steps=r.spec_tree_steps)
         return GenerateResult(
             text=text, tokens=r.tokens[:r.n_tokens], prompt_tokens=r.prompt_tokens[:r.n_prompt_tokens],
             finish_reason=_FINISH.get(r.finish_reason, "stop"),

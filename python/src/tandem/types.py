@@ -96,6 +96,7 @@ class SpeculativeMetrics:
     lookup_steps: int = 0             # steps that verified prompt lookup's draft (counted in the totals above)
     lookup_drafted_tokens: int = 0
     lookup_accepted_tokens: int = 0
+    tree_steps: int = 0  # steps that verified a token tree (its nodes counted in drafted_tokens)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,36 @@
+// Token trees or chains: which way of drafting has committed more tokens per millisecond so
+// far (rate_choice.hpp: the tree is the first way, both are tried, a losing tree is retried
+// after a wait that doubles while it keeps losing). One record is shared by every sequence
+// that decides with the same cost model (the engine keeps it next to the model, as it keeps
+// the OverheadTracker), so each request starts from what earlier ones measured: on a machine
+// where verifying more tokens costs little (AMX, a GPU) trees win, elsewhere chains.
+// Thread-safe: the server's sequences report from one scheduler thread, generate() calls may
+// run on several.
+#pragma once
+#include <cstdint>
+#include <mutex>
+
+#include "policies/rate_choice.hpp"
+
+namespace tandem {
+
+class ShapeChoice {
+ public:
+  bool prefer_tree() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return choice_.prefer_first();
+  }
+  // A verified draft-model step that could have been a tree: whether it was, the drafts the
+  // target accepted, and its time (draft passes and the target's pass).
+  void observe(bool tree, int32_t accepted, double step_ms) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (tree) choice_.observe_first(accepted, step_ms);
+    else choice_.observe_second(accepted, step_ms);
+  }
+
+ private:
+  std::mutex mu_;
+  RateChoice choice_{true, true};
+};
+
+}  // namespace tandem
