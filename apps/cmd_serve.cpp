@@ -254,7 +254,8 @@ Command add_serve(CLI::App& app) {
   sub->add_flag("-v,--verbose", a->verbose, "Log every HTTP request");
   return {sub, [a, sub, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0,
-                        sub->get_option("--draft-vocab")->count() > 0, sub->get_option("--draft-type")->count() > 0};
+                        sub->get_option("--draft-vocab")->count() > 0, sub->get_option("--draft-type")->count() > 0,
+                        sub->get_option("--tree-width")->count() > 0};
             return run_serve(*a);
           }};
 }

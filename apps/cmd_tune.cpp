@@ -27,6 +27,7 @@ struct TuneArgs {
   LoadOptions load;
   std::string draft_mode;  // "", "model", "ngram"
   std::string prompts_file, k_list = "1..8", temps = "0,0.7", policies = "fixed,adaptive";
+  std::string tree_widths = "1,3";
   std::string draft_vocabs;  // "" → automatic (see add_tune)
   std::string draft_types;   // "" → default_draft_types
   std::string concurrency;   // "" → single sequences only
@@ -80,6 +81,7 @@ int run_tune_command(const TuneArgs& a) {
   o.k_values = parse_k_list(a.k_list);
   o.temps = parse_float_list(a.temps);
   o.policies = parse_name_list(a.policies);
+  o.tree_widths = parse_k_list(a.tree_widths);
   o.n_tokens = a.n_tokens;
   o.reps = a.reps;
   o.ar_every = a.ar_every;
@@ -196,6 +198,7 @@ int run_tune_command(const TuneArgs& a) {
       SpeculativeOptions so;
       so.mode = o.mode;
       so.draft_max = rc.policy == "none" ? o.k_values.back() : rc.k;
+      so.tree_width = rc.tree_width;
       if (rc.policy != "none" && rc.policy != "goodput") {
         so.policy = rc.policy;
         configs.emplace_back(rc.temp, so);
@@ -252,6 +255,9 @@ Command add_tune(CLI::App& app) {
   sub->add_option("--draft-max", a->k_list, "Draft lengths k: a range 1..8 or a list 1,2,4")->capture_default_str();
   sub->add_option("--temps", a->temps, "Temperatures, e.g. 0,0.7")->capture_default_str();
   sub->add_option("--policies", a->policies, "Policies: fixed, confidence, adaptive, goodput")->capture_default_str();
+  sub->add_option("--tree-widths", a->tree_widths,
+                  "Token tree widths to compare with chains (1: chains), each with every policy at the largest k")
+      ->capture_default_str();
   sub->add_option("-n,--max-tokens", a->n_tokens, "Tokens per generation")->capture_default_str();
   sub->add_option("--reps", a->reps, "Passes over the prompts")->capture_default_str();
   sub->add_option("--ar-every", a->ar_every, "A plain-decoding run after every this many configurations")

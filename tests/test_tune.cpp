@@ -362,6 +362,52 @@ TEST(Tune, EndToEndOnTinyModels) {
   EXPECT_EQ(fresh->cost_model()->key(), back.cost_model->key());
 }
 
+// Token trees against chains (tune --tree-widths): each policy at the largest k with trees
+// of each width, reported with its width; the chosen width goes into the config file and
+// back into the options, an explicit --tree-width winning.
+TEST(Tune, TreesAreMeasuredBesideChainsAndTheirWidthIsKept) {
+  auto engine = load_pair();
+  TuneOptions o;
+  o.prompts = {{"code", "def add(a, b):\n    return"}};
+  o.k_values = {2, 3};
+  o.temps = {0.0f};
+  o.policies = {"fixed"};
+  o.tree_widths = {1, 3};
+  o.n_tokens = 12;
+  const TuneReport rep = run_tune(*engine, o);
+  ASSERT_EQ(rep.results.size(), 3u);  // fixed k = 2, 3, and fixed k = 3 with trees
+  const ConfigResult& tree = rep.results.back();
+  EXPECT_EQ(tree.tree_width, 3);
+  EXPECT_EQ(tree.k, 3);
+  EXPECT_GT(tree.metrics.tree_steps, 0);
+  for (size_t i = 0; i + 1 < rep.results.size(); ++i) {
+    EXPECT_EQ(rep.results[i].tree_width, 1);
+    EXPECT_EQ(rep.results[i].metrics.tree_steps, 0);
+  }
+  const json::value j = json::parse(report_json(rep));
+  EXPECT_EQ(j.at("results").as_array().back().at("tree_width").as_int64(), 3);
+  EXPECT_NE(report_csv(rep).find(",tree_width\n"), std::string::npos);
+
+  TuneReport chosen = rep;
+  chosen.recommendations = {Recommendation{}};
+  chosen.recommendations[0].policy = "fixed";
+  chosen.recommendations[0].k = 3;
+  chosen.recommendations[0].tree_width = 3;
+  const std::string path = test::scratch_dir("tune-trees") + "/tandem.json";
+  save_config(path, config_from_report(chosen, "model"));
+  const TandemConfig back = load_config(path);
+  EXPECT_EQ(back.for_temperature(0.0f).tree_width, 3);
+  std::string mode;
+  SpeculativeOptions so;
+  apply_config(back, 0.0f, ExplicitFlags{}, mode, so);
+  EXPECT_EQ(so.tree_width, 3);
+  so.tree_width = 1;
+  ExplicitFlags given;
+  given.tree_width = true;
+  apply_config(back, 0.0f, given, mode, so);
+  EXPECT_EQ(so.tree_width, 1) << "an explicit --tree-width wins";
+}
+
 TEST(Tune, ConfigRejectsWhatItCannotUse) {
   EXPECT_THROW(config_from_json("[]"), std::runtime_error);
   EXPECT_THROW(config_from_json("{\"format\": \"other\"}"), std::runtime_error);

@@ -26,6 +26,7 @@ json::object spec_to_json(const SpecSettings& s) {
   o["draft_max"] = s.draft_max;
   o["draft_p_min"] = tidy(s.draft_p_min);
   o["alpha_prior"] = tidy(s.alpha_prior);
+  o["tree_width"] = s.tree_width;
   return o;
 }
 
@@ -37,6 +38,8 @@ SpecSettings spec_from_json(const json::value& v) {
   if (const auto* x = o.if_contains("draft_max")) s.draft_max = static_cast<int32_t>(x->to_number<int64_t>());
   if (const auto* x = o.if_contains("draft_p_min")) s.draft_p_min = x->to_number<float>();
   if (const auto* x = o.if_contains("alpha_prior")) s.alpha_prior = x->to_number<float>();
+  if (const auto* x = o.if_contains("tree_width")) s.tree_width = static_cast<int32_t>(x->to_number<int64_t>());
+  if (s.tree_width < 1 || s.tree_width > 64) throw std::runtime_error("tree_width must be in 1..64");
   if (s.draft != "model" && s.draft != "ngram" && s.draft != "none")
     throw std::runtime_error("speculative.draft must be model, ngram or none, not '" + s.draft + "'");
   if (!is_policy_name(s.policy)) throw std::runtime_error("unknown speculation policy '" + s.policy + "'");
@@ -75,6 +78,7 @@ TandemConfig config_from_report(const TuneReport& report, const std::string& dra
       p.spec.draft = draft_mode;
       p.spec.policy = r.policy;
       p.spec.draft_max = r.k;
+      p.spec.tree_width = r.tree_width;
       // The measured α seeds the adaptive policies' estimate on the next run.
       if (policy_uses_cost_model(r.policy)) p.spec.alpha_prior = static_cast<float>(r.alpha);
     }
@@ -181,6 +185,7 @@ void apply_config(const TandemConfig& c, float temp, const ExplicitFlags& given,
   if (!given.draft_max) so.draft_max = s.draft_max;
   if (!given.draft_p_min) so.draft_p_min = s.draft_p_min;
   if (!given.policy) so.policy = s.policy;
+  if (!given.tree_width) so.tree_width = s.tree_width;
   so.alpha_prior = s.alpha_prior;
 }
 

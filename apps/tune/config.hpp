@@ -22,6 +22,7 @@ struct SpecSettings {
   int32_t draft_max = 4;
   float draft_p_min = 0.0f;
   float alpha_prior = 0.0f;
+  int32_t tree_width = 1;  // token trees (1: chains)
 };
 
 struct TandemConfig {
@@ -54,6 +55,7 @@ void save_config(const std::string& path, const TandemConfig& c);
 struct ExplicitFlags {
   bool draft = false, draft_max = false, draft_p_min = false, policy = false, draft_vocab = false;
   bool draft_type = false;
+  bool tree_width = false;
 };
 // The config's draft vocabulary and weight type into `load` unless --draft-vocab or
 // --draft-type was given (and only with a draft model: they belong to the draft the config

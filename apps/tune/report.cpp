@@ -82,6 +82,7 @@ std::string report_json(const TuneReport& r) {
     e["draft_type"] = c.draft_type;
     e["policy"] = c.policy;
     e["k"] = c.k;
+    e["tree_width"] = c.tree_width;
     e["tokens"] = c.tokens;
     e["tokens_per_s"] = c.tokens_per_s();
     e["ar_tokens_per_s"] = c.ar_tokens_per_s();
@@ -131,7 +132,7 @@ std::string report_json(const TuneReport& r) {
   json::array recs;
   for (const Recommendation& rc : r.recommendations)
     recs.push_back(json::object{
-        {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"draft_type", rc.draft_type}, {"policy", rc.policy}, {"k", rc.k}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
+        {"temp", tidy(rc.temp)}, {"draft_vocab", rc.draft_vocab}, {"draft_type", rc.draft_type}, {"policy", rc.policy}, {"k", rc.k}, {"tree_width", rc.tree_width}, {"speedup", rc.speedup}, {"alpha", rc.alpha},
         {"off_fraction", rc.off_fraction}});
   o["recommendations"] = std::move(recs);
   json::array conc;
@@ -150,7 +151,7 @@ std::string report_csv(const TuneReport& r) {
       "temp,policy,k,tokens,tokens_per_s,ar_tokens_per_s,speedup,e2e_speedup,cpu_speedup,min_prompt_speedup,"
       "acceptance_rate,"
       "alpha,mean_accepted_length,c,r_model,r_measured,predicted_speedup_r1,predicted_speedup,gap,"
-      "steps_off_fraction,acceptance_per_position,draft_vocab,draft_type,replayed_speedup\n";
+      "steps_off_fraction,acceptance_per_position,draft_vocab,draft_type,replayed_speedup,tree_width\n";
   for (const ConfigResult& c : r.results) {
     std::string acc;
     for (double a : c.acceptance_per_position()) {
@@ -166,6 +167,7 @@ std::string report_csv(const TuneReport& r) {
          "," + (cm ? fmt(c.predicted(*r.costs), 4) : "") + "," +
          (cm ? fmt(c.speedup() - c.predicted(*r.costs), 4) : "") + "," + fmt(c.steps_off_fraction(), 4) + "," + acc +
          "," + std::to_string(c.draft_vocab) + "," + c.draft_type + "," + (c.replayed > 0.0 ? fmt(c.replayed, 4) : "") +
+         "," + std::to_string(c.tree_width) +
          "\n";
   }
   return s;
@@ -180,8 +182,9 @@ std::string report_svg(const TuneReport& r) {
     std::string policy;
     int32_t vocab;
     std::string type;
+    int32_t tree_width;
     bool operator<(const Config& o) const {
-      return std::tie(policy, vocab, type) < std::tie(o.policy, o.vocab, o.type);
+      return std::tie(policy, vocab, type, tree_width) < std::tie(o.policy, o.vocab, o.type, o.tree_width);
     }
   };
   std::map<std::pair<int32_t, std::string>, int> variants;
@@ -198,9 +201,10 @@ std::string report_svg(const TuneReport& r) {
     std::string v = vocab > 0 ? "vocab " + std::to_string(vocab) : std::string("whole vocab");
     return v + ", " + (type == "keep" ? std::string("as stored") : type);
   };
-  const auto label = [&](const std::string& policy, int32_t vocab, const std::string& type) {
+  const auto label = [&](const std::string& policy, int32_t vocab, const std::string& type, int32_t tree_width) {
     const std::string v = variant_name(vocab, type);
-    return v.empty() ? policy : policy + ", " + v;
+    const std::string p = tree_width > 1 ? policy + " tree " + std::to_string(tree_width) : policy;
+    return v.empty() ? p : p + ", " + v;
   };
   const double w = 900, h = 360, legend = 250;
   std::vector<std::string> parts;
@@ -217,12 +221,12 @@ std::string report_svg(const TuneReport& r) {
     std::map<Config, Series> by_config;
     for (const ConfigResult& c : r.results) {
       if (c.temp != t) continue;
-      const Config key{c.policy, c.draft_vocab, c.draft_type};
+      const Config key{c.policy, c.draft_vocab, c.draft_type, c.tree_width};
       Series& s = by_config[key];
-      s.name = label(c.policy, c.draft_vocab, c.draft_type);
-      s.markers_only = policy_uses_cost_model(c.policy);
+      s.name = label(c.policy, c.draft_vocab, c.draft_type, c.tree_width);
+      s.markers_only = policy_uses_cost_model(c.policy) || c.tree_width > 1;  // (one k each)
       s.color = variants[{c.draft_vocab, c.draft_type}];
-      s.dash = policy_dash(c.policy);
+      s.dash = c.tree_width > 1 ? "9 3 2 3" : policy_dash(c.policy);
       s.points.emplace_back(c.k, c.speedup());
     }
     for (auto& [key, s] : by_config) {
@@ -233,9 +237,10 @@ std::string report_svg(const TuneReport& r) {
       if (rc.temp != t || rc.policy == "none") continue;
       for (const ConfigResult& c : r.results)
         if (c.temp == t && c.policy == rc.policy && c.k == rc.k && c.draft_vocab == rc.draft_vocab &&
-            c.draft_type == rc.draft_type)
+            c.draft_type == rc.draft_type && c.tree_width == rc.tree_width)
           speed.markers.push_back({static_cast<double>(c.k), c.speedup(),
-                                   "recommended: " + rc.policy + " k=" + std::to_string(rc.k)});
+                                   "recommended: " + rc.policy + " k=" + std::to_string(rc.k) +
+                                       (rc.tree_width > 1 ? " tree " + std::to_string(rc.tree_width) : "")});
     }
     parts.push_back(render_chart(speed, 0, y, w, h));
     y += h;
@@ -257,7 +262,7 @@ std::string report_svg(const TuneReport& r) {
       const ConfigResult* widest = nullptr;
       for (const ConfigResult& c : r.results)
         if (c.temp == r.temps[ti] && c.draft_vocab == variant.first && c.draft_type == variant.second &&
-            !policy_uses_cost_model(c.policy) &&
+            !policy_uses_cost_model(c.policy) && c.tree_width == 1 &&
             (!widest || c.acceptance_per_position().size() > widest->acceptance_per_position().size()))
           widest = &c;
       if (!widest) continue;
@@ -313,9 +318,10 @@ void print_table(const TuneReport& r, std::FILE* out) {
   for (const ConfigResult& c : r.results) {
     const bool cm = r.costs != nullptr;
     const std::string off = policy_uses_cost_model(c.policy) ? fmt(100.0 * c.steps_off_fraction(), 1) : "-";
+    const std::string policy = c.tree_width > 1 ? c.policy + "/t" + std::to_string(c.tree_width) : c.policy;
     std::fprintf(out,
                  "%-5.2f %11s %-10s %2d %7.2f %7.2f %7.3f %6.3f %6.3f %6.3f %6.3f %6.3f %5.2f %5.3f %5s %5.2f %6.2f %6s %6s %5s %6s\n",
-                 c.temp, draft_variant(c).c_str(), c.policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
+                 c.temp, draft_variant(c).c_str(), policy.c_str(), c.k, c.tokens_per_s(), c.ar_tokens_per_s(), c.speedup(),
                  c.min_prompt_speedup(), c.e2e_speedup(), c.cpu_speedup(), c.metrics.acceptance_rate(), c.alpha(), c.metrics.mean_accepted_length(),
                  c.c(), cm ? fmt(r_model(c, *r.costs), 2).c_str() : "-", c.r_measured(), c.predicted_r1(),
                  cm ? fmt(c.predicted(*r.costs), 2).c_str() : "-",
@@ -329,7 +335,7 @@ void print_table(const TuneReport& r, std::FILE* out) {
                "accepted length;\nc: draft forward / plain target pass; r(k): cost model, r_ms: measured "
                "verification pass / plain pass;\nS(r=1) = E/(k·c+1), S_pred = E/(k·c+r(k)) over the k each step "
                "chose; gap = speedup − S_pred;\noff%%: adaptive policies' steps with speculation off (k = 0); vocab: the "
-               "draft's reduced vocabulary (/type: its re-quantized weights);\nreplay: greedy, the speedup the "
+               "draft's reduced vocabulary (/type: its re-quantized weights); policy/tW: token trees of width W;\nreplay: greedy, the speedup the "
                "configuration gets replayed over the fixed k = max runs' acceptance under the cost model\n(no timing "
                "noise; started at once, no overhead beyond the passes; bench_policies replay).\n\n");
   if (r.draft_type != "auto") std::fprintf(out, "recommended draft weights: --draft-type %s\n", r.draft_type.c_str());
@@ -340,8 +346,9 @@ void print_table(const TuneReport& r, std::FILE* out) {
     if (rc.policy == "none")
       std::fprintf(out, "recommended at T=%.2f: plain decoding (no configuration beat it)\n", rc.temp);
     else
-      std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d (speedup %.3f%s)\n", rc.temp,
-                   rc.policy.c_str(), rc.k, rc.speedup,
+      std::fprintf(out, "recommended at T=%.2f: --policy %s --draft-max %d%s (speedup %.3f%s)\n", rc.temp,
+                   rc.policy.c_str(), rc.k,
+                   rc.tree_width > 1 ? (" --tree-width " + std::to_string(rc.tree_width)).c_str() : "", rc.speedup,
                    rc.off_fraction > 0.99 ? "; it kept speculation off: plain decoding, measured with noise" : "");
   }
   if (!r.concurrency.empty()) {

@@ -92,6 +92,7 @@ Run generate(Engine& e, const std::string& prompt, const GenerateOptions& g) {
 struct Config {
   std::string policy;
   int32_t k;
+  int32_t tree_width = 1;
 };
 
 constexpr int32_t kReplayRecordK = 16;  // k of the greedy run whose steps replay reads
@@ -100,7 +101,8 @@ constexpr int32_t kReplayRecordK = 16;  // k of the greedy run whose steps repla
 void replay_greedy(TuneReport& rep, const TuneOptions& o, const std::vector<AgreementTrace>& traces) {
   if (!rep.costs || traces.empty() || o.mode != DraftMode::Model) return;
   for (ConfigResult& c : rep.results) {
-    if (c.temp > 0.0f || c.policy == "confidence") continue;  // p_min needs the draft's probabilities
+    // (p_min needs the draft's probabilities; a trace is a chain's)
+    if (c.temp > 0.0f || c.policy == "confidence" || c.tree_width > 1) continue;
     SpeculativeOptions so;
     so.mode = o.mode;
     so.policy = c.policy;
@@ -322,6 +324,7 @@ std::vector<Recommendation> recommend(const std::vector<ConfigResult>& results, 
       best.draft_type = r.draft_type;
       best.policy = r.policy;
       best.k = r.k;
+      best.tree_width = r.tree_width;
       best.speedup = r.speedup();
       best.alpha = r.alpha();
       best.off_fraction = policy_uses_cost_model(r.policy) ? r.steps_off_fraction() : 0.0;
@@ -461,6 +464,9 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
       for (int32_t k : o.k_values) configs.push_back({p, k});
     }
   }
+  for (int32_t w : o.tree_widths)
+    if (w > 1)
+      for (const std::string& p : o.policies) configs.push_back({p, k_top, w});
   const int64_t C = static_cast<int64_t>(configs.size());
   const int64_t ar_runs = 1 + (C + o.ar_every - 1) / o.ar_every;
   // Replay needs a cost model and greedy outputs of a draft model.
@@ -482,6 +488,7 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
       if (!engine.info().draft_type.empty()) r.draft_type = engine.info().draft_type;
       r.policy = c.policy;
       r.k = c.k;
+      r.tree_width = c.tree_width;
       r.temp = temp;
       rep.results.push_back(std::move(r));
     }
@@ -527,9 +534,11 @@ TuneReport run_tune(Engine& engine, const TuneOptions& o) {
           g.speculative.mode = o.mode;
           g.speculative.policy = configs[ci].policy;
           g.speculative.draft_max = configs[ci].k;
+          g.speculative.tree_width = configs[ci].tree_width;
           g.speculative.alpha_prior = o.alpha_prior;
           group.emplace_back(ci, generate(engine, prompt.text, g));
-          step(configs[ci].policy + " k=" + std::to_string(configs[ci].k));
+          step(configs[ci].policy + " k=" + std::to_string(configs[ci].k) +
+               (configs[ci].tree_width > 1 ? " tree " + std::to_string(configs[ci].tree_width) : ""));
           if (group.size() < static_cast<size_t>(o.ar_every) && ci + 1 < configs.size()) continue;
           const Run ar_after = plain();
           for (auto& [idx, run] : group) {

@@ -38,6 +38,9 @@ struct TuneOptions {
   std::vector<int32_t> k_values = {1, 2, 3, 4, 5, 6, 7, 8};
   std::vector<float> temps = {0.0f, 0.7f};
   std::vector<std::string> policies = {"fixed", "adaptive"};
+  // Token trees compared with chains: each width above 1 runs every policy at the largest k
+  // with trees of that width (SpeculativeOptions::tree_width; nodes: width x k).
+  std::vector<int32_t> tree_widths = {1};
   DraftMode mode = DraftMode::Model;
   int32_t n_tokens = 64;
   int32_t reps = 1;          // passes over the prompt set
@@ -54,6 +57,7 @@ struct ConfigResult {
   std::string draft_type = "keep";  // the draft's weights (--draft-type) it was measured with
   std::string policy;
   int32_t k = 0;  // draft_max (for adaptive/goodput: the largest k they may choose)
+  int32_t tree_width = 1;  // token trees of this width (1: chains)
   float temp = 0.0f;
   SpeculativeMetrics metrics;
   int64_t tokens = 0, ar_tokens = 0;        // decode tokens (the first comes from prefill)
@@ -104,6 +108,7 @@ struct Recommendation {
   std::string draft_type = "keep";  // and the draft's weights
   std::string policy;  // "none" when nothing beat plain decoding
   int32_t k = 0;
+  int32_t tree_width = 1;  // token trees (1: chains)
   double speedup = 1.0;
   double alpha = 0.0;  // measured in that configuration (a prior for adaptive)
   double off_fraction = 0.0;  // adaptive policies: share of steps they kept speculation off
