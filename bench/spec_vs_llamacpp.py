@@ -89,15 +89,18 @@ def run_llama(cmd):
         ms, n = e[-1]
         s = float(ms) / 1000.0
     acc = re.search(r"accept\s+=\s+([\d.]+)%", out)
-    return int(n), float(s), (float(acc.group(1)) / 100 if acc else None)
+    return int(n), float(s), (float(acc.group(1)) / 100 if acc else None), None
 
 
 def run_tandem(cmd):
     j = tandem_json(cmd)
     t = j["timings"]
     n = max(t["n_generated"] - 1, 0)  # the first token comes from the prefill
-    acc = j.get("speculative", {}).get("acceptance_rate")
-    return n, t["decode_ms"] / 1000.0, acc
+    sp = j.get("speculative", {})
+    acc = sp.get("acceptance_rate")
+    # committed tokens per target pass while decoding: accepted drafts plus one a pass
+    passes = (sp.get("accepted_tokens", 0), sp.get("target_passes", 0)) if sp else None
+    return n, t["decode_ms"] / 1000.0, acc, passes
 
 
 def main():
@@ -145,38 +148,46 @@ def main():
             [bins["llama-speculative-simple"], "-m", a.target, "-md", a.draft, "-p", p, "-n", str(a.n), "-t", t,
              "-td", t, "--draft-max", str(a.k), "--temp", "0", "-c", "4096", "-ngl", "0", "-ngld", "0"])
     names = list(configs)
-    totals = {(s, c): [0, 0.0, []] for s in sets for c in names}
+    totals = {(s, c): [0, 0.0, [], 0, 0] for s in sets for c in names}
     for r in range(a.rounds):
         order = names if r % 2 == 0 else names[::-1]  # alternate, so drift hits all alike
         for s, prompts in sets.items():
             for i, p in enumerate(prompts):
                 for c in order:
-                    n, secs, acc = configs[c](p)
+                    n, secs, acc, passes = configs[c](p)
                     tot = totals[(s, c)]
                     tot[0] += n
                     tot[1] += secs
                     if acc is not None:
                         tot[2].append(acc)
+                    if passes:
+                        tot[3] += passes[0]
+                        tot[4] += passes[1]
                     print(f"round {r + 1} {s} #{i} {c}: {n} tokens, {n / secs if secs else 0:.2f} tok/s",
                           file=sys.stderr)
     rows = []
     for s in sets:
         row = {"set": s}
         for c in names:
-            n, secs, accs = totals[(s, c)]
+            n, secs, accs, accepted, passes = totals[(s, c)]
             row[c] = n / secs if secs else 0.0
             row[c + " acceptance"] = statistics.mean(accs) if accs else None
+            row[c + " tokens per pass"] = (accepted + passes) / passes if passes else None
         rows.append(row)
     k = a.k
     print(f"\n{os.path.basename(a.target)} with {os.path.basename(a.draft)}, {a.threads} threads, n = {a.n}, "
           f"k = {k}, greedy, {a.rounds} rounds alternating, llama.cpp from llama-cpp-python {LLAMA_CPP_PYTHON}\n")
     if a.tree:  # trees against the chains, side by side
-        print("| set | tree k / chain k | tree default / spec default | tree default / plain |")
-        print("|---|---|---|---|")
+        print("| set | tree k / chain k | tree default / spec default | tree default / plain "
+              "| tokens per pass: chain k → tree k | default: chain → tree |")
+        print("|---|---|---|---|---|---|")
         for row in rows:
+            tp = lambda c: row[c + " tokens per pass"] or 0.0  # noqa: E731
             print(f"| {row['set']} | {row[f'tandem tree k={k}'] / row[f'tandem spec k={k}']:.2f}x | "
                   f"{row['tandem tree default'] / row['tandem spec default']:.2f}x | "
-                  f"{row['tandem tree default'] / row['tandem plain']:.2f}x |")
+                  f"{row['tandem tree default'] / row['tandem plain']:.2f}x | "
+                  f"{tp(f'tandem spec k={k}'):.2f} → {tp(f'tandem tree k={k}'):.2f} | "
+                  f"{tp('tandem spec default'):.2f} → {tp('tandem tree default'):.2f} |")
         print()
     if not bins:
         print("| set | " + " | ".join(names) + " |")
