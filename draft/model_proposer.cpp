@@ -141,7 +141,13 @@ class ModelProposer::Drafting {
       // Not expected (every lane reserved its room first); if it happens anyway, every lane
       // keeps what it drafted so far (nothing of the failed pass was written).
       batch_.clear();
-      for (Lane& l : lanes_) l.proposer().cached_.resize(static_cast<size_t>(l.proposer().seq_.length()));
+      for (Lane& l : lanes_) {
+        ModelProposer& p = l.proposer();
+        // A tree lane's cache holds fed nodes past its context: only the context stays.
+        if (l.tree) p.seq_.truncate(static_cast<int32_t>(std::min(p.cached_.size(), static_cast<size_t>(p.seq_.length()))));
+        p.cached_.resize(static_cast<size_t>(p.seq_.length()));
+        if (l.tree) l.job->out = Proposal{};
+      }
     }
   }
 

@@ -10,10 +10,10 @@
 #include "engine/base/clock.hpp"
 #include "engine/sampling/fresh_seed.hpp"
 #include "engine/sampling/logprobs.hpp"
+#include "engine/sampling/sampler.hpp"
 #include "kernels/tree_keys.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/shape_choice.hpp"
-#include "engine/sampling/sampler.hpp"
 #include "verify/step_verifier.hpp"
 
 namespace tandem {
@@ -301,6 +301,9 @@ void SequenceRun::add_step(Batch& b) {
   }
   // The pending token at its index, node i at index base + 1 + i and the position of its
   // depth, reading its ancestors (bits are node indices).
+  if (prop.tokens.size() > static_cast<size_t>(kernels::kMaxTreeNodes))
+    throw std::logic_error("SequenceRun: a token tree of more than " + std::to_string(kernels::kMaxTreeNodes) + " nodes");
+  check_tree(prop.tokens, prop.parents);
   const int32_t base = kv_.length();
   std::vector<int32_t> positions = {base};
   std::vector<uint64_t> masks = {0};
