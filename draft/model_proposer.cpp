@@ -41,6 +41,7 @@ ModelProposer::ModelProposer(Transformer& draft, DraftProbs* device_probs)
 void ModelProposer::reset() {
   seq_.clear();
   cached_.clear();
+  fed_tree_.clear();
   prefilled_ = false;
 }
 
@@ -59,7 +60,32 @@ size_t ModelProposer::catch_up_tokens(std::span<const int32_t> context) const {
   return context.empty() ? 0 : context.size() - reusable_prefix(context);
 }
 
+void ModelProposer::reclaim_tree(std::span<const int32_t> context) {
+  if (fed_tree_.empty()) return;
+  const size_t base = cached_.size();  // the tree's nodes were fed from here on
+  std::vector<int32_t> from;
+  if (context.size() > base && std::equal(cached_.begin(), cached_.end(), context.begin())) {
+    // Down the tree along the context, leaving its last token to be fed again (fresh logits).
+    int32_t node = -1;
+    for (size_t i = base; i + 1 < context.size(); ++i) {
+      int32_t next = -1;
+      for (size_t f = 0; f < fed_tree_.size() && next < 0; ++f)
+        if (fed_tree_[f].parent == node && fed_tree_[f].token == context[i]) next = static_cast<int32_t>(f);
+      if (next < 0) break;
+      from.push_back(static_cast<int32_t>(base) + next);
+      node = next;
+    }
+  }
+  fed_tree_.clear();
+  if (!from.empty()) tf_.move_kv(seq_, from, static_cast<int32_t>(base));
+  tree_kept_ += static_cast<int64_t>(from.size());
+  seq_.truncate(static_cast<int32_t>(base + from.size()));
+  cached_.insert(cached_.end(), context.begin() + static_cast<ptrdiff_t>(base),
+                 context.begin() + static_cast<ptrdiff_t>(base + from.size()));
+}
+
 size_t ModelProposer::keep_common_prefix(std::span<const int32_t> context) {
+  reclaim_tree(context);
   const size_t common = reusable_prefix(context);
   seq_.truncate(static_cast<int32_t>(common));
   cached_.resize(common);
@@ -260,8 +286,8 @@ class ModelProposer::Drafting {
 
   // The tree lanes (draft/token_tree.hpp): the root's children from the catch-up's logits,
   // then one pass per depth feeding every lane's frontier (Batch::add_tree, the tree's nodes
-  // after the context in feed order), each fed node expanded from its row. The draft's cache
-  // keeps the context and the fed nodes that form a chain from the root (valid if accepted).
+  // after the context in feed order), each fed node expanded from its row. The fed nodes'
+  // KV stays in the draft's cache for the next call to keep what the target accepted.
   void draft_trees() {
     std::vector<Lane*> tl;
     for (Lane& l : lanes_)
@@ -301,11 +327,10 @@ class ModelProposer::Drafting {
     }
     for (Lane* l : tl) {
       ModelProposer& p = l->proposer();
-      const std::vector<int32_t> chain = l->tree->fed_chain_tokens();
-      const size_t n = l->job->context.size();
-      p.seq_.truncate(static_cast<int32_t>(n + chain.size()));
-      p.cached_.resize(n);
-      p.cached_.insert(p.cached_.end(), chain.begin(), chain.end());
+      // The fed nodes stay in the cache after the context (cached_) until the next call
+      // keeps the ones the target accepted (reclaim_tree).
+      p.fed_tree_ = l->tree->fed_nodes();
+      p.seq_.truncate(static_cast<int32_t>(p.cached_.size() + p.fed_tree_.size()));
       l->job->out = l->tree->take();
     }
   }

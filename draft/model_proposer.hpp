@@ -18,6 +18,7 @@
 
 #include "draft/draft_probs.hpp"
 #include "draft/proposer.hpp"
+#include "draft/token_tree.hpp"
 #include "engine/model/transformer.hpp"
 
 namespace tandem {
@@ -43,6 +44,8 @@ class ModelProposer final : public Proposer {
   int64_t forward_passes() const override { return forwards_; }
   size_t step_cache_bytes(std::span<const int32_t> context, int32_t chunk, int32_t draft_max) const override;
   const SequenceKV& kv() const { return seq_; }
+  // Tokens of accepted tree paths whose KV was kept rather than fed again (reclaim_tree).
+  int64_t tree_tokens_kept() const { return tree_kept_; }
 
  private:
   class Drafting;  // one propose() call's lanes and passes (model_proposer.cpp)
@@ -50,13 +53,21 @@ class ModelProposer final : public Proposer {
   // How much of the draft's cache `context` can keep: the common prefix, less at least the
   // last context token (it is re-fed so its logits are fresh).
   size_t reusable_prefix(std::span<const int32_t> context) const;
-  // Rolls the draft's cache back to reusable_prefix(context); returns the tokens kept.
+  // Rolls the draft's cache back to reusable_prefix(context); returns the tokens kept. A
+  // token tree's fed nodes that the context went on with are kept first (reclaim_tree).
   size_t keep_common_prefix(std::span<const int32_t> context);
+  // The last tree's fed nodes along the context's continuation: their KV moved down into
+  // chain order (Transformer::move_kv), so the draft does not read them again.
+  void reclaim_tree(std::span<const int32_t> context);
 
   Transformer& tf_;
   DraftProbs* device_probs_;
   SequenceKV seq_;
   std::vector<int32_t> cached_;  // tokens whose KV the draft cache holds, in order
+  // The last token tree's fed nodes (TreeBuilder::fed_nodes), whose KV follows cached_ in the
+  // cache until the next call reclaims what the target accepted; empty: none.
+  std::vector<TreeBuilder::FedNode> fed_tree_;
+  int64_t tree_kept_ = 0;
   int64_t forwards_ = 0;
   // The prefill is complete (the draft has read all but the last token of some context).
   // Until then nothing is drafted, so cached_ is a prefix of every context it is given.

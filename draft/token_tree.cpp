@@ -138,17 +138,11 @@ uint64_t TreeBuilder::fed_mask(int32_t node) const {
   return m;
 }
 
-std::vector<int32_t> TreeBuilder::fed_chain_tokens() const {
-  std::vector<int32_t> by_feed(static_cast<size_t>(fed_), -1);
-  for (size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].fed >= 0) by_feed[static_cast<size_t>(nodes_[i].fed)] = static_cast<int32_t>(i);
-  std::vector<int32_t> out;
-  int32_t prev = -1;
-  for (int32_t n : by_feed) {
-    if (nodes_[static_cast<size_t>(n)].parent != prev) break;
-    out.push_back(nodes_[static_cast<size_t>(n)].token);
-    prev = n;
-  }
+std::vector<TreeBuilder::FedNode> TreeBuilder::fed_nodes() const {
+  std::vector<FedNode> out(static_cast<size_t>(fed_), FedNode{-1, -1});
+  for (const Node& n : nodes_)
+    if (n.fed >= 0)
+      out[static_cast<size_t>(n.fed)] = {n.token, n.parent < 0 ? -1 : nodes_[static_cast<size_t>(n.parent)].fed};
   return out;
 }
 

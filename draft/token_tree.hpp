@@ -43,9 +43,12 @@ class TreeBuilder {
   int32_t position(int32_t node) const;
   uint64_t fed_mask(int32_t node) const;
   int32_t fed_count() const { return fed_; }
-  // The fed nodes that form a chain from the root in feed order (the f-th fed node is the
-  // (f-1)-th's child): the draft's cache stays valid for them if the target accepts them.
-  std::vector<int32_t> fed_chain_tokens() const;
+  // The fed nodes in feed order: each one's token and its parent's feed order (-1: the
+  // root). Their KV stays in the draft's cache, for the accepted path to be kept from.
+  struct FedNode {
+    int32_t token, parent;
+  };
+  std::vector<FedNode> fed_nodes() const;
 
   // The tree as a proposal: tokens, parents, and for rejection mode dists by row.
   Proposal take();

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "draft/model_proposer.hpp"
+#include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/paths.hpp"
@@ -109,6 +111,51 @@ TEST(TokenTrees, PromptLookupTreesKeepGreedyOutputAndBranch) {
     const auto tree = e->generate_tokens(prompt, g);
     ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s;
     EXPECT_GT(tree.speculative.tree_steps, 0);
+  }
+}
+
+// The draft keeps the KV of the tree nodes the target accepted (moved into chain order, not
+// read again): its next tree is the one a draft that read the whole context afresh drafts.
+TEST(TokenTrees, TheDraftKeepsTheAcceptedPathsCache) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  Transformer& draft = *EngineAccess::parts(*e).draft;
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  ProposeOptions po;
+  po.max_tokens = 4;
+  po.sampling = &sp;
+  po.vocab = draft.model().config().n_vocab;
+  po.tree_width = 3;
+  po.tree_nodes = 12;
+  Rng rng(1);
+  for (uint32_t s = 0; s < 3; ++s) {
+    const auto ctx = test::random_prompt(8 + static_cast<int>(s) * 5, 70 + s, 1);
+    ModelProposer kept(draft), fresh(draft);
+    kept.prefill(ctx);
+    const Proposal first = kept.propose(ctx, po, rng);
+    ASSERT_TRUE(first.tree());
+    // Accept the first child at each depth while it has one (the nodes fed first).
+    std::vector<int32_t> next(ctx);
+    for (int32_t node = -1;;) {
+      int32_t child = -1;
+      for (size_t i = 0; i < first.parents.size() && child < 0; ++i)
+        if (first.parents[i] == node) child = static_cast<int32_t>(i);
+      if (child < 0) break;
+      next.push_back(first.tokens[static_cast<size_t>(child)]);
+      node = child;
+    }
+    const size_t accepted = next.size() - ctx.size();
+    next.push_back(5);  // the bonus token
+    const Proposal again = kept.propose(next, po, rng);
+    fresh.prefill(next);
+    const Proposal want = fresh.propose(next, po, rng);
+    EXPECT_EQ(again.tokens, want.tokens) << "prompt " << s;
+    EXPECT_EQ(again.parents, want.parents) << "prompt " << s;
+    // The path's fed nodes were kept: at least its first (the best child is always fed), at
+    // most all of it (a fed node may have lost its children to the pruning).
+    EXPECT_GE(kept.tree_tokens_kept(), 1) << "prompt " << s;
+    EXPECT_LE(kept.tree_tokens_kept(), static_cast<int64_t>(accepted)) << "prompt " << s;
   }
 }
 
