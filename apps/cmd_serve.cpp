@@ -142,11 +142,8 @@ int run_serve(ServeArgs a) {
     }
     // The step budget prices the passes a full batch takes: every sequence's drafts.
     // (a token tree's step carries its nodes)
-    const int32_t tree = need.tree_width > 1 ? (need.tree_nodes > 0 ? need.tree_nodes
-                                                                     : std::min(64, need.tree_width * need.draft_max))
-                                             : 0;
     const int32_t batch_tokens =
-        std::min(a.sched.max_batch_tokens, a.sched.max_seqs * (std::max(need.draft_max, tree) + 1));
+        std::min(a.sched.max_batch_tokens, a.sched.max_seqs * (std::max(need.draft_max, need.tree_budget()) + 1));
     if (needed) spdlog::info("{}", ensure_cost_model(*engine, need, config.get(), batch_tokens));
   }
 

@@ -118,10 +118,10 @@ void add_tree_options(CLI::App& sub, SpeculativeOptions& so) {
   sub.add_option("--tree-width", so.tree_width,
                  "With a draft model: draft a token tree with up to this many children a node, verified in one target "
                  "pass (1: a chain)")
-      ->check(CLI::Range(1, 64))
+      ->check(CLI::Range(1, kMaxTreeNodes))
       ->capture_default_str();
   sub.add_option("--tree-nodes", so.tree_nodes, "Nodes of a token tree (0: tree width x draft max, at most 64)")
-      ->check(CLI::Range(0, 64))
+      ->check(CLI::Range(0, kMaxTreeNodes))
       ->capture_default_str();
 }
 

@@ -29,6 +29,15 @@ std::vector<std::vector<size_t>> batches_of(std::span<Job> jobs) {
 
 }  // namespace
 
+std::vector<int32_t> Proposal::depths() const {
+  std::vector<int32_t> d(tokens.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    const int32_t parent = parents.empty() ? static_cast<int32_t>(i) - 1 : parents[i];
+    d[i] = parent < 0 ? 1 : d[static_cast<size_t>(parent)] + 1;
+  }
+  return d;
+}
+
 Proposal Proposer::propose(std::span<const int32_t> context, const ProposeOptions& opts, Rng& rng) {
   ProposeJob j{this, context, opts, &rng};
   propose(std::span<ProposeJob>(&j, 1));

@@ -35,6 +35,8 @@ struct Proposal {
   bool on_device = false;  // the tokens were drawn on the device
   bool deterministic() const { return dists.empty() && q_rows.empty(); }
   bool tree() const { return !parents.empty(); }
+  // Each token's depth (1: a child of the root): a chain's are 1..k.
+  std::vector<int32_t> depths() const;
 };
 
 struct ProposeOptions {

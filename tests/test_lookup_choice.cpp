@@ -1,9 +1,15 @@
 // LookupChoice (policies/lookup_choice.hpp): which source drafts a step when prompt lookup
 // has a draft — tried while it has no record, then the faster source per millisecond, with a
-// retry after kRetryAfter chances passed over.
+// retry after kRetryAfter chances passed over. And the same record where both ways are tried
+// and a losing retry waits longer (RateChoice's try_both and back_off: ShapeChoice, trees
+// against chains).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "policies/lookup_choice.hpp"
+#include "policies/rate_choice.hpp"
+#include "policies/shape_choice.hpp"
 
 namespace tandem {
 namespace {
@@ -56,6 +62,61 @@ TEST(LookupChoice, RecentStepsWeighMost) {
     ++bad;
   }
   EXPECT_LT(bad, 12) << "an old record outweighed a long bad phase";
+}
+
+// Passed-over chances before the first way is taken again.
+int wait_for_first(RateChoice& c) {
+  int passed = 0;
+  while (!c.prefer_first() && passed < 1000) ++passed;
+  return passed;
+}
+
+TEST(RateChoice, TryingBothTakesTheSecondWayOnceBeforeComparing) {
+  RateChoice c(true);
+  EXPECT_TRUE(c.prefer_first());  // nothing known
+  c.observe_first(1, 30.0);
+  EXPECT_FALSE(c.prefer_first());  // the second way has no record yet: it is tried
+  c.observe_second(3, 30.0);       // 4 tokens in 30 ms against 2
+  EXPECT_FALSE(c.prefer_first());
+  RateChoice lookup;               // without try_both the first way stays while the second is unknown
+  lookup.observe_first(1, 30.0);
+  EXPECT_TRUE(lookup.prefer_first());
+}
+
+TEST(RateChoice, ALosingRetryWaitsTwiceAsLongAndAWinStartsOver) {
+  RateChoice c(true, true);
+  c.observe_first(0, 30.0);
+  c.observe_second(3, 30.0);
+  int wait = RateChoice::kRetryAfter;
+  for (int round = 0; round < 5; ++round) {
+    EXPECT_EQ(wait_for_first(c), wait - 1) << "round " << round;
+    c.observe_first(0, 30.0);  // the retry loses again
+    wait = std::min(2 * wait, RateChoice::kMaxRetryAfter);
+  }
+  EXPECT_EQ(wait_for_first(c), RateChoice::kMaxRetryAfter - 1);
+  for (int i = 0; i < 20; ++i) c.observe_first(8, 30.0);  // the first way wins now
+  EXPECT_TRUE(c.prefer_first());
+  for (int i = 0; i < 40; ++i) c.observe_second(8, 10.0);  // and loses again: the wait is back to the start
+  EXPECT_EQ(wait_for_first(c), RateChoice::kRetryAfter - 1);
+  RateChoice plain(true);  // without back_off every retry waits kRetryAfter
+  plain.observe_first(0, 30.0);
+  plain.observe_second(3, 30.0);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(wait_for_first(plain), RateChoice::kRetryAfter - 1);
+    plain.observe_first(0, 30.0);
+  }
+}
+
+TEST(ShapeChoice, TreesAreTriedThenTheFasterWayKept) {
+  ShapeChoice s;
+  EXPECT_TRUE(s.prefer_tree());
+  s.observe(true, 1, 50.0);
+  EXPECT_FALSE(s.prefer_tree());  // the chain is tried
+  s.observe(false, 3, 40.0);
+  EXPECT_FALSE(s.prefer_tree());  // 0.1 tokens/ms against 0.04
+  s.observe(true, 6, 20.0);
+  s.observe(true, 6, 20.0);
+  EXPECT_TRUE(s.prefer_tree());
 }
 
 }  // namespace

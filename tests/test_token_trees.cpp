@@ -44,13 +44,7 @@ std::unique_ptr<Engine> load(const std::string& target, const std::string& draft
   return Engine::load(o);
 }
 
-GenerateOptions greedy(int n) {
-  GenerateOptions g;
-  g.max_tokens = n;
-  g.sampling.temperature = 0.0f;
-  g.ignore_eos = true;
-  return g;
-}
+GenerateOptions greedy(int n) { return test::greedy_options(n, DraftMode::None, 4); }
 
 GenerateOptions with_tree(GenerateOptions g, int width, int nodes, int depth) {
   g.speculative.mode = DraftMode::Model;

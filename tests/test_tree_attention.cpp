@@ -4,7 +4,6 @@
 // moved down into chain order (Transformer::move_kv), decodes on exactly as the chain's.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "engine/model/transformer.hpp"
 #include "kernels/backend.hpp"
 #include "tests/support/cuda_under_test.hpp"
+#include "tests/support/forward_check.hpp"
 #include "tests/support/isa_levels.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -55,8 +55,6 @@ std::vector<int32_t> context(int n) {
   for (int i = 0; i < n; ++i) c.push_back((i * 37 + 11) % 300);
   return c;
 }
-
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // One model on one backend: the tree pass (root + nodes, beside another sequence's chain)
 // against each node's chain, then the accepted path moved and decoded one token further.
@@ -105,7 +103,9 @@ void check_tree_matches_chains(Rig& r, int ctx_len) {
     r.tf->forward(b, logits);
     b.clear();
     const size_t row = static_cast<size_t>(node + 1);
-    EXPECT_TRUE(same_bits(logits.data(), tree_logits.data() + row * V, V)) << "node " << node;
+    const auto at = tree_logits.begin() + static_cast<ptrdiff_t>(row * V);
+    EXPECT_TRUE(test::same_bits(logits, std::vector<float>(at, at + static_cast<ptrdiff_t>(V)), static_cast<int64_t>(V)))
+        << "node " << node;
   }
 
   // Accept the path 0 -> 2 -> 5 -> 6 (tree indices tree_base + {0, 2, 5, 6}).
@@ -128,7 +128,7 @@ void check_tree_matches_chains(Rig& r, int ctx_len) {
   b.clear();
   b.add(chain, std::vector<int32_t>{77});
   r.tf->forward(b, logits);
-  EXPECT_TRUE(same_bits(logits.data(), after_move.data(), V)) << "decoding after the moved path";
+  EXPECT_TRUE(test::same_bits(logits, after_move, static_cast<int64_t>(V))) << "decoding after the moved path";
 }
 
 std::vector<test::CudaModelCase> model_cases() { return test::cuda_model_cases(); }

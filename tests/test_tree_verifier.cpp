@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "tests/support/stats.hpp"
@@ -17,15 +18,7 @@ namespace tandem {
 namespace {
 
 Distribution dist(std::vector<int32_t> ids, std::vector<float> probs) {
-  std::vector<size_t> order(ids.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return probs[a] > probs[b]; });
-  Distribution d;
-  for (size_t i : order) {
-    d.ids.push_back(ids[i]);
-    d.probs.push_back(probs[i]);
-  }
-  return d;
+  return test::distribution(std::move(ids), std::move(probs));
 }
 
 // Target and draft over 5 tokens; the second position's depend on the first token.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "tests/support/stats.hpp"
 #include "kernels/backend.hpp"
@@ -14,16 +15,7 @@ namespace tandem {
 namespace {
 
 Distribution dist(std::vector<int32_t> ids, std::vector<float> probs) {
-  // Keep the Distribution invariant: sorted by descending probability.
-  std::vector<size_t> order(ids.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return probs[a] > probs[b]; });
-  Distribution d;
-  for (size_t i : order) {
-    d.ids.push_back(ids[i]);
-    d.probs.push_back(probs[i]);
-  }
-  return d;
+  return test::distribution(std::move(ids), std::move(probs));
 }
 
 TEST(VerifyGreedy, AcceptsMatchingPrefixThenEmitsArgmax) {

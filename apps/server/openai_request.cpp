@@ -365,12 +365,15 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
                         "speculative.lookup_min", "invalid_value");
     sp.lookup_min = static_cast<int32_t>(*n);
   }
+  const std::string most = std::to_string(kMaxTreeNodes);
   if (auto w = get_int(so, "tree_width", "speculative")) {
-    if (*w < 1 || *w > 64) throw bad_request("'speculative.tree_width' must be in 1..64", "speculative.tree_width", "invalid_value");
+    if (*w < 1 || *w > kMaxTreeNodes)
+      throw bad_request("'speculative.tree_width' must be in 1.." + most, "speculative.tree_width", "invalid_value");
     sp.tree_width = static_cast<int32_t>(*w);
   }
   if (auto n = get_int(so, "tree_nodes", "speculative")) {
-    if (*n < 0 || *n > 64) throw bad_request("'speculative.tree_nodes' must be in 0..64", "speculative.tree_nodes", "invalid_value");
+    if (*n < 0 || *n > kMaxTreeNodes)
+      throw bad_request("'speculative.tree_nodes' must be in 0.." + most, "speculative.tree_nodes", "invalid_value");
     sp.tree_nodes = static_cast<int32_t>(*n);
   }
   if (auto m = get_string(so, "verify", "speculative")) {

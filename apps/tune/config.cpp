@@ -39,7 +39,8 @@ SpecSettings spec_from_json(const json::value& v) {
   if (const auto* x = o.if_contains("draft_p_min")) s.draft_p_min = x->to_number<float>();
   if (const auto* x = o.if_contains("alpha_prior")) s.alpha_prior = x->to_number<float>();
   if (const auto* x = o.if_contains("tree_width")) s.tree_width = static_cast<int32_t>(x->to_number<int64_t>());
-  if (s.tree_width < 1 || s.tree_width > 64) throw std::runtime_error("tree_width must be in 1..64");
+  if (s.tree_width < 1 || s.tree_width > kMaxTreeNodes)
+    throw std::runtime_error("tree_width must be in 1.." + std::to_string(kMaxTreeNodes));
   if (s.draft != "model" && s.draft != "ngram" && s.draft != "none")
     throw std::runtime_error("speculative.draft must be model, ngram or none, not '" + s.draft + "'");
   if (!is_policy_name(s.policy)) throw std::runtime_error("unknown speculation policy '" + s.policy + "'");

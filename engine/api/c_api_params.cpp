@@ -160,8 +160,9 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.lookup_min must be in 1.." + std::to_string(kMaxLookupMin));
   o.speculative.lookup = p.lookup != 0;
   o.speculative.lookup_min = p.lookup_min;
-  if (p.tree_width < 1 || p.tree_nodes < 0 || p.tree_nodes > 64)
-    throw std::invalid_argument("tandem_generate_params.tree_width must be >= 1 and tree_nodes in 0..64");
+  if (p.tree_width < 1 || p.tree_width > kMaxTreeNodes || p.tree_nodes < 0 || p.tree_nodes > kMaxTreeNodes)
+    throw std::invalid_argument("tandem_generate_params.tree_width must be in 1.." + std::to_string(kMaxTreeNodes) +
+                                " and tree_nodes in 0.." + std::to_string(kMaxTreeNodes));
   o.speculative.tree_width = p.tree_width;
   o.speculative.tree_nodes = p.tree_nodes;
   return o;

@@ -267,8 +267,8 @@ void Scheduler::Impl::drop_drafts(const std::vector<Entry*>& owners, const char*
 }
 
 // Draft cache bytes the next step of `e` may take: the next chunk of its draft's prefill,
-// or room for k drafts (draft_max: the policy may choose fewer; a token tree feeds up to
-// tree_width nodes a depth). 0 when it does not draft.
+// or room for k drafts (draft_max: the policy may choose fewer; a token tree feeds fewer
+// than its node budget). 0 when it does not draft.
 size_t Scheduler::Impl::draft_need(Entry& e) const {
   const SpeculativeOptions& so = e.req.opts.speculative;
   if (!e.run()->proposer() || so.draft_max <= 0 || e.run()->done() || e.run()->prefilling() ||
@@ -276,8 +276,7 @@ size_t Scheduler::Impl::draft_need(Entry& e) const {
       e.run()->draft_deferred())           // its policy has not asked for a draft yet
     return 0;
   const int32_t chunk = std::min({opts.prefill_chunk, opts.max_batch_tokens, step_time.draft_prefill_budget(false)});
-  const int32_t tree = so.tree_width > 1 ? std::min(64, so.tree_width * std::max(so.draft_max - 1, 0)) + 1 : 0;
-  return e.run()->proposer()->step_cache_bytes(e.run()->committed(), chunk, std::max(so.draft_max, tree));
+  return e.run()->proposer()->step_cache_bytes(e.run()->committed(), chunk, std::max(so.draft_max, so.tree_budget()));
 }
 
 }  // namespace tandem

@@ -55,9 +55,11 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
-  if (opts.speculative.tree_width < 1 || opts.speculative.tree_nodes < 0 ||
-      opts.speculative.tree_nodes > kernels::kMaxTreeNodes)
-    throw std::invalid_argument("tree_width must be >= 1 and tree_nodes in 0.." + std::to_string(kernels::kMaxTreeNodes));
+  static_assert(kMaxTreeNodes == kernels::kMaxTreeNodes, "a tree's nodes are the bits of the attention mask");
+  if (opts.speculative.tree_width < 1 || opts.speculative.tree_width > kMaxTreeNodes ||
+      opts.speculative.tree_nodes < 0 || opts.speculative.tree_nodes > kMaxTreeNodes)
+    throw std::invalid_argument("tree_width must be in 1.." + std::to_string(kMaxTreeNodes) + " and tree_nodes in 0.." +
+                                std::to_string(kMaxTreeNodes));
   if (opts.logprobs < -1 || opts.logprobs > kMaxTopLogprobs)
     throw std::invalid_argument("logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
   spec_.proposer = proposer;
@@ -112,10 +114,8 @@ int32_t SequenceRun::tree_nodes() const {
   const SpeculativeOptions& so = opts_.speculative;
   // Trees come from a draft model or prompt lookup, without a grammar (its masks are per
   // chain position).
-  if (!spec_.on || so.mode == DraftMode::None || so.tree_width < 2 || grammar_.active()) return 0;
-  const int32_t want = so.tree_nodes > 0 ? so.tree_nodes
-                                         : std::min(kernels::kMaxTreeNodes, so.tree_width * std::max(so.draft_max, 1));
-  const int32_t nodes = std::min(want, context_ - kv_.length() - 1);  // the tree's slots fit the context
+  if (!spec_.on || so.mode == DraftMode::None || grammar_.active()) return 0;
+  const int32_t nodes = std::min(so.tree_budget(), context_ - kv_.length() - 1);  // the tree's slots fit the context
   return nodes >= 2 ? nodes : 0;
 }
 
@@ -307,21 +307,17 @@ void SequenceRun::add_step(Batch& b) {
   const int32_t base = kv_.length();
   std::vector<int32_t> positions = {base};
   std::vector<uint64_t> masks = {0};
-  std::vector<int32_t> depth(prop.tokens.size());
-  std::vector<uint64_t> anc(prop.tokens.size());
+  const std::vector<int32_t> depth = prop.depths();
   for (size_t i = 0; i < prop.tokens.size(); ++i) {
     const int32_t par = prop.parents[i];
-    depth[i] = par < 0 ? 1 : depth[static_cast<size_t>(par)] + 1;
-    anc[i] = (par < 0 ? 0 : anc[static_cast<size_t>(par)]) | (uint64_t{1} << i);
+    masks.push_back((par < 0 ? 0 : masks[static_cast<size_t>(par) + 1]) | (uint64_t{1} << i));
     positions.push_back(base + depth[i]);
-    masks.push_back(anc[i]);
   }
   b.add_tree(kv_, step_.tokens, positions, base + 1, masks);
 }
 
 TreeVerdict SequenceRun::verify_tree(std::span<const float> logits) {
   const Proposal& prop = step_.prop;
-  check_tree(prop.tokens, prop.parents);
   const bool keep = opts_.logprobs >= 0 && !opts_.sampling.greedy();
   step_.dists.assign(keep ? step_.tokens.size() : 0, std::nullopt);
   std::vector<int32_t> hist;
@@ -467,12 +463,8 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
   // target_ms and target_tokens).
   size_t depth = prop.tokens.size();
   if (prop.tree()) {
-    std::vector<size_t> d(prop.tokens.size());
-    depth = 0;
-    for (size_t i = 0; i < d.size(); ++i) {
-      d[i] = prop.parents[i] < 0 ? 1 : d[static_cast<size_t>(prop.parents[i])] + 1;
-      depth = std::max(depth, d[i]);
-    }
+    const std::vector<int32_t> d = prop.depths();
+    depth = static_cast<size_t>(*std::max_element(d.begin(), d.end()));
     ++m.tree_steps;
   }
   if (out_.generated() > 0) {  // decoding; the first pass belongs to prefill

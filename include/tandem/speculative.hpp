@@ -71,13 +71,16 @@ struct SpeculativeOptions {
   // Token trees (draft-model speculation): with tree_width > 1 the draft proposes a tree
   // instead of a chain each step: up to tree_width children a node (the most likely
   // continuations, expanded best path first), up to tree_nodes nodes (0: tree_width x
-  // draft_max, at most 64) and draft_max deep, all verified in one target pass. The output is
-  // the target's as with a chain (greedy: the same tokens; sampled: the same distribution).
-  // Requests with a grammar draft chains. 1: chains.
+  // draft_max, at most kMaxTreeNodes) and draft_max deep, all verified in one target pass.
+  // The output is the target's as with a chain (greedy: the same tokens; sampled: the same
+  // distribution). Requests with a grammar draft chains. 1: chains.
   int32_t tree_width = 1;
   int32_t tree_nodes = 0;
+  // The most nodes a step's tree may hold under these options (0: chains).
+  int32_t tree_budget() const;
 };
 inline constexpr int32_t kMaxLookupMin = 64;
+inline constexpr int32_t kMaxTreeNodes = 64;  // tree_nodes and tree_width at most
 
 // One decoding step of a sequence: draft tokens verified (0: a plain step) and how many of
 // them the target accepted.

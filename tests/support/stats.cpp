@@ -1,9 +1,24 @@
 #include "tests/support/stats.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace tandem::test {
+
+Distribution distribution(std::vector<int32_t> ids, std::vector<float> probs) {
+  std::vector<size_t> order(ids.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return probs[a] != probs[b] ? probs[a] > probs[b] : ids[a] < ids[b];
+  });
+  Distribution d;
+  for (size_t i : order) {
+    d.ids.push_back(ids[i]);
+    d.probs.push_back(probs[i]);
+  }
+  return d;
+}
 
 // Series below a+1, Lentz continued fraction above (the standard Numerical Recipes scheme).
 double gamma_q(double a, double x) {

@@ -4,7 +4,13 @@
 #include <map>
 #include <vector>
 
+#include "engine/sampling/sampler.hpp"
+
 namespace tandem::test {
+
+// A Distribution of these ids and probabilities in the order make_distribution keeps
+// (descending probability, ties by id), for the verifier tests' synthetic p and q.
+Distribution distribution(std::vector<int32_t> ids, std::vector<float> probs);
 
 // Regularised upper incomplete gamma Q(a, x).
 double gamma_q(double a, double x);
