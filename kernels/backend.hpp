@@ -205,6 +205,24 @@ class Backend {
   // dst += matmul(w, x): a residual connection. tmp (dst's shape, F32) is the default's
   // workspace: matmul(tmp, w, x), then add(dst, dst, tmp).
   virtual void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp);
+  // A layer's attention block up to the attention itself: rms_norm(h, x, norm_w, eps,
+  // w_offset), the projections a.q = matmul(wq, h), a.k = matmul(wk, h), a.v = matmul(wv, h),
+  // then attention_inputs(a, cache, meta). Default: norm_matmul_shared, attention_inputs.
+  virtual void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                     const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
+                                     const KVLayer& cache, const PagedAttnMeta& meta);
+  // paged_attention's shape and options.
+  struct AttnShape {
+    int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+    float scale = 1.0f;
+    int sliding_window = 0;
+    float softcap = 0.0f;
+  };
+  // paged_attention(out, q, cache, meta, shape...), then matmul_residual(dst, wo, out, tmp):
+  // the attention and its output projection added to the residual stream. Default: the two.
+  virtual void attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
+                                  const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                                  const AttnShape& shape);
 
   // Causal attention of q [n_tokens, n_heads*head_dim] over the cached keys/values of each
   // token's sequence, positions 0..positions[t] inclusive (keys of this batch already

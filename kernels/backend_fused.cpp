@@ -39,6 +39,21 @@ void Backend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const T
   matmul_residual(dst, w, gate, tmp);
 }
 
+void Backend::norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                    const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
+                                    const KVLayer& cache, const PagedAttnMeta& meta) {
+  const MatmulTarget qkv[] = {{a.q, wq}, {a.k, wk}, {a.v, wv}};
+  norm_matmul_shared(h, x, norm_w, eps, w_offset, qkv, 3);
+  attention_inputs(a, cache, meta);
+}
+
+void Backend::attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
+                                 const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                                 const AttnShape& s) {
+  paged_attention(out, q, cache, meta, s.n_heads, s.n_kv_heads, s.head_dim, s.scale, s.sliding_window, s.softcap);
+  matmul_residual(dst, wo, out, tmp);
+}
+
 void Backend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {
   matmul(tmp, w, x);
   add(dst, dst, tmp);

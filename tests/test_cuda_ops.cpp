@@ -693,6 +693,93 @@ TEST(CudaOps, ActMatmulResidualGivesTheBitsOfTheOps) {
       }
 }
 
+// The input norm, q/k/v and the attention inputs in two launches (the norm with its
+// quantization; q/k/v whose epilogue adds the biases, rotates q and k in pair order and stores
+// k and v) give the bits of the ops one by one (Backend::norm_attention_inputs): NeoX, normal
+// and partial rotation, biases or none, F16 and F32 caches, quantized and float weights, both
+// matmul kernels. A slot outside the cache is still reported.
+TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
+  struct Case {
+    DType w;
+    RopeStyle style;
+    int rope_dims;
+    bool biases;
+    DType cache;
+  };
+  const Case cases[] = {{DType::Q8_0, RopeStyle::NeoX, 32, true, DType::F16},
+                        {DType::Q4_K, RopeStyle::NeoX, 24, false, DType::F32},
+                        {DType::Q6_K, RopeStyle::Normal, 32, true, DType::F16},
+                        {DType::F16, RopeStyle::NeoX, 32, true, DType::F16},
+                        {DType::Q4_0, RopeStyle::Normal, 16, false, DType::F16}};
+  for (const Case& c : cases)
+    for (int64_t N : {1, 5, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(c.w)) + " rope " + std::to_string(c.rope_dims) + " N=" + std::to_string(N));
+      Dual d;
+      const int nh = 6, nkv = 2, hd = 32, slots = 48;
+      const int64_t C = 256;
+      auto x = d.f32(randn(N * C, 100, 2.0f), C);
+      auto nw = d.f32(randn(C, 101), C);
+      const auto bq_blob = test::random_blocks(c.w, nh * hd * C, 102), bk_blob = test::random_blocks(c.w, nkv * hd * C, 103),
+                 bv_blob = test::random_blocks(c.w, nkv * hd * C, 104);
+      auto wq = d.raw(c.w, C, nh * hd, bq_blob.data()), wk = d.raw(c.w, C, nkv * hd, bk_blob.data()),
+           wv = d.raw(c.w, C, nkv * hd, bv_blob.data());
+      auto bq = d.f32(randn(nh * hd, 105), nh * hd), bk = d.f32(randn(nkv * hd, 106), nkv * hd),
+           bv = d.f32(randn(nkv * hd, 107), nkv * hd);
+      std::vector<int32_t> p(static_cast<size_t>(N)), sl(static_cast<size_t>(N));
+      for (int64_t t = 0; t < N; ++t) p[size_t(t)] = static_cast<int32_t>(3 + 97 * t), sl[size_t(t)] = static_cast<int32_t>((7 * t + 5) % slots);
+      auto pos = d.i32(p, N), sm = d.i32(sl, N);
+      PagedAttnMeta meta;
+      meta.slot_mapping = sm.g;
+      std::vector<Dual::T> keep;
+      Tensor q[2], k[2], v[2], h[2], kc[2], vc[2];
+      for (int r = 0; r < 2; ++r) {  // 0: fused, 1: the default's ops
+        for (Tensor* t : {&kc[r], &vc[r]}) {
+          keep.push_back(d.raw(c.cache, nkv * hd, slots, nullptr));
+          *t = keep.back().g;
+          d.gpu->fill_zero(*t);
+        }
+        keep.push_back(d.zeros(nh * hd, N)), q[r] = keep.back().g;
+        keep.push_back(d.zeros(nkv * hd, N)), k[r] = keep.back().g;
+        keep.push_back(d.zeros(nkv * hd, N)), v[r] = keep.back().g;
+        keep.push_back(d.zeros(C, N)), h[r] = keep.back().g;
+      }
+      for (int r = 0; r < 2; ++r) {
+        Backend::AttnInputs a;
+        a.q = q[r], a.k = k[r], a.v = v[r];
+        if (c.biases) a.bq = bq.g, a.bk = bk.g, a.bv = bv.g;
+        a.positions = pos.g;
+        a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims;
+        a.theta = 1e6f, a.style = c.style;
+        const int64_t before = cuda_launch_count(*d.gpu);
+        if (r == 0) d.gpu->norm_attention_inputs(h[r], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta);
+        else d.gpu->Backend::norm_attention_inputs(h[r], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta);
+        if (r == 0) {
+          EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 2);
+        }
+      }
+      auto get = [&](const Tensor& t) {
+        std::vector<uint8_t> b(t.bytes());
+        d.gpu->download(b.data(), t, b.size());
+        return b;
+      };
+      EXPECT_EQ(get(h[0]), get(h[1]));
+      EXPECT_EQ(get(q[0]), get(q[1]));
+      EXPECT_EQ(get(k[0]), get(k[1]));
+      EXPECT_EQ(get(v[0]), get(v[1]));
+      EXPECT_EQ(get(kc[0]), get(kc[1]));
+      EXPECT_EQ(get(vc[0]), get(vc[1]));
+      if (N != 5) continue;
+      sl[2] = slots;  // one slot past the cache
+      auto bad = d.i32(sl, N);
+      meta.slot_mapping = bad.g;
+      Backend::AttnInputs a;
+      a.q = q[0], a.k = k[0], a.v = v[0], a.positions = pos.g;
+      a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims, a.theta = 1e6f;
+      d.gpu->norm_attention_inputs(h[0], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[0], vc[0]}, meta);
+      EXPECT_THROW(d.gpu->synchronize(), std::out_of_range);
+    }
+}
+
 // The residual add in the matmul's epilogue (one launch less) gives add(dst, dst, matmul)'s
 // bits, through both quantized kernels and the float one.
 TEST(CudaOps, MatmulResidualGivesTheBitsOfMatmulThenAdd) {
@@ -925,6 +1012,53 @@ TEST(CudaOps, PagedAttentionSingleSpanOutputsEqualTheMergedOnes) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
     narrow.check(a, narrow.run(false, 0, narrow.pos.size()));
+  }
+}
+
+// The attention quantizing its output for the output projection (one launch less) gives the
+// bits of paged_attention then matmul_residual (Backend::attention_residual): activation
+// blocks of 32 and 256, one span and merged spans; a group narrower than a block takes the ops.
+TEST(CudaOps, AttentionResidualGivesTheOpsBits) {
+  struct Case {
+    DType w;
+    int n_heads, n_kv, hd, pad_cols;
+    int64_t launches;  // attention (one or two kernels), the projection; + the quantization unfused
+  };
+  for (const Case& k : {Case{DType::Q8_0, 6, 2, 32, 0, 2}, Case{DType::Q4_K, 8, 2, 64, 0, 2},
+                        Case{DType::Q4_K, 8, 2, 64, 60, 3}, Case{DType::Q8_0, 6, 2, 32, 60, 3},
+                        Case{DType::Q6_K, 6, 2, 64, 0, 3}}) {
+    SCOPED_TRACE(std::string(dtype_name(k.w)) + " heads " + std::to_string(k.n_heads) + " pad " +
+                 std::to_string(k.pad_cols));
+    AttnCase c;
+    c.bs = 16;
+    c.n_heads = k.n_heads, c.n_kv = k.n_kv, c.hd = k.hd, c.pad_cols = k.pad_cols;
+    c.lens = {300, 40};
+    c.n_new = {4, 2};
+    AttnProblem pr(c);
+    Dual& d = pr.d;
+    const int n = static_cast<int>(pr.pos.size()), C = c.n_heads * c.hd, R = 40;
+    const auto blob = test::random_blocks(k.w, int64_t{R} * C, 120);
+    auto wo = d.raw(k.w, C, R, blob.data());
+    auto p = d.i32(pr.pos, n), sq = d.i32(pr.seq, n), b = d.i32(pr.bt, pr.bt_cols);
+    auto q = d.f32(pr.q, C);
+    const auto resid = randn(size_t(n) * R, 121, 3.0f);
+    PagedAttnMeta meta;
+    meta.positions = p.g, meta.seq_index = sq.g, meta.block_table = b.g, meta.block_size = c.bs;
+    Backend::AttnShape shape;
+    shape.n_heads = c.n_heads, shape.n_kv_heads = c.n_kv, shape.head_dim = c.hd, shape.scale = 0.125f;
+    std::vector<float> outs[2], ys[2];
+    for (int r = 0; r < 2; ++r) {
+      auto out = d.zeros(C, n), y = d.f32(resid, R), tmp = d.zeros(R, n);
+      const int64_t before = cuda_launch_count(*d.gpu);
+      if (r == 0) d.gpu->attention_residual(y.g, wo.g, tmp.g, out.g, q.g, {pr.kc.g, pr.vc.g}, meta, shape);
+      else d.gpu->Backend::attention_residual(y.g, wo.g, tmp.g, out.g, q.g, {pr.kc.g, pr.vc.g}, meta, shape);
+      if (r == 0) {
+        EXPECT_EQ(cuda_launch_count(*d.gpu) - before, k.launches);
+      }
+      outs[r] = d.getg(out), ys[r] = d.getg(y);
+    }
+    EXPECT_SAME_BITS(outs[0], outs[1]);
+    EXPECT_SAME_BITS(ys[0], ys[1]);
   }
 }
 

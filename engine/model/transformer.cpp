@@ -217,10 +217,6 @@ Tensor Transformer::encode(const PassInputs& in) {
     const bool local = c.layer_is_local[static_cast<size_t>(il)];
     // --- attention block
     {
-      const kernels::Backend::MatmulTarget qkv[] = {{q, L.wq}, {k, L.wk}, {v, L.wv}};
-      be_.norm_matmul_shared(h, x, L.attn_norm, c.rms_eps, 0.0f, qkv, 3);
-    }
-    {
       kernels::Backend::AttnInputs ai;
       ai.q = q, ai.k = k, ai.v = v;
       ai.bq = L.bq, ai.bk = L.bk, ai.bv = L.bv;
@@ -230,16 +226,19 @@ Tensor Transformer::encode(const PassInputs& in) {
       ai.n_heads = c.n_head, ai.n_kv_heads = c.n_head_kv, ai.head_dim = c.head_dim, ai.rope_dims = c.rope_dims;
       ai.theta = local ? c.rope_theta_local : c.rope_theta;
       ai.style = c.rope_style;
-      be_.attention_inputs(ai, cache_.layer(il), meta);
+      be_.norm_attention_inputs(h, x, L.attn_norm, c.rms_eps, 0.0f, L.wq, L.wk, L.wv, ai, cache_.layer(il), meta);
     }
-    be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
-                        local ? c.sliding_window : 0);
     if (c.post_norms) {
+      be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
+                          local ? c.sliding_window : 0);
       be_.matmul(o, L.wo, attn);
       be_.rms_norm(o, o, L.post_attn_norm, c.rms_eps);
       be_.add(x, x, o);
     } else {
-      be_.matmul_residual(x, L.wo, attn, o);
+      kernels::Backend::AttnShape as;
+      as.n_heads = c.n_head, as.n_kv_heads = c.n_head_kv, as.head_dim = c.head_dim;
+      as.scale = c.attention_scale(), as.sliding_window = local ? c.sliding_window : 0;
+      be_.attention_residual(x, L.wo, o, attn, q, cache_.layer(il), meta, as);
     }
     // --- feed-forward block
     {

@@ -373,7 +373,16 @@ void CudaBackend::kv_move(const KVLayer& cache, const Tensor& from, const Tensor
 void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                                   int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                                   float softcap) {
+  AttnShape s;
+  s.n_heads = n_heads, s.n_kv_heads = n_kv_heads, s.head_dim = head_dim;
+  s.scale = scale, s.sliding_window = sliding_window, s.softcap = softcap;
+  attention(out, q, cache, meta, s, nullptr);
+}
+
+void CudaBackend::attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                            const AttnShape& shape, const QuantizedX* quant) {
   const char* op = "paged_attention";
+  const int n_heads = shape.n_heads, n_kv_heads = shape.n_kv_heads, head_dim = shape.head_dim;
   require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, op, "n_heads must be a multiple of n_kv_heads");
   require(head_dim > 0 && head_dim <= 512, op, "head_dim must be in 1..512");
   require(q.type == DType::F32 && out.type == DType::F32, op, "q, out F32");
@@ -391,8 +400,8 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     require(meta.tree.type == DType::I32 && meta.tree.numel() == q.rows() * kTreeFields, op,
             "tree must hold kTreeFields I32 per token");
   ops::AttnParams a;
-  static_cast<PagedAttnArgs&>(a) = make_paged_attn_args(out, q, cache, meta, n_heads, n_kv_heads, head_dim, scale,
-                                                         sliding_window, softcap,
+  static_cast<PagedAttnArgs&>(a) = make_paged_attn_args(out, q, cache, meta, n_heads, n_kv_heads, head_dim, shape.scale,
+                                                         shape.sliding_window, shape.softcap,
                                                          [&](const Tensor& t) { return ptr(t, op); });
   require(ops::attention_shared_bytes(a) <= 48 * 1024, op,
           "GQA group x (head_dim + " + std::to_string(ops::kAttnSplit) + ") floats exceed 48 KiB of shared memory");
@@ -411,6 +420,12 @@ void CudaBackend::paged_attention(const Tensor& out, const Tensor& q, const KVLa
     c.pos += t0;
     c.seq += t0;
     if (c.tree) c.tree += t0 * kTreeFields;
+    if (quant) {
+      const int64_t cols = static_cast<int64_t>(n_heads) * head_dim;
+      c.quant = *quant;
+      c.quant.q += t0 * cols;
+      c.quant.d += t0 * (cols / quant->block);
+    }
     for (int k = ops::paged_attention(rt_->stream(), c, states, err_); k > 0; --k) launched(op);
   }
 }

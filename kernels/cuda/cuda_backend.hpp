@@ -98,6 +98,14 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // The norm and the quantization of its output for the projections in one kernel.
   void norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                           const MatmulTarget* targets, int n) override;
+  // The norm (with its quantization), then q/k/v in one launch whose epilogue adds the biases,
+  // rotates q and k and stores k and v into the cache: two launches.
+  void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                             const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
+                             const KVLayer& cache, const PagedAttnMeta& meta) override;
+  // The attention quantizes its output for the output projection: two launches.
+  void attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out, const Tensor& q,
+                          const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& shape) override;
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
@@ -155,10 +163,21 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   QuantizedX quantize_x(const Tensor& x, int block, QuantizedX* cache);
   // The scratch slot of x's quantized activations for one block size.
   void act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d);
-  void matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk);
+  // epi (null: none): targets[i]'s epilogue is member i of *epi.
+  void matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk,
+                            const ops::QkvEpilogue* epi = nullptr);
   // One launch of the matmul kernels for matrices of type t sharing x.
   void launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
-                     bool accumulate = false);
+                     bool accumulate = false, const ops::QkvEpilogue* epi = nullptr);
+  // norm_matmul_shared's norm: with the quantized activations its targets read (q32, qk) where
+  // one launch can write them, else rms_norm alone.
+  void norm_for_matmuls(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                        const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk);
+  // attention_inputs' checks and the fused kernel's arguments.
+  ops::AttnInputsArgs attn_inputs_args(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta);
+  // paged_attention, its output also quantized into *quant when given.
+  void attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                 const AttnShape& shape, const QuantizedX* quant);
 
   std::shared_ptr<DevicePool> pool_;
   DeviceRuntime* rt_;  // pool_->rt

@@ -1,5 +1,6 @@
 // CudaBackend's fused steps (kernels/backend.hpp: attention_inputs, norm_matmul_shared,
-// act_matmul_residual, matmul_residual): one kernel where the default takes several, built
+// norm_attention_inputs, attention_residual, act_matmul_residual, matmul_residual): one kernel
+// where the default takes several, built
 // from the same device functions, so the same bits; the default where a case is not fused.
 #include <algorithm>
 #include <cstdint>
@@ -22,14 +23,9 @@ void CudaBackend::matmul_residual(const Tensor& dst, const Tensor& w, const Tens
   if (mw.w) launch_matmul(w.type, &mw, 1, x, nullptr, /*accumulate=*/true);
 }
 
-void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+ops::AttnInputsArgs CudaBackend::attn_inputs_args(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
   const char* op = "attention_inputs";
   const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
-  // Per-head norms (Gemma 3) and views wider than their heads take the ops one by one.
-  if (a.q_norm.buf || a.k_norm.buf || a.q.cols() != nq || a.k.cols() != nkv || a.v.cols() != nkv) {
-    Backend::attention_inputs(a, cache, meta);
-    return;
-  }
   const int64_t n = a.q.rows();
   require(a.q.type == DType::F32 && a.k.type == DType::F32 && a.v.type == DType::F32, op, "q, k, v must be F32");
   require(a.k.rows() == n && a.v.rows() == n, op, "q, k, v must have the same rows");
@@ -57,24 +53,85 @@ void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, co
   g.k_cache = ptr(cache.k, op), g.v_cache = ptr(cache.v, op);
   g.cache_stride = cache.k.row_stride(), g.f16 = cache.k.type == DType::F16, g.n_slots = cache.k.rows();
   g.slots = reinterpret_cast<const int32_t*>(ptr(meta.slot_mapping, op));
-  ops::attn_inputs(rt_->stream(), g, n, err_);
-  launched(op);
+  return g;
 }
 
-void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                     const MatmulTarget* targets, int n) {
+namespace {
+// Whether the fused kernels take these attention inputs: no per-head norms (Gemma 3), and
+// q, k, v packed rows of whole heads.
+bool fusable_inputs(const Backend::AttnInputs& a) {
+  const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  return !a.q_norm.buf && !a.k_norm.buf && a.q.cols() == nq && a.k.cols() == nkv && a.v.cols() == nkv;
+}
+}  // namespace
+
+void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+  if (!fusable_inputs(a)) {
+    Backend::attention_inputs(a, cache, meta);
+    return;
+  }
+  const ops::AttnInputsArgs g = attn_inputs_args(a, cache, meta);
+  ops::attn_inputs(rt_->stream(), g, a.q.rows(), err_);
+  launched("attention_inputs");
+}
+
+void CudaBackend::norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps,
+                                        float w_offset, const Tensor& wq, const Tensor& wk, const Tensor& wv,
+                                        const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+  const int64_t N = x.rows();
+  // The epilogue keeps a rotated pair in one warp's 16 rows (ops::QkvEpilogue).
+  if (!fusable_inputs(a) || a.head_dim % 16 || N == 0 || x.cols() == 0 || gemm_on(N) || a.q.rows() != N) {
+    Backend::norm_attention_inputs(h, x, norm_w, eps, w_offset, wq, wk, wv, a, cache, meta);
+    return;
+  }
+  const ops::AttnInputsArgs g = attn_inputs_args(a, cache, meta);
+  ops::QkvEpilogue e;
+  e.bias[0] = g.bq, e.bias[1] = g.bk, e.bias[2] = g.bv;
+  e.rotate[0] = e.rotate[1] = true;
+  e.cache[1] = g.k_cache, e.cache[2] = g.v_cache;
+  e.positions = g.positions;
+  e.head_dim = g.head_dim, e.rope_dims = g.rope_dims, e.theta = g.theta, e.neox = g.neox;
+  e.cache_stride = g.cache_stride, e.f16 = g.f16, e.n_slots = g.n_slots, e.slots = g.slots, e.err = err_;
+  const MatmulTarget qkv[] = {{a.q, wq}, {a.k, wk}, {a.v, wv}};
+  QuantizedX q32, qk;
+  norm_for_matmuls(h, x, norm_w, eps, w_offset, qkv, 3, q32, qk);
+  matmul_shared_cached(h, qkv, 3, q32, qk, &e);
+}
+
+void CudaBackend::attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
+                                     const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                                     const AttnShape& s) {
+  const int64_t N = q.rows(), C = out.cols();
+  const int block = act_block(wo.type);
+  // The quantization happens where a KV head's group is written: groups of whole blocks.
+  const bool fused = quantized(wo.type) && !gemm_on(N) && N > 0 && s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0 &&
+                     C == static_cast<int64_t>(s.n_heads) * s.head_dim &&
+                     (s.n_heads / s.n_kv_heads) * s.head_dim % block == 0;
+  if (!fused) {
+    Backend::attention_residual(dst, wo, tmp, out, q, cache, meta, s);
+    return;
+  }
+  const ops::MatmulWeight mw = check_matmul(dst, wo, out);
+  QuantizedX aq;
+  aq.block = block;
+  act_scratch(N, C, block, aq.q, aq.d);
+  attention(out, q, cache, meta, s, &aq);
+  if (mw.w) launch_matmul(wo.type, &mw, 1, out, &aq, /*accumulate=*/true);
+}
+
+void CudaBackend::norm_for_matmuls(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                   const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk) {
   bool want32 = false, want256 = false;
   for (int i = 0; i < n; ++i)
     if (quantized(targets[i].w.type)) (act_block(targets[i].w.type) == 256 ? want256 : want32) = true;
   const int64_t N = x.rows(), C = x.cols();
-  if ((!want32 && !want256) || gemm_on(N) || N == 0 || C == 0 || (want32 && C % 32) || (want256 && C % 256)) {
-    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
+  if ((!want32 && !want256) || (want32 && C % 32) || (want256 && C % 256)) {
+    rms_norm(h, x, norm_w, eps, w_offset);
     return;
   }
   require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
   require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
   // The quantized activations the kernel writes are the matmuls' caches (q null: not wanted).
-  QuantizedX q32, qk;
   for (QuantizedX* a : {want32 ? &q32 : nullptr, want256 ? &qk : nullptr}) {
     if (!a) continue;
     a->block = a == &q32 ? 32 : 256;
@@ -83,6 +140,16 @@ void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Ten
   ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
                       ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, q32, qk);
   launched("rms_norm + quantize");
+}
+
+void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
+                                     const MatmulTarget* targets, int n) {
+  if (gemm_on(x.rows()) || x.rows() == 0 || x.cols() == 0) {
+    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
+    return;
+  }
+  QuantizedX q32, qk;
+  norm_for_matmuls(h, x, norm_w, eps, w_offset, targets, n, q32, qk);
   matmul_shared_cached(h, targets, n, q32, qk);
 }
 

@@ -82,16 +82,16 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
 }
 
 void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
-                                bool accumulate) {
+                                bool accumulate, const ops::QkvEpilogue* epi) {
   const int64_t N = x.rows(), C = x.cols();
   const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
   const QuantizedX a = quantized(t) ? quantize_x(x, act_block(t), cache) : QuantizedX{};
   if (a.q && N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate);
+    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate, epi);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), a.q, a.d, N, accumulate);
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), a.q, a.d, N, accumulate, epi);
   launched("matmul");
 }
 
@@ -108,7 +108,7 @@ void CudaBackend::matmul_shared(const Tensor& x, const MatmulTarget* targets, in
 }
 
 void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32,
-                                       QuantizedX& qk) {
+                                       QuantizedX& qk, const ops::QkvEpilogue* epi) {
   // Targets already launched, a bit each (no allocation per call: this runs for every layer).
   require(n >= 0 && n <= 64, "matmul_shared", "at most 64 targets");
   uint64_t done = 0;
@@ -117,18 +117,22 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
     const DType t = targets[i].w.type;
     QuantizedX* cache = act_block(t) == 256 ? &qk : &q32;
     if (x.cols() == 0 || gemm_on(x.rows())) {
+      require(!epi, "matmul_shared", "an epilogue needs the matmul kernels");
       matmul_one(targets[i].dst, targets[i].w, x, cache);
       continue;
     }
     ops::MatmulWeight ws[ops::kMaxMatmulGroup];
+    ops::QkvEpilogue e = epi ? *epi : ops::QkvEpilogue{};  // members renumbered as launched
     int n_w = 0;
     for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
       if ((done >> j & 1u) || targets[j].w.type != t) continue;
       done |= uint64_t{1} << j;
       const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
-      if (mw.w) ws[n_w++] = mw;
+      if (!mw.w) continue;
+      if (epi) e.bias[n_w] = epi->bias[j], e.rotate[n_w] = epi->rotate[j], e.cache[n_w] = epi->cache[j];
+      ws[n_w++] = mw;
     }
-    if (n_w > 0) launch_matmul(t, ws, n_w, x, cache);
+    if (n_w > 0) launch_matmul(t, ws, n_w, x, cache, false, epi ? &e : nullptr);
   }
 }
 

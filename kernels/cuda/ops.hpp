@@ -96,18 +96,40 @@ struct MatmulWeight {
 // (q/k/v, gate/up of a layer) in one launch: each row's arithmetic is what a launch of its
 // matrix alone does, so the results are those of separate launches, bit for bit.
 constexpr int kMaxMatmulGroup = 4;
+// What the q/k/v projections' launch does to each result before it stores it: the rest of
+// Backend::attention_inputs (without per-head norms), so that no launch of its own is needed.
+// Per member of the group: a bias (null: none) added, q and k rotated (rotate), k and v
+// also stored into their cache at the token's slot (cache null: not stored). Rotation needs
+// both elements of a pair in one warp: the kernels compute the rows of a rotated member in
+// pair order (dev::epilogue_row), 16 rows of a head at a time, hence head_dim % 16 == 0.
+struct QkvEpilogue {
+  const float* bias[kMaxMatmulGroup] = {};
+  bool rotate[kMaxMatmulGroup] = {};
+  uint8_t* cache[kMaxMatmulGroup] = {};
+  const int32_t* positions = nullptr;
+  int head_dim = 0, rope_dims = 0;
+  float theta = 0.0f;
+  bool neox = false;
+  size_t cache_stride = 0;
+  bool f16 = false;
+  int64_t n_slots = 0;
+  const int32_t* slots = nullptr;
+  int* err = nullptr;  // kErrKvSlot for a slot outside the cache (that row is not stored)
+};
 // The small-M kernel: y[t][r] for t < n over every row of each w; each weight row is read
 // once per 16 tokens. Float weights read x; quantized weights read (q, d) from quantize_act.
 // The result of a (t, r) pair does not depend on n (batch invariance); for quantized
 // weights it is the CPU's scalar reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
 constexpr int kSmallMTokens = 16;
 // accumulate: y += the product (a residual connection: the bits of add(y, y, product)).
+// epi (null: none): the attention inputs' steps on each result (not with accumulate).
 void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                  const int8_t* q, const float* d, int64_t n, bool accumulate = false);
+                  const int8_t* q, const float* d, int64_t n, bool accumulate = false,
+                  const QkvEpilogue* epi = nullptr);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
 void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                int64_t n, bool accumulate = false);
+                int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // Rows [r0, r0 + nr) of w dequantized to F32 into tile (row-major, cols wide).
 void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
                   float* tile);
@@ -120,6 +142,10 @@ constexpr int kAttnSplit = 512;
 // how many of its tokens a launch covers.
 struct AttnParams : PagedAttnArgs {
   int64_t n_tokens = 0;
+  // The output also quantized for the matmul that reads it (quantize_act's codes and scales,
+  // rows of n_heads * head_dim; block 0: not), by the block that writes a KV head's group:
+  // its group's width must be whole blocks.
+  ActQuant quant;
 };
 // Floats of partial state paged_attention needs in `scratch`.
 size_t attention_scratch_floats(const AttnParams& p);

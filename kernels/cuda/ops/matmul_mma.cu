@@ -20,6 +20,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qcodes.cuh"
+#include "kernels/cuda/qkv_epilogue.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
@@ -35,6 +36,8 @@ struct MmaArgs {
   const int8_t* q;  // activation codes [n][cols] and scales [n][cols / block]
   const float* d;
   int64_t n;
+  bool epi;  // e applies (the q/k/v projections of a layer)
+  ops::QkvEpilogue e;
 };
 
 template <int T>
@@ -50,11 +53,14 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   const int64_t rows = a.g.rows[m_of];
   const int64_t r0 = (static_cast<int64_t>(bx) * kWarps + warp) * 16;
   if (r0 >= rows) return;  // the whole warp leaves together
-  // This lane's rows of the A fragment and of the results: gid and gid + 8 of the tile.
-  const int64_t row[2] = {r0 + gid, r0 + gid + 8};
+  // This lane's slots of the A fragment and of the results: gid and gid + 8 of the tile, and
+  // the weight rows they compute (the same unless the epilogue rotates this member).
+  const int64_t slot[2] = {r0 + gid, r0 + gid + 8};
+  const ops::QkvEpilogue* epi = a.epi ? &a.e : nullptr;
   const uint8_t* wrow[2];
   for (int h = 0; h < 2; ++h)
-    wrow[h] = a.g.w[m_of] + static_cast<size_t>(row[h] < rows ? row[h] : r0) * a.g.w_stride[m_of];
+    wrow[h] = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, slot[h] < rows ? slot[h] : r0)) *
+                                a.g.w_stride[m_of];
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBlockTokens;
   const int n_tiles = static_cast<int>((a.n - t0 + 7) / 8 < kTiles ? (a.n - t0 + 7) / 8 : kTiles);
   const int64_t nb = a.cols / qk;
@@ -153,16 +159,24 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   for (int j = 0; j < n_tiles; ++j)
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
-      if (t < a.n && row[i / 2] < rows)
-        dev::store_result(a.g, &a.g.y[m_of][t * a.g.ldy[m_of] + row[i / 2]], qk == 32 ? acc[j][i] + off[j][i] : acc[j][i]);
+      const float r = qk == 32 ? acc[j][i] + off[j][i] : acc[j][i];
+      if (epi) {
+        // Slot s ^ 1 is lane ^ 4's, for the same tokens (every lane takes the shuffle).
+        const float partner = __shfl_xor_sync(0xffffffffu, r, 4);
+        if (t < a.n && slot[i / 2] < rows)
+          dev::epilogue_store(a.e, m_of, slot[i / 2], t, r, partner, a.g.y[m_of], a.g.ldy[m_of]);
+      } else if (t < a.n && slot[i / 2] < rows) {
+        dev::store_result(a.g, &a.g.y[m_of][t * a.g.ldy[m_of] + slot[i / 2]], r);
+      }
     }
 }
 
 }  // namespace
 
 void ops::matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                     int64_t n, bool accumulate) {
-  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n};
+                     int64_t n, bool accumulate, const QkvEpilogue* epi) {
+  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n, epi != nullptr,
+                  epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
   dev::dispatch_wtype(t, [&](auto wt) {

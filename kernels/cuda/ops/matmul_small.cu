@@ -21,6 +21,7 @@
 #include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qcodes.cuh"
+#include "kernels/cuda/qkv_epilogue.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
@@ -36,6 +37,8 @@ struct MatmulArgs {
   const int8_t* q;  // quantized weights: codes [n][cols] and scales [n][cols/block]
   const float* d;
   int64_t n;
+  bool epi;  // e applies (the q/k/v projections of a layer)
+  ops::QkvEpilogue e;
 };
 
 // The sum of v over the `lanes` lanes sharing a block (aligned groups: xor stays inside).
@@ -51,16 +54,21 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   constexpr int lanes = qk == 32 ? 4 : 8, groups = qk == 1 ? 1 : dev::kWarp / lanes;
   __shared__ float red[kWarps][kMT][dev::kWarp];    // float weights: the lanes' partial sums
   __shared__ float part[kWarps][kMT][groups][2];    // quantized: a round's block contributions
+  __shared__ float res[kWarps][kMT];                // the epilogue: each warp's results
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  // Slot r computes weight row epilogue_row(r) (r itself unless the epilogue rotates this
+  // member). With the epilogue every member's rows are whole blocks: no warp leaves early.
   const int64_t r = static_cast<int64_t>(bx) * kWarps + warp;
   if (r >= a.g.rows[m_of]) return;  // the whole warp leaves together
+  const ops::QkvEpilogue* epi = a.epi ? &a.e : nullptr;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMT;
   const int mt = static_cast<int>(a.n - t0 < kMT ? a.n - t0 : kMT);
-  const uint8_t* wr = a.g.w[m_of] + static_cast<size_t>(r) * a.g.w_stride[m_of];
+  const uint8_t* wr = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, r)) * a.g.w_stride[m_of];
   float* const y = a.g.y[m_of];
   const int64_t ldy = a.g.ldy[m_of];
+  float result = 0.0f;  // lane m < mt: token t0 + m's
   if constexpr (qk == 1) {
     float acc[kMT];
     for (int m = 0; m < kMT; ++m) acc[m] = 0.0f;
@@ -72,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
     for (int m = 0; m < kMT; ++m)
       if (m < mt) red[warp][m][lane] = acc[m];
     __syncwarp();
-    if (lane < mt) dev::store_result(a.g, &y[(t0 + lane) * ldy + r], dev::tree_sum32(red[warp][lane]));
+    if (lane < mt) result = dev::tree_sum32(red[warp][lane]);
   } else {
     constexpr int ones = 0x01010101;
     const int g = lane / lanes, sub = lane % lanes;
@@ -144,15 +152,23 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
       }
       __syncwarp();  // the next round's contributions overwrite these
     }
-    if (lane < mt) dev::store_result(a.g, &y[(t0 + lane) * ldy + r], qk == 32 ? acc + off : acc);
+    result = qk == 32 ? acc + off : acc;
+  }
+  if (epi) {
+    if (lane < mt) res[warp][lane] = result;
+    __syncthreads();  // slot r ^ 1 is warp ^ 1's
+    if (lane < mt) dev::epilogue_store(a.e, m_of, r, t0 + lane, result, res[warp ^ 1][lane], y, ldy);
+  } else if (lane < mt) {
+    dev::store_result(a.g, &y[(t0 + lane) * ldy + r], result);
   }
 }
 
 }  // namespace
 
 void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                       const int8_t* q, const float* d, int64_t n, bool accumulate) {
-  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, x, ldx, q, d, n};
+                       const int8_t* q, const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
+  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, x, ldx, q, d, n, epi != nullptr,
+                     epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
   dev::dispatch_wtype(t, [&](auto wt) {

@@ -7,12 +7,15 @@
 // the group's query heads for every position of the span (into shared memory), their max
 // and exp-sum (warp reductions in a fixed lane order), and the exp-weighted sum of the V
 // rows (one thread per (head, dim), positions in order). Kernel 2 merges a token's span
-// states in span order. Nothing depends on the other tokens of the batch, so a token's
+// states in span order, a block per (token, kv head). Nothing depends on the other tokens of the batch, so a token's
 // output is the same bits alone or in any batch (batch invariance); grid.z is sized from
 // the block table's width and blocks past a token's last span return at once. When the
 // table is too narrow for any context to have two spans (max_parts == 1: every decode and
 // verification pass below 512 positions), kernel 1 also does kernel 2's work for its one
 // span with the same functions (merge_scale, merge_elem), and kernel 2 is not launched.
+// Whichever kernel writes a KV head's group of outputs can also quantize them for the output
+// projection (AttnParams::quant, quantize_act's bits), which then needs no launch of its own.
+#include "kernels/cuda/act_rows.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
 
@@ -95,6 +98,18 @@ __device__ __forceinline__ float merge_elem(const float* base, int parts, size_t
   return acc;
 }
 
+// The group of KV head kvh of token t's output (written by this block, made visible by the
+// caller's barrier) quantized into a.quant: a warp a block of quant.block values.
+__device__ __forceinline__ void quantize_group(const ops::AttnParams& a, int64_t t, int kvh) {
+  if (a.quant.block == 0) return;
+  const int gw = a.n_heads / a.n_kv_heads * a.head_dim, blk = a.quant.block;
+  const int64_t cols = static_cast<int64_t>(a.n_heads) * a.head_dim, c0 = static_cast<int64_t>(kvh) * gw;
+  const float* row = a.out + t * a.ldo + c0;
+  for (int b = threadIdx.x / dev::kWarp; b < gw / blk; b += kThreads / dev::kWarp)
+    dev::quantize_block(row + b * blk, blk, a.quant.q + t * cols + c0 + b * blk,
+                        a.quant.d + t * (cols / blk) + c0 / blk + b);
+}
+
 __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, int max_parts, float* states, int* err) {
   TANDEM_DYNAMIC_SHARED(float, smem);
   const int64_t t = blockIdx.x;
@@ -102,9 +117,12 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
   const int group = a.n_heads / a.n_kv_heads, hd = a.head_dim;
   Ctx c;
   if (!token_ctx(a, t, c, err, kvh == 0 && part == 0 && threadIdx.x == 0)) {
-    if (max_parts == 1)  // kernel 2's zeros for a token it cannot read
+    if (max_parts == 1) {  // kernel 2's zeros for a token it cannot read
       for (int i = threadIdx.x; i < group * hd; i += kThreads)
         a.out[t * a.ldo + static_cast<int64_t>(kvh) * group * hd + i] = 0.0f;
+      __syncthreads();
+      quantize_group(a, t, kvh);
+    }
     return;
   }
   if (part >= c.parts) return;
@@ -174,25 +192,32 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
       merge_scale(st, 1, sf, group, g, mx, inv);
       a.out[t * a.ldo + static_cast<int64_t>(kvh * group + g) * hd + i] = merge_elem(st, 1, sf, group, g, hd, i, mx) * inv;
     }
+    __syncthreads();
+    quantize_group(a, t, kvh);
   }
 }
 
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(ops::AttnParams a, int max_parts, const float* states,
                                                                int* err) {
   const int64_t t = blockIdx.x;
-  const int h = blockIdx.y, hd = a.head_dim;
-  const int group = a.n_heads / a.n_kv_heads, kvh = h / group, g = h % group;
-  float* o = a.out + t * a.ldo + static_cast<int64_t>(h) * hd;
+  const int kvh = blockIdx.y, hd = a.head_dim;
+  const int group = a.n_heads / a.n_kv_heads;
+  float* o = a.out + t * a.ldo + static_cast<int64_t>(kvh) * group * hd;  // the group's heads
   Ctx c;
   if (!token_ctx(a, t, c, err, false)) {
-    for (int i = threadIdx.x; i < hd; i += kThreads) o[i] = 0.0f;
-    return;
+    for (int i = threadIdx.x; i < group * hd; i += kThreads) o[i] = 0.0f;
+  } else {
+    const size_t sf = state_floats(a);
+    const float* base = states + (t * a.n_kv_heads + kvh) * max_parts * sf;
+    for (int g = 0; g < group; ++g) {
+      float mx, inv;
+      merge_scale(base, c.parts, sf, group, g, mx, inv);
+      for (int i = threadIdx.x; i < hd; i += kThreads)
+        o[g * hd + i] = merge_elem(base, c.parts, sf, group, g, hd, i, mx) * inv;
+    }
   }
-  const size_t sf = state_floats(a);
-  const float* base = states + (t * a.n_kv_heads + kvh) * max_parts * sf;
-  float mx, inv;
-  merge_scale(base, c.parts, sf, group, g, mx, inv);
-  for (int i = threadIdx.x; i < hd; i += kThreads) o[i] = merge_elem(base, c.parts, sf, group, g, hd, i, mx) * inv;
+  __syncthreads();
+  quantize_group(a, t, kvh);
 }
 
 int max_parts_of(const ops::AttnParams& a) {
@@ -219,7 +244,7 @@ int ops::paged_attention(Stream s, const AttnParams& a, float* scratch, int* err
   const dim3 g1(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(mp));
   TANDEM_LAUNCH(attn_span_kernel, g1, kThreads, attention_shared_bytes(a), st)(a, mp, scratch, err);
   if (mp == 1) return 1;  // kernel 1 wrote the outputs
-  const dim3 g2(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_heads));
+  const dim3 g2(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads));
   TANDEM_LAUNCH(attn_merge_kernel, g2, kThreads, 0, st)(a, mp, scratch, err);
   return 2;
 }
