@@ -78,6 +78,33 @@ TEST(CudaGraphBuckets, OneUploadHoldsEveryInputAndPaddingPointsAtThePadBlock) {
   EXPECT_THROW(fill_decode_inputs(l, lanes, bad_out, 30, 4, v), std::invalid_argument) << "row 2 is padding";
 }
 
+// A verification pass: several lanes of one sequence share its table row (lanes 0-2 are
+// sequence 0's tokens at positions 6-8, lane 3 sequence 1's); row 2, under no real lane,
+// keeps zeros, and padding lanes 4 and 5 point at the pad block through their own rows.
+TEST(CudaGraphBuckets, VerificationLanesShareTheirSequencesTableRow) {
+  const DecodeInputLayout l = decode_input_layout(6, 4);
+  const std::vector<int32_t> bt0 = {5, 9, 4}, bt1 = {2};
+  const std::vector<DecodeLane> lanes = {{11, 6, 9 * 4 + 2, bt0, 0},
+                                         {12, 7, 9 * 4 + 3, bt0, 0},
+                                         {13, 8, 4 * 4 + 0, bt0, 0},
+                                         {21, 3, 2 * 4 + 3, bt1, 1}};
+  const std::vector<int32_t> outputs = {0, 1, 2, 3};
+  std::vector<int32_t> v;
+  fill_decode_inputs(l, lanes, outputs, /*pad_block=*/30, /*block_size=*/4, v);
+  auto part = [&](size_t at, size_t n) { return std::vector<int32_t>(v.begin() + static_cast<ptrdiff_t>(at), v.begin() + static_cast<ptrdiff_t>(at + n)); };
+  EXPECT_EQ(part(l.positions, 6), (std::vector<int32_t>{6, 7, 8, 3, 0, 0}));
+  EXPECT_EQ(part(l.seq_index, 6), (std::vector<int32_t>{0, 0, 0, 1, 4, 5}));
+  EXPECT_EQ(part(l.slots, 6), (std::vector<int32_t>{38, 39, 16, 11, 120, 120}));
+  EXPECT_EQ(part(l.out_rows, 6), (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(part(l.table, 4), (std::vector<int32_t>{5, 9, 4, 0}));
+  EXPECT_EQ(part(l.table + 4, 4), (std::vector<int32_t>{2, 0, 0, 0}));
+  EXPECT_EQ(part(l.table + 8, 4), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(part(l.table + 16, 8), (std::vector<int32_t>(8, 30)));
+  std::vector<DecodeLane> bad = lanes;
+  bad[3].seq = 4;  // a padding lane's row
+  EXPECT_THROW(fill_decode_inputs(l, bad, outputs, 30, 4, v), std::invalid_argument);
+}
+
 struct FakeGraph final : kernels::CapturedGraph {
   explicit FakeGraph(int* launches) : launches_(launches) {}
   void launch() override { ++*launches_; }

@@ -63,9 +63,12 @@ void fill_decode_inputs(const DecodeInputLayout& l, std::span<const DecodeLane> 
     const bool real = i < lanes.size();
     out[l.tokens + i] = real ? lanes[i].token : 0;
     out[l.positions + i] = real ? lanes[i].position : 0;
-    out[l.seq_index + i] = static_cast<int32_t>(i);
+    const int32_t seq = real && lanes[i].seq >= 0 ? lanes[i].seq : static_cast<int32_t>(i);
+    if (real && static_cast<size_t>(seq) >= lanes.size())
+      throw std::invalid_argument("fill_decode_inputs: table row " + std::to_string(seq) + " is not below the lanes");
+    out[l.seq_index + i] = seq;
     out[l.slots + i] = real ? lanes[i].slot : pad_block * block_size;
-    int32_t* row = out.data() + l.table + i * w;
+    int32_t* row = out.data() + l.table + static_cast<size_t>(seq) * w;
     if (real) {
       const auto& bt = lanes[i].blocks;
       if (bt.size() > w)

@@ -1,7 +1,7 @@
 // The shapes decode graphs are captured for, and the one upload that feeds them.
 //
-// A decode pass (one new token per sequence) is captured once per bucket: the number of
-// sequences rounded up to a batch bucket, the block-table width rounded up to a power of
+// A decode pass (one new token per sequence) or a verification pass (every token wants its
+// logits) is captured once per bucket: the number of tokens rounded up to a batch bucket, the block-table width rounded up to a power of
 // two. The extra lanes are padding: they read token 0 at position 0 through a block table
 // row of their own that points at a cache block no sequence holds (the pad block), so they
 // write only there. Every op is batch invariant, so a real lane's logits are the same bits
@@ -37,16 +37,19 @@ struct DecodeInputLayout {
 };
 DecodeInputLayout decode_input_layout(int32_t batch, int32_t width);
 
-// One real lane: a sequence's new token, its position, the cache slot it writes and the
-// sequence's block table.
+// One real lane: a new token, its position, the cache slot it writes, its sequence's block
+// table and that table's row (-1: the lane's own index). A decode pass has a sequence a
+// lane; a verification pass several lanes a sequence, which share its row.
 struct DecodeLane {
   int32_t token = 0, position = 0, slot = 0;
   std::span<const int32_t> blocks;
+  int32_t seq = -1;
 };
 
-// Fills `out` (layout.total elements): lane i < lanes.size() is lanes[i] with seq_index i
-// and its block table (0 past its end, never read); lanes beyond are padding (token 0,
-// position 0, seq_index their own, slot pad_block * block_size, a table row of pad_block).
+// Fills `out` (layout.total elements): lane i < lanes.size() is lanes[i], its sequence's
+// table in row lanes[i].seq (or i; 0 past its end, never read; a row must be below the
+// number of lanes); lanes beyond are padding (token 0, position 0, seq_index their own,
+// slot pad_block * block_size, a table row of pad_block).
 // The output rows: `outputs` (rows of real lanes), then padding rows j (their own index) up
 // to `batch`, so that the graph always computes batch rows of logits. pad_block may be -1
 // when there are no padding lanes. Throws std::invalid_argument on inputs that do not fit.

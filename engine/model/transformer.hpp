@@ -2,10 +2,11 @@
 // tokens are written into each sequence's paged cache; logits come back for the rows that
 // ask for them. The layers themselves are plain calls of the backend's ops.
 //
-// On a backend that can capture graphs (kernels/graph_capture.hpp: CUDA), a pure decode
-// pass (one token per sequence: the draft's passes, plain decoding) is replayed from a
-// graph captured once per shape bucket (transformer_graphs.cpp, decode_buckets.hpp); every
-// other pass runs its ops one by one. Both give the same logits bit for bit.
+// On a backend that can capture graphs (kernels/graph_capture.hpp: CUDA), a decode pass
+// (one token per sequence: the draft's passes, plain decoding) or a chain verification pass
+// (every token wants logits) of up to 48 tokens is replayed from a graph captured once per
+// shape bucket (transformer_graphs.cpp, decode_buckets.hpp); every other pass (prompt
+// chunks, trees) runs its ops one by one. Both give the same logits bit for bit.
 #pragma once
 #include <cstddef>
 #include <atomic>
@@ -91,7 +92,8 @@ class Transformer {
   // The pass's ops; returns its logits [n_out, n_logits()] (nothing when n_out is 0).
   kernels::Tensor encode(const PassInputs& in);
   kernels::Tensor direct_pass(const Batch& batch, int32_t max_blocks);
-  // A pure decode batch through a graph (transformer_graphs.cpp); false when it cannot be.
+  // A decode or verification batch through a graph (transformer_graphs.cpp); false when it
+  // cannot be.
   bool graph_pass(const Batch& batch, int32_t max_blocks, kernels::Tensor* logits);
   PassLimits with_graph_buckets(PassLimits l) const;
   void drop_graphs();

@@ -1,6 +1,7 @@
 // Decode passes replayed from graphs (see transformer.hpp, decode_buckets.hpp).
 //
-// A pass of one token per sequence is padded to its bucket (batch, table width); its inputs
+// A decode pass (one token per sequence) or a verification pass (several tokens per sequence,
+// each wanting its logits) is padded to its bucket (tokens, table width); its inputs
 // go into the scratch's fixed graph_in buffer in one upload, and the bucket's graph (every
 // kernel from the embedding lookup to the output head, reading those addresses) is launched.
 // On a bucket's first use the pass runs directly once, which also brings the backend's
@@ -74,9 +75,11 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
   kernels::GraphCapture* gc = graphs_on_ ? kernels::graph_capture(be_) : nullptr;
   if (!gc) return false;
   const int32_t n = batch.n_tokens(), n_out = batch.n_outputs();
-  // A pure decode pass: one token per sequence (entry i is token i), some logits wanted; no
-  // tree node (its position is not its index).
-  if (n != static_cast<int32_t>(batch.entries_.size()) || n_out == 0 || batch.has_tree()) return false;
+  // A decode pass (one token per sequence, some logits wanted) or a verification pass (every
+  // token's logits wanted: the rows the graph computes anyway); no tree node (its keys are
+  // not its sequence's positions).
+  const bool decode = n == static_cast<int32_t>(batch.entries_.size());
+  if (n_out == 0 || (!decode && n_out != n) || batch.has_tree()) return false;
   const int32_t max_rows = static_cast<int32_t>(std::min<int64_t>(gc->max_capture_rows(), kMaxGraphLanes));
   if (max_rows < 1) return false;
   const int32_t batch_bucket = decode_batch_bucket(n, max_rows);
@@ -95,10 +98,12 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
 
   const DecodeInputLayout layout = decode_input_layout(batch_bucket, width);
   std::vector<DecodeLane> lanes(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
-    const auto& e = batch.entries_[static_cast<size_t>(i)];
-    lanes[static_cast<size_t>(i)] = {batch.tokens_[static_cast<size_t>(e.first)], e.start_pos, e.seq->slot(e.start_pos),
-                                     std::span<const int32_t>(e.seq->block_table())};
+  for (size_t si = 0; si < batch.entries_.size(); ++si) {
+    const auto& e = batch.entries_[si];
+    for (int32_t i = 0; i < e.count; ++i)
+      lanes[static_cast<size_t>(e.first + i)] = {batch.tokens_[static_cast<size_t>(e.first + i)], batch.positions_[static_cast<size_t>(e.first + i)],
+                                                 e.seq->slot(e.start_pos + i),
+                                                 std::span<const int32_t>(e.seq->block_table()), static_cast<int32_t>(si)};
   }
   std::vector<int32_t> host;
   fill_decode_inputs(layout, lanes, batch.output_rows_, pad ? pad->id() : -1, cache_.block_size(), host);

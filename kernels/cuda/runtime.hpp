@@ -1,6 +1,7 @@
 // The thin device-runtime layer under CudaBackend (memory, copies, the stream), with two
 // implementations:
-//   runtime_cuda.cpp      the CUDA runtime (cudaMalloc once, one stream, cudaMemcpyAsync);
+//   runtime_cuda.cpp      the CUDA runtime (cudaMalloc once, one stream, cudaMemcpyAsync; small
+//                         uploads staged in pinned memory, not waited for);
 //                         every call checked, errors name the call and the CUDA message
 //   runtime_emulated.cpp  host memory for the SIMT emulator build
 // TANDEM_CUDA_NS selects which one a library is built with (cuda_dev / cuda_emu).

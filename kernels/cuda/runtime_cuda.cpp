@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -66,6 +68,11 @@ class CudaRuntime final : public DeviceRuntime {
     check_launches_ = check_launches_default();
   }
   ~CudaRuntime() override {
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (Stage& st : stage_) {
+      if (st.done) cudaEventDestroy(st.done);
+      if (st.host) cudaFreeHost(st.host);
+    }
     if (stream_) cudaStreamDestroy(stream_);
   }
   const DeviceInfo& info() const override { return info_; }
@@ -86,10 +93,15 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void* stream() override { return stream_; }
   void copy_to_device(void* dst, const void* src, size_t n) override {
-    if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)");
+    if (!n) return;
+    if (n <= kStageBytes && !capturing_) {
+      staged_upload(dst, src, n);
+      return;
+    }
+    check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)");
     // Pageable source: the runtime has staged it when the call returns, but a pinned one
     // would be read later; wait so the caller may free it at once.
-    if (n) check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (upload)");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (upload)");
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     if (n) check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (download)");
@@ -146,11 +158,39 @@ class CudaRuntime final : public DeviceRuntime {
   bool capturing() const override { return capturing_; }
 
  private:
+  // A pass's inputs (tokens, positions, slots, block tables: a few KiB) go up without the
+  // host waiting for the stream: copied into a pinned staging slot, then an asynchronous
+  // copy ordered before the pass's kernels. A slot is written again only once the copy that
+  // read it is done (its event), which is long past unless the host runs kStageSlots uploads
+  // ahead of the device. Larger uploads (weights at load) take the waiting path.
+  static constexpr size_t kStageSlots = 16, kStageBytes = size_t{256} << 10;
+  struct Stage {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  void staged_upload(void* dst, const void* src, size_t n) {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    Stage& st = stage_[next_stage_];
+    next_stage_ = (next_stage_ + 1) % kStageSlots;
+    if (!st.host) {
+      check(cudaHostAlloc(&st.host, kStageBytes, cudaHostAllocDefault), "cudaHostAlloc (upload staging)");
+      check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate (upload staging)");
+    } else {
+      check(cudaEventSynchronize(st.done), "cudaEventSynchronize (upload staging)");
+    }
+    std::memcpy(st.host, src, n);
+    check(cudaMemcpyAsync(dst, st.host, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (upload)");
+    check(cudaEventRecord(st.done, stream_), "cudaEventRecord (upload staging)");
+  }
+
   int device_;
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
   bool check_launches_ = false;
   bool capturing_ = false;
+  std::mutex stage_mu_;
+  Stage stage_[kStageSlots];
+  size_t next_stage_ = 0;
 };
 
 }  // namespace
