@@ -28,7 +28,7 @@
 #      batch invariance, the tiny-model forward tests, device argmax and greedy verifier,
 #      CUDA graphs (capture, replay == direct, forbidden calls refused by CUDA itself,
 #      graphed decode passes bit-identical to direct ones)
-#   4. compute-sanitizer memcheck (small cases), racecheck and synccheck (attention, matmul)
+#   4. compute-sanitizer memcheck (small cases, every buffer its own allocation), racecheck and synccheck (attention, matmul)
 #   5. benchmarks: copy bandwidth, matmul per weight type (GB/s, T(M)/T(1)), the quantized
 #      matmul at M = 1..512 on tensor cores next to the opt-in dequantize + cuBLAS path
 #      (int8 TOPS, the ratio at each M), and for each
@@ -138,7 +138,9 @@ SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps
 if [ "$DRY" = 1 ]; then
   log "dry run: compute-sanitizer skipped"
 elif command -v compute-sanitizer >/dev/null; then
-  step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" --gtest_filter="$SMALL"
+  # Every buffer its own cudaMalloc: an overrun inside the arena would land in a neighbour.
+  TANDEM_CUDA_SEPARATE_BUFFERS=1 step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 99 \
+    "$BUILD/tests/test_cuda_ops" --gtest_filter="$SMALL:CudaOps.NormAttentionInputs*:CudaOps.AttentionResidual*"
   step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.RmsNorm'
   step synccheck 45 compute-sanitizer --tool synccheck --error-exitcode 99 "$BUILD/tests/test_cuda_ops" \
@@ -146,7 +148,7 @@ elif command -v compute-sanitizer >/dev/null; then
   # The sampling kernels' shared histograms and scans (one block per row).
   step racecheck_sampling 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_sampling" \
     --gtest_filter='CudaSampling.MakeProbs*:CudaSampling.Coupled*'
-  step memcheck_graphs 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_graph" \
+  TANDEM_CUDA_SEPARATE_BUFFERS=1 step memcheck_graphs 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_graph" \
     --gtest_filter='CudaGraph.Replayed*:CudaGraph.Forbidden*'
 else
   log "compute-sanitizer not found: skipped"

@@ -207,8 +207,8 @@ class ModelProposer::Drafting {
       ModelProposer& p = static_cast<ModelProposer&>(*j.proposer);
       const size_t common = p.keep_common_prefix(j.context);
       Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
-      // Trees are drafted on the host, without a grammar (the caller asks for neither).
-      if (j.opts.tree() && !j.opts.grammar) {
+      // Trees are drafted on the host (the caller does not ask for a device draft with one).
+      if (j.opts.tree()) {
         l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
         lanes_.push_back(std::move(l));
         continue;

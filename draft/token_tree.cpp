@@ -49,6 +49,16 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
   const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
   if (node >= 0) nodes_[static_cast<size_t>(node)].expanded = true;
   if (depth >= opts_.max_tokens) return;
+  // Constrained: children over what the node's state allows; none after the sentence ends.
+  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
+  GrammarState state;
+  std::shared_ptr<const TokenMask> mask;
+  if (grammar) {
+    state = node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar;
+    if (TokenGrammar::complete(state) || (node >= 0 && grammar->vocab().is_eog(nodes_[static_cast<size_t>(node)].token)))
+      return;
+    mask = grammar->mask(state);
+  }
   const int32_t room = room_for_children(depth);
   if (room <= 0) return;
   const size_t shared = opts_.vocab > 0 ? std::min(logits.size(), static_cast<size_t>(opts_.vocab)) : logits.size();
@@ -61,9 +71,10 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
     // point mass), in one pass over the vocabulary (ties: the lower id); NaN never wins.
     std::vector<std::pair<float, int32_t>> top;  // best first
     const size_t n = static_cast<size_t>(room);
+    auto allowed = [&](size_t i) { return !mask || mask_allows(*mask, static_cast<int32_t>(i)); };
     for (size_t i = 0; i < row.size(); ++i) {
       const float x = row[i];
-      if (!(x > -INFINITY) || (top.size() == n && !(x > top.back().first))) continue;
+      if (!(x > -INFINITY) || (top.size() == n && !(x > top.back().first)) || !allowed(i)) continue;
       auto at = std::upper_bound(top.begin(), top.end(), x,
                                  [](float v, const std::pair<float, int32_t>& e) { return v > e.first; });
       top.insert(at, {x, static_cast<int32_t>(i)});
@@ -72,14 +83,21 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
     if (top.empty() || !std::isfinite(top[0].first)) return;  // nothing possible
     const float mx = top[0].first;
     float z = 0.0f;  // exp_nonpos: vectorised, exact enough for ranking the tree's nodes
-    for (float x : row) z += x > -INFINITY ? kernels::exp_nonpos(x - mx) : 0.0f;
+    for (size_t i = 0; i < row.size(); ++i)
+      z += row[i] > -INFINITY && allowed(i) ? kernels::exp_nonpos(row[i] - mx) : 0.0f;
     const double log_z = std::log(static_cast<double>(z));
     for (const auto& [x, id] : top) kids.push_back({id, static_cast<double>(x - mx) - log_z});
   } else {
     const std::vector<int32_t> path = path_tokens(node);
     std::vector<int32_t> history(context_.begin(), context_.end());
     history.insert(history.end(), path.begin(), path.end());
-    Distribution q = make_distribution(row, sp, history);
+    Distribution q;
+    try {
+      q = mask ? make_distribution(row, sp, history, *mask) : make_distribution(row, sp, history);
+    } catch (const std::runtime_error&) {
+      if (!mask) throw;
+      return;  // nothing the grammar allows is in the draft's vocabulary: no children
+    }
     auto logq = [&](int32_t t) { return std::log(static_cast<double>(q.prob(t))); };
     if (opts_.coupled) {
       const int64_t position = static_cast<int64_t>(context_.size()) + depth;
@@ -103,6 +121,7 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
     c.parent = node;
     c.depth = depth + 1;
     c.score = parent_score + lp;
+    if (grammar) c.grammar = grammar->after(state, t);
     nodes_.push_back(c);
   }
 }

@@ -15,6 +15,9 @@
 //    Which nodes grow and how many children a node gets are decided before its children are
 //    drawn, and no drawn node is dropped: each node's children are then plain sequential
 //    draws, what recursive rejection sampling needs to be exact.
+// Constrained requests (ProposeOptions::grammar): each node carries the grammar's state
+// after its path; its children come from q over what that state allows, and a node whose
+// token ends the sentence (or the generation) gets none, as a chain draft stops there.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -59,6 +62,7 @@ class TreeBuilder {
     double score = 0.0;  // log path probability under the draft
     int32_t fed = -1;    // feed order (bit of the mask), -1: not fed
     bool expanded = false;
+    GrammarState grammar = {};  // constrained: the state after the node's path
   };
   std::vector<int32_t> path_tokens(int32_t node) const;  // context's continuation up to node
   bool sampled() const;  // rejection mode: children drawn from q, kept as drawn

@@ -1041,7 +1041,13 @@ const std::vector<Config> kConfigs = {
         Config{"tree_ngram_fixed_w3", DraftMode::Ngram, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
                "cpu", "", 0, "keep", 0, "", false, 3, 8},
         Config{"tree_stop_coupled_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0,
-               "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 0, "stop", false, 3, 8}};
+               "temp0.8_topk8_topp0.9_minp0.05", V::Coupled, false, "cpu", "", 0, "keep", 0, "stop", false, 3, 8},
+        // Constrained trees: every node drawn from q over what the grammar allows after its
+        // path (p likewise), and a grammar that completes inside an accepted branch.
+        Config{"tree_grammar_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
+               false, "cpu", kGrammar, 0, "keep", 0, "", false, 3, 9},
+        Config{"tree_grammar_ends_coupled_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6",
+               V::Coupled, false, "cpu", kGrammarEnds, 0, "keep", 0, "grammar", false, 3, 8}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "draft/model_proposer.hpp"
+#include "engine/grammar/grammar.hpp"
+#include "engine/grammar/token_grammar.hpp"
 #include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/sequence_grammar.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/paths.hpp"
@@ -215,24 +218,69 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
   }
 }
 
-// A request with a grammar drafts chains (masks follow one chain), and bad shapes are refused.
-TEST(TokenTrees, GrammarsDraftChainsAndBadShapesAreRefused) {
+// Constrained requests draft trees too: each node from q over what the grammar allows after
+// its path, none after a node that ends the sentence. Greedy output and a seed's coupled
+// output are plain constrained decoding's, for a grammar that never ends and one that ends
+// after a word and a mark. Bad shapes are refused.
+TEST(TokenTrees, GrammarsConstrainEveryNodeAndBadShapesAreRefused) {
   const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft);
+  for (const char* grammar : {"root ::= [a-m ]+", "root ::= [a-z ]+ [0-9,.;:]"}) {
+    for (uint32_t s = 0; s < 2; ++s) {
+      SCOPED_TRACE(std::string(grammar) + " prompt " + std::to_string(s));
+      const auto prompt = test::random_prompt(7 + static_cast<int>(s) * 5, 3 + s, 1);
+      GenerateOptions c = greedy(16);
+      c.grammar = grammar;
+      const auto plain = e->generate_tokens(prompt, c);
+      const auto tree = e->generate_tokens(prompt, with_tree(c, 3, 9, 3));
+      EXPECT_EQ(tree.tokens, plain.tokens);
+      EXPECT_GT(tree.speculative.tree_steps, 0);
+      GenerateOptions k = c;
+      k.sampling.temperature = 0.9f;
+      k.sampling.top_k = 20;
+      k.sampling.seed = 40 + s;
+      k.speculative.verify = VerifyMode::Coupled;
+      const auto kplain = e->generate_tokens(prompt, k);
+      const auto ktree = e->generate_tokens(prompt, with_tree(k, 3, 10, 4));
+      EXPECT_EQ(ktree.tokens, kplain.tokens);
+      EXPECT_GT(ktree.speculative.tree_steps, 0);
+    }
+  }
   const auto prompt = test::random_prompt(7, 3, 1);
-  GenerateOptions c = greedy(12);
-  c.grammar = "root ::= [a-m ]+";
-  const auto plain = e->generate_tokens(prompt, c);
-  const auto tree = e->generate_tokens(prompt, with_tree(c, 3, 9, 3));
-  EXPECT_EQ(tree.tokens, plain.tokens);
-  EXPECT_EQ(tree.speculative.tree_steps, 0);
-  EXPECT_GT(tree.speculative.drafts, 0);
   GenerateOptions g = with_tree(greedy(8), 3, 9, 3);
   g.speculative.tree_nodes = 65;
   EXPECT_THROW(e->generate_tokens(prompt, g), std::invalid_argument);
   g.speculative.tree_nodes = 9;
   g.speculative.tree_width = 0;
   EXPECT_THROW(e->generate_tokens(prompt, g), std::invalid_argument);
+}
+
+// A deterministic tree (prompt lookup's) under a grammar: a forbidden node goes with its
+// subtree, the children of a node that ends the sentence go, the rest keep their shape, and
+// each kept row's mask is the grammar's after that node's path. A sampled tree that would
+// need a cut is a bug of its drafter and is refused.
+TEST(TokenTrees, GrammarCutsADeterministicTreeNodeByNode) {
+  auto vocab = std::make_shared<const TokenVocab>(std::vector<std::string>{"a", "b", "z", ".", " ", ""},
+                                                  std::vector<bool>{true, true, true, true, true, false},
+                                                  std::vector<int32_t>{5});
+  auto tg = std::make_shared<const TokenGrammar>(Grammar::parse(R"G(root ::= [a-b ]+ ".")G"), vocab);
+  SequenceGrammar sg(tg);
+  Proposal p;
+  // a, z (forbidden), b under z, "." under a (ends), a under ".", " " under a, "." under " ".
+  p.tokens = {0, 2, 1, 3, 0, 4, 3};
+  p.parents = {-1, -1, 1, 0, 3, 0, 5};
+  Proposal sampled = p;
+  sg.fit(p);
+  EXPECT_EQ(p.tokens, (std::vector<int32_t>{0, 3, 4, 3}));
+  EXPECT_EQ(p.parents, (std::vector<int32_t>{-1, 0, 0, 2}));
+  auto allows = [&](size_t row, int32_t t) { return mask_allows(*sg.step_mask(row), t); };
+  EXPECT_TRUE(allows(0, 0));
+  EXPECT_FALSE(allows(0, 2));
+  EXPECT_TRUE(allows(1, 3)) << "after \"a\": the mark may end it";
+  EXPECT_FALSE(allows(2, 0)) << "after \"a.\": nothing but the end";
+  EXPECT_TRUE(allows(3, 1)) << "after \"a \": a letter";
+  sampled.dists.assign(sampled.tokens.size() + 1, Distribution{});
+  EXPECT_THROW(sg.fit(sampled), std::logic_error);
 }
 
 }  // namespace

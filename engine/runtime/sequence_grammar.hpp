@@ -27,8 +27,12 @@ class SequenceGrammar {
   // context, so output is unaffected); drafts sampled from a masked q never hold one. Any
   // draft is cut after a token that completes the sentence: the output ends there, so what
   // follows could never be committed. Records the states along the kept drafts.
+  // A token tree is cut node by node: a node the grammar forbids (a deterministic tree's)
+  // goes with its subtree, and so do the children of a node that ends the sentence; a
+  // sampled tree never needs a cut (the builder drew from masked q's) and a cut there throws.
   void fit(Proposal& p);
-  // The mask of the step's row i: after its first i drafts.
+  // The mask of the step's row i: a chain's after its first i drafts; a tree's row 0 after
+  // the committed output, row n + 1 after node n's path.
   std::shared_ptr<const TokenMask> step_mask(size_t i) const { return grammar_->mask(step_states_.at(i)); }
   // Past a committed token; throws std::logic_error for one the grammar forbids.
   void commit(int32_t token);
@@ -36,7 +40,8 @@ class SequenceGrammar {
  private:
   std::shared_ptr<const TokenGrammar> grammar_;
   GrammarState state_;
-  std::vector<GrammarState> step_states_;  // [0] = state_, then after each kept draft
+  void fit_tree(Proposal& p);
+  std::vector<GrammarState> step_states_;  // [0] = state_, then after each kept draft (node)
 };
 
 }  // namespace tandem

@@ -112,9 +112,8 @@ int32_t SequenceRun::next_step_positions() const {
 
 int32_t SequenceRun::tree_nodes() const {
   const SpeculativeOptions& so = opts_.speculative;
-  // Trees come from a draft model or prompt lookup, without a grammar (its masks are per
-  // chain position).
-  if (!spec_.on || so.mode == DraftMode::None || grammar_.active()) return 0;
+  // Trees come from a draft model or prompt lookup.
+  if (!spec_.on || so.mode == DraftMode::None) return 0;
   const int32_t nodes = std::min(so.tree_budget(), context_ - kv_.length() - 1);  // the tree's slots fit the context
   return nodes >= 2 ? nodes : 0;
 }
@@ -328,7 +327,10 @@ TreeVerdict SequenceRun::verify_tree(std::span<const float> logits) {
     for (int32_t n = r - 1; n >= 0; n = prop.parents[static_cast<size_t>(n)])
       hist.insert(hist.begin() + static_cast<ptrdiff_t>(at), prop.tokens[static_cast<size_t>(n)]);
     const auto row = logits.subspan(static_cast<size_t>(r) * n_vocab_, static_cast<size_t>(n_vocab_));
-    Distribution d = make_distribution(row, opts_.sampling, hist);
+    // Constrained: over what the grammar allows after the node's path.
+    Distribution d = grammar_.active()
+                         ? make_distribution(row, opts_.sampling, hist, *grammar_.step_mask(static_cast<size_t>(r)))
+                         : make_distribution(row, opts_.sampling, hist);
     if (keep) step_.dists[static_cast<size_t>(r)] = d;
     return d;
   };

@@ -27,8 +27,8 @@ constexpr size_t kAttnScratchFloats = size_t{8} << 20;  // 32 MiB of span states
 
 class DeviceBuffer final : public Buffer {
  public:
-  DeviceBuffer(std::shared_ptr<DevicePool> pool, size_t size, size_t offset)
-      : pool_(std::move(pool)), p_(pool_->base + offset), size_(size), offset_(offset) {}
+  DeviceBuffer(std::shared_ptr<DevicePool> pool, uint8_t* p, size_t size, size_t offset)
+      : pool_(std::move(pool)), p_(p), size_(size), offset_(offset) {}
   ~DeviceBuffer() override { pool_->free(offset_); }
   size_t size() const override { return size_; }
   DeviceKind device() const override { return DeviceKind::CUDA; }
@@ -50,8 +50,9 @@ size_t arena_capacity(DeviceRuntime& rt, const CudaOptions& opt) {
 
 }  // namespace
 
-DevicePool::DevicePool(std::unique_ptr<DeviceRuntime> r, size_t capacity) : rt(std::move(r)), arena(capacity) {
-  base = static_cast<uint8_t*>(rt->reserve(arena.capacity()));
+DevicePool::DevicePool(std::unique_ptr<DeviceRuntime> r, size_t capacity, bool sep)
+    : rt(std::move(r)), arena(capacity), separate_buffers(sep) {
+  if (!separate_buffers) base = static_cast<uint8_t*>(rt->reserve(arena.capacity()));
 }
 
 DevicePool::~DevicePool() {
@@ -59,17 +60,34 @@ DevicePool::~DevicePool() {
     rt->synchronize();
   } catch (...) {
   }
-  rt->release(base);
+  for (auto& [offset, p] : separate) rt->free_exact(p);
+  if (base) rt->release(base);
 }
 
-cuda_arena::Arena::Allocation DevicePool::allocate(size_t bytes, const char* what) {
+uint8_t* DevicePool::allocate(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a) {
   std::lock_guard<std::mutex> lk(mu);
-  return arena.allocate(bytes, what);
+  *a = arena.allocate(bytes, what);
+  if (!separate_buffers) return base + a->offset;
+  uint8_t* p = nullptr;
+  try {
+    p = static_cast<uint8_t*>(rt->allocate_exact(bytes));
+  } catch (...) {
+    arena.free(a->offset);
+    throw;
+  }
+  a->fresh = false;  // memory of its own, of unknown content
+  separate[a->offset] = p;
+  return p;
 }
 
 void DevicePool::free(size_t offset) {
   std::lock_guard<std::mutex> lk(mu);
   arena.free(offset);
+  if (!separate_buffers) return;
+  const auto it = separate.find(offset);
+  if (it == separate.end()) return;
+  rt->free_exact(it->second);
+  separate.erase(it);
 }
 
 namespace {
@@ -87,17 +105,20 @@ int64_t env_tokens(const char* name, int64_t fallback, int64_t lo) {
 CudaOptions with_env(CudaOptions o) {
   o.gemm_min_tokens = env_tokens("TANDEM_CUDA_GEMM_MIN_TOKENS", o.gemm_min_tokens, 0);
   o.mma_min_tokens = env_tokens("TANDEM_CUDA_MMA_MIN_TOKENS", o.mma_min_tokens, 1);
+  const char* sep = std::getenv("TANDEM_CUDA_SEPARATE_BUFFERS");
+  if (sep && *sep) o.separate_buffers = std::strcmp(sep, "0") != 0;
   return o;
 }
 }  // namespace
 
 CudaBackend::CudaBackend(std::unique_ptr<DeviceRuntime> rt, const CudaOptions& opt) : opt_(with_env(opt)) {
   const size_t capacity = arena_capacity(*rt, opt);
-  pool_ = std::make_shared<DevicePool>(std::move(rt), capacity);
+  pool_ = std::make_shared<DevicePool>(std::move(rt), capacity, opt_.separate_buffers);
   rt_ = pool_->rt.get();
   gemm_ = make_gemm(*rt_);
   cuda_arena::Arena::Allocation a;
   err_ = reinterpret_cast<int*>(arena_alloc(sizeof(int), "the error word", &a));
+  err_offset_ = a.offset;
   rt_->zero(err_, sizeof(int));
 }
 
@@ -111,7 +132,7 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   for (ScratchSlot& s : scratch_)
     if (s.p) pool_->free(s.offset);
-  pool_->free(reinterpret_cast<uint8_t*>(err_) - pool_->base);
+  pool_->free(err_offset_);
 }
 
 std::string CudaBackend::name() const {
@@ -132,6 +153,7 @@ std::string CudaBackend::description() const {
   const cuda_arena::Arena& ar = pool_->arena;
   s += "\n  arena: " + cuda_arena::Arena::human(ar.capacity()) + " (" + cuda_arena::Arena::human(ar.used()) +
        " used, peak " + cuda_arena::Arena::human(ar.peak()) + ")";
+  if (opt_.separate_buffers) s += ", every buffer its own allocation (TANDEM_CUDA_SEPARATE_BUFFERS: a debug mode)";
   s += "\n  kernels: get_rows, rms_norm, add/mul, scale, gated_act, rope, kv_store (f16/f32), "
        "matmul (quantized weights Q4_0..Q8_0, Q2_K..Q6_K: int8 activations, the CPU reference's bits; "
        "below " + std::to_string(opt_.mma_min_tokens) + " tokens __dp4a, from there on int8 tensor cores "
@@ -142,7 +164,7 @@ std::string CudaBackend::description() const {
   s += ", paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
   s += "\n  decoding on the device: argmax, final distributions (penalties, temperature, top-k/top-p by radix "
        "select, min-p), draws with counter-based noise, rejection and coupled verification of the batch; "
-       "decode passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
+       "decode and verification passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
   s += opt_.gemm_min_tokens > 0
            ? "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens"
            : std::string("\n  batch invariant: every op at every batch size");
@@ -155,14 +177,13 @@ uint8_t* CudaBackend::arena_alloc(size_t bytes, const char* what, cuda_arena::Ar
   // A graph would hold the address of memory allocated during its capture, and nothing of the
   // allocation is replayed: everything a captured pass uses must exist before it.
   require(!rt_->capturing(), "alloc", std::string("allocating ") + what + " while a graph is being captured");
-  *a = pool_->allocate(bytes, what);
-  return pool_->base + a->offset;
+  return pool_->allocate(bytes, what, a);
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
   cuda_arena::Arena::Allocation a;
-  arena_alloc(bytes, "a buffer", &a);
-  return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
+  uint8_t* p = arena_alloc(bytes, "a buffer", &a);
+  return std::make_unique<DeviceBuffer>(pool_, p, bytes, a.offset);
 }
 
 // The arena is device memory taken up front, so zeroed memory costs its full size (the KV
@@ -172,13 +193,13 @@ std::unique_ptr<Buffer> CudaBackend::alloc_zeroed(size_t bytes, const char* what
   cuda_arena::Arena::Allocation a;
   uint8_t* p = arena_alloc(bytes, what, &a);
   if (!(a.fresh && rt_->fresh_is_zero())) rt_->zero(p, bytes);
-  return std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
+  return std::make_unique<DeviceBuffer>(pool_, p, bytes, a.offset);
 }
 
 std::unique_ptr<Buffer> CudaBackend::wrap_host(const void* data, size_t bytes) {
   cuda_arena::Arena::Allocation a;
   uint8_t* p = arena_alloc(bytes, "weights", &a);
-  auto buf = std::make_unique<DeviceBuffer>(pool_, bytes, a.offset);
+  auto buf = std::make_unique<DeviceBuffer>(pool_, p, bytes, a.offset);
   rt_->copy_to_device(p, data, bytes);
   return buf;
 }

@@ -16,6 +16,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,22 +41,30 @@ struct CudaOptions {
   // Quantized matmuls of at least this many tokens use the tensor-core kernel (the same bits
   // as the small-M one, so this is a speed choice only; TANDEM_CUDA_MMA_MIN_TOKENS).
   int64_t mma_min_tokens = 17;
+  // Every buffer its own device allocation instead of a range of the one arena (a debug
+  // mode, TANDEM_CUDA_SEPARATE_BUFFERS=1): compute-sanitizer (or ASan under the emulator)
+  // then sees a kernel reading or writing past its buffer, which inside the arena lands in
+  // a neighbour. The arena still does the accounting, so limits and errors are unchanged.
+  bool separate_buffers = false;
 };
 
 // The device memory every Buffer of a backend lives in (the arena and the runtime that
 // reserved it), shared by the backend and its buffers: released when the last of them
 // goes, whichever that is. Allocation is thread-safe.
 struct DevicePool {
-  DevicePool(std::unique_ptr<DeviceRuntime> rt, size_t capacity);
+  DevicePool(std::unique_ptr<DeviceRuntime> rt, size_t capacity, bool separate);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
-  cuda_arena::Arena::Allocation allocate(size_t bytes, const char* what);
+  // The memory of `bytes` (a: its arena range, which names it for free).
+  uint8_t* allocate(size_t bytes, const char* what, cuda_arena::Arena::Allocation* a);
   void free(size_t offset);
 
   std::unique_ptr<DeviceRuntime> rt;
   cuda_arena::Arena arena;
-  uint8_t* base = nullptr;
+  uint8_t* base = nullptr;  // the arena's memory; null with separate buffers
+  std::map<size_t, uint8_t*> separate;  // with separate buffers: arena offset -> its memory
+  const bool separate_buffers;
   std::mutex mu;
 };
 
@@ -184,6 +193,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::unique_ptr<Gemm> gemm_;
   CudaOptions opt_;
   int* err_ = nullptr;  // the device error word (dev::ErrorBits)
+  size_t err_offset_ = 0;
   struct ScratchSlot {
     size_t offset = 0, size = 0;
     uint8_t* p = nullptr;

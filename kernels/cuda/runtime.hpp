@@ -43,6 +43,11 @@ class DeviceRuntime {
   virtual void* reserve(size_t bytes) = 0;
   virtual bool fresh_is_zero() const = 0;
   virtual void release(void* p) = 0;
+  // One allocation of exactly `bytes`, for CudaOptions::separate_buffers (every buffer its
+  // own, so that compute-sanitizer, or ASan under the emulator, sees an overrun), and its
+  // release.
+  virtual void* allocate_exact(size_t bytes) = 0;
+  virtual void free_exact(void* p) = 0;
   virtual void* stream() = 0;  // cudaStream_t for launches
   // All ordered on the one stream. copy_to_host waits for it (and what came before);
   // copy_to_device may return before the copy is done but never reads src afterwards.

@@ -88,6 +88,14 @@ class CudaRuntime final : public DeviceRuntime {
     return p;
   }
   bool fresh_is_zero() const override { return false; }
+  void* allocate_exact(size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc (a separate buffer)");
+    return p;
+  }
+  void free_exact(void* p) override {
+    if (p) cudaFree(p);
+  }
   void release(void* p) override {
     if (p) cudaFree(p);
   }

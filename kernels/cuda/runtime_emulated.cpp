@@ -46,6 +46,9 @@ class EmulatedRuntime final : public DeviceRuntime {
     return p;
   }
   bool fresh_is_zero() const override { return true; }
+  // Heap memory of exactly the size asked (ASan's redzones then border each buffer).
+  void* allocate_exact(size_t bytes) override { return ::operator new(bytes ? bytes : 1, std::align_val_t{256}); }
+  void free_exact(void* p) override { ::operator delete(p, std::align_val_t{256}); }
   void release(void* p) override {
     if (p) munmap(p, reserved_);
   }
