@@ -25,8 +25,12 @@ class DeviceDecode {
   // Writes n_accepted [n_seqs] (leading drafts equal to the argmax) and out_tokens
   // [n_seqs, max_drafts + 1]: the accepted drafts, the argmax after them, then -1. A
   // sequence whose rows lie outside `argmax` is reported at the next synchronize/download.
+  // parents [n_seqs, max_drafts] (buf null: every sequence a chain): the drafts are token
+  // trees (parents[i] < i, -1: the root) whose node i is verified by row first_row + 1 + i:
+  // from the root, the walk accepts the first child whose token is its row's argmax.
   virtual void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
-                             const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
+                             const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens,
+                             const Tensor& parents = {}) = 0;
 
   // ---- sampled decoding on the device (kernels/cuda/ops/sampling.cu) ---------------------
   // The engine's make_distribution (engine/sampling/sampler.hpp) row by row: NaN → -inf,

@@ -13,6 +13,7 @@
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/device_decode.hpp"
+#include "verify/tree_verifier.hpp"
 
 namespace tandem::kernels {
 namespace {
@@ -113,6 +114,57 @@ TEST(CudaGreedy, VerifierAcceptsTheLeadingMatchingDrafts) {
   device_decode(*d.be)->verify_greedy(tam, bad, td, tnd, tacc, tout);
   EXPECT_THROW(d.be->synchronize(), std::out_of_range);
   EXPECT_EQ(d.get(tacc)[3], -1);
+}
+
+// Token trees walked on the device: from the root, the child whose token is its row's
+// argmax (node i's row: first_row + 1 + i), against the host's tree verifier on random trees
+// of 1..8 nodes (siblings distinct, tokens from a small alphabet so that walks go deep),
+// chains among them; the walk's accepted tokens, then the argmax where it stopped.
+TEST(CudaGreedy, VerifierWalksTokenTreesAsTheHostDoes) {
+  const int kmax = 8, n = 60;
+  std::mt19937 g(11);
+  std::vector<int32_t> first, nd, drafts(size_t(n) * kmax, -1), parents(size_t(n) * kmax, -1), am;
+  std::vector<TreeVerdict> want;
+  for (int s = 0; s < n; ++s) {
+    const int k = 1 + static_cast<int>(g() % kmax);
+    std::vector<int32_t> tok, par;
+    for (int i = 0; i < k; ++i) {
+      const int32_t p = static_cast<int32_t>(g() % static_cast<uint32_t>(i + 1)) - 1;  // -1 .. i-1
+      int32_t t = static_cast<int32_t>(g() % 4);
+      for (int j = 0; j < i; ++j)  // siblings distinct
+        if (par[size_t(j)] == p && tok[size_t(j)] == t) t = 4 + i, j = i;
+      tok.push_back(t), par.push_back(p);
+    }
+    first.push_back(static_cast<int32_t>(am.size()));
+    nd.push_back(k);
+    for (int r = 0; r <= k; ++r) am.push_back(static_cast<int32_t>(g() % 4));
+    std::copy(tok.begin(), tok.end(), drafts.begin() + s * kmax);
+    std::copy(par.begin(), par.end(), parents.begin() + s * kmax);
+    const size_t r0 = size_t(first.back());
+    want.push_back(verify_tree_greedy(tok, par, [&](int32_t r) {
+      Distribution d;
+      d.ids = {am[r0 + size_t(r)]};
+      d.probs = {1.0f};
+      return d;
+    }));
+  }
+  Dev d;
+  Tensor tam = d.put(DType::I32, am, 1), tf = d.put(DType::I32, first, 1), tnd = d.put(DType::I32, nd, 1);
+  Tensor td = d.put(DType::I32, drafts, kmax), tp = d.put(DType::I32, parents, kmax);
+  Tensor tacc = d.put(DType::I32, std::vector<int32_t>(size_t(n), 0), 1);
+  Tensor tout = d.put(DType::I32, std::vector<int32_t>(size_t(n) * (kmax + 1), 0), kmax + 1);
+  device_decode(*d.be)->verify_greedy(tam, tf, td, tnd, tacc, tout, tp);
+  const auto acc = d.get(tacc), out = d.get(tout);
+  int deep = 0;
+  for (int s = 0; s < n; ++s) {
+    const TreeVerdict& w = want[size_t(s)];
+    ASSERT_EQ(acc[size_t(s)], static_cast<int32_t>(w.path.size())) << "sequence " << s;
+    for (size_t i = 0; i < w.path.size(); ++i)
+      EXPECT_EQ(out[size_t(s) * (kmax + 1) + i], drafts[size_t(s) * kmax + size_t(w.path[i])]) << s;
+    EXPECT_EQ(out[size_t(s) * (kmax + 1) + w.path.size()], w.next_token) << s;
+    deep += w.path.size() >= 2;
+  }
+  EXPECT_GE(deep, 5) << "too few walks went two nodes deep to test anything";
 }
 
 }  // namespace

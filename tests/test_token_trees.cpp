@@ -202,18 +202,32 @@ TEST(TokenTrees, GreedyLogprobsAreThePlainOnes) {
   for (size_t i = 0; i < plain.logprobs.size(); ++i) EXPECT_EQ(tree.logprobs[i].chosen.logprob, plain.logprobs[i].chosen.logprob) << i;
 }
 
-// On the CUDA backend (its kernels under the emulator): trees are drafted and verified on the
-// host from the device's logits, their nodes attended to by the CUDA kernel.
+// On the CUDA backend (its kernels under the emulator): trees are drafted on the host from the
+// draft's logits, their nodes attended to by the CUDA kernel, and verified on the device
+// (greedy: a walk along each row's argmax; coupled: along each row's Gumbel-max token), so
+// only ids come back; a seed's coupled text is plain decoding's.
 TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
   const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft, "cuda-emulated");
   for (uint32_t s = 0; s < 2; ++s) {
     const auto prompt = test::random_prompt(6 + static_cast<int>(s) * 9, 20 + s, 1);
     const auto plain = e->generate_tokens(prompt, greedy(16));
+    GenerateOptions k = greedy(16);
+    k.sampling.temperature = 0.9f;
+    k.sampling.top_k = 16;
+    k.sampling.repetition_penalty = 1.1f;
+    k.sampling.seed = 7 + s;
+    k.speculative.verify = VerifyMode::Coupled;
+    const auto kplain = e->generate_tokens(prompt, k);
     for (const Shape& sh : {Shape{2, 6, 3}, Shape{4, 16, 5}}) {
       const auto tree = e->generate_tokens(prompt, with_tree(greedy(16), sh.width, sh.nodes, sh.depth));
       ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s << " width " << sh.width;
       EXPECT_GT(tree.speculative.tree_steps, 0);
+      EXPECT_GT(tree.speculative.device_verified_steps, 0) << "greedy trees are verified on the device";
+      const auto ktree = e->generate_tokens(prompt, with_tree(k, sh.width, sh.nodes, sh.depth));
+      ASSERT_EQ(ktree.tokens, kplain.tokens) << "coupled, prompt " << s << " width " << sh.width;
+      EXPECT_GT(ktree.speculative.tree_steps, 0);
+      EXPECT_GT(ktree.speculative.device_verified_steps, 0) << "coupled trees are verified on the device";
     }
   }
 }

@@ -25,62 +25,170 @@ VerifyResult verdict_of(int32_t n_accepted, const int32_t* out, int32_t k) {
   return v;
 }
 
+// A tree's verdict from the walk's accepted tokens (out): its path of nodes (the first child
+// carrying each token, as the kernel chose), and whether it ended at a leaf.
+VerifyResult tree_verdict(const DeviceVerifier::Sequence& s, int32_t n_accepted, const int32_t* out) {
+  const auto k = static_cast<int32_t>(s.drafts.size());
+  VerifyResult v;
+  v.n_accepted = n_accepted;
+  if (n_accepted < 0 || n_accepted > k) return v;  // next_token -1: refused by the caller
+  int32_t node = -1;
+  for (int32_t i = 0; i < n_accepted; ++i) {
+    int32_t child = -1;
+    for (int32_t c = node + 1; c < k && child < 0; ++c)
+      if (s.parents[static_cast<size_t>(c)] == node && s.drafts[static_cast<size_t>(c)] == out[i]) child = c;
+    if (child < 0) return v;
+    v.path.push_back(child);
+    node = child;
+  }
+  v.next_token = out[n_accepted];
+  v.all_accepted = std::none_of(s.parents.begin(), s.parents.end(), [&](int32_t p) { return p == node; });
+  return v;
+}
+
+// A node's depth (1: a child of the root) and the tokens on its path.
+int32_t path_of(const DeviceVerifier::Sequence& s, int32_t node, std::vector<int32_t>* tokens) {
+  int32_t depth = 0;
+  if (tokens) tokens->clear();
+  for (int32_t n = node; n >= 0; n = s.parents[static_cast<size_t>(n)]) {
+    ++depth;
+    if (tokens) tokens->insert(tokens->begin(), s.drafts[static_cast<size_t>(n)]);
+  }
+  return depth;
+}
+
 }  // namespace
 
 std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                                  const kernels::Tensor* q) {
   std::vector<VerifyResult> out(seqs.size());
   const int64_t rows = logits.rows();
-  std::vector<Sequence> argmax, sampled;
-  std::vector<size_t> argmax_at, sampled_at;
+  std::vector<Sequence> argmax, sampled, trees;
+  std::vector<size_t> argmax_at, sampled_at, trees_at;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     if (s.first_row < 0 || s.first_row + static_cast<int64_t>(s.drafts.size()) >= rows)
       throw std::logic_error("device verification: a sequence's rows lie outside the logits");
     if (!s.q_rows.empty() && (s.q_rows.size() != s.drafts.size() || !q))
       throw std::logic_error("device verification: q rows do not match the drafts");
-    (s.sampling ? sampled : argmax).push_back(s);
-    (s.sampling ? sampled_at : argmax_at).push_back(i);
+    if (!s.parents.empty()) {
+      if (s.parents.size() != s.drafts.size() || (s.sampling && (!s.coupled || !s.q_rows.empty())))
+        throw std::logic_error("device verification: a token tree is verified greedy or coupled, with its parents");
+      for (size_t n = 0; n < s.parents.size(); ++n)
+        if (s.parents[n] < -1 || s.parents[n] >= static_cast<int32_t>(n))
+          throw std::logic_error("device verification: a tree node's parent does not come before it");
+    }
+    const bool tree_coupled = !s.parents.empty() && s.sampling;
+    (tree_coupled ? trees : s.sampling ? sampled : argmax).push_back(s);
+    (tree_coupled ? trees_at : s.sampling ? sampled_at : argmax_at).push_back(i);
   }
-  std::vector<VerifyResult> a(argmax.size()), b(sampled.size());
+  std::vector<VerifyResult> a(argmax.size()), b(sampled.size()), c(trees.size());
   if (!argmax.empty()) verify_argmax(logits, argmax, a);
   if (!sampled.empty()) verify_sampled(logits, sampled, q, b);
-  for (size_t i = 0; i < a.size(); ++i) out[argmax_at[i]] = a[i];
-  for (size_t i = 0; i < b.size(); ++i) out[sampled_at[i]] = b[i];
+  if (!trees.empty()) verify_coupled_trees(logits, trees, c);
+  for (size_t i = 0; i < a.size(); ++i) out[argmax_at[i]] = std::move(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) out[sampled_at[i]] = std::move(b[i]);
+  for (size_t i = 0; i < c.size(); ++i) out[trees_at[i]] = std::move(c[i]);
   return out;
 }
 
 void DeviceVerifier::verify_argmax(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                    std::span<VerifyResult> verdicts) {
-  const int64_t rows = logits.rows();
+  kernels::WordViews w(be_, buf_, static_cast<size_t>(logits.rows()));
+  const kernels::Tensor am = w.take(DType::I32, logits.rows(), 1);
+  dd_.argmax_rows(am, logits);
+  walk(am, seqs, verdicts);
+}
+
+void DeviceVerifier::walk(const kernels::Tensor& ids, std::span<const Sequence> seqs, std::span<VerifyResult> verdicts) {
   const auto n = static_cast<int64_t>(seqs.size());
   int64_t max_d = 1;  // at least one column: no tensor is empty
-  for (const Sequence& s : seqs) max_d = std::max<int64_t>(max_d, static_cast<int64_t>(s.drafts.size()));
-  // argmax [rows] | first_row [n] | drafts [n, max_d] | n_drafts [n] | n_accepted [n] | out [n, max_d + 1]
-  kernels::WordViews w(be_, buf_, static_cast<size_t>(rows + n + n * max_d + n + n + n * (max_d + 1)));
-  const kernels::Tensor am = w.take(DType::I32, rows, 1), first = w.take(DType::I32, n, 1),
-                        drafts = w.take(DType::I32, max_d, n), n_drafts = w.take(DType::I32, n, 1),
-                        n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);
+  bool trees = false;
+  for (const Sequence& s : seqs) {
+    max_d = std::max<int64_t>(max_d, static_cast<int64_t>(s.drafts.size()));
+    trees = trees || !s.parents.empty();
+  }
+  // first_row [n] | drafts [n, max_d] | n_drafts [n] | n_accepted [n] | out [n, max_d + 1] | parents [n, max_d]
+  kernels::WordViews w(be_, side_, static_cast<size_t>(n + n * max_d + n + n + n * (max_d + 1) + (trees ? n * max_d : 0)));
+  const kernels::Tensor first = w.take(DType::I32, n, 1), drafts = w.take(DType::I32, max_d, n),
+                        n_drafts = w.take(DType::I32, n, 1), n_acc = w.take(DType::I32, n, 1),
+                        out = w.take(DType::I32, max_d + 1, n);
+  const kernels::Tensor parents = trees ? w.take(DType::I32, max_d, n) : kernels::Tensor{};
   std::vector<int32_t> h_first(static_cast<size_t>(n)), h_drafts(static_cast<size_t>(n * max_d), -1),
-      h_nd(static_cast<size_t>(n));
+      h_nd(static_cast<size_t>(n)), h_par(trees ? static_cast<size_t>(n * max_d) : 0, -1);
   for (int64_t i = 0; i < n; ++i) {
     const Sequence& s = seqs[static_cast<size_t>(i)];
     h_first[static_cast<size_t>(i)] = s.first_row;
     h_nd[static_cast<size_t>(i)] = static_cast<int32_t>(s.drafts.size());
     std::copy(s.drafts.begin(), s.drafts.end(), h_drafts.begin() + i * max_d);
+    if (!trees) continue;
+    for (size_t j = 0; j < s.drafts.size(); ++j)  // a chain: each node the previous one's child
+      h_par[static_cast<size_t>(i * max_d) + j] = s.parents.empty() ? static_cast<int32_t>(j) - 1 : s.parents[j];
   }
   be_.upload(first, h_first.data(), h_first.size() * 4);
   be_.upload(drafts, h_drafts.data(), h_drafts.size() * 4);
   be_.upload(n_drafts, h_nd.data(), h_nd.size() * 4);
-  dd_.argmax_rows(am, logits);
-  dd_.verify_greedy(am, first, drafts, n_drafts, n_acc, out);
+  if (trees) be_.upload(parents, h_par.data(), h_par.size() * 4);
+  dd_.verify_greedy(ids, first, drafts, n_drafts, n_acc, out, parents);
   std::vector<int32_t> h_acc(static_cast<size_t>(n)), h_out(static_cast<size_t>(n * (max_d + 1)));
   be_.download(h_acc.data(), n_acc, h_acc.size() * 4);
   be_.download(h_out.data(), out, h_out.size() * 4);
   be_.synchronize();
-  for (int64_t i = 0; i < n; ++i)
-    verdicts[static_cast<size_t>(i)] =
-        verdict_of(h_acc[static_cast<size_t>(i)], &h_out[static_cast<size_t>(i * (max_d + 1))], h_nd[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i) {
+    const Sequence& s = seqs[static_cast<size_t>(i)];
+    const int32_t* o = &h_out[static_cast<size_t>(i * (max_d + 1))];
+    verdicts[static_cast<size_t>(i)] = s.parents.empty() ? verdict_of(h_acc[static_cast<size_t>(i)], o, h_nd[static_cast<size_t>(i)])
+                                                         : tree_verdict(s, h_acc[static_cast<size_t>(i)], o);
+  }
+}
+
+void DeviceVerifier::verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                          std::span<VerifyResult> verdicts) {
+  const int64_t rows = logits.rows(), vocab = logits.cols();
+  // Each row's transform with the penalties of its node's path (rows of other sequences:
+  // skipped), and its noise key at the node's depth; the fault injection as verify_sampled.
+  const InjectedBias bias = injected_verifier_bias();
+  std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
+  for (auto& r : params) r.skip = 1;
+  std::vector<kernels::NoiseKey> keys(static_cast<size_t>(rows));
+  std::vector<int32_t> pens, hist, path;
+  for (const Sequence& s : seqs) {
+    const auto k = static_cast<int32_t>(s.drafts.size());
+    for (int32_t r = 0; r <= k; ++r) {
+      const int32_t depth = path_of(s, r - 1, &path);
+      kernels::RowSampling rs = row_sampling(*s.sampling);
+      if (s.sampling->has_penalties()) {
+        hist.assign(s.history.begin(), s.history.end());
+        hist.insert(hist.end(), path.begin(), path.end());
+        rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
+        append_penalty_entries(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
+        rs.pen_end = static_cast<int32_t>(pens.size() / 2);
+      }
+      if (bias.position >= 0 && bias.position == s.position + depth) rs.bias_mass = bias.mass;
+      params[static_cast<size_t>(s.first_row + r)] = rs;
+      keys[static_cast<size_t>(s.first_row + r)] = kernels::NoiseKey::of(s.sampling->seed.value_or(0), s.position + depth);
+    }
+  }
+  const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  kernels::WordViews w(be_, buf_,
+                       static_cast<size_t>(rows) * (kernels::kRowSamplingWords + kernels::kNoiseKeyWords + 3) + pen_words);
+  const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
+  const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1),
+                        ids = w.take(DType::I32, rows, 1);
+  const kernels::Tensor tkeys = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
+  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
+  const size_t probs_bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
+  if (!probs_ || probs_->size() < probs_bytes) {
+    probs_.reset();
+    probs_ = be_.alloc(probs_bytes);
+  }
+  const kernels::Tensor probs = kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
+  be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
+  if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
+  be_.upload(tkeys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
+  dd_.make_probs(probs, top, conf, logits, tp, pens.empty() ? kernels::Tensor{} : tpen);
+  dd_.sample_probs(ids, probs, top, tkeys, kernels::kTagSample, /*coupled=*/true);
+  walk(ids, seqs, verdicts);
 }
 
 void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<const Sequence> seqs,

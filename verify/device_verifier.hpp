@@ -8,6 +8,8 @@
 //     against the draft's q (its rows in DraftProbs when it sampled on the device, point
 //     masses for n-gram and greedy drafts) with counter-based noise keyed by (seed,
 //     position), or coupled verification (Gumbel-max with the request's noise).
+// Token trees (Sequence::parents), greedy or coupled: each row's target token (the argmax, or
+// the Gumbel-max token at the row's depth), then a walk from the root along them.
 // Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
 // position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
 // stream: the output follows the target's distribution exactly as on the host, but a seed
@@ -40,6 +42,9 @@ class DeviceVerifier {
     bool coupled = false;
     int64_t position = 0;              // absolute position of the first verified token
     std::span<const int32_t> q_rows;   // the drafts' q in `q` (empty: point masses)
+    // A token tree's parents (drafts are its nodes, node i verified by row first_row + 1 + i);
+    // empty: a chain. Greedy or coupled only (rejection over siblings stays on the host).
+    std::span<const int32_t> parents;
   };
   // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the
   // step's DraftProbs rows (null when no sequence has q rows).
@@ -51,6 +56,10 @@ class DeviceVerifier {
   void verify_argmax(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   void verify_sampled(const kernels::Tensor& logits, std::span<const Sequence> seqs, const kernels::Tensor* q,
                       std::span<VerifyResult> out);
+  // Coupled trees: each row's Gumbel-max token under its transform, then the walk.
+  void verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  // The walk of verify_greedy over row tokens `ids` (argmax or coupled draws) for seqs.
+  void walk(const kernels::Tensor& ids, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
   // Each grows to the largest step seen, then stays.

@@ -32,7 +32,8 @@ namespace tandem {
 struct VerifyResult {
   int32_t n_accepted = 0;  // leading draft tokens kept
   int32_t next_token = -1; // the corrected token (after a rejection) or the bonus token
-  bool all_accepted = false;  // true → next_token is the bonus token
+  bool all_accepted = false;  // true → next_token is the bonus token (after a tree's leaf)
+  std::vector<int32_t> path;  // a token tree's accepted nodes, root's child first (device verdicts)
 };
 
 // target_dist(i) gives p_i for i in 0..k: the target's final distribution for the position

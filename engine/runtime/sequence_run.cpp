@@ -226,7 +226,7 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
     po.tree_width = opts_.speculative.tree_width;
     po.tree_nodes = nodes;
     po.tree_cost = tree_cost_;
-    po.on_device = false;  // trees are drafted and verified on the host
+    po.on_device = false;  // trees are drafted on the host
   }
   return po;
 }
@@ -372,7 +372,11 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   step_.accepted_rows.clear();
   if (step_.prop.tree()) {
     const TreeVerdict t = verify_tree(logits);
-    record_step(VerifyResult{static_cast<int32_t>(t.path.size()), t.next_token, t.leaf}, target_ms, ms_since(tv));
+    VerifyResult r;
+    r.n_accepted = static_cast<int32_t>(t.path.size());
+    r.next_token = t.next_token;
+    r.all_accepted = t.leaf;
+    record_step(r, target_ms, ms_since(tv));
     const VerifyResult v = keep_path(t);
     kv_.truncate(step_.base_len + 1 + v.n_accepted);
     commit_step(v, logits);
@@ -396,6 +400,7 @@ DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) const {
   DeviceVerifier::Sequence s;
   s.first_row = first_row;
   s.drafts = step_.prop.tokens;
+  s.parents = step_.prop.parents;
   if (verdict_is_argmax() && step_.prop.q_rows.empty()) return s;
   s.sampling = &opts_.sampling;
   s.history = committed_;
@@ -413,6 +418,22 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
     throw std::runtime_error("device verification returned an impossible verdict (" +
                              std::to_string(verdict.n_accepted) + " accepted, next token " +
                              std::to_string(verdict.next_token) + ")");
+  if (step_.prop.tree()) {
+    // The walk's path: nodes in order down the tree, one per accepted token.
+    const auto n = static_cast<int32_t>(step_.prop.tokens.size());
+    bool ok = static_cast<int32_t>(verdict.path.size()) == verdict.n_accepted;
+    for (size_t i = 0; ok && i < verdict.path.size(); ++i) {
+      const int32_t node = verdict.path[i], up = i == 0 ? -1 : verdict.path[i - 1];
+      ok = node >= 0 && node < n && step_.prop.parents[static_cast<size_t>(node)] == up;
+    }
+    if (!ok) throw std::runtime_error("device verification returned a path that is not the tree's");
+    record_step(verdict, target_ms, 0.0);
+    if (out_.generated() > 0) ++result().speculative.device_verified_steps;
+    const VerifyResult v = keep_path(TreeVerdict{verdict.path, verdict.next_token, verdict.all_accepted});
+    kv_.truncate(step_.base_len + 1 + v.n_accepted);
+    commit_step(v, {});
+    return;
+  }
   record_step(verdict, target_ms, 0.0);
   if (out_.generated() > 0) ++result().speculative.device_verified_steps;
   kv_.truncate(step_.base_len + 1 + verdict.n_accepted);

@@ -461,7 +461,8 @@ void CudaBackend::argmax_rows(const Tensor& ids, const Tensor& logits) {
 }
 
 void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts,
-                                const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens) {
+                                const Tensor& n_drafts, const Tensor& n_accepted, const Tensor& out_tokens,
+                                const Tensor& parents) {
   const char* op = "verify_greedy";
   for (const Tensor* t : {&argmax, &first_row, &drafts, &n_drafts, &n_accepted, &out_tokens})
     require(t->type == DType::I32, op, "I32 tensors only");
@@ -470,9 +471,13 @@ void CudaBackend::verify_greedy(const Tensor& argmax, const Tensor& first_row, c
           "one row per sequence");
   require(out_tokens.cols() == drafts.cols() + 1, op, "out_tokens must be max_drafts + 1 wide");
   require(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
+  if (parents.buf)
+    require(parents.type == DType::I32 && parents.cols() == drafts.cols() && parents.rows() == n && parents.nb1 == 0,
+            op, "parents must be I32 and packed like drafts");
   auto i32 = [&](const Tensor& t) { return reinterpret_cast<int32_t*>(ptr(t, op)); };
   ops::verify_greedy(rt_->stream(), i32(argmax), argmax.numel(), i32(first_row), i32(drafts), i32(n_drafts),
-                     static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
+                     static_cast<int>(drafts.cols()), static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_,
+                     parents.buf ? i32(parents) : nullptr);
   launched(op);
 }
 

@@ -122,7 +122,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // DeviceDecode (kernels/device_decode.hpp).
   void argmax_rows(const Tensor& ids, const Tensor& logits) override;
   void verify_greedy(const Tensor& argmax, const Tensor& first_row, const Tensor& drafts, const Tensor& n_drafts,
-                     const Tensor& n_accepted, const Tensor& out_tokens) override;
+                     const Tensor& n_accepted, const Tensor& out_tokens, const Tensor& parents) override;
   // (cuda_backend_sampling.cpp)
   void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
                   const Tensor& params, const Tensor& penalties) override;

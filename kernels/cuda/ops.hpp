@@ -163,9 +163,10 @@ void argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows, int6
 // equal to the argmax; out_tokens[s * (max_drafts + 1) ..] = the accepted drafts, then the
 // argmax after them, then -1.
 // A sequence whose count or rows are out of range gets n_accepted -1 and sets kErrVerify.
+// parents [n_seqs, max_drafts] (null: chains): token trees, walked from the root.
 void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_t* first_row, const int32_t* drafts,
                    const int32_t* n_drafts, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
-                   int* err);
+                   int* err, const int32_t* parents = nullptr);
 
 // ---- sampled decoding on the device (ops/sampling.cu; kernels/device_decode.hpp) -----------
 // probs rows [n_rows, vocab] (ld ldp) = the final distribution of logits rows under

@@ -38,10 +38,12 @@ __global__ void argmax_kernel(const float* logits, int64_t ld, int64_t vocab, in
 }
 
 // One thread per sequence: accept drafts while they equal the target's argmax, then emit
-// the argmax at the first mismatch (or after the last draft).
+// the argmax at the first mismatch (or after the last draft). A tree (parents) is walked
+// from the root: node i's row is r0 + 1 + i, and the walk follows the first child whose
+// token is its row's argmax (children come after their parent, so the walk only goes on).
 __global__ void verify_greedy_kernel(const int32_t* argmax, int64_t n_rows, const int32_t* first_row,
                                      const int32_t* drafts, const int32_t* n_drafts, int max_drafts, int n_seqs,
-                                     int32_t* n_accepted, int32_t* out_tokens, int* err) {
+                                     int32_t* n_accepted, int32_t* out_tokens, int* err, const int32_t* parents) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n_seqs) return;
   const int32_t* dr = drafts + static_cast<int64_t>(s) * max_drafts;
@@ -56,8 +58,24 @@ __global__ void verify_greedy_kernel(const int32_t* argmax, int64_t n_rows, cons
   }
   const int32_t* am = argmax + r0;
   int a = 0;
-  while (a < k && dr[a] == am[a]) out[a] = dr[a], ++a;
-  out[a] = am[a];
+  if (!parents) {
+    while (a < k && dr[a] == am[a]) out[a] = dr[a], ++a;
+    out[a] = am[a];
+  } else {
+    const int32_t* pr = parents + static_cast<int64_t>(s) * max_drafts;
+    for (int node = -1;;) {
+      const int32_t want = am[node + 1];
+      int child = -1;
+      for (int c = node + 1; c < k && child < 0; ++c)
+        if (pr[c] == node && dr[c] == want) child = c;
+      if (child < 0) {
+        out[a] = want;
+        break;
+      }
+      out[a++] = dr[child];
+      node = child;
+    }
+  }
   for (int i = a + 1; i <= max_drafts; ++i) out[i] = -1;
   n_accepted[s] = a;
 }
@@ -72,10 +90,10 @@ void ops::argmax_rows(Stream s, const float* logits, int64_t ld, int64_t n_rows,
 
 void ops::verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_t* first_row,
                         const int32_t* drafts, const int32_t* n_drafts, int max_drafts, int n_seqs,
-                        int32_t* n_accepted, int32_t* out_tokens, int* err) {
+                        int32_t* n_accepted, int32_t* out_tokens, int* err, const int32_t* parents) {
   if (n_seqs == 0) return;
   TANDEM_LAUNCH(verify_greedy_kernel, static_cast<unsigned>((n_seqs + 127) / 128), 128, 0, static_cast<cudaStream_t>(s))
-  (argmax, n_rows, first_row, drafts, n_drafts, max_drafts, n_seqs, n_accepted, out_tokens, err);
+  (argmax, n_rows, first_row, drafts, n_drafts, max_drafts, n_seqs, n_accepted, out_tokens, err, parents);
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS
