@@ -211,6 +211,9 @@ class Backend {
   virtual void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                                      const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
                                      const KVLayer& cache, const PagedAttnMeta& meta);
+  // x = rms_norm(x, w, eps) in place, then dst += x: a post-norm's residual (Gemma 3).
+  // Default: rms_norm, add.
+  virtual void norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps);
   // paged_attention's shape and options.
   struct AttnShape {
     int n_heads = 0, n_kv_heads = 0, head_dim = 0;

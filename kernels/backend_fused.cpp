@@ -47,6 +47,11 @@ void Backend::norm_attention_inputs(const Tensor& h, const Tensor& x, const Tens
   attention_inputs(a, cache, meta);
 }
 
+void Backend::norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps) {
+  rms_norm(x, x, w, eps);
+  add(dst, dst, x);
+}
+
 void Backend::attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
                                  const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                                  const AttnShape& s) {

@@ -341,10 +341,13 @@ TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
     RopeStyle style;
     int rope_dims;
     DType cache;
+    bool norms = false;  // Gemma 3's per-head q and k norms
   };
   for (const Case& c : {Case{true, RopeStyle::NeoX, 16, DType::F16}, Case{false, RopeStyle::Normal, 16, DType::F32},
-                        Case{true, RopeStyle::Normal, 8, DType::F32}, Case{false, RopeStyle::NeoX, 12, DType::F16}}) {
-    SCOPED_TRACE(std::to_string(c.biases) + " " + std::to_string(c.rope_dims) + " " + dtype_name(c.cache));
+                        Case{true, RopeStyle::Normal, 8, DType::F32}, Case{false, RopeStyle::NeoX, 12, DType::F16},
+                        Case{false, RopeStyle::NeoX, 16, DType::F16, true}, Case{true, RopeStyle::Normal, 12, DType::F32, true}}) {
+    SCOPED_TRACE(std::to_string(c.biases) + " " + std::to_string(c.rope_dims) + " " + dtype_name(c.cache) +
+                 (c.norms ? " norms" : ""));
     Dual d;
     const int nh = 6, nkv = 2, hd = 16, n = 5, slots = 12;
     Tensor kc[2], vc[2], q[2], k[2], v[2];
@@ -364,6 +367,7 @@ TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
     }
     auto bq = d.f32(randn(nh * hd, 23), nh * hd), bk = d.f32(randn(nkv * hd, 24), nkv * hd),
          bv = d.f32(randn(nkv * hd, 25), nkv * hd);
+    auto qn = d.f32(randn(hd, 26), hd), kn = d.f32(randn(hd, 27), hd);
     auto pos = d.i32({0, 7, 300, 4095, 65000}, n);
     auto sm = d.i32({3, 0, 11, 6, 1}, n);
     PagedAttnMeta meta;
@@ -372,13 +376,14 @@ TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
       Backend::AttnInputs a;
       a.q = q[r], a.k = k[r], a.v = v[r];
       if (c.biases) a.bq = bq.g, a.bk = bk.g, a.bv = bv.g;
+      if (c.norms) a.q_norm = qn.g, a.k_norm = kn.g, a.norm_eps = 1e-6f;
       a.positions = pos.g;
       a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims;
       a.theta = 1e6f, a.style = c.style;
       const int64_t before = cuda_launch_count(*d.gpu);
       if (r == 0) d.gpu->attention_inputs(a, {kc[r], vc[r]}, meta);
       else d.gpu->Backend::attention_inputs(a, {kc[r], vc[r]}, meta);
-      EXPECT_EQ(cuda_launch_count(*d.gpu) - before, r == 0 ? 1 : (c.biases ? 6 : 3));
+      EXPECT_EQ(cuda_launch_count(*d.gpu) - before, r == 0 ? 1 : (c.biases ? 6 : 3) + (c.norms ? 2 : 0));
     }
     auto get = [&](const Tensor& t) {
       std::vector<uint8_t> b(t.bytes());
@@ -691,6 +696,24 @@ TEST(CudaOps, ActMatmulResidualGivesTheBitsOfTheOps) {
         EXPECT_SAME_BITS(d.getg(g0), d.getg(g1));
         EXPECT_SAME_BITS(d.getg(y0), d.getg(y1));
       }
+}
+
+// The post-norm residual in one launch (Gemma 3: the output normed in place, then added to
+// the residual stream) gives rms_norm then add's bits.
+TEST(CudaOps, NormResidualGivesTheOpsBits) {
+  for (int64_t N : {1, 7}) {
+    Dual d;
+    const int64_t C = 640;
+    const auto o = randn(N * C, 130, 3.0f), x = randn(N * C, 131);
+    auto w = d.f32(randn(C, 132), C);
+    auto o0 = d.f32(o, C), o1 = d.f32(o, C), x0 = d.f32(x, C), x1 = d.f32(x, C);
+    const int64_t before = cuda_launch_count(*d.gpu);
+    d.gpu->norm_residual(x0.g, o0.g, w.g, 1e-6f);
+    EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 1);
+    d.gpu->Backend::norm_residual(x1.g, o1.g, w.g, 1e-6f);
+    EXPECT_SAME_BITS(d.getg(o0), d.getg(o1));
+    EXPECT_SAME_BITS(d.getg(x0), d.getg(x1));
+  }
 }
 
 // The input norm, q/k/v and the attention inputs in two launches (the norm with its

@@ -232,8 +232,7 @@ Tensor Transformer::encode(const PassInputs& in) {
       be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
                           local ? c.sliding_window : 0);
       be_.matmul(o, L.wo, attn);
-      be_.rms_norm(o, o, L.post_attn_norm, c.rms_eps);
-      be_.add(x, x, o);
+      be_.norm_residual(x, o, L.post_attn_norm, c.rms_eps);
     } else {
       kernels::Backend::AttnShape as;
       as.n_heads = c.n_head, as.n_kv_heads = c.n_head_kv, as.head_dim = c.head_dim;
@@ -248,8 +247,7 @@ Tensor Transformer::encode(const PassInputs& in) {
     if (c.post_norms) {
       be_.gated_act(gate, gate, up, c.activation);
       be_.matmul(o, L.w_down, gate);
-      be_.rms_norm(o, o, L.post_ffn_norm, c.rms_eps);
-      be_.add(x, x, o);
+      be_.norm_residual(x, o, L.post_ffn_norm, c.rms_eps);
     } else {
       be_.act_matmul_residual(x, gate, up, c.activation, L.w_down, o);
     }

@@ -112,6 +112,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                              const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
                              const KVLayer& cache, const PagedAttnMeta& meta) override;
+  // The norm and the add in one kernel.
+  void norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps) override;
   // The attention quantizes its output for the output projection: two launches.
   void attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out, const Tensor& q,
                           const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& shape) override;

@@ -1,7 +1,7 @@
 // CudaBackend's fused steps (kernels/backend.hpp: attention_inputs, norm_matmul_shared,
-// norm_attention_inputs, attention_residual, act_matmul_residual, matmul_residual): one kernel
-// where the default takes several, built
-// from the same device functions, so the same bits; the default where a case is not fused.
+// norm_attention_inputs, attention_residual, norm_residual, act_matmul_residual,
+// matmul_residual): one kernel where the default takes several, built from the same device
+// functions, so the same bits; the default where a case is not fused.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -33,7 +33,8 @@ ops::AttnInputsArgs CudaBackend::attn_inputs_args(const AttnInputs& a, const KVL
   require(a.rope_dims > 0 && a.rope_dims <= a.head_dim && a.rope_dims % 2 == 0, op, "bad rope_dims");
   auto bias = [&](const Tensor& b, int64_t cols, const char* name) -> const float* {
     if (!b.buf) return nullptr;
-    require(b.type == DType::F32 && b.numel() == cols, op, std::string(name) + " must be F32 with one value per column");
+    require(b.type == DType::F32 && b.numel() == cols, op,
+            std::string(name) + " must be F32 with " + std::to_string(cols) + " values");
     return reinterpret_cast<const float*>(ptr(b, op));
   };
   require(cache.k.type == cache.v.type && (cache.k.type == DType::F16 || cache.k.type == DType::F32), op,
@@ -47,6 +48,8 @@ ops::AttnInputsArgs CudaBackend::attn_inputs_args(const AttnInputs& a, const KVL
   g.v = reinterpret_cast<float*>(ptr(a.v, op));
   g.ldq = ld_of(a.q), g.ldk = ld_of(a.k), g.ldv = ld_of(a.v);
   g.bq = bias(a.bq, nq, "bq"), g.bk = bias(a.bk, nkv, "bk"), g.bv = bias(a.bv, nkv, "bv");
+  g.q_norm = bias(a.q_norm, a.head_dim, "q_norm"), g.k_norm = bias(a.k_norm, a.head_dim, "k_norm");
+  g.norm_eps = a.norm_eps;
   g.positions = reinterpret_cast<const int32_t*>(ptr(a.positions, op));
   g.n_heads = a.n_heads, g.n_kv_heads = a.n_kv_heads, g.head_dim = a.head_dim, g.rope_dims = a.rope_dims;
   g.theta = a.theta, g.neox = a.style == RopeStyle::NeoX;
@@ -57,11 +60,10 @@ ops::AttnInputsArgs CudaBackend::attn_inputs_args(const AttnInputs& a, const KVL
 }
 
 namespace {
-// Whether the fused kernels take these attention inputs: no per-head norms (Gemma 3), and
-// q, k, v packed rows of whole heads.
+// Whether the fused kernels take these attention inputs: q, k, v packed rows of whole heads.
 bool fusable_inputs(const Backend::AttnInputs& a) {
   const int64_t nq = static_cast<int64_t>(a.n_heads) * a.head_dim, nkv = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
-  return !a.q_norm.buf && !a.k_norm.buf && a.q.cols() == nq && a.k.cols() == nkv && a.v.cols() == nkv;
+  return a.q.cols() == nq && a.k.cols() == nkv && a.v.cols() == nkv;
 }
 }  // namespace
 
@@ -79,8 +81,10 @@ void CudaBackend::norm_attention_inputs(const Tensor& h, const Tensor& x, const 
                                         float w_offset, const Tensor& wq, const Tensor& wk, const Tensor& wv,
                                         const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
   const int64_t N = x.rows();
-  // The epilogue keeps a rotated pair in one warp's 16 rows (ops::QkvEpilogue).
-  if (!fusable_inputs(a) || a.head_dim % 16 || N == 0 || x.cols() == 0 || gemm_on(N) || a.q.rows() != N) {
+  // The epilogue keeps a rotated pair in one warp's 16 rows (ops::QkvEpilogue); per-head norms
+  // (Gemma 3) need whole heads, left to attention_inputs' one kernel.
+  if (!fusable_inputs(a) || a.q_norm.buf || a.k_norm.buf || a.head_dim % 16 || N == 0 || x.cols() == 0 || gemm_on(N) ||
+      a.q.rows() != N) {
     Backend::norm_attention_inputs(h, x, norm_w, eps, w_offset, wq, wk, wv, a, cache, meta);
     return;
   }
@@ -117,6 +121,14 @@ void CudaBackend::attention_residual(const Tensor& dst, const Tensor& wo, const 
   act_scratch(N, C, block, aq.q, aq.d);
   attention(out, q, cache, meta, s, &aq);
   if (mw.w) launch_matmul(wo.type, &mw, 1, out, &aq, /*accumulate=*/true);
+}
+
+void CudaBackend::norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps) {
+  require(x.type == DType::F32 && w.type == DType::F32 && dst.type == DType::F32, "norm_residual", "F32 only");
+  require(w.numel() == x.cols() && dst.cols() == x.cols() && dst.rows() == x.rows(), "norm_residual", "shape mismatch");
+  ops::rms_norm_add(rt_->stream(), rows_of(ptr(x, "norm_residual"), x), reinterpret_cast<const float*>(ptr(w, "norm_residual")),
+                    x.rows(), x.cols(), eps, rows_of(ptr(dst, "norm_residual"), dst));
+  launched("rms_norm + add");
 }
 
 void CudaBackend::norm_for_matmuls(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,

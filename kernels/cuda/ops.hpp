@@ -33,6 +33,8 @@ void get_rows(Stream s, DType t, const uint8_t* table, size_t table_stride, int6
 void rms_norm(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
               float eps, float w_offset);
 enum class Binary { Add, Mul };
+// x = rms_norm(x, w) in place, then dst += x, row by row: one launch, the two ops' bits.
+void rms_norm_add(Stream s, F32Rows x, const float* w, int64_t rows, int64_t cols, float eps, F32Rows dst);
 // dst = a op b; b_ld == 0 broadcasts b's one row.
 void binary(Stream s, Binary op, F32Rows dst, const float* a, int64_t lda, const float* b, int64_t ldb,
             int64_t rows, int64_t cols);
@@ -49,12 +51,15 @@ void kv_store(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride,
 void kv_move(Stream s, uint8_t* k_cache, uint8_t* v_cache, size_t cache_stride, int64_t n_slots, const int32_t* from,
              const int32_t* to, int64_t n, int* err);
 
-// The attention inputs of a layer in one launch (Backend::attention_inputs without per-head
-// norms): biases (null: none) added to q, k, v; q and k rotated; k, v stored at slots.
+// The attention inputs of a layer in one launch (Backend::attention_inputs): biases (null:
+// none) added to q, k, v; each head of q and k RMS-normed (q_norm, k_norm: null none); q and
+// k rotated; k, v stored at slots.
 struct AttnInputsArgs {
   float *q, *k, *v;
   int64_t ldq, ldk, ldv;
   const float *bq, *bk, *bv;
+  const float *q_norm, *k_norm;
+  float norm_eps;
   const int32_t* positions;
   int n_heads, n_kv_heads, head_dim, rope_dims;
   float theta;

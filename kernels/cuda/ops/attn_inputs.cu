@@ -1,17 +1,20 @@
 // attn_inputs: a layer's attention inputs after the q/k/v projections in one launch instead
-// of six: the biases added to q, k and v, q and k rotated, k and v stored into the paged cache
-// at their slots. One block per token, the three steps separated by barriers, each element
-// computed with the operations of ops/binary.cu, ops/rope.cu (dev::rope_pair) and
-// ops/kv_store.cu: the bits of the separate ops.
+// of up to eight: the biases added to q, k and v, each head of q and k RMS-normed (Gemma 3), q
+// and k rotated, k and v stored into the paged cache at their slots. One block per token, the
+// steps separated by barriers, each element computed with the operations of ops/binary.cu,
+// ops/rms_norm.cu (dev::rms_norm_row, with its block of kNormThreads: the same sums),
+// ops/rope.cu (dev::rope_pair) and ops/kv_store.cu: the bits of the separate ops.
+#include "kernels/cuda/act_rows.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/rope.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = dev::kNormThreads;
 
 __global__ void attn_inputs_kernel(ops::AttnInputsArgs a, int* err) {
+  __shared__ double partial[kThreads / dev::kWarp];  // the per-head norms' sums
   const int64_t t = blockIdx.x;
   float* q = a.q + t * a.ldq;
   float* k = a.k + t * a.ldk;
@@ -24,6 +27,13 @@ __global__ void attn_inputs_kernel(ops::AttnInputsArgs a, int* err) {
   if (a.bv)
     for (int i = threadIdx.x; i < nkv; i += kThreads) v[i] = v[i] + a.bv[i];
   __syncthreads();
+  for (int h = 0; h < (a.q_norm ? a.n_heads : 0) + (a.k_norm ? a.n_kv_heads : 0); ++h) {
+    const bool is_q = a.q_norm && h < a.n_heads;
+    float* head = is_q ? q + static_cast<int64_t>(h) * a.head_dim
+                       : k + static_cast<int64_t>(h - (a.q_norm ? a.n_heads : 0)) * a.head_dim;
+    dev::rms_norm_row(head, head, is_q ? a.q_norm : a.k_norm, a.head_dim, a.norm_eps, 0.0f, partial);
+    __syncthreads();  // the head is written, and `partial` free for the next one
+  }
   const int half = a.rope_dims / 2;
   const double pos = static_cast<double>(a.positions[t]);
   for (int idx = threadIdx.x; idx < half * (a.n_heads + a.n_kv_heads); idx += kThreads) {

@@ -13,7 +13,25 @@ __global__ void rms_norm_kernel(float* dst, int64_t ldd, const float* x, int64_t
   dev::rms_norm_row(dst + blockIdx.x * ldd, x + blockIdx.x * ldx, w, cols, eps, w_offset, partial);
 }
 
+// The post-norm residual (Gemma 3): the row normed in place, then added to dst's row with
+// ops/binary.cu's operation once the block's barrier has made the row whole.
+__global__ void rms_norm_add_kernel(float* x, int64_t ldx, const float* w, int64_t cols, float eps, float* dst,
+                                    int64_t ldd) {
+  __shared__ double partial[dev::kNormThreads / dev::kWarp];
+  float* xr = x + blockIdx.x * ldx;
+  dev::rms_norm_row(xr, xr, w, cols, eps, 0.0f, partial);
+  __syncthreads();
+  float* d = dst + blockIdx.x * ldd;
+  for (int64_t i = threadIdx.x; i < cols; i += dev::kNormThreads) d[i] = d[i] + xr[i];
+}
+
 }  // namespace
+
+void ops::rms_norm_add(Stream s, F32Rows x, const float* w, int64_t rows, int64_t cols, float eps, F32Rows dst) {
+  if (rows == 0) return;
+  TANDEM_LAUNCH(rms_norm_add_kernel, static_cast<unsigned>(rows), dev::kNormThreads, 0, static_cast<cudaStream_t>(s))
+  (x.p, x.ld, w, cols, eps, dst.p, dst.ld);
+}
 
 void ops::rms_norm(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
                    float eps, float w_offset) {
