@@ -142,6 +142,15 @@ void DeviceVerifier::walk(const kernels::Tensor& ids, std::span<const Sequence> 
   }
 }
 
+kernels::Tensor DeviceVerifier::probs_rows(int64_t rows, int64_t vocab) {
+  const size_t bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
+  if (!probs_ || probs_->size() < bytes) {
+    probs_.reset();
+    probs_ = be_.alloc(bytes);
+  }
+  return kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
+}
+
 void DeviceVerifier::verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                           std::span<VerifyResult> verdicts) {
   const int64_t rows = logits.rows(), vocab = logits.cols();
@@ -177,12 +186,7 @@ void DeviceVerifier::verify_coupled_trees(const kernels::Tensor& logits, std::sp
                         ids = w.take(DType::I32, rows, 1);
   const kernels::Tensor tkeys = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
   const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
-  const size_t probs_bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
-  if (!probs_ || probs_->size() < probs_bytes) {
-    probs_.reset();
-    probs_ = be_.alloc(probs_bytes);
-  }
-  const kernels::Tensor probs = kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
+  const kernels::Tensor probs = probs_rows(rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tkeys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
@@ -240,12 +244,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
   const kernels::Tensor tsv = w.take(DType::I32, kernels::kSeqVerifyWords, n);
   const kernels::Tensor tdr = w.take(DType::I32, max_d, n), tqr = w.take(DType::I32, max_d, n);
   const kernels::Tensor n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);
-  const size_t probs_bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
-  if (!probs_ || probs_->size() < probs_bytes) {
-    probs_.reset();
-    probs_ = be_.alloc(probs_bytes);
-  }
-  const kernels::Tensor probs = kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
+  const kernels::Tensor probs = probs_rows(rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tsv, sv.data(), sv.size() * sizeof(kernels::SeqVerify));

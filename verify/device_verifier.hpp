@@ -58,6 +58,8 @@ class DeviceVerifier {
                       std::span<VerifyResult> out);
   // Coupled trees: each row's Gumbel-max token under its transform, then the walk.
   void verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  // make_probs' output: rows x vocab floats in probs_, grown to the largest step seen.
+  kernels::Tensor probs_rows(int64_t rows, int64_t vocab);
   // The walk of verify_greedy over row tokens `ids` (argmax or coupled draws) for seqs.
   void walk(const kernels::Tensor& ids, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   kernels::Backend& be_;
