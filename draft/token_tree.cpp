@@ -103,8 +103,9 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       const int64_t position = static_cast<int64_t>(context_.size()) + depth;
       for (int32_t t : gumbel_top(q, *opts_.coupled, position, static_cast<size_t>(room))) kids.push_back({t, logq(t)});
     } else {
+      const int32_t drawn = sized_by_cost(room, q, parent_score);
       Distribution left = q;  // children drawn without replacement
-      for (int32_t j = 0; j < room && !left.ids.empty(); ++j) {
+      for (int32_t j = 0; j < drawn && !left.ids.empty(); ++j) {
         const int32_t t = sample(left, *rng_);
         kids.push_back({t, logq(t)});
         const Distribution next = remove_token(left, t);
@@ -124,6 +125,28 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
     if (grammar) c.grammar = grammar->after(state, t);
     nodes_.push_back(c);
   }
+}
+
+int32_t TreeBuilder::sized_by_cost(int32_t room, const Distribution& q, double parent_score) const {
+  const std::span<const double> cost = opts_.tree_cost;
+  if (cost.empty() || room <= 0) return room;
+  // A child is accepted about as often as its path reaches it times its own probability:
+  // the parent's path probability times the j-th largest q (known before anything is drawn).
+  // Children are added while the expected tokens per cost of the target's pass rise, as
+  // take() sizes deterministic trees.
+  double expected = 1.0;
+  for (const Node& n : nodes_) expected += std::exp(n.score);
+  const auto size = static_cast<int32_t>(nodes_.size());
+  const double reach = std::exp(parent_score);
+  auto at = [&](int32_t n) { return std::max(cost[static_cast<size_t>(std::min<int32_t>(n, static_cast<int32_t>(cost.size()) - 1))], 1e-9); };
+  int32_t m = 0;
+  while (m < room && static_cast<size_t>(m) < q.probs.size()) {
+    const double gain = reach * static_cast<double>(q.probs[static_cast<size_t>(m)]);
+    if ((expected + gain) / at(size + m + 1) <= expected / at(size + m)) break;
+    expected += gain;
+    ++m;
+  }
+  return m;
 }
 
 std::vector<int32_t> TreeBuilder::take_frontier() {

@@ -5,7 +5,10 @@
 // draft in one batched pass, and each gets up to `width` children from its logits, until
 // max_tokens deep. Deterministic trees then keep their tree_nodes most probable nodes (the
 // best path and the likeliest alternatives); sampled ones spend tree_nodes as they grow,
-// keeping enough for the best path to reach max_tokens. A tree of width 1 is a chain.
+// keeping enough for the best path to reach max_tokens. With the cost model's T(n) both are
+// sized by cost: deterministic trees keep the nodes that maximise the expected tokens per
+// cost, sampled ones draw a node's children only while that ratio rises. A tree of width 1
+// is a chain.
 //
 // How children are chosen follows the request's verification (verify/tree_verifier.hpp):
 //  * greedy: the most likely tokens (softmax of the logits);
@@ -69,6 +72,10 @@ class TreeBuilder {
   // How many children the next node expanded at `depth` may get (expansions come best first
   // within a depth).
   int32_t room_for_children(int32_t depth);
+  // Sampled trees with the cost model's T(n) (ProposeOptions::tree_cost): how many of `room`
+  // children to draw from q, decided from q and the tree so far before any is drawn (so the
+  // siblings stay plain draws without replacement).
+  int32_t sized_by_cost(int32_t room, const Distribution& q, double parent_score) const;
 
   std::span<const int32_t> context_;
   ProposeOptions opts_;

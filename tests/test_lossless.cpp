@@ -1051,7 +1051,11 @@ const std::vector<Config> kConfigs = {
         // Coupled trees verified on the device: each row's Gumbel-max token under penalties
         // along its node's path, then the walk.
         Config{"cuda_tree_coupled_model_penalties_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
-               V::Coupled, false, "cuda-emulated", "", 0, "keep", 0, "", false, 3, 8}};
+               V::Coupled, false, "cuda-emulated", "", 0, "keep", 0, "", false, 3, 8},
+        // Sampled trees sized by the cost model (the goodput policy's T(n)): how many children
+        // a node gets depends on q and the tree so far, never on the children's own draws.
+        Config{"tree_model_goodput_w3", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
+               "cpu", "", 0, "keep", 0, "", false, 3, 10}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "draft/model_proposer.hpp"
+#include "draft/token_tree.hpp"
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/runtime/engine_access.hpp"
@@ -295,6 +296,41 @@ TEST(TokenTrees, GrammarCutsADeterministicTreeNodeByNode) {
   EXPECT_TRUE(allows(3, 1)) << "after \"a \": a letter";
   sampled.dists.assign(sampled.tokens.size() + 1, Distribution{});
   EXPECT_THROW(sg.fit(sampled), std::logic_error);
+}
+
+// A sampled tree sized by the cost model: children are drawn while the expected tokens per
+// cost rise, decided from q before the draws. Verification that costs nothing more per node
+// lets the tree spend its budget; verification whose cost grows with every node keeps a chain
+// (or nothing) where q is flat, and grows siblings only where q is confident.
+TEST(TokenTrees, SampledTreesAreSizedByTheCostModel) {
+  const std::vector<int32_t> context = {1, 2, 3};
+  std::vector<float> flat(16, 0.0f), peaked(16, 0.0f);
+  peaked[5] = 4.0f;
+  peaked[6] = 3.0f;
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  auto grow = [&](const std::vector<float>& row, const std::vector<double>& cost) {
+    ProposeOptions po;
+    po.max_tokens = 4;
+    po.sampling = &sp;
+    po.tree_width = 3;
+    po.tree_nodes = 12;
+    po.tree_cost = cost;
+    Rng rng(9);
+    TreeBuilder b(context, po, &rng);
+    b.expand(-1, row);
+    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier())
+      for (int32_t n : f) b.expand(n, row);
+    return b.take().tokens.size();
+  };
+  std::vector<double> free_cost(13, 1.0), steep(13);
+  for (size_t n = 0; n < steep.size(); ++n) steep[n] = 1.0 + 0.5 * static_cast<double>(n);
+  EXPECT_EQ(grow(flat, {}), 12u) << "without a cost model the budget is spent";
+  EXPECT_EQ(grow(flat, free_cost), 12u) << "free nodes: the budget is spent";
+  EXPECT_EQ(grow(flat, steep), 0u) << "a flat q over 16 tokens is not worth a node at that cost";
+  const size_t confident = grow(peaked, steep);
+  EXPECT_GE(confident, 1u);
+  EXPECT_LT(confident, 12u);
 }
 
 }  // namespace
