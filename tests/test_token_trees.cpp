@@ -205,8 +205,9 @@ TEST(TokenTrees, GreedyLogprobsAreThePlainOnes) {
 
 // On the CUDA backend (its kernels under the emulator): trees are drafted on the host from the
 // draft's logits, their nodes attended to by the CUDA kernel, and verified on the device
-// (greedy: a walk along each row's argmax; coupled: along each row's Gumbel-max token), so
-// only ids come back; a seed's coupled text is plain decoding's.
+// (greedy: a walk along each row's argmax, of the penalised logits with penalties; coupled:
+// along each row's Gumbel-max token), so only ids come back; a seed's coupled text is plain
+// decoding's.
 TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
   const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft, "cuda-emulated");
@@ -220,7 +221,14 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
     k.sampling.seed = 7 + s;
     k.speculative.verify = VerifyMode::Coupled;
     const auto kplain = e->generate_tokens(prompt, k);
+    GenerateOptions pen = greedy(16);  // greedy with penalties: the argmax of penalised rows
+    pen.sampling.repetition_penalty = 1.3f;
+    pen.sampling.frequency_penalty = 0.2f;
+    const auto pplain = e->generate_tokens(prompt, pen);
     for (const Shape& sh : {Shape{2, 6, 3}, Shape{4, 16, 5}}) {
+      const auto ptree = e->generate_tokens(prompt, with_tree(pen, sh.width, sh.nodes, sh.depth));
+      ASSERT_EQ(ptree.tokens, pplain.tokens) << "penalties, prompt " << s << " width " << sh.width;
+      EXPECT_GT(ptree.speculative.device_verified_steps, 0) << "greedy trees with penalties are verified on the device";
       const auto tree = e->generate_tokens(prompt, with_tree(greedy(16), sh.width, sh.nodes, sh.depth));
       ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s << " width " << sh.width;
       EXPECT_GT(tree.speculative.tree_steps, 0);

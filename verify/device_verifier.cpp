@@ -72,20 +72,21 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     if (!s.q_rows.empty() && (s.q_rows.size() != s.drafts.size() || !q))
       throw std::logic_error("device verification: q rows do not match the drafts");
     if (!s.parents.empty()) {
-      if (s.parents.size() != s.drafts.size() || (s.sampling && (!s.coupled || !s.q_rows.empty())))
+      if (s.parents.size() != s.drafts.size() ||
+          (s.sampling && ((!s.coupled && !s.sampling->greedy()) || !s.q_rows.empty())))
         throw std::logic_error("device verification: a token tree is verified greedy or coupled, with its parents");
       for (size_t n = 0; n < s.parents.size(); ++n)
         if (s.parents[n] < -1 || s.parents[n] >= static_cast<int32_t>(n))
           throw std::logic_error("device verification: a tree node's parent does not come before it");
     }
-    const bool tree_coupled = !s.parents.empty() && s.sampling;
-    (tree_coupled ? trees : s.sampling ? sampled : argmax).push_back(s);
-    (tree_coupled ? trees_at : s.sampling ? sampled_at : argmax_at).push_back(i);
+    const bool tree_transformed = !s.parents.empty() && s.sampling;
+    (tree_transformed ? trees : s.sampling ? sampled : argmax).push_back(s);
+    (tree_transformed ? trees_at : s.sampling ? sampled_at : argmax_at).push_back(i);
   }
   std::vector<VerifyResult> a(argmax.size()), b(sampled.size()), c(trees.size());
   if (!argmax.empty()) verify_argmax(logits, argmax, a);
   if (!sampled.empty()) verify_sampled(logits, sampled, q, b);
-  if (!trees.empty()) verify_coupled_trees(logits, trees, c);
+  if (!trees.empty()) verify_transformed_trees(logits, trees, c);
   for (size_t i = 0; i < a.size(); ++i) out[argmax_at[i]] = std::move(a[i]);
   for (size_t i = 0; i < b.size(); ++i) out[sampled_at[i]] = std::move(b[i]);
   for (size_t i = 0; i < c.size(); ++i) out[trees_at[i]] = std::move(c[i]);
@@ -151,8 +152,8 @@ kernels::Tensor DeviceVerifier::probs_rows(int64_t rows, int64_t vocab) {
   return kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
 }
 
-void DeviceVerifier::verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
-                                          std::span<VerifyResult> verdicts) {
+void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                              std::span<VerifyResult> verdicts) {
   const int64_t rows = logits.rows(), vocab = logits.cols();
   // Each row's transform with the penalties of its node's path (rows of other sequences:
   // skipped), and its noise key at the node's depth; the fault injection as verify_sampled.
@@ -191,6 +192,7 @@ void DeviceVerifier::verify_coupled_trees(const kernels::Tensor& logits, std::sp
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tkeys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
   dd_.make_probs(probs, top, conf, logits, tp, pens.empty() ? kernels::Tensor{} : tpen);
+  // (A greedy row's distribution is a point mass: its Gumbel-max token is its argmax.)
   dd_.sample_probs(ids, probs, top, tkeys, kernels::kTagSample, /*coupled=*/true);
   walk(ids, seqs, verdicts);
 }

@@ -8,8 +8,9 @@
 //     against the draft's q (its rows in DraftProbs when it sampled on the device, point
 //     masses for n-gram and greedy drafts) with counter-based noise keyed by (seed,
 //     position), or coupled verification (Gumbel-max with the request's noise).
-// Token trees (Sequence::parents), greedy or coupled: each row's target token (the argmax, or
-// the Gumbel-max token at the row's depth), then a walk from the root along them.
+// Token trees (Sequence::parents), greedy or coupled: each row's target token (the argmax, of
+// the penalised logits where there are penalties, or the Gumbel-max token at the row's depth),
+// then a walk from the root along them.
 // Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
 // position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
 // stream: the output follows the target's distribution exactly as on the host, but a seed
@@ -56,8 +57,10 @@ class DeviceVerifier {
   void verify_argmax(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   void verify_sampled(const kernels::Tensor& logits, std::span<const Sequence> seqs, const kernels::Tensor* q,
                       std::span<VerifyResult> out);
-  // Coupled trees: each row's Gumbel-max token under its transform, then the walk.
-  void verify_coupled_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  // Coupled trees, and greedy ones with penalties: each row's Gumbel-max token under its
+  // transform (greedy: the argmax of the penalised logits), then the walk.
+  void verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                std::span<VerifyResult> out);
   // make_probs' output: rows x vocab floats in probs_, grown to the largest step seen.
   kernels::Tensor probs_rows(int64_t rows, int64_t vocab);
   // The walk of verify_greedy over row tokens `ids` (argmax or coupled draws) for seqs.

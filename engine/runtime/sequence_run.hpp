@@ -120,7 +120,8 @@ class SequenceRun {
   // A token tree's verdict is reached there when it is greedy or coupled (recursive rejection
   // over siblings stays on the host).
   bool verdict_on_device() const {
-    return device_eligible() && step_.prop.dists.empty() && (!step_.prop.tree() || verdict_is_argmax() || coupled_);
+    return device_eligible() && step_.prop.dists.empty() &&
+           (!step_.prop.tree() || opts_.sampling.greedy() || coupled_);
   }
   // This step as the device verifier takes it (first_row: the pending token's row).
   DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
