@@ -418,7 +418,8 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
     throw std::runtime_error("device verification returned an impossible verdict (" +
                              std::to_string(verdict.n_accepted) + " accepted, next token " +
                              std::to_string(verdict.next_token) + ")");
-  if (step_.prop.tree()) {
+  const bool tree = step_.prop.tree();
+  if (tree) {
     // The walk's path: nodes in order down the tree, one per accepted token.
     const auto n = static_cast<int32_t>(step_.prop.tokens.size());
     bool ok = static_cast<int32_t>(verdict.path.size()) == verdict.n_accepted;
@@ -427,17 +428,13 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
       ok = node >= 0 && node < n && step_.prop.parents[static_cast<size_t>(node)] == up;
     }
     if (!ok) throw std::runtime_error("device verification returned a path that is not the tree's");
-    record_step(verdict, target_ms, 0.0);
-    if (out_.generated() > 0) ++result().speculative.device_verified_steps;
-    const VerifyResult v = keep_path(TreeVerdict{verdict.path, verdict.next_token, verdict.all_accepted});
-    kv_.truncate(step_.base_len + 1 + v.n_accepted);
-    commit_step(v, {});
-    return;
   }
   record_step(verdict, target_ms, 0.0);
   if (out_.generated() > 0) ++result().speculative.device_verified_steps;
-  kv_.truncate(step_.base_len + 1 + verdict.n_accepted);
-  commit_step(verdict, {});
+  // A tree's accepted path is moved into chain order, and committed as a chain.
+  const VerifyResult v = tree ? keep_path(TreeVerdict{verdict.path, verdict.next_token, verdict.all_accepted}) : verdict;
+  kv_.truncate(step_.base_len + 1 + v.n_accepted);
+  commit_step(v, {});
 }
 
 // The target's verdict on the drafts. p_i's penalties see the tokens accepted before
