@@ -15,6 +15,9 @@
 // (bench/int8_peak.hpp).
 //
 // --only N times n = N alone (to profile one pass size under perf): no ratios, no roofline.
+// --vs-vnni (on a CPU with AMX) then times the prefill and T(1), T(2), T(4), T(8), T(16)
+// again on the AMX kernels and on the VNNI ones (what TANDEM_AMX=0 runs), alternating pass by
+// pass, and prints the ratios.
 //
 // Each T(n) is the median of `reps` passes of n new tokens appended at position `ctx`
 // (the cache already holds ctx tokens), then rolled back, so every n sees the same state.
@@ -29,13 +32,14 @@
 #include "bench/read_bandwidth.hpp"
 #include "engine/model/requantize.hpp"
 #include "engine/model/transformer.hpp"
+#include "kernels/cpu/quant.hpp"
 
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   std::string path, type = "keep";
   int threads = 0, nmin = 1, nmax = 16, reps = 5, ctx = 256;
-  bool json = false;
+  bool json = false, vs_vnni = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
     if (!std::strcmp(argv[i], "-m")) path = next();
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--type")) type = next();
+    else if (!std::strcmp(argv[i], "--vs-vnni")) vs_vnni = true;
   }
   if (path.empty()) {
     std::fprintf(stderr, "usage: %s -m MODEL.gguf [-t THREADS] [--nmax 16] [--reps 5] [--ctx 256]\n", argv[0]);
@@ -128,6 +133,50 @@ int main(int argc, char** argv) {
                 "median of 5, %d threads)\n",
                 n_last, static_cast<double>(macs_per_token) * n_last / 1e9, gmacs, 100.0 * gmacs / peak, peak,
                 tandem::bench::int8_peak_instruction(), read_pool.size());
+  if (vs_vnni && !json) {
+    namespace cpu = tandem::kernels::cpu;
+    const cpu::AmxPath amx = cpu::amx_path();
+    if (amx != cpu::AmxPath::Hardware) {
+      std::printf("\n--vs-vnni: no AMX tiles in use here (%s): nothing to compare\n", cpu::amx_name(amx).c_str());
+    } else {
+      // One pass of `tokens` at the end of the cache as it is (prefill: from empty), in ms.
+      auto pass = [&](const std::vector<int32_t>& tokens, int at) {
+        seq.truncate(at);
+        tandem::Batch b;
+        if (at == 0) b.add(seq, tokens);
+        else b.add_all_logits(seq, tokens);
+        const auto t0 = Clock::now();
+        tf.forward(b, logits);
+        return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      };
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      std::printf("\nAMX tiles against the VNNI kernels (TANDEM_AMX=0), alternating, medians of %d:\n"
+                  "| pass | AMX ms | VNNI ms | VNNI / AMX |\n|---|---|---|---|\n", reps);
+      auto compare = [&](const char* what, const std::vector<int32_t>& tokens, int at) {
+        std::vector<double> a, v;
+        for (int r = 0; r < reps + 1; ++r) {
+          cpu::force_amx(cpu::AmxPath::Hardware);
+          const double ta = pass(tokens, at);
+          cpu::force_amx(cpu::AmxPath::Off);
+          const double tv = pass(tokens, at);
+          if (r > 0) a.push_back(ta), v.push_back(tv);
+        }
+        cpu::force_amx(amx);
+        std::printf("| %s | %.2f | %.2f | %.2f |\n", what, median(a), median(v), median(v) / median(a));
+      };
+      compare(("prefill " + std::to_string(ctx)).c_str(), prompt, 0);
+      pass(prompt, 0);  // the context back for the T(n) passes
+      for (int n : {1, 2, 4, 8, 16}) {
+        std::vector<int32_t> run(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + i * 31) % std::min(vocab, 30000);
+        compare(("T(" + std::to_string(n) + ")").c_str(), run, ctx);
+      }
+      seq.truncate(ctx);
+    }
+  }
   if (json) {
     std::printf("{\"model\": \"%s\", \"weights\": \"%s\", \"weight_bytes\": %zu, \"backend\": \"%s\", \"ctx\": %d, "
                 "\"pass_bytes\": %zu, \"decode_gbs\": %.3f, \"read_gbs\": %.3f, "

@@ -138,18 +138,30 @@ class BatchInvariance : public ::testing::TestWithParam<InvCase> {
   }
 
   // Runs `body` once per kernel level this CPU has (each has its own matmul and attention
-  // code, each must keep the promise), then restores the detected level.
+  // code, each must keep the promise), and at the AVX-512 level once more with the AMX
+  // kernels on the model of the tile instructions (passes of 4 tokens or more take them,
+  // shorter ones the VNNI kernels, so the comparisons cross the two), then restores the
+  // detected level and AMX path.
   template <class F>
   void for_each_isa(F body) {
     namespace cpu = kernels::cpu;
     struct Restore {
-      ~Restore() { cpu::force_isa(cpu::detected_isa()); }
+      ~Restore() {
+        cpu::force_isa(cpu::detected_isa());
+        cpu::force_amx(cpu::detected_amx());
+      }
     } restore;
     for (int l = 0; l <= static_cast<int>(cpu::detected_isa()); ++l) {
       const auto isa = static_cast<cpu::Isa>(l);
       SCOPED_TRACE(cpu::isa_name(isa));
       cpu::force_isa(isa);
+      cpu::force_amx(cpu::AmxPath::Off);
       body();
+      if (isa == cpu::Isa::Avx512) {
+        SCOPED_TRACE("AMX kernels on the model");
+        cpu::force_amx(cpu::AmxPath::Model);
+        body();
+      }
     }
   }
 

@@ -15,7 +15,8 @@ CpuBackend::CpuBackend(int n_threads, bool pin_threads)
     : pool_(n_threads > 0 ? n_threads : ThreadPool::default_threads(), pin_threads) {}
 
 std::string CpuBackend::name() const {
-  return "cpu (" + isa_name(detected_isa()) + ", " + std::to_string(pool_.size()) + " threads" +
+  const std::string amx = amx_path() == AmxPath::Off ? "" : " + " + amx_name(amx_path());
+  return "cpu (" + isa_name(detected_isa()) + amx + ", " + std::to_string(pool_.size()) + " threads" +
          (pool_.pinned() ? ", pinned" : "") + ")";
 }
 
@@ -26,6 +27,13 @@ std::string CpuBackend::description() const {
   std::string s = "backend: cpu\n  kernels: " + isa_name(detected_isa()) + " (built: " + built +
                   "; chosen at start from the CPU features below, capped by TANDEM_ISA)\n  threads: " + std::to_string(pool_.size()) +
                   (pool_.pinned() ? " (workers pinned to cores)" : "");
+  if (amx_path() != AmxPath::Off)
+    s += "\n  amx: " + amx_name(amx_path()) + " tiles for tiled weights in passes of " +
+         std::to_string(mm::kAmxMinTokens) + "+ tokens (TANDEM_AMX=0 keeps the VNNI kernels)";
+  else if (amx_available())
+    s += "\n  amx: off (TANDEM_AMX=0, or a kernel level below avx512)";
+  else
+    s += "\n  amx: not on this CPU (or not granted by the OS)";
   std::string tiled, packed;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (tiles_rows(t)) tiled += std::string(" ") + dtype_name(t);
@@ -48,6 +56,7 @@ std::string CpuBackend::description() const {
   if (__builtin_cpu_supports("avx512vl")) s += " avx512vl";
   if (__builtin_cpu_supports("avx512dq")) s += " avx512dq";
   if (__builtin_cpu_supports("avx512vnni")) s += " avx512vnni";
+  if (tandem::cpu::cpu_has_amx_int8()) s += " amx_tile amx_int8";
   return s;
 }
 

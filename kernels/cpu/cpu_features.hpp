@@ -18,4 +18,16 @@ inline bool cpu_has_f16c() {
 #endif
 }
 
+// CPUID.(EAX=7, ECX=0):EDX bits 24 (AMX-TILE) and 25 (AMX-INT8): what the CPU has, whether
+// or not the OS lets a process use it (kernels::cpu::amx_available() says that).
+inline bool cpu_has_amx_int8() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (d & (1u << 24)) && (d & (1u << 25));
+#else
+  return false;
+#endif
+}
+
 }  // namespace tandem::cpu

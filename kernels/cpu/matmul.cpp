@@ -155,6 +155,10 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     if (!kset) fail(std::string("no kernel for ") + layout_name(wl) + dtype_name(job.wt));
     Resolved& r = res[n_res++];
     r.fn = rows_of(*kset, job.wt, wl);
+    // AMX for passes of several tokens over tiled weights: the native AVX-512 set's bits
+    // (its kernels are AVX-512 code around the tile products, so never under the emulated set).
+    if (wl == Layout::Tiled && N >= mm::kAmxMinTokens && kset == mm::avx512_kernels())
+      if (const mm::RowsFn f = mm::amx_rows(job.wt)) r.fn = f;
     r.tiled = job.tiled;
     r.R = job.R;
     r.args.wt = job.wt;

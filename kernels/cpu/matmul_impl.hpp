@@ -36,6 +36,9 @@ Family family(DType t);
 // Largest token range a kernel call gets; the driver walks longer batches in chunks of
 // this many tokens so that their activations stay in L2 while a row tile is reused.
 constexpr int64_t kMaxTokens = 32;
+// Passes of at least this many tokens multiply tiled weights with AMX where the CPU has it
+// (matmul_tiles_amx_impl.hpp says why not fewer).
+constexpr int64_t kAmxMinTokens = 4;
 
 struct ActLayout {
   int64_t C = 0;
@@ -151,5 +154,13 @@ void avx2_quant_q32(const float* x, const ActLayout& l, uint8_t* row);
 void avx2_quant_qk(const float* x, const ActLayout& l, uint8_t* row);  // natural order
 bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
 bool avx2_quantize(DType t, const float* src, void* dst, int64_t n);  // Q4_0
+
+// AMX-INT8 kernels for tiled weights (matmul_tiles_amx_impl.hpp), their results the AVX-512
+// VNNI tiled kernels' bits: on the CPU's tile instructions, and on the exact model of them
+// (amx_tiles.hpp) that runs wherever AVX-512 does. nullptr for a type without tiles.
+RowsFn amx_rows_hardware(DType t);
+RowsFn amx_rows_model(DType t);
+// The kernels of the AMX path in use (amx_path(), quant.hpp); nullptr when it is off.
+RowsFn amx_rows(DType t);
 
 }  // namespace tandem::kernels::cpu::mm

@@ -82,4 +82,21 @@ void force_isa(Isa isa);
 Isa active_isa();  // what dequantize_row and matmul use now
 std::string isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 
+// AMX tiles (Intel Xeons from Sapphire Rapids on) multiply tiled weights in passes of
+// several tokens (mm::kAmxMinTokens or more) at the AVX-512 level, with the VNNI kernels'
+// bits, so every batch-invariance guarantee holds whichever path runs.
+//  - Hardware: the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state, and Linux
+//    granted this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM); the default there.
+//  - Model: the same kernels on an exact C++ model of the tile instructions (tests: the
+//    AMX arithmetic checked on machines without AMX; needs the AVX-512 level).
+//  - Off: the VNNI kernels (no AMX, TANDEM_AMX=0, or a level below AVX-512).
+enum class AmxPath { Off, Hardware, Model };
+bool amx_available();   // Hardware can run here (detected once)
+AmxPath detected_amx(); // the default: Hardware where available, unless TANDEM_AMX=0
+AmxPath amx_path();     // what matmul uses now
+// Selects the path (process-wide); throws std::invalid_argument for Hardware where
+// amx_available() is false and for Model where the CPU has no AVX-512 level.
+void force_amx(AmxPath p);
+std::string amx_name(AmxPath p);  // "off", "amx", "amx-model"
+
 }  // namespace tandem::kernels::cpu

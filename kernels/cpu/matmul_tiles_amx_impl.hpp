@@ -1,0 +1,483 @@
+// AMX-INT8 kernels for weights in 16-row tiles (pack_tiles.hpp), for passes of several
+// tokens (verification, batched decode, prefill). A template over the tile instructions
+// (amx_tiles.hpp): matmul_tiles_amx_avx512.cpp instantiates it with the CPU's,
+// matmul_tiles_amxmodel_avx512.cpp with the model's, which the tests run on every machine.
+//
+// One tdpb*d multiplies up to 16 tokens (A: a token a row) by the 16 rows of a weight group
+// (B: K/4 rows of the 16 rows' 4-byte code groups, the tiles' own interleaving) into a
+// 16 × 16 int32 tile C (row t: token t's sums for the group's 16 rows, the lanes of the VNNI
+// kernels' vectors). A tile product can only give one integer sum per scale unit, so its K
+// is one unit: a 32-element block (Q4_0..Q8_0), a Q4_K group of 32, a Q6_K group of 16.
+//
+// The results are the VNNI kernels' bits (matmul_q32_tiles_avx512.cpp,
+// matmul_qk_tiles_avx512.cpp), whatever the number of tokens: each unit's integer sum is
+// exact and equal to theirs, and everything after it (group scales in int32, then the
+// block's float fold) is their code in their order:
+//  - Q4_0, Q4_1, Q5_0, Q5_1: unsigned codes (as the VNNI kernels decode them) times signed
+//    activations, tdpbsud.
+//  - Q8_0: the signed codes straight from the tile, tdpbssd; the VNNI kernels multiply
+//    code + 128, so the sum gains 128 * (the block's activation sum) in int32.
+//  - Q4_K: unsigned 4-bit codes, tdpbsud; sum * group scale added in int32 (theirs:
+//    vpdpwssd of the same product); the mins as theirs.
+//  - Q6_K: code - 32 as signed bytes, tdpbssd (theirs: unsigned codes from -32 * sum(q)).
+// Activations are copied per call into panels the tiles load (16 rows × K bytes a unit, in
+// the weights' element order; the activation rows keep each kernel's order, which the
+// VNNI kernels and the row kernels share).
+//
+// Passes of fewer than kAmxMinTokens tokens go to the VNNI kernels: one tile product costs
+// about 16 cycles however many of its rows hold tokens, what 32 vpdpbusd cost, and a token
+// takes 8 of those a block. Rows after the last whole group go to the row kernels.
+//
+// Everything is `static` or in an unnamed namespace: both instantiating files include it.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "kernels/cpu/act_order.hpp"
+#include "kernels/cpu/amx_tiles.hpp"
+#include "kernels/cpu/matmul_impl.hpp"
+#include "kernels/cpu/matmul_qk_avx512_order.hpp"
+#include "kernels/cpu/pack_tiles.hpp"
+#include "kernels/cpu/simd_avx512.hpp"
+
+// Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
+
+namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS {
+RowsFn rows_q32(DType t);        // matmul_q32_avx512.cpp
+RowsFn rows_qk(DType t);         // matmul_qk_avx512.cpp
+RowsFn rows_q32_tiles(DType t);  // matmul_q32_tiles_avx512.cpp
+RowsFn rows_qk_tiles(DType t);   // matmul_qk_tiles_avx512.cpp
+
+namespace {
+
+using namespace avx512;
+using u8 = uint8_t;
+using amx::TileConfig;
+
+// Tokens of one A tile.
+constexpr int kChunk = 16;
+
+// A thread's buffers: the activation panels and, for Q8_0, their blocks' code sums; the B
+// tiles built from the weights; the C tiles read back.
+struct AmxScratch {
+  struct Free {
+    void operator()(u8* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<u8, Free> panel;
+  size_t cap = 0;
+  alignas(64) u8 b[2][16 * 64];
+  alignas(64) int32_t c[2][16][16];
+  u8* panels(size_t n) {
+    if (n > cap) {
+      panel.reset(static_cast<u8*>(::operator new(n, std::align_val_t{64})));
+      cap = n;
+    }
+    return panel.get();
+  }
+};
+static AmxScratch& amx_scratch() {
+  thread_local AmxScratch s;
+  return s;
+}
+
+// Calls f(std::integral_constant<int, J>) for J = 0..N-1.
+template <class F, int... J>
+static inline void each_c(std::integer_sequence<int, J...>, F&& f) {
+  (f(std::integral_constant<int, J>{}), ...);
+}
+
+// ---- the 32-element block types ---------------------------------------------------------
+template <DType T>
+struct AmxQ32 {
+  static constexpr bool kSigned = T == DType::Q8_0;
+  static constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1;
+  static constexpr bool kFifth = T == DType::Q5_0 || T == DType::Q5_1;
+  static constexpr float kOffset = kSigned ? 128.0f : kFifth ? 16.0f : 8.0f;  // as the VNNI kernel's
+  static constexpr int kK = 32;  // bytes of a unit's A row
+  static int64_t units(const ActLayout& l) { return l.nb; }
+  static RowsFn vnni(DType t) { return rows_q32_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_q32(t); }
+
+  // C: tiles 0, 1; A: 2, 3; B: 4, 5 (8 rows of the 16 rows' 4-byte groups).
+  static TileConfig config(int rows) {
+    TileConfig c;
+    for (int s = 0; s < 2; ++s) {
+      amx::set_tile(c, s, rows, 64);
+      amx::set_tile(c, 2 + s, rows, kK);
+      amx::set_tile(c, 4 + s, 8, 64);
+    }
+    return c;
+  }
+
+  // Token row `q` into unit rows (block b at dst + b * 16 * kK), elements in natural order;
+  // sums[b * 16] the block's code sum (Q8_0).
+  static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t* sums) {
+    for (int64_t b = 0; b < l.nb; ++b) {
+      u8* d = dst + static_cast<size_t>(b) * 16 * kK;
+      // Elements 0-15 and 16-31 each lie in one run in every order act_order::q32 has.
+      std::memcpy(d, q + act_order::q32(T, b, 0, l.nb), 16);
+      std::memcpy(d + 16, q + act_order::q32(T, b, 16, l.nb), 16);
+      if constexpr (kSigned) {
+        int32_t s = 0;
+        for (int e = 0; e < 32; ++e) s += static_cast<int8_t>(d[e]);
+        sums[b * 16] = s;
+      }
+    }
+  }
+
+  template <class Tiles, int TN>
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+                    const int32_t* sums, AmxScratch& s) {
+    const Q32Tile p = q32_tile(T);
+    const ActLayout& l = a.xl;
+    const float* xd[TN];
+    const float* xs[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) {
+      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      xd[t] = act_d(row, l);
+      xs[t] = act_s(row, l);
+    }
+    __m512 acc[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    // Block b's tile product into C tile S (read back into s.c[S]).
+    auto product = [&](auto slot, int64_t b) {
+      constexpr int S = decltype(slot)::value;
+      const u8* w = gw + static_cast<size_t>(b) * static_cast<size_t>(p.size);
+      avx2::prefetch_ahead(w + 2048, p.size);
+      if constexpr (kSigned) {
+        Tiles::template load<4 + S>(w + p.codes, 64);  // [8 g][16 r][4 i]: B as stored
+      } else {
+        // B row k: elements 4k..4k+3 of the 16 rows, as the VNNI kernel's code vector k.
+        uint64_t masks[8] = {};
+        if constexpr (kFifth) std::memcpy(masks, w + p.qh, sizeof masks);
+        for (int v = 0; v < 4; ++v) {
+          const __m512i z = loadu512(w + p.codes + 64 * v);
+          __m512i lo = _mm512_and_si512(z, m4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+          if constexpr (kFifth) {
+            lo = _mm512_mask_add_epi8(lo, static_cast<__mmask64>(masks[v]), lo, _mm512_set1_epi8(0x10));
+            hi = _mm512_mask_add_epi8(hi, static_cast<__mmask64>(masks[4 + v]), hi, _mm512_set1_epi8(0x10));
+          }
+          _mm512_store_si512(s.b[S] + 64 * v, lo);
+          _mm512_store_si512(s.b[S] + 64 * (4 + v), hi);
+        }
+        Tiles::template load<4 + S>(s.b[S], 64);
+      }
+      Tiles::template load<2 + S>(panel + static_cast<size_t>(b) * 16 * kK, kK);
+      Tiles::template zero<S>();
+      if constexpr (kSigned) Tiles::template dpbssd<S, 2 + S, 4 + S>();
+      else Tiles::template dpbsud<S, 2 + S, 4 + S>();
+      Tiles::template store<S>(s.c[S], 64);
+    };
+    // Block b's sums into the accumulators: the VNNI kernel's fold.
+    auto fold = [&](auto slot, int64_t b) {
+      constexpr int S = decltype(slot)::value;
+      const u8* w = gw + static_cast<size_t>(b) * static_cast<size_t>(p.size);
+      const __m512 dw = f16x16(w + p.d);
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (kMin) mw = f16x16(w + p.m);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) {
+        __m512i is = _mm512_load_si512(s.c[S][t]);
+        if constexpr (kSigned) is = _mm512_add_epi32(is, _mm512_set1_epi32(128 * sums[b * 16 + t]));
+        const __m512 f = _mm512_cvtepi32_ps(is);
+        const float dx = xd[t][b], sx = xs[t][b];
+        if constexpr (kMin) {
+          acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(f, _mm512_set1_ps(dx)), dw, acc[t]);
+          acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[t]);
+        } else {
+          const __m512 v = _mm512_fmadd_ps(f, _mm512_set1_ps(dx), _mm512_set1_ps(-kOffset * sx));
+          acc[t] = _mm512_fmadd_ps(v, dw, acc[t]);
+        }
+      }
+    };
+    const std::integral_constant<int, 0> s0;
+    const std::integral_constant<int, 1> s1;
+    int64_t b = 0;
+    for (; b + 2 <= l.nb; b += 2) {  // two products in flight, folded in block order
+      product(s0, b);
+      product(s1, b + 1);
+      fold(s0, b);
+      fold(s1, b + 1);
+    }
+    if (b < l.nb) {
+      product(s0, b);
+      fold(s0, b);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+  }
+};
+
+// ---- Q4_K and Q6_K ----------------------------------------------------------------------
+// Where natural 32-element group j of a Q4_K activation block is stored (the AVX-512 Q4_K
+// kernels' chunk order, qk512::kNibbles).
+struct Q4kChunks {
+  int v[8];
+  constexpr explicit Q4kChunks(const int* order) : v() {
+    for (int i = 0; i < 8; ++i) v[order[i]] = i;
+  }
+};
+constexpr Q4kChunks kQ4kAt(qk512::kNibbles);
+
+struct AmxQ4K {
+  static constexpr int kK = 32, kGroups = 8;
+  static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
+  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_qk(t); }
+  static TileConfig config(int rows) { return AmxQ32<DType::Q4_0>::config(rows); }  // the same shapes
+
+  static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
+    for (int64_t bi = 0; bi < l.nb; ++bi)
+      for (int j = 0; j < kGroups; ++j)
+        std::memcpy(dst + static_cast<size_t>(bi * kGroups + j) * 16 * kK, q + 256 * bi + 32 * kQ4kAt.v[j], kK);
+  }
+
+  template <class Tiles, int TN>
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+                    const int32_t*, AmxScratch& s) {
+    const ActLayout& l = a.xl;
+    const int16_t* bs32[TN];
+    const float* xd[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) {
+      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      bs32[t] = act_bsums32(row, l);
+      xd[t] = act_d(row, l);
+    }
+    __m512 acc[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t bi = 0; bi < l.nb; ++bi) {
+      const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
+      avx2::prefetch_ahead(w + 2048, tile_q4k::size);
+      // The 16 rows' scales and mins, unpacked as the VNNI kernel does.
+      const __m512i z0 = loadu512(w + tile_q4k::scales), z1 = loadu512(w + tile_q4k::scales + 64),
+                    z2 = loadu512(w + tile_q4k::scales + 128);
+      const __m512i sc_lo = _mm512_and_si512(z0, m6), mn_lo = _mm512_and_si512(z1, m6);
+      const __m512i sc_hi =
+          _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
+      const __m512i mn_hi =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+      __m512i iacc[TN];
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) iacc[t] = _mm512_setzero_si512();
+      // Group j's tile product into C tile S.
+      auto product = [&](auto slot, auto jc) {
+        constexpr int S = decltype(slot)::value, j = decltype(jc)::value;
+        const u8* c = w + tile_q4k::codes + 256 * j;
+        for (int v = 0; v < 4; ++v) {  // B rows v and 4 + v: elements 4v.. and 16 + 4v.. of the group
+          const __m512i z = loadu512(c + 64 * v);
+          _mm512_store_si512(s.b[S] + 64 * v, _mm512_and_si512(z, m4));
+          _mm512_store_si512(s.b[S] + 64 * (4 + v), _mm512_and_si512(_mm512_srli_epi16(z, 4), m4));
+        }
+        Tiles::template load<4 + S>(s.b[S], 64);
+        Tiles::template load<2 + S>(panel + static_cast<size_t>(bi * kGroups + j) * 16 * kK, kK);
+        Tiles::template zero<S>();
+        Tiles::template dpbsud<S, 2 + S, 4 + S>();
+        Tiles::template store<S>(s.c[S], 64);
+      };
+      auto fold = [&](auto slot, auto jc) {
+        constexpr int S = decltype(slot)::value, j = decltype(jc)::value;
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+        #pragma GCC unroll 16
+        for (int t = 0; t < TN; ++t)
+          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_load_si512(s.c[S][t]), sc));
+      };
+      each_c(std::make_integer_sequence<int, kGroups / 2>{}, [&](auto pc) {
+        constexpr int j = 2 * decltype(pc)::value;
+        product(std::integral_constant<int, 0>{}, std::integral_constant<int, j>{});
+        product(std::integral_constant<int, 1>{}, std::integral_constant<int, j + 1>{});
+        fold(std::integral_constant<int, 0>{}, std::integral_constant<int, j>{});
+        fold(std::integral_constant<int, 1>{}, std::integral_constant<int, j + 1>{});
+      });
+      // The mins against the activations' 32-element sums: the VNNI kernel's code.
+      __m512i mp[4];
+      {
+        const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
+        const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
+                      p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
+                      q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
+        mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
+        mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
+        mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
+        mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
+      }
+      const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) {
+        const int16_t* sm = bs32[t] + 8 * bi;
+        __m512i imin = _mm512_setzero_si512();
+        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[0], sm), mp[1], sm + 2);
+        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[2], sm + 4), mp[3], sm + 6);
+        const __m512 dx = _mm512_set1_ps(xd[t][bi]);
+        const __m512 av = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, dx), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+  }
+};
+
+struct AmxQ6K {
+  static constexpr int kK = 16, kGroups = 16;
+  static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
+  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_qk(t); }
+  // C: tiles 0, 1; A: 2, 3 (16 bytes a token); B: 4, 5 (4 rows).
+  static TileConfig config(int rows) {
+    TileConfig c;
+    for (int s = 0; s < 2; ++s) {
+      amx::set_tile(c, s, rows, 64);
+      amx::set_tile(c, 2 + s, rows, kK);
+      amx::set_tile(c, 4 + s, kK / 4, 64);
+    }
+    return c;
+  }
+  // Group j's 16 activations lie in one run (the Q6_K order keeps 16-element runs).
+  static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
+    for (int64_t bi = 0; bi < l.nb; ++bi)
+      for (int j = 0; j < kGroups; ++j)
+        std::memcpy(dst + static_cast<size_t>(bi * kGroups + j) * 16 * kK, q + 256 * bi + 16 * j, kK);
+  }
+
+  template <class Tiles, int TN>
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+                    const int32_t*, AmxScratch& s) {
+    const ActLayout& l = a.xl;
+    const float* xd[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + t) * l.row_bytes, l);
+    __m512 acc[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    for (int64_t bi = 0; bi < l.nb; ++bi) {
+      const u8* w = gw + static_cast<size_t>(bi) * tile_q6k::size;
+      avx2::prefetch_ahead(w + 2048, tile_q6k::size);
+      __m512i iacc[TN];
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) iacc[t] = _mm512_setzero_si512();
+      auto product = [&](auto slot, int j) {
+        constexpr int S = decltype(slot)::value;
+        const u8* gc = w + tile_q6k::codes + tile_q6k::group_bytes * j;
+        const __m512i n0 = loadu512(gc), n1 = loadu512(gc + 64), hb = loadu512(gc + 128);
+        // The VNNI kernel's codes (hi6), less 32: B row u holds elements 4u..4u+3.
+        const auto hi6 = [&](__m512i low, __m512i h) { return _mm512_ternarylogic_epi32(low, h, m30, 0xD8); };
+        const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
+                              hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
+                              hi6(_mm512_and_si512(n1, m4), hb),
+                              hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
+        for (int u = 0; u < 4; ++u) _mm512_store_si512(s.b[S] + 64 * u, _mm512_sub_epi8(c[u], k32));
+        Tiles::template load<4 + S>(s.b[S], 64);
+        Tiles::template load<2 + S>(panel + static_cast<size_t>(bi * kGroups + j) * 16 * kK, kK);
+        Tiles::template zero<S>();
+        Tiles::template dpbssd<S, 2 + S, 4 + S>();
+        Tiles::template store<S>(s.c[S], 64);
+      };
+      for (int pp = 0; pp < kGroups / 2; ++pp) {
+        // Scales 2pp, 2pp + 1 of the 16 rows as int16 pairs, each sign-extended to a lane.
+        const __m512i pair =
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + tile_q6k::scales + 32 * pp)));
+        const __m512i sc[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), _mm512_srai_epi32(pair, 16)};
+        product(std::integral_constant<int, 0>{}, 2 * pp);
+        product(std::integral_constant<int, 1>{}, 2 * pp + 1);
+        #pragma GCC unroll 16
+        for (int t = 0; t < TN; ++t) {
+          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_load_si512(s.c[0][t]), sc[0]));
+          iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_load_si512(s.c[1][t]), sc[1]));
+        }
+      }
+      const __m512 d = f16x16(w + tile_q6k::d);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t][bi])), acc[t]);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+  }
+};
+
+// ---- the walk ---------------------------------------------------------------------------
+template <class K, class Tiles, int TN>
+static void group_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
+                       const int32_t* sums, AmxScratch& s) {
+  if constexpr (TN > 0) {
+    if (m == TN) return K::template group<Tiles, TN>(a, gw, g, keep, t0, panel, sums, s);
+    group_tail<K, Tiles, TN - 1>(a, gw, g, keep, t0, m, panel, sums, s);
+  }
+}
+
+// A RowsFn: tokens t0..t1 in chunks of 16 (one A tile each), every chunk's panel built
+// first; then each 16-row group against every chunk, so a group's weights come from memory
+// once. One chunk configures its tiles with exactly its tokens; several configure 16 rows
+// and a short last chunk's panel holds zero rows.
+template <class K, class Tiles>
+void rows_amx(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t n = t1 - t0;
+  if (n < kAmxMinTokens) return K::vnni(a.wt)(a, r0, r1, t0, t1);
+  const int64_t full = tiled_rows(a.R), end = std::min(r1, full);
+  if (r0 < end) {
+    const ActLayout& l = a.xl;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    const int rows = chunks == 1 ? static_cast<int>(n) : kChunk;
+    const size_t panel_bytes = static_cast<size_t>(K::units(l)) * kChunk * K::kK;
+    const size_t sum_bytes = (static_cast<size_t>(l.nb) * kChunk * sizeof(int32_t) + 63) / 64 * 64;
+    AmxScratch& s = amx_scratch();
+    u8* buf = s.panels(static_cast<size_t>(chunks) * (panel_bytes + sum_bytes));
+    for (int64_t c = 0; c < chunks; ++c) {
+      u8* panel = buf + static_cast<size_t>(c) * (panel_bytes + sum_bytes);
+      auto* sums = reinterpret_cast<int32_t*>(panel + panel_bytes);
+      const int64_t m = std::min<int64_t>(kChunk, n - c * kChunk);
+      for (int64_t t = 0; t < m; ++t)
+        K::panel_row(act_q(a.xq + static_cast<size_t>(t0 + c * kChunk + t) * l.row_bytes), l,
+                     panel + static_cast<size_t>(t) * K::kK, sums + t);
+      for (int64_t t = m; t < rows; ++t)
+        for (int64_t u = 0; u < K::units(l); ++u)
+          std::memset(panel + (static_cast<size_t>(u) * kChunk + static_cast<size_t>(t)) * K::kK, 0, K::kK);
+    }
+    Tiles::config(K::config(rows));
+    for (int64_t g = r0 / kTileRows * kTileRows; g < end; g += kTileRows) {
+      const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
+      const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kTileRows) - g);
+      const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+      for (int64_t c = 0; c < chunks; ++c) {
+        const u8* panel = buf + static_cast<size_t>(c) * (panel_bytes + sum_bytes);
+        const auto* sums = reinterpret_cast<const int32_t*>(panel + panel_bytes);
+        const int m = static_cast<int>(std::min<int64_t>(kChunk, n - c * kChunk));
+        group_tail<K, Tiles, kChunk>(a, gw, g, keep, t0 + c * kChunk, m, panel, sums, s);
+      }
+    }
+    Tiles::release();
+  }
+  if (r1 > full) K::rows_after(a.wt)(a, std::max(r0, full), r1, t0, t1);
+}
+
+template <class Tiles>
+RowsFn amx_rows_for(DType t) {
+  switch (t) {
+    case DType::Q4_0: return rows_amx<AmxQ32<DType::Q4_0>, Tiles>;
+    case DType::Q4_1: return rows_amx<AmxQ32<DType::Q4_1>, Tiles>;
+    case DType::Q5_0: return rows_amx<AmxQ32<DType::Q5_0>, Tiles>;
+    case DType::Q5_1: return rows_amx<AmxQ32<DType::Q5_1>, Tiles>;
+    case DType::Q8_0: return rows_amx<AmxQ32<DType::Q8_0>, Tiles>;
+    case DType::Q4_K: return rows_amx<AmxQ4K, Tiles>;
+    case DType::Q6_K: return rows_amx<AmxQ6K, Tiles>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels::cpu::mm::TANDEM_AVX512_NS
