@@ -12,6 +12,9 @@ Configurations (greedy; each generation stops at the end-of-generation token or 
   tandem plain            tandem generate --draft none
   tandem spec k=K         tandem generate -md DRAFT --draft model --policy fixed --draft-max K
   tandem spec default     tandem generate -md DRAFT --draft model (the default policy)
+  tandem spec k=J         with --chains K: fixed chains of every depth J = 1..K too; with
+                          --tree, the tree at k=K is set against the best of them by tokens
+                          per target pass (greedy: a count, the same on every run) and by tok/s
   tandem spec k=K TYPE    with --draft-type TYPE: the same draft file re-quantized to TYPE at
                           load (tandem's --draft-type; `tandem tune` measures which pays)
 The tandem spec runs without --draft-type load the draft as tandem does by default
@@ -116,6 +119,8 @@ def main():
     ap.add_argument("--draft-type", help="also run tandem spec k=K with the draft re-quantized to this type")
     ap.add_argument("--tree", metavar="W,N",
                     help="also run token trees of width W and N nodes: at k=K (fixed) and at the default policy")
+    ap.add_argument("--chains", type=int, metavar="K",
+                    help="also run fixed chains of every depth 1..K (the tree is compared with the best)")
     ap.add_argument("--no-llama", action="store_true", help="tandem's columns only (llama.cpp not built or run)")
     a = ap.parse_args()
     for path in missing_paths(a):
@@ -135,6 +140,10 @@ def main():
             tandem + spec + ["--draft-type", a.draft_type, "--policy", "fixed", "--draft-max", str(a.k), "-p", p])}
            if a.draft_type else {}),
     }
+    for j in range(1, (a.chains or 0) + 1):
+        if j != a.k:
+            configs[f"tandem spec k={j}"] = lambda p, j=j: run_tandem(tandem + spec + ["--policy", "fixed",
+                                                                              "--draft-max", str(j), "-p", p])
     if a.tree:
         w, nodes = a.tree.split(",")
         tree = ["--tree-width", w, "--tree-nodes", nodes]
@@ -188,6 +197,19 @@ def main():
                   f"{row['tandem tree default'] / row['tandem plain']:.2f}x | "
                   f"{tp(f'tandem spec k={k}'):.2f} → {tp(f'tandem tree k={k}'):.2f} | "
                   f"{tp('tandem spec default'):.2f} → {tp('tandem tree default'):.2f} |")
+        print()
+    if a.tree and a.chains:  # the tree against the best chain of any depth up to --chains
+        print(f"| set | tokens per pass, chains k=1..{a.chains} | best chain | tree k={k} | tree / best chain "
+              "| tok/s: fastest chain → tree k |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            tp = {j: row[f"tandem spec k={j} tokens per pass"] or 0.0 for j in range(1, a.chains + 1)}
+            best = max(tp, key=tp.get)
+            fastest = max(range(1, a.chains + 1), key=lambda j: row[f"tandem spec k={j}"])
+            tree_tp = row[f"tandem tree k={k} tokens per pass"] or 0.0
+            print(f"| {row['set']} | " + ", ".join(f"{tp[j]:.2f}" for j in tp) + f" | k={best}: {tp[best]:.2f} | "
+                  f"{tree_tp:.2f} | {tree_tp / tp[best]:.2f}x | k={fastest}: {row[f'tandem spec k={fastest}']:.2f} → "
+                  f"{row[f'tandem tree k={k}']:.2f} |")
         print()
     if not bins:
         print("| set | " + " | ".join(names) + " |")
