@@ -7,6 +7,11 @@ namespace tandem {
 void RateChoice::Record::add(double t, double step_ms) {
   tokens = kDecay * tokens + t;
   ms = kDecay * ms + (step_ms > 0.0 ? step_ms : 0.0);
+  steps = kDecay * steps + 1.0;
+}
+
+void RateChoice::observe_second_instead(int32_t accepted) {
+  if (second_.known()) second_.add(accepted + 1, second_.ms / second_.steps);
 }
 
 bool RateChoice::prefer_first() {

@@ -28,11 +28,16 @@ class RateChoice {
   // A verified step of either way: the drafts the target accepted and the step's time.
   void observe_first(int32_t accepted, double step_ms);
   void observe_second(int32_t accepted, double step_ms) { second_.add(accepted + 1, step_ms); }
+  // A step of the first way that also shows what the second would have committed in its
+  // place (the same context and verdict: a paired observation, which one lucky or unlucky
+  // step cannot tilt as it tilts two separate records), priced at the second way's mean
+  // step time so far. Ignored while the second way has no record.
+  void observe_second_instead(int32_t accepted);
   void reset() { *this = RateChoice{try_both_, back_off_}; }
 
  private:
   struct Record {
-    double tokens = 0.0, ms = 0.0;
+    double tokens = 0.0, ms = 0.0, steps = 0.0;  // decayed sums
     void add(double t, double step_ms);
     bool known() const { return ms > 0.0; }  // a step of this way was timed
     double rate() const { return tokens / ms; }

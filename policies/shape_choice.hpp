@@ -1,6 +1,9 @@
 // Token trees or chains: which way of drafting has committed more tokens per millisecond so
 // far (rate_choice.hpp: the tree is the first way, both are tried, a losing tree is retried
-// after a wait that doubles while it keeps losing). One record is shared by every sequence
+// after a wait that doubles while it keeps losing). A greedy tree step also tells what the
+// chain would have committed in its place (its first children are the chain's drafts), so
+// trees are compared with chains step for step, not only by separate records that a few
+// lucky tree steps can tilt. One record is shared by every sequence
 // that decides with the same cost model (the engine keeps it next to the model, as it keeps
 // the OverheadTracker), so each request starts from what earlier ones measured: on a machine
 // where verifying more tokens costs little (AMX, a GPU) trees win, elsewhere chains.
@@ -21,11 +24,14 @@ class ShapeChoice {
     return choice_.prefer_first();
   }
   // A verified draft-model step that could have been a tree: whether it was, the drafts the
-  // target accepted, and its time (draft passes and the target's pass).
-  void observe(bool tree, int32_t accepted, double step_ms) {
+  // target accepted, and its time (draft passes and the target's pass). chain_accepted (a
+  // tree step, where known; -1 otherwise): the drafts the chain would have had accepted in
+  // the same step, which then counts for the chain at its mean step time.
+  void observe(bool tree, int32_t accepted, double step_ms, int32_t chain_accepted = -1) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (tree) choice_.observe_first(accepted, step_ms);
-    else choice_.observe_second(accepted, step_ms);
+    if (!tree) return choice_.observe_second(accepted, step_ms);
+    if (chain_accepted >= 0) choice_.observe_second_instead(chain_accepted);
+    choice_.observe_first(accepted, step_ms);
   }
 
  private:

@@ -119,5 +119,45 @@ TEST(ShapeChoice, TreesAreTriedThenTheFasterWayKept) {
   EXPECT_TRUE(s.prefer_tree());
 }
 
+// A paired observation adds what the second way would have committed at its mean step time
+// so far, and nothing while the second way has no record.
+TEST(RateChoice, ASecondWayInsteadCountsAtItsMeanStepTime) {
+  RateChoice c(true);
+  c.observe_second_instead(9);  // no record: ignored
+  c.observe_first(3, 50.0);     // 4 tokens in 50 ms
+  EXPECT_FALSE(c.prefer_first()) << "the second way was given a record it never earned";
+  c.observe_second(3, 40.0);  // 4 in 40
+  c.observe_first(3, 50.0);
+  EXPECT_FALSE(c.prefer_first());
+  for (int i = 0; i < 3; ++i) c.observe_second_instead(0);  // 1 token a step, still 40 ms a step
+  EXPECT_TRUE(c.prefer_first());
+}
+
+// A greedy tree's lucky steps, where the chain in its place would have committed as much, do
+// not keep trees chosen on the strength of an unlucky chain step: the paired observations
+// bring the chain's record up to what it would have done, and the slower trees lose. Trees
+// that commit more than the chain would have keep winning.
+TEST(ShapeChoice, TreeStepsAreComparedWithTheChainInTheirPlace) {
+  ShapeChoice s;
+  ASSERT_TRUE(s.prefer_tree());
+  s.observe(true, 4, 65.0, 4);
+  ASSERT_FALSE(s.prefer_tree());  // the chain is tried
+  s.observe(false, 0, 50.0);      // and is unlucky once
+  ASSERT_TRUE(s.prefer_tree());
+  int trees = 0;
+  for (int i = 0; i < 8 && s.prefer_tree(); ++i, ++trees) s.observe(true, 4, 65.0, 4);
+  EXPECT_LE(trees, 3) << "trees that commit only what the chain would, 30% slower, kept being chosen";
+
+  ShapeChoice w;
+  ASSERT_TRUE(w.prefer_tree());
+  w.observe(true, 4, 65.0, 1);
+  ASSERT_FALSE(w.prefer_tree());
+  w.observe(false, 1, 50.0);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(w.prefer_tree()) << "step " << i << ": trees that commit more than the chain would lost";
+    w.observe(true, 4, 65.0, 1);
+  }
+}
+
 }  // namespace
 }  // namespace tandem

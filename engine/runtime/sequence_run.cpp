@@ -18,6 +18,19 @@
 
 namespace tandem {
 namespace {
+// How many of a tree's accepted nodes (path: from the root's child down) are, from the top,
+// each the first child of the one before (parents: the tree's, parents first).
+int32_t leading_first_children(std::span<const int32_t> parents, std::span<const int32_t> path) {
+  int32_t n = 0, up = -1;
+  for (const int32_t node : path) {
+    const auto first = std::find(parents.begin(), parents.end(), up);
+    if (first == parents.end() || static_cast<int32_t>(first - parents.begin()) != node) break;
+    up = node;
+    ++n;
+  }
+  return n;
+}
+
 // The request's options with its seed settled: its own, else a fresh one (fresh_seed.hpp).
 GenerateOptions with_seed(const GenerateOptions& opts) {
   GenerateOptions o = opts;
@@ -374,6 +387,7 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     const TreeVerdict t = verify_tree(logits);
     VerifyResult r;
     r.n_accepted = static_cast<int32_t>(t.path.size());
+    r.path = t.path;
     r.next_token = t.next_token;
     r.all_accepted = t.leaf;
     record_step(r, target_ms, ms_since(tv));
@@ -508,8 +522,17 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
     if (spec_.lookup && !prop.tokens.empty())
       spec_.lookup_choice.observe_draft(v.n_accepted, step_.draft_ms + target_ms);
     ShapeChoice* shapes = spec_.policy ? spec_.policy->shape_choice() : nullptr;
-    if (shapes && !prop.tokens.empty() && tree_nodes() > 0)  // a draft-model step that could have been a tree
-      shapes->observe(prop.tree(), v.n_accepted, step_.draft_ms + target_ms);
+    if (shapes && !prop.tokens.empty() && tree_nodes() > 0) {  // a draft-model step that could have been a tree
+      // A greedy chain drafts the draft's argmax at every depth: each node's first child in
+      // a greedy tree (children come most probable first, and the most probable is kept
+      // whenever a sibling is). It would have had the accepted path's leading first children
+      // accepted. (Where the tree's first children end above the chain's depth, the chain
+      // might have had more: the tree is not shortchanged.)
+      int32_t chain = -1;
+      if (prop.tree() && opts_.sampling.greedy() && v.path.size() == static_cast<size_t>(v.n_accepted))
+        chain = leading_first_children(prop.parents, v.path);
+      shapes->observe(prop.tree(), v.n_accepted, step_.draft_ms + target_ms, chain);
+    }
     StepOutcome o;
     o.drafted = static_cast<int32_t>(depth);
     o.accepted = v.n_accepted;
