@@ -7,6 +7,7 @@
 // invariance suite.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -175,7 +176,7 @@ struct Tiled {
     w.resize(file.size());
     cpu::ThreadPool pool(2);
     cpu::tile_rows(pool, t, file.data(), row_bytes(t, C), w.data(), R, C);
-    x.resize(static_cast<size_t>(64 * C));
+    x.resize(static_cast<size_t>(100 * C));
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
     for (auto& v : x) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -190,8 +191,9 @@ struct Tiled {
   }
 };
 
-// Every tiled type, 1..64 tokens (one and several A tiles, short last ones; the driver's
-// 32-token passes), whole groups and the rows after them, odd block counts: the AMX
+// Every tiled type, 1..64 and 100 tokens (one and several A tiles, short last ones; the
+// plain and the folded K-quant kernels; the driver's calls of up to 64 tokens), whole groups
+// and the rows after them, odd block counts: the AMX
 // kernels (on the model) against the VNNI kernels, bit for bit, on 1 and 2 threads. The
 // model counts its tile products, so a pass that silently kept the VNNI kernels fails.
 TEST(AmxKernels, GiveTheVnniBitsForEveryTypeAndTokenCount) {
@@ -203,8 +205,11 @@ TEST(AmxKernels, GiveTheVnniBitsForEveryTypeAndTokenCount) {
     const int64_t C = dtype_info(t).block_size == 256 ? 768 : 11 * 32;  // 3 super-blocks; 11 blocks
     const Tiled m(t, 53, C, 17);  // 3 groups of 16 and 5 rows as stored
     cpu::force_amx(AmxPath::Off);
-    const std::vector<float> want = m.run(pool2, 64);
-    for (int64_t N = 1; N <= 64; ++N) {
+    const std::vector<float> want = m.run(pool2, 100);
+    std::vector<int64_t> counts;
+    for (int64_t N = 1; N <= 64; ++N) counts.push_back(N);
+    counts.push_back(100);  // two calls: 64 tokens and 36
+    for (const int64_t N : counts) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
       cpu::force_amx(AmxPath::Off);
       const std::vector<float> vnni = m.run(pool1, N);
@@ -216,47 +221,48 @@ TEST(AmxKernels, GiveTheVnniBitsForEveryTypeAndTokenCount) {
       else EXPECT_EQ(ran, 0u) << "fewer tokens than kAmxMinTokens went to the tiles";
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(bits(got[i]), bits(vnni[i])) << "element " << i << " (token " << i / 53 << ", row " << i % 53 << ")";
-        ASSERT_EQ(bits(got[i]), bits(want[i])) << "not the 64-token pass's bits at element " << i;
+        ASSERT_EQ(bits(got[i]), bits(want[i])) << "not the 100-token pass's bits at element " << i;
       }
     }
   }
 }
 
-// Row ranges that start and end inside groups (the RowsFn contract), on a pass of 20 tokens
-// (a full A tile and a short one).
+// Row ranges that start and end inside groups (the RowsFn contract), on passes of 20 and 40
+// tokens (full A tiles and a short one; the K-quants' plain and folded kernels).
 TEST(AmxKernels, RowRangesInsideGroupsGiveTheSameBits) {
   REQUIRE_AVX512();
   AmxGuard guard;
   cpu::force_isa(cpu::Isa::Avx512);
-  for (DType t : kTiled) {
-    SCOPED_TRACE(dtype_name(t));
-    const int64_t R = 53, C = dtype_info(t).block_size == 256 ? 512 : 96, N = 20;
-    const Tiled m(t, R, C, 5);
-    const cpu::mm::RowsFn fn = cpu::mm::amx_rows_model(t);
-    ASSERT_NE(fn, nullptr);
-    const cpu::mm::RowsFn vnni = cpu::mm::avx512_kernels()->rows_tiled(t);
-    const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::family(t), C);
-    std::vector<uint8_t> xq(l.row_bytes * N + 64);
-    auto* xq64 = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq.data()) + 63) & ~uintptr_t{63});
-    for (int64_t i = 0; i < N; ++i)
-      cpu::mm::avx512_kernels()->quant(t)(&m.x[static_cast<size_t>(i * C)], l, xq64 + l.row_bytes * i);
-    cpu::mm::Args a;
-    a.wt = t;
-    a.w = m.w.data();
-    a.w_stride = row_bytes(t, C);
-    a.R = R;
-    a.C = C;
-    a.xq = xq64;
-    a.xl = l;
-    a.ldy = R;
-    std::vector<float> whole(static_cast<size_t>(R * N), -1.0f), split(whole.size(), -2.0f);
-    a.y = whole.data();
-    vnni(a, 0, R, 0, N);
-    a.y = split.data();
-    const int64_t cuts[] = {0, 5, 16, 27, 45, 50, R};
-    for (size_t c = 0; c + 1 < std::size(cuts); ++c) fn(a, cuts[c], cuts[c + 1], 0, N);
-    for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(bits(split[i]), bits(whole[i])) << "element " << i;
-  }
+  for (const DType t : kTiled)
+    for (const int64_t N : {20, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
+      const int64_t R = 53, C = dtype_info(t).block_size == 256 ? 512 : 96;
+      const Tiled m(t, R, C, 5);
+      const cpu::mm::RowsFn fn = cpu::mm::amx_rows_model(t);
+      ASSERT_NE(fn, nullptr);
+      const cpu::mm::RowsFn vnni = cpu::mm::avx512_kernels()->rows_tiled(t);
+      const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::family(t), C);
+      std::vector<uint8_t> xq(l.row_bytes * N + 64);
+      auto* xq64 = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq.data()) + 63) & ~uintptr_t{63});
+      for (int64_t i = 0; i < N; ++i)
+        cpu::mm::avx512_kernels()->quant(t)(&m.x[static_cast<size_t>(i * C)], l, xq64 + l.row_bytes * i);
+      cpu::mm::Args a;
+      a.wt = t;
+      a.w = m.w.data();
+      a.w_stride = row_bytes(t, C);
+      a.R = R;
+      a.C = C;
+      a.xq = xq64;
+      a.xl = l;
+      a.ldy = R;
+      std::vector<float> whole(static_cast<size_t>(R * N), -1.0f), split(whole.size(), -2.0f);
+      a.y = whole.data();
+      for (int64_t t0 = 0; t0 < N; t0 += cpu::mm::kMaxTokens) vnni(a, 0, R, t0, std::min(N, t0 + cpu::mm::kMaxTokens));
+      a.y = split.data();
+      const int64_t cuts[] = {0, 5, 16, 27, 45, 50, R};
+      for (size_t c = 0; c + 1 < std::size(cuts); ++c) fn(a, cuts[c], cuts[c + 1], 0, N);
+      for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(bits(split[i]), bits(whole[i])) << "element " << i;
+    }
 }
 
 // q/k/v-style calls: several matrices of different types in one call (one quantization per

@@ -105,6 +105,7 @@ struct Resolved {
   mm::RowsFn fn = nullptr;
   bool tiled = false;  // weights in 16-row tiles (pack_tiles.hpp)
   int64_t R = 0, chunk = 1;
+  int64_t call_tokens = mm::kMaxTokens;  // tokens a kernel call takes
   int quant = -1;          // index into the call's distinct quantizers; -1: float family
   int64_t first_unit = 0;  // this matrix's first work unit in the call's numbering
 };
@@ -158,7 +159,7 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     // AMX for passes of several tokens over tiled weights: the native AVX-512 set's bits
     // (its kernels are AVX-512 code around the tile products, so never under the emulated set).
     if (wl == Layout::Tiled && N >= mm::kAmxMinTokens && kset == mm::avx512_kernels())
-      if (const mm::RowsFn f = mm::amx_rows(job.wt)) r.fn = f;
+      if (const mm::RowsFn f = mm::amx_rows(job.wt)) r.fn = f, r.call_tokens = mm::kAmxMaxTokens;
     r.tiled = job.tiled;
     r.R = job.R;
     r.args.wt = job.wt;
@@ -234,7 +235,7 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
       while (i + 1 < n_res && rs[i + 1].first_unit <= u) ++i;  // a thread's units only grow
       const Resolved& r = rs[i];
       const int64_t r0 = (u - r.first_unit) * r.chunk, r1 = std::min(r.R, r0 + r.chunk);
-      for (int64_t t0 = 0; t0 < N; t0 += mm::kMaxTokens) r.fn(r.args, r0, r1, t0, std::min(N, t0 + mm::kMaxTokens));
+      for (int64_t t0 = 0; t0 < N; t0 += r.call_tokens) r.fn(r.args, r0, r1, t0, std::min(N, t0 + r.call_tokens));
     }
   };
   if (n_quants == 0) {

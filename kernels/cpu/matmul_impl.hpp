@@ -39,6 +39,9 @@ constexpr int64_t kMaxTokens = 32;
 // Passes of at least this many tokens multiply tiled weights with AMX where the CPU has it
 // (matmul_tiles_amx_impl.hpp says why not fewer).
 constexpr int64_t kAmxMinTokens = 4;
+// The AMX kernels take up to this many tokens a call (the others kMaxTokens): what they build
+// per weight group for a call is shared by more tokens.
+constexpr int64_t kAmxMaxTokens = 64;
 
 struct ActLayout {
   int64_t C = 0;
@@ -83,7 +86,8 @@ struct Args {
   int64_t ldy = 0;
 };
 
-// Computes y[t*ldy + r] for r in [r0, r1), t in [t0, t1) with t1 - t0 <= kMaxTokens.
+// Computes y[t*ldy + r] for r in [r0, r1), t in [t0, t1) with t1 - t0 <= kMaxTokens
+// (kAmxMaxTokens for the AMX kernels).
 // Every (r, t) result must be the same bits whatever the ranges are.
 using RowsFn = void (*)(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 // Quantizes one activation row of l.C floats into the layout above. A kernel may want the

@@ -61,6 +61,10 @@ using amx::TileConfig;
 
 // Tokens of one A tile.
 constexpr int kChunk = 16;
+// Calls from which Q4_K and Q6_K fold their group scales into B (below): where building the
+// planes, once per call, costs less than the per-token scale arithmetic it saves (counting
+// instructions: about 9 tokens for Q4_K's 2 planes, 22 for Q6_K's 4).
+constexpr int64_t kAmxFoldQ4K = 12, kAmxFoldQ6K = 24;
 
 // A thread's buffers: the activation panels and, for Q8_0, their blocks' code sums; the B
 // tiles built from the weights; the C tiles read back.
@@ -68,17 +72,21 @@ struct AmxScratch {
   struct Free {
     void operator()(u8* p) const { ::operator delete(p, std::align_val_t{64}); }
   };
-  std::unique_ptr<u8, Free> panel;
-  size_t cap = 0;
+  struct Buffer {
+    std::unique_ptr<u8, Free> p;
+    size_t cap = 0;
+    u8* get(size_t n) {
+      if (n > cap) {
+        p.reset(static_cast<u8*>(::operator new(n, std::align_val_t{64})));
+        cap = n;
+      }
+      return p.get();
+    }
+  };
+  Buffer panel, group_b;  // the activation panels; a weight group's B tiles (folded kernels)
   alignas(64) u8 b[2][16 * 64];
   alignas(64) int32_t c[2][16][16];
-  u8* panels(size_t n) {
-    if (n > cap) {
-      panel.reset(static_cast<u8*>(::operator new(n, std::align_val_t{64})));
-      cap = n;
-    }
-    return panel.get();
-  }
+  u8* panels(size_t n) { return panel.get(n); }
 };
 static AmxScratch& amx_scratch() {
   thread_local AmxScratch s;
@@ -102,6 +110,7 @@ struct AmxQ32 {
   static int64_t units(const ActLayout& l) { return l.nb; }
   static RowsFn vnni(DType t) { return rows_q32_tiles(t); }
   static RowsFn rows_after(DType t) { return rows_q32(t); }
+  static void prepare(const Args&, const u8*, AmxScratch&) {}  // B tiles are built per block
 
   // C: tiles 0, 1; A: 2, 3; B: 4, 5 (8 rows of the 16 rows' 4-byte groups).
   static TileConfig config(int rows) {
@@ -232,6 +241,7 @@ struct AmxQ4K {
   static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
   static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
   static RowsFn rows_after(DType t) { return rows_qk(t); }
+  static void prepare(const Args&, const u8*, AmxScratch&) {}  // B tiles are built per group
   static TileConfig config(int rows) { return AmxQ32<DType::Q4_0>::config(rows); }  // the same shapes
 
   static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
@@ -336,6 +346,7 @@ struct AmxQ6K {
   static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
   static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
   static RowsFn rows_after(DType t) { return rows_qk(t); }
+  static void prepare(const Args&, const u8*, AmxScratch&) {}  // B tiles are built per group
   // C: tiles 0, 1; A: 2, 3 (16 bytes a token); B: 4, 5 (4 rows).
   static TileConfig config(int rows) {
     TileConfig c;
@@ -410,6 +421,261 @@ struct AmxQ6K {
   }
 };
 
+// ---- Q4_K and Q6_K with their group scales in the B tiles (passes of many tokens) ------
+// Above, every token pays an int32 multiply and add per scale group to apply the group
+// scales to the tile sums. Here the scales go into B instead, a few bits at a time so that
+// each product still fits a byte: scale = sum_p base^p * digit_p, plane p of B holding
+// code * digit_p, and one tile product per plane over K = 64 elements (2 Q4_K groups, 4 Q6_K
+// groups) accumulates the digit-weighted sums of a whole super-block in C. A token then
+// pays one shift and add per plane a super-block:
+//   sum_j scale_j * (sum over group j of q * code) = sum_p base^p * C_p
+// exactly (integers), so the result is the kernels' above, and the VNNI ones', bit for bit.
+// Building the planes costs more per weight group than the plain B tiles, paid once per
+// call for all its tokens: these kernels take calls of kAmxFoldTokens tokens or more.
+//  - Q4_K: scale (6 bits) = 8 h + l, codes 0..15, products <= 105: vpmullw by the digit
+//    (no byte's product reaches the next byte). tdpbsud.
+//  - Q6_K: scale (int8) = 64 d3 + 16 d2 + 4 d1 + d0, d0..d2 in 0..3, d3 in -2..1 (two's
+//    complement); codes - 32 in -32..31, products in -96..93: code * digit as
+//    (code & bit 0) + (2 code & bit 1), the top digit's bit 1 subtracted. tdpbssd.
+// B of a weight group (16 rows) for every super-block is built once per call
+// (AmxScratch::group_b) and reused by every token chunk.
+
+struct AmxQ4KFold {
+  static constexpr int kK = 64, kUnits = 4, kPlanes = 2;
+  static int64_t units(const ActLayout& l) { return l.nb * kUnits; }
+  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_qk(t); }
+  // C: tiles 0 (h plane), 1 (l plane); A: 2; B: 4, 5.
+  static TileConfig config(int rows) {
+    TileConfig c;
+    amx::set_tile(c, 0, rows, 64);
+    amx::set_tile(c, 1, rows, 64);
+    amx::set_tile(c, 2, rows, kK);
+    amx::set_tile(c, 4, 16, 64);
+    amx::set_tile(c, 5, 16, 64);
+    return c;
+  }
+  // Unit u of a block: natural groups 2u and 2u + 1 side by side.
+  static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
+    for (int64_t bi = 0; bi < l.nb; ++bi)
+      for (int u = 0; u < kUnits; ++u) {
+        u8* d = dst + static_cast<size_t>(bi * kUnits + u) * 16 * kK;
+        std::memcpy(d, q + 256 * bi + 32 * kQ4kAt.v[2 * u], 32);
+        std::memcpy(d + 32, q + 256 * bi + 32 * kQ4kAt.v[2 * u + 1], 32);
+      }
+  }
+  // B of unit u, plane p of block bi: 16 rows of 64 bytes (rows 0-7 group 2u, 8-15 group 2u + 1).
+  static u8* plane(u8* base, int64_t bi, int u, int p) {
+    return base + (static_cast<size_t>(bi * kUnits + u) * kPlanes + static_cast<size_t>(p)) * 1024;
+  }
+  static void prepare(const Args& a, const u8* gw, AmxScratch& s) {
+    const int64_t nb = a.xl.nb;
+    u8* base = s.group_b.get(static_cast<size_t>(nb) * kUnits * kPlanes * 1024);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
+      avx2::prefetch_ahead(w + 2048, tile_q4k::size);
+      const __m512i z0 = loadu512(w + tile_q4k::scales), z2 = loadu512(w + tile_q4k::scales + 128);
+      const __m512i sc_lo = _mm512_and_si512(z0, m6);
+      const __m512i sc_hi =
+          _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
+      each_c(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
+        constexpr int j = decltype(jc)::value;
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+        const __m512i h = _mm512_srli_epi32(sc, 3), lo3 = _mm512_and_si512(sc, _mm512_set1_epi32(7));
+        // Each row's digit in both 16-bit halves of its lane: vpmullw multiplies its 4 bytes.
+        const __m512i fh = _mm512_or_si512(h, _mm512_slli_epi32(h, 16)),
+                      fl = _mm512_or_si512(lo3, _mm512_slli_epi32(lo3, 16));
+        u8* bh = plane(base, bi, j / 2, 0) + 512 * (j % 2);
+        u8* bl = plane(base, bi, j / 2, 1) + 512 * (j % 2);
+        const u8* c = w + tile_q4k::codes + 256 * j;
+        for (int v = 0; v < 4; ++v) {
+          const __m512i z = loadu512(c + 64 * v);
+          const __m512i lo = _mm512_and_si512(z, m4), hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+          _mm512_store_si512(bh + 64 * v, _mm512_mullo_epi16(lo, fh));
+          _mm512_store_si512(bh + 64 * (4 + v), _mm512_mullo_epi16(hi, fh));
+          _mm512_store_si512(bl + 64 * v, _mm512_mullo_epi16(lo, fl));
+          _mm512_store_si512(bl + 64 * (4 + v), _mm512_mullo_epi16(hi, fl));
+        }
+      });
+    }
+  }
+
+  template <class Tiles, int TN>
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+                    const int32_t*, AmxScratch& s) {
+    const ActLayout& l = a.xl;
+    const int16_t* bs32[TN];
+    const float* xd[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) {
+      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      bs32[t] = act_bsums32(row, l);
+      xd[t] = act_d(row, l);
+    }
+    __m512 acc[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    u8* base = s.group_b.p.get();
+    for (int64_t bi = 0; bi < l.nb; ++bi) {
+      const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
+      Tiles::template zero<0>();
+      Tiles::template zero<1>();
+      for (int u = 0; u < kUnits; ++u) {
+        Tiles::template load<2>(panel + static_cast<size_t>(bi * kUnits + u) * 16 * kK, kK);
+        Tiles::template load<4>(plane(base, bi, u, 0), 64);
+        Tiles::template load<5>(plane(base, bi, u, 1), 64);
+        Tiles::template dpbsud<0, 2, 4>();
+        Tiles::template dpbsud<1, 2, 5>();
+      }
+      Tiles::template store<0>(s.c[0], 64);
+      Tiles::template store<1>(s.c[1], 64);
+      // The mins and the block's fold: AmxQ4K's (the VNNI kernel's) code.
+      const __m512i z1 = loadu512(w + tile_q4k::scales + 64), z2 = loadu512(w + tile_q4k::scales + 128);
+      const __m512i mn_lo = _mm512_and_si512(z1, m6);
+      const __m512i mn_hi =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+      __m512i mp[4];
+      {
+        const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));
+        const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
+        const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
+                      p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
+                      q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
+        mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
+        mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
+        mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
+        mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
+      }
+      const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) {
+        const __m512i iacc =
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.c[0][t]), 3), _mm512_load_si512(s.c[1][t]));
+        const int16_t* sm = bs32[t] + 8 * bi;
+        __m512i imin = _mm512_setzero_si512();
+        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[0], sm), mp[1], sm + 2);
+        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[2], sm + 4), mp[3], sm + 6);
+        const __m512 dx = _mm512_set1_ps(xd[t][bi]);
+        const __m512 av = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(d, dx), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+  }
+};
+
+struct AmxQ6KFold {
+  static constexpr int kK = 64, kUnits = 4, kPlanes = 4;
+  static int64_t units(const ActLayout& l) { return l.nb * kUnits; }
+  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_qk(t); }
+  // C: tiles 0-3 (a plane each); A: 4; B: 5 (the planes in turn).
+  static TileConfig config(int rows) {
+    TileConfig c;
+    for (int p = 0; p < kPlanes; ++p) amx::set_tile(c, p, rows, 64);
+    amx::set_tile(c, 4, rows, kK);
+    amx::set_tile(c, 5, 16, 64);
+    return c;
+  }
+  // Unit u of a block: groups 4u..4u+3, one run of 64 activations.
+  static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
+    for (int64_t bi = 0; bi < l.nb; ++bi)
+      for (int u = 0; u < kUnits; ++u)
+        std::memcpy(dst + static_cast<size_t>(bi * kUnits + u) * 16 * kK, q + 256 * bi + 64 * u, kK);
+  }
+  static u8* plane(u8* base, int64_t bi, int u, int p) {
+    return base + (static_cast<size_t>(bi * kUnits + u) * kPlanes + static_cast<size_t>(p)) * 1024;
+  }
+  static void prepare(const Args& a, const u8* gw, AmxScratch& s) {
+    const int64_t nb = a.xl.nb;
+    u8* base = s.group_b.get(static_cast<size_t>(nb) * kUnits * kPlanes * 1024);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const u8* w = gw + static_cast<size_t>(bi) * tile_q6k::size;
+      avx2::prefetch_ahead(w + 2048, tile_q6k::size);
+      for (int pp = 0; pp < 8; ++pp) {
+        const __m512i pair =
+            _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + tile_q6k::scales + 32 * pp)));
+        const __m512i scs[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), _mm512_srai_epi32(pair, 16)};
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * pp + h;
+          const __m512i sc = scs[h];
+          const u8* gc = w + tile_q6k::codes + tile_q6k::group_bytes * j;
+          const __m512i n0 = loadu512(gc), n1 = loadu512(gc + 64), hb = loadu512(gc + 128);
+          const auto hi6 = [&](__m512i low, __m512i hh) { return _mm512_ternarylogic_epi32(low, hh, m30, 0xD8); };
+          const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
+                                hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
+                                hi6(_mm512_and_si512(n1, m4), hb),
+                                hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
+          for (int p = 0; p < kPlanes; ++p) {
+            // All bytes of row r's lane set where bit 2p (bit 2p + 1) of its scale is.
+            const __m512i b0 = _mm512_movm_epi32(_mm512_test_epi32_mask(sc, _mm512_set1_epi32(1 << (2 * p)))),
+                          b1 = _mm512_movm_epi32(_mm512_test_epi32_mask(sc, _mm512_set1_epi32(2 << (2 * p))));
+            u8* dst = plane(base, bi, j / 4, p) + 256 * (j % 4);
+            for (int uu = 0; uu < 4; ++uu) {
+              const __m512i cs = _mm512_sub_epi8(c[uu], k32), c2 = _mm512_add_epi8(cs, cs);
+              const __m512i one = _mm512_and_si512(cs, b0), two = _mm512_and_si512(c2, b1);
+              // The top digit's bit 1 weighs -2 (two's complement), the others +2.
+              _mm512_store_si512(dst + 64 * uu, p == 3 ? _mm512_sub_epi8(one, two) : _mm512_add_epi8(one, two));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  template <class Tiles, int TN>
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+                    const int32_t*, AmxScratch& s) {
+    const ActLayout& l = a.xl;
+    const float* xd[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + t) * l.row_bytes, l);
+    __m512 acc[TN];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
+    u8* base = s.group_b.p.get();
+    alignas(64) int32_t cs[kPlanes][16][16];
+    for (int64_t bi = 0; bi < l.nb; ++bi) {
+      Tiles::template zero<0>();
+      Tiles::template zero<1>();
+      Tiles::template zero<2>();
+      Tiles::template zero<3>();
+      for (int u = 0; u < kUnits; ++u) {
+        Tiles::template load<4>(panel + static_cast<size_t>(bi * kUnits + u) * 16 * kK, kK);
+        Tiles::template load<5>(plane(base, bi, u, 0), 64);
+        Tiles::template dpbssd<0, 4, 5>();
+        Tiles::template load<5>(plane(base, bi, u, 1), 64);
+        Tiles::template dpbssd<1, 4, 5>();
+        Tiles::template load<5>(plane(base, bi, u, 2), 64);
+        Tiles::template dpbssd<2, 4, 5>();
+        Tiles::template load<5>(plane(base, bi, u, 3), 64);
+        Tiles::template dpbssd<3, 4, 5>();
+      }
+      Tiles::template store<0>(cs[0], 64);
+      Tiles::template store<1>(cs[1], 64);
+      Tiles::template store<2>(cs[2], 64);
+      Tiles::template store<3>(cs[3], 64);
+      const __m512 d = f16x16(gw + static_cast<size_t>(bi) * tile_q6k::size + tile_q6k::d);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TN; ++t) {
+        __m512i iacc = _mm512_slli_epi32(_mm512_load_si512(cs[3][t]), 2);
+        iacc = _mm512_slli_epi32(_mm512_add_epi32(iacc, _mm512_load_si512(cs[2][t])), 2);
+        iacc = _mm512_slli_epi32(_mm512_add_epi32(iacc, _mm512_load_si512(cs[1][t])), 2);
+        iacc = _mm512_add_epi32(iacc, _mm512_load_si512(cs[0][t]));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(d, _mm512_set1_ps(xd[t][bi])), acc[t]);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+  }
+};
+
 // ---- the walk ---------------------------------------------------------------------------
 template <class K, class Tiles, int TN>
 static void group_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
@@ -453,6 +719,7 @@ void rows_amx(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
       const u8* gw = a.w + static_cast<size_t>(g) * a.w_stride;
       const int lo = static_cast<int>(std::max(r0, g) - g), hi = static_cast<int>(std::min(end, g + kTileRows) - g);
       const auto keep = static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+      K::prepare(a, gw, s);
       for (int64_t c = 0; c < chunks; ++c) {
         const u8* panel = buf + static_cast<size_t>(c) * (panel_bytes + sum_bytes);
         const auto* sums = reinterpret_cast<const int32_t*>(panel + panel_bytes);
@@ -462,7 +729,16 @@ void rows_amx(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     }
     Tiles::release();
   }
-  if (r1 > full) K::rows_after(a.wt)(a, std::max(r0, full), r1, t0, t1);
+  if (r1 > full)  // the row kernels take at most kMaxTokens a call
+    for (int64_t t = t0; t < t1; t += kMaxTokens)
+      K::rows_after(a.wt)(a, std::max(r0, full), r1, t, std::min(t1, t + kMaxTokens));
+}
+
+// Q4_K, Q6_K: the folded kernels from kFold tokens a call on.
+template <class Plain, class Fold, int64_t kFold, class Tiles>
+void rows_amx_qk(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 >= kFold) return rows_amx<Fold, Tiles>(a, r0, r1, t0, t1);
+  rows_amx<Plain, Tiles>(a, r0, r1, t0, t1);
 }
 
 template <class Tiles>
@@ -473,8 +749,8 @@ RowsFn amx_rows_for(DType t) {
     case DType::Q5_0: return rows_amx<AmxQ32<DType::Q5_0>, Tiles>;
     case DType::Q5_1: return rows_amx<AmxQ32<DType::Q5_1>, Tiles>;
     case DType::Q8_0: return rows_amx<AmxQ32<DType::Q8_0>, Tiles>;
-    case DType::Q4_K: return rows_amx<AmxQ4K, Tiles>;
-    case DType::Q6_K: return rows_amx<AmxQ6K, Tiles>;
+    case DType::Q4_K: return rows_amx_qk<AmxQ4K, AmxQ4KFold, kAmxFoldQ4K, Tiles>;
+    case DType::Q6_K: return rows_amx_qk<AmxQ6K, AmxQ6KFold, kAmxFoldQ6K, Tiles>;
     default: return nullptr;
   }
 }
