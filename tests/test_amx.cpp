@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/matmul_impl.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "tests/support/amx_model.hpp"
 #include "tests/support/random_blocks.hpp"
 
 namespace tandem {
@@ -36,6 +38,7 @@ uint32_t bits(float f) {
 
 // Restores the default AMX path and kernel level when a test ends.
 struct AmxGuard {
+  AmxGuard() { test::install_amx_model(); }
   ~AmxGuard() {
     cpu::force_amx(cpu::detected_amx());
     cpu::force_isa(cpu::detected_isa());
@@ -238,7 +241,7 @@ TEST(AmxKernels, RowRangesInsideGroupsGiveTheSameBits) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
       const int64_t R = 53, C = dtype_info(t).block_size == 256 ? 512 : 96;
       const Tiled m(t, R, C, 5);
-      const cpu::mm::RowsFn fn = cpu::mm::amx_rows_model(t);
+      const cpu::mm::RowsFn fn = test::amx_model_rows(t);
       ASSERT_NE(fn, nullptr);
       const cpu::mm::RowsFn vnni = cpu::mm::avx512_kernels()->rows_tiled(t);
       const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::family(t), C);
@@ -292,6 +295,24 @@ TEST(AmxKernels, SeveralMatricesInOneCall) {
   for (size_t i = 0; i < yq.size(); ++i) ASSERT_EQ(bits(yq[i]), bits(rq[i])) << "Q4_K element " << i;
   for (size_t i = 0; i < yk.size(); ++i) ASSERT_EQ(bits(yk[i]), bits(rk[i])) << "Q6_K element " << i;
   for (size_t i = 0; i < yv.size(); ++i) ASSERT_EQ(bits(yv[i]), bits(rv[i])) << "Q8_0 element " << i;
+}
+
+// Q6_K's kernel, off by one ulp in one element of calls of 24 tokens or more (the folded
+// kernel's): what the check before using the CPU's tiles must catch.
+void off_when_folded(const cpu::mm::Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  test::amx_model_rows(DType::Q6_K)(a, r0, r1, t0, t1);
+  if (t1 - t0 >= 24) a.y[t0 * a.ldy + r0] = std::nextafter(a.y[t0 * a.ldy + r0], 1e30f);
+}
+cpu::mm::RowsFn model_but_q6k_folded(DType t) { return t == DType::Q6_K ? off_when_folded : test::amx_model_rows(t); }
+cpu::mm::RowsFn vnni_tiles(DType t) { return cpu::mm::avx512_kernels()->rows_tiled(t); }
+
+// The check amx.cpp runs before using the CPU's tiles (against the VNNI kernels): the model's
+// kernels pass it, and a kernel off by one ulp in its folded calls only fails it.
+TEST(AmxPath, TheCheckBeforeUseTellsKernelsApart) {
+  REQUIRE_AVX512();
+  EXPECT_TRUE(cpu::mm::tiled_kernels_agree(test::amx_model_rows, vnni_tiles));
+  EXPECT_TRUE(cpu::mm::tiled_kernels_agree(vnni_tiles, vnni_tiles));
+  EXPECT_FALSE(cpu::mm::tiled_kernels_agree(model_but_q6k_folded, vnni_tiles));
 }
 
 // The path's choice: TANDEM_AMX=0 and CPUs without AMX default to the VNNI kernels; the

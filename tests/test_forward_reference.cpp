@@ -8,6 +8,7 @@
 
 #include "engine/model/transformer.hpp"
 #include "kernels/cpu/quant.hpp"
+#include "tests/support/amx_model.hpp"
 #include "tests/support/forward_check.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/tiny_model.hpp"
@@ -159,6 +160,7 @@ class BatchInvariance : public ::testing::TestWithParam<InvCase> {
       body();
       if (isa == cpu::Isa::Avx512) {
         SCOPED_TRACE("AMX kernels on the model");
+        test::install_amx_model();
         cpu::force_amx(cpu::AmxPath::Model);
         body();
       }

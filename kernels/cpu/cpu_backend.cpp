@@ -33,7 +33,7 @@ std::string CpuBackend::description() const {
   else if (amx_available())
     s += "\n  amx: off (TANDEM_AMX=0, or a kernel level below avx512)";
   else
-    s += "\n  amx: not on this CPU (or not granted by the OS)";
+    s += "\n  amx: not usable here (no AMX, below avx512, not granted by the OS, or results other than the VNNI kernels')";
   std::string tiled, packed;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     if (tiles_rows(t)) tiled += std::string(" ") + dtype_name(t);

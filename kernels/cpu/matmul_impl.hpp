@@ -160,11 +160,17 @@ bool avx2_dequant(DType t, const void* src, float* dst, int64_t n);
 bool avx2_quantize(DType t, const float* src, void* dst, int64_t n);  // Q4_0
 
 // AMX-INT8 kernels for tiled weights (matmul_tiles_amx_impl.hpp), their results the AVX-512
-// VNNI tiled kernels' bits: on the CPU's tile instructions, and on the exact model of them
-// (amx_tiles.hpp) that runs wherever AVX-512 does. nullptr for a type without tiles.
+// VNNI tiled kernels' bits, on the CPU's tile instructions. nullptr for a type without tiles.
 RowsFn amx_rows_hardware(DType t);
-RowsFn amx_rows_model(DType t);
+// The same kernels on the exact model of the tile instructions (amx_tiles.hpp), which runs
+// wherever AVX-512 does: the tests install them (tests/support/amx_model.hpp) as the Model
+// path's.
+void install_amx_model_for_testing(RowsFn (*kernels)(DType));
 // The kernels of the AMX path in use (amx_path(), quant.hpp); nullptr when it is off.
 RowsFn amx_rows(DType t);
+// Whether two kernel sets for tiled weights give the same bits on small problems of every
+// tiled type (token counts for the plain and the folded AMX kernels, rows after the last
+// whole group): amx.cpp checks the CPU's tiles against the VNNI kernels so before using them.
+bool tiled_kernels_agree(RowsFn (*a)(DType), RowsFn (*b)(DType));
 
 }  // namespace tandem::kernels::cpu::mm

@@ -1,13 +1,14 @@
 // AMX-INT8 kernels for weights in 16-row tiles (pack_tiles.hpp), for passes of several
 // tokens (verification, batched decode, prefill). A template over the tile instructions
-// (amx_tiles.hpp): matmul_tiles_amx_avx512.cpp instantiates it with the CPU's,
-// matmul_tiles_amxmodel_avx512.cpp with the model's, which the tests run on every machine.
+// (amx_tiles.hpp): matmul_tiles_amx_avx512.cpp instantiates it with the CPU's, the tests
+// (tests/support/amx_model_kernels.cpp) with the model's, which runs on every machine.
 //
 // One tdpb*d multiplies up to 16 tokens (A: a token a row) by the 16 rows of a weight group
 // (B: K/4 rows of the 16 rows' 4-byte code groups, the tiles' own interleaving) into a
 // 16 × 16 int32 tile C (row t: token t's sums for the group's 16 rows, the lanes of the VNNI
-// kernels' vectors). A tile product can only give one integer sum per scale unit, so its K
-// is one unit: a 32-element block (Q4_0..Q8_0), a Q4_K group of 32, a Q6_K group of 16.
+// kernels' vectors). A tile product gives one integer sum per output, so where each scale
+// unit needs its own sum its K is one unit: a 32-element block (Q4_0..Q8_0), a Q4_K group of
+// 32, a Q6_K group of 16 (the folded K-quant kernels below put the scales into B instead).
 //
 // The results are the VNNI kernels' bits (matmul_q32_tiles_avx512.cpp,
 // matmul_qk_tiles_avx512.cpp), whatever the number of tokens: each unit's integer sum is
@@ -24,9 +25,10 @@
 // the weights' element order; the activation rows keep each kernel's order, which the
 // VNNI kernels and the row kernels share).
 //
-// Passes of fewer than kAmxMinTokens tokens go to the VNNI kernels: one tile product costs
-// about 16 cycles however many of its rows hold tokens, what 32 vpdpbusd cost, and a token
-// takes 8 of those a block. Rows after the last whole group go to the row kernels.
+// Passes of fewer than kAmxMinTokens tokens go to the VNNI kernels: a B tile is built per
+// block and call (unpacking the codes costs about what a token's 8 vpdpbusd a block do), and
+// what each token then saves does not repay it for one to three tokens. Rows after the last
+// whole group go to the row kernels.
 //
 // Everything is `static` or in an unnamed namespace: both instantiating files include it.
 #pragma once
@@ -85,7 +87,7 @@ struct AmxScratch {
   };
   Buffer panel, group_b;  // the activation panels; a weight group's B tiles (folded kernels)
   alignas(64) u8 b[2][16 * 64];
-  alignas(64) int32_t c[2][16][16];
+  alignas(64) int32_t c[2][16][16] = {};  // C tiles read back (rows past a call's tokens: unused)
   u8* panels(size_t n) { return panel.get(n); }
 };
 static AmxScratch& amx_scratch() {
@@ -140,7 +142,7 @@ struct AmxQ32 {
   }
 
   template <class Tiles, int TN>
-  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
                     const int32_t* sums, AmxScratch& s) {
     const Q32Tile p = q32_tile(T);
     const ActLayout& l = a.xl;
@@ -148,7 +150,7 @@ struct AmxQ32 {
     const float* xs[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) {
-      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      const u8* row = a.xq + static_cast<size_t>(t0 + std::min(t, m - 1)) * l.row_bytes;
       xd[t] = act_d(row, l);
       xs[t] = act_s(row, l);
     }
@@ -221,7 +223,8 @@ struct AmxQ32 {
       fold(s0, b);
     }
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    for (int t = 0; t < TN; ++t)
+      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 
@@ -251,14 +254,14 @@ struct AmxQ4K {
   }
 
   template <class Tiles, int TN>
-  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
                     const int32_t*, AmxScratch& s) {
     const ActLayout& l = a.xl;
     const int16_t* bs32[TN];
     const float* xd[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) {
-      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      const u8* row = a.xq + static_cast<size_t>(t0 + std::min(t, m - 1)) * l.row_bytes;
       bs32[t] = act_bsums32(row, l);
       xd[t] = act_d(row, l);
     }
@@ -337,7 +340,8 @@ struct AmxQ4K {
       }
     }
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    for (int t = 0; t < TN; ++t)
+      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 
@@ -365,12 +369,12 @@ struct AmxQ6K {
   }
 
   template <class Tiles, int TN>
-  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
                     const int32_t*, AmxScratch& s) {
     const ActLayout& l = a.xl;
     const float* xd[TN];
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + t) * l.row_bytes, l);
+    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + std::min(t, m - 1)) * l.row_bytes, l);
     __m512 acc[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
@@ -417,7 +421,8 @@ struct AmxQ6K {
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t][bi])), acc[t]);
     }
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    for (int t = 0; t < TN; ++t)
+      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 
@@ -502,14 +507,14 @@ struct AmxQ4KFold {
   }
 
   template <class Tiles, int TN>
-  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
                     const int32_t*, AmxScratch& s) {
     const ActLayout& l = a.xl;
     const int16_t* bs32[TN];
     const float* xd[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) {
-      const u8* row = a.xq + static_cast<size_t>(t0 + t) * l.row_bytes;
+      const u8* row = a.xq + static_cast<size_t>(t0 + std::min(t, m - 1)) * l.row_bytes;
       bs32[t] = act_bsums32(row, l);
       xd[t] = act_d(row, l);
     }
@@ -565,7 +570,8 @@ struct AmxQ4KFold {
       }
     }
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    for (int t = 0; t < TN; ++t)
+      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 
@@ -630,17 +636,17 @@ struct AmxQ6KFold {
   }
 
   template <class Tiles, int TN>
-  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, const u8* panel,
+  static void group(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
                     const int32_t*, AmxScratch& s) {
     const ActLayout& l = a.xl;
     const float* xd[TN];
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + t) * l.row_bytes, l);
+    for (int t = 0; t < TN; ++t) xd[t] = act_d(a.xq + static_cast<size_t>(t0 + std::min(t, m - 1)) * l.row_bytes, l);
     __m512 acc[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
     u8* base = s.group_b.p.get();
-    alignas(64) int32_t cs[kPlanes][16][16];
+    alignas(64) int32_t cs[kPlanes][16][16] = {};
     for (int64_t bi = 0; bi < l.nb; ++bi) {
       Tiles::template zero<0>();
       Tiles::template zero<1>();
@@ -672,17 +678,27 @@ struct AmxQ6KFold {
       }
     }
     #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    for (int t = 0; t < TN; ++t)
+      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
   }
 };
 
 // ---- the walk ---------------------------------------------------------------------------
-template <class K, class Tiles, int TN>
-static void group_tail(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
-                       const int32_t* sums, AmxScratch& s) {
-  if constexpr (TN > 0) {
-    if (m == TN) return K::template group<Tiles, TN>(a, gw, g, keep, t0, panel, sums, s);
-    group_tail<K, Tiles, TN - 1>(a, gw, g, keep, t0, m, panel, sums, s);
+// m tokens (1..16) by the kernel compiled for the fewest tokens TN >= m: each TN is a kernel
+// of its own (its accumulators in registers), so only the sizes that matter have one: 4-8
+// (verification), 12 and 16 (batches, prefill). Tokens m..TN-1 read token m - 1's
+// activations and are not stored.
+template <class K, class Tiles>
+static void group_tokens(const Args& a, const u8* gw, int64_t g, __mmask16 keep, int64_t t0, int m, const u8* panel,
+                         const int32_t* sums, AmxScratch& s) {
+  switch (m <= 4 ? 4 : m <= 8 ? m : m <= 12 ? 12 : 16) {
+    case 4: return K::template group<Tiles, 4>(a, gw, g, keep, t0, m, panel, sums, s);
+    case 5: return K::template group<Tiles, 5>(a, gw, g, keep, t0, m, panel, sums, s);
+    case 6: return K::template group<Tiles, 6>(a, gw, g, keep, t0, m, panel, sums, s);
+    case 7: return K::template group<Tiles, 7>(a, gw, g, keep, t0, m, panel, sums, s);
+    case 8: return K::template group<Tiles, 8>(a, gw, g, keep, t0, m, panel, sums, s);
+    case 12: return K::template group<Tiles, 12>(a, gw, g, keep, t0, m, panel, sums, s);
+    default: return K::template group<Tiles, 16>(a, gw, g, keep, t0, m, panel, sums, s);
   }
 }
 
@@ -713,6 +729,8 @@ void rows_amx(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
       for (int64_t t = m; t < rows; ++t)
         for (int64_t u = 0; u < K::units(l); ++u)
           std::memset(panel + (static_cast<size_t>(u) * kChunk + static_cast<size_t>(t)) * K::kK, 0, K::kK);
+      for (int64_t b = 0; b < l.nb; ++b)  // Q8_0's block sums of the tokens past m (read, not stored)
+        for (int64_t t = m; t < kChunk; ++t) sums[b * kChunk + t] = 0;
     }
     Tiles::config(K::config(rows));
     for (int64_t g = r0 / kTileRows * kTileRows; g < end; g += kTileRows) {
@@ -724,7 +742,7 @@ void rows_amx(const Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
         const u8* panel = buf + static_cast<size_t>(c) * (panel_bytes + sum_bytes);
         const auto* sums = reinterpret_cast<const int32_t*>(panel + panel_bytes);
         const int m = static_cast<int>(std::min<int64_t>(kChunk, n - c * kChunk));
-        group_tail<K, Tiles, kChunk>(a, gw, g, keep, t0 + c * kChunk, m, panel, sums, s);
+        group_tokens<K, Tiles>(a, gw, g, keep, t0 + c * kChunk, m, panel, sums, s);
       }
     }
     Tiles::release();
