@@ -28,6 +28,7 @@
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant_blocks.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/tiles_kquant_avx512.hpp"
 #include "kernels/cpu/matmul_qk_common.hpp"
 #include "kernels/cpu/matmul_qk_avx512_order.hpp"
 #include "kernels/cpu/tile_groups.hpp"
@@ -71,16 +72,8 @@ struct TileQ4K {
   static constexpr int kBytes = tile_q4k::size;
   template <int TN>
   static inline void tile(const u8* w, const Toks<TN>& x, int64_t bi, __m512* acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
-    // 16-byte lane k of z0 | z1 | z2: byte k (0-3 | 4-7 | 8-11) of the 16 rows' packed
-    // scales. Unpacked 16 rows at a time as in blk::unpack_k4_scales: lane j of sc_lo is
-    // scale j, of sc_hi scale 4 + j; the same for the mins.
-    const __m512i z0 = loadu512(w + tile_q4k::scales), z1 = loadu512(w + tile_q4k::scales + 64),
-                  z2 = loadu512(w + tile_q4k::scales + 128);
-    const __m512i sc_lo = _mm512_and_si512(z0, m6), mn_lo = _mm512_and_si512(z1, m6);
-    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
-    const __m512i mn_hi =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const Q4kScales sc8 = q4k_scales(w);
     __m512i iacc[TN], imin[TN];
     #pragma GCC unroll 8
     for (int t = 0; t < TN; ++t) iacc[t] = imin[t] = _mm512_setzero_si512();
@@ -88,7 +81,7 @@ struct TileQ4K {
     // (together the two sets of accumulators do not fit in the registers).
     each(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
       constexpr int j = decltype(jc)::value;
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+      const __m512i sc = q4k_scale<j>(sc8);
       const u8* c = w + tile_q4k::codes + 256 * j;
       __m512i lo[4], hi[4];
       for (int v = 0; v < 4; ++v) {
@@ -113,25 +106,9 @@ struct TileQ4K {
         iacc[t] = _mm512_dpwssd_epi32(iacc[t], pack_high16(s0, s1), sc2);
       }
     });
-    // The mins two groups at a time: 32-bit lane r of mp[k] holds row r's mins 2k and 2k+1
-    // as int16, to meet the activations' 32-element sums of groups 2k and 2k+1 (bs32, one
-    // 32-bit word) in one vpdpwssd.
+    // The mins, two groups to a vpdpwssd against the activations' 32-element sums.
     __m512i mp[4];
-    {
-      const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));  // mins 0, 2, 4, 6
-      const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));  // mins 1, 3, 5, 7
-      // 16-byte lane k: rows 0-7 (lo) or 8-15 (hi) of mins 2k, 2k+1 byte by byte.
-      const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
-      // [lo k, hi k] side by side for k = 0, 1 and then 2, 3.
-      const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
-                    p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-      const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
-                    q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
-      mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
-      mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
-      mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
-      mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
-    }
+    q4k_min_pairs(sc8, mp);
     #pragma GCC unroll 8
     for (int t = 0; t < TN; ++t) {
       const int16_t* s = x.bs32[t] + 8 * bi;
@@ -152,7 +129,6 @@ struct TileQ6K {
   static constexpr int kBytes = tile_q6k::size;
   template <int TN>
   static inline void tile(const u8* w, const Toks<TN>& x, int64_t bi, __m512* acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     // vpshufb controls copying the low (high) int16 of each 32-bit lane into both halves.
     const __m512i dup_lo = _mm512_set4_epi32(0x0d0c0d0c, 0x09080908, 0x05040504, 0x01000100),
                   dup_hi = _mm512_set4_epi32(0x0f0e0f0e, 0x0b0a0b0a, 0x07060706, 0x03020302);
@@ -167,16 +143,8 @@ struct TileQ6K {
       const __m512i sc2[2] = {_mm512_shuffle_epi8(pair, dup_lo), _mm512_shuffle_epi8(pair, dup_hi)};
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * p + h;
-        const u8* g = w + tile_q6k::codes + tile_q6k::group_bytes * j;
-        const __m512i n0 = loadu512(g), n1 = loadu512(g + 64), hb = loadu512(g + 128);
-        // Code u of each 4: low 4 bits from N0/N1, top 2 from bits 2u of H moved to bits 4-5.
-        // hi6(low, h) = bits 4-5 from h, the rest from low (whose bits 4-7 are clear): one
-        // vpternlogd for the and-or.
-        const auto hi6 = [&](__m512i low, __m512i h) { return _mm512_ternarylogic_epi32(low, h, m30, 0xD8); };
-        const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
-                              hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
-                              hi6(_mm512_and_si512(n1, m4), hb),
-                              hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
+        __m512i c[4];
+        q6k_codes(w + tile_q6k::codes + tile_q6k::group_bytes * j, c);
         #pragma GCC unroll 8
         for (int t = 0; t < TN; ++t) {
           const int8_t* q = x.q[t] + 256 * bi + 16 * j;

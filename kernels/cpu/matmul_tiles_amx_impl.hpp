@@ -46,6 +46,7 @@
 #include "kernels/cpu/matmul_qk_avx512_order.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
+#include "kernels/cpu/tiles_kquant_avx512.hpp"
 
 // Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
 
@@ -100,6 +101,21 @@ template <class F, int... J>
 static inline void each_c(std::integer_sequence<int, J...>, F&& f) {
   (f(std::integral_constant<int, J>{}), ...);
 }
+
+// The first m of TN tokens' results for the rows of group g that `keep` marks.
+template <int TN>
+static inline void store_tokens(const Args& a, int64_t g, __mmask16 keep, int64_t t0, int m, const __m512* acc) {
+  #pragma GCC unroll 16
+  for (int t = 0; t < TN; ++t)
+    if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+}
+
+// What the K-quant kernels leave to others: passes of few tokens (the VNNI tiled kernels) and
+// the rows after the last whole group (the row kernels).
+struct QkFallbacks {
+  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
+  static RowsFn rows_after(DType t) { return rows_qk(t); }
+};
 
 // ---- the 32-element block types ---------------------------------------------------------
 template <DType T>
@@ -222,9 +238,7 @@ struct AmxQ32 {
       product(s0, b);
       fold(s0, b);
     }
-    #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t)
-      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    store_tokens<TN>(a, g, keep, t0, m, acc);
   }
 };
 
@@ -239,11 +253,9 @@ struct Q4kChunks {
 };
 constexpr Q4kChunks kQ4kAt(qk512::kNibbles);
 
-struct AmxQ4K {
+struct AmxQ4K : QkFallbacks {
   static constexpr int kK = 32, kGroups = 8;
   static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
-  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
-  static RowsFn rows_after(DType t) { return rows_qk(t); }
   static void prepare(const Args&, const u8*, AmxScratch&) {}  // B tiles are built per group
   static TileConfig config(int rows) { return AmxQ32<DType::Q4_0>::config(rows); }  // the same shapes
 
@@ -268,18 +280,11 @@ struct AmxQ4K {
     __m512 acc[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t bi = 0; bi < l.nb; ++bi) {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
       avx2::prefetch_ahead(w + 2048, tile_q4k::size);
-      // The 16 rows' scales and mins, unpacked as the VNNI kernel does.
-      const __m512i z0 = loadu512(w + tile_q4k::scales), z1 = loadu512(w + tile_q4k::scales + 64),
-                    z2 = loadu512(w + tile_q4k::scales + 128);
-      const __m512i sc_lo = _mm512_and_si512(z0, m6), mn_lo = _mm512_and_si512(z1, m6);
-      const __m512i sc_hi =
-          _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
-      const __m512i mn_hi =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+      const Q4kScales sc8 = q4k_scales(w);  // the 16 rows' scales and mins
       __m512i iacc[TN];
       #pragma GCC unroll 16
       for (int t = 0; t < TN; ++t) iacc[t] = _mm512_setzero_si512();
@@ -300,7 +305,7 @@ struct AmxQ4K {
       };
       auto fold = [&](auto slot, auto jc) {
         constexpr int S = decltype(slot)::value, j = decltype(jc)::value;
-        const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+        const __m512i sc = q4k_scale<j>(sc8);
         #pragma GCC unroll 16
         for (int t = 0; t < TN; ++t)
           iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_load_si512(s.c[S][t]), sc));
@@ -314,19 +319,7 @@ struct AmxQ4K {
       });
       // The mins against the activations' 32-element sums: the VNNI kernel's code.
       __m512i mp[4];
-      {
-        const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
-        const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
-                      p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
-                      q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
-        mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
-        mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
-        mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
-        mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
-      }
+      q4k_min_pairs(sc8, mp);
       const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
       #pragma GCC unroll 16
       for (int t = 0; t < TN; ++t) {
@@ -339,17 +332,13 @@ struct AmxQ4K {
         acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
       }
     }
-    #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t)
-      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    store_tokens<TN>(a, g, keep, t0, m, acc);
   }
 };
 
-struct AmxQ6K {
+struct AmxQ6K : QkFallbacks {
   static constexpr int kK = 16, kGroups = 16;
   static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
-  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
-  static RowsFn rows_after(DType t) { return rows_qk(t); }
   static void prepare(const Args&, const u8*, AmxScratch&) {}  // B tiles are built per group
   // C: tiles 0, 1; A: 2, 3 (16 bytes a token); B: 4, 5 (4 rows).
   static TileConfig config(int rows) {
@@ -378,7 +367,7 @@ struct AmxQ6K {
     __m512 acc[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i k32 = _mm512_set1_epi8(32);
     for (int64_t bi = 0; bi < l.nb; ++bi) {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q6k::size;
       avx2::prefetch_ahead(w + 2048, tile_q6k::size);
@@ -387,14 +376,9 @@ struct AmxQ6K {
       for (int t = 0; t < TN; ++t) iacc[t] = _mm512_setzero_si512();
       auto product = [&](auto slot, int j) {
         constexpr int S = decltype(slot)::value;
-        const u8* gc = w + tile_q6k::codes + tile_q6k::group_bytes * j;
-        const __m512i n0 = loadu512(gc), n1 = loadu512(gc + 64), hb = loadu512(gc + 128);
-        // The VNNI kernel's codes (hi6), less 32: B row u holds elements 4u..4u+3.
-        const auto hi6 = [&](__m512i low, __m512i h) { return _mm512_ternarylogic_epi32(low, h, m30, 0xD8); };
-        const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
-                              hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
-                              hi6(_mm512_and_si512(n1, m4), hb),
-                              hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
+        // The VNNI kernel's codes, less 32: B row u holds elements 4u..4u+3.
+        __m512i c[4];
+        q6k_codes(w + tile_q6k::codes + tile_q6k::group_bytes * j, c);
         for (int u = 0; u < 4; ++u) _mm512_store_si512(s.b[S] + 64 * u, _mm512_sub_epi8(c[u], k32));
         Tiles::template load<4 + S>(s.b[S], 64);
         Tiles::template load<2 + S>(panel + static_cast<size_t>(bi * kGroups + j) * 16 * kK, kK);
@@ -420,9 +404,7 @@ struct AmxQ6K {
       for (int t = 0; t < TN; ++t)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t][bi])), acc[t]);
     }
-    #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t)
-      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    store_tokens<TN>(a, g, keep, t0, m, acc);
   }
 };
 
@@ -436,7 +418,7 @@ struct AmxQ6K {
 //   sum_j scale_j * (sum over group j of q * code) = sum_p base^p * C_p
 // exactly (integers), so the result is the kernels' above, and the VNNI ones', bit for bit.
 // Building the planes costs more per weight group than the plain B tiles, paid once per
-// call for all its tokens: these kernels take calls of kAmxFoldTokens tokens or more.
+// call for all its tokens: these kernels take calls of kAmxFoldQ4K / kAmxFoldQ6K tokens or more.
 //  - Q4_K: scale (6 bits) = 8 h + l, codes 0..15, products <= 105: vpmullw by the digit
 //    (no byte's product reaches the next byte). tdpbsud.
 //  - Q6_K: scale (int8) = 64 d3 + 16 d2 + 4 d1 + d0, d0..d2 in 0..3, d3 in -2..1 (two's
@@ -445,11 +427,9 @@ struct AmxQ6K {
 // B of a weight group (16 rows) for every super-block is built once per call
 // (AmxScratch::group_b) and reused by every token chunk.
 
-struct AmxQ4KFold {
+struct AmxQ4KFold : QkFallbacks {
   static constexpr int kK = 64, kUnits = 4, kPlanes = 2;
   static int64_t units(const ActLayout& l) { return l.nb * kUnits; }
-  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
-  static RowsFn rows_after(DType t) { return rows_qk(t); }
   // C: tiles 0 (h plane), 1 (l plane); A: 2; B: 4, 5.
   static TileConfig config(int rows) {
     TileConfig c;
@@ -476,17 +456,14 @@ struct AmxQ4KFold {
   static void prepare(const Args& a, const u8* gw, AmxScratch& s) {
     const int64_t nb = a.xl.nb;
     u8* base = s.group_b.get(static_cast<size_t>(nb) * kUnits * kPlanes * 1024);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t bi = 0; bi < nb; ++bi) {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
       avx2::prefetch_ahead(w + 2048, tile_q4k::size);
-      const __m512i z0 = loadu512(w + tile_q4k::scales), z2 = loadu512(w + tile_q4k::scales + 128);
-      const __m512i sc_lo = _mm512_and_si512(z0, m6);
-      const __m512i sc_hi =
-          _mm512_or_si512(_mm512_and_si512(z2, m4), _mm512_and_si512(_mm512_srli_epi16(z0, 2), m30));
+      const Q4kScales sc8 = q4k_scales(w);
       each_c(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
         constexpr int j = decltype(jc)::value;
-        const __m512i sc = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(j < 4 ? sc_lo : sc_hi, j % 4));
+        const __m512i sc = q4k_scale<j>(sc8);
         const __m512i h = _mm512_srli_epi32(sc, 3), lo3 = _mm512_and_si512(sc, _mm512_set1_epi32(7));
         // Each row's digit in both 16-bit halves of its lane: vpmullw multiplies its 4 bytes.
         const __m512i fh = _mm512_or_si512(h, _mm512_slli_epi32(h, 16)),
@@ -521,7 +498,6 @@ struct AmxQ4KFold {
     __m512 acc[TN];
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
     u8* base = s.group_b.p.get();
     for (int64_t bi = 0; bi < l.nb; ++bi) {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
@@ -537,24 +513,9 @@ struct AmxQ4KFold {
       Tiles::template store<0>(s.c[0], 64);
       Tiles::template store<1>(s.c[1], 64);
       // The mins and the block's fold: AmxQ4K's (the VNNI kernel's) code.
-      const __m512i z1 = loadu512(w + tile_q4k::scales + 64), z2 = loadu512(w + tile_q4k::scales + 128);
-      const __m512i mn_lo = _mm512_and_si512(z1, m6);
-      const __m512i mn_hi =
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z2, 4), m4), _mm512_and_si512(_mm512_srli_epi16(z1, 2), m30));
+      const Q4kScales sc8 = q4k_scales(w);
       __m512i mp[4];
-      {
-        const __m512i ev = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512i od = _mm512_shuffle_i32x4(mn_lo, mn_hi, _MM_SHUFFLE(3, 1, 3, 1));
-        const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
-        const __m512i p01 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)),
-                      p23 = _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
-        const __m512i q01 = _mm512_shuffle_i32x4(p01, p01, _MM_SHUFFLE(3, 1, 2, 0)),
-                      q23 = _mm512_shuffle_i32x4(p23, p23, _MM_SHUFFLE(3, 1, 2, 0));
-        mp[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q01));
-        mp[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q01, 1));
-        mp[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q23));
-        mp[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q23, 1));
-      }
+      q4k_min_pairs(sc8, mp);
       const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
       #pragma GCC unroll 16
       for (int t = 0; t < TN; ++t) {
@@ -569,17 +530,13 @@ struct AmxQ4KFold {
         acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
       }
     }
-    #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t)
-      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    store_tokens<TN>(a, g, keep, t0, m, acc);
   }
 };
 
-struct AmxQ6KFold {
+struct AmxQ6KFold : QkFallbacks {
   static constexpr int kK = 64, kUnits = 4, kPlanes = 4;
   static int64_t units(const ActLayout& l) { return l.nb * kUnits; }
-  static RowsFn vnni(DType t) { return rows_qk_tiles(t); }
-  static RowsFn rows_after(DType t) { return rows_qk(t); }
   // C: tiles 0-3 (a plane each); A: 4; B: 5 (the planes in turn).
   static TileConfig config(int rows) {
     TileConfig c;
@@ -600,7 +557,7 @@ struct AmxQ6KFold {
   static void prepare(const Args& a, const u8* gw, AmxScratch& s) {
     const int64_t nb = a.xl.nb;
     u8* base = s.group_b.get(static_cast<size_t>(nb) * kUnits * kPlanes * 1024);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i k32 = _mm512_set1_epi8(32);
     for (int64_t bi = 0; bi < nb; ++bi) {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q6k::size;
       avx2::prefetch_ahead(w + 2048, tile_q6k::size);
@@ -611,13 +568,8 @@ struct AmxQ6KFold {
         for (int h = 0; h < 2; ++h) {
           const int j = 2 * pp + h;
           const __m512i sc = scs[h];
-          const u8* gc = w + tile_q6k::codes + tile_q6k::group_bytes * j;
-          const __m512i n0 = loadu512(gc), n1 = loadu512(gc + 64), hb = loadu512(gc + 128);
-          const auto hi6 = [&](__m512i low, __m512i hh) { return _mm512_ternarylogic_epi32(low, hh, m30, 0xD8); };
-          const __m512i c[4] = {hi6(_mm512_and_si512(n0, m4), _mm512_slli_epi16(hb, 4)),
-                                hi6(_mm512_and_si512(_mm512_srli_epi16(n0, 4), m4), _mm512_slli_epi16(hb, 2)),
-                                hi6(_mm512_and_si512(n1, m4), hb),
-                                hi6(_mm512_and_si512(_mm512_srli_epi16(n1, 4), m4), _mm512_srli_epi16(hb, 2))};
+          __m512i c[4];
+          q6k_codes(w + tile_q6k::codes + tile_q6k::group_bytes * j, c);
           for (int p = 0; p < kPlanes; ++p) {
             // All bytes of row r's lane set where bit 2p (bit 2p + 1) of its scale is.
             const __m512i b0 = _mm512_movm_epi32(_mm512_test_epi32_mask(sc, _mm512_set1_epi32(1 << (2 * p)))),
@@ -677,9 +629,7 @@ struct AmxQ6KFold {
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(d, _mm512_set1_ps(xd[t][bi])), acc[t]);
       }
     }
-    #pragma GCC unroll 16
-    for (int t = 0; t < TN; ++t)
-      if (t < m) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + g, keep, acc[t]);
+    store_tokens<TN>(a, g, keep, t0, m, acc);
   }
 };
 
