@@ -253,6 +253,18 @@ struct Q4kChunks {
 };
 constexpr Q4kChunks kQ4kAt(qk512::kNibbles);
 
+// A Q4_K block's contribution to a token's accumulator: its mins against the activations'
+// 32-element sums (bs32, the block's 8), then the VNNI kernel's float fold, in its order.
+static inline __m512 q4k_fold(__m512i isum, const __m512i* mp, const int16_t* bs32, __m512 d, __m512 dmin, float dx,
+                              __m512 acc) {
+  __m512i imin = _mm512_setzero_si512();
+  imin = dpwssd_bcast(dpwssd_bcast(imin, mp[0], bs32), mp[1], bs32 + 2);
+  imin = dpwssd_bcast(dpwssd_bcast(imin, mp[2], bs32 + 4), mp[3], bs32 + 6);
+  const __m512 vx = _mm512_set1_ps(dx);
+  const __m512 av = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, vx), acc);
+  return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, vx), av);
+}
+
 struct AmxQ4K : QkFallbacks {
   static constexpr int kK = 32, kGroups = 8;
   static int64_t units(const ActLayout& l) { return l.nb * kGroups; }
@@ -323,13 +335,7 @@ struct AmxQ4K : QkFallbacks {
       const __m512 d = f16x16(w + tile_q4k::d), dmin = f16x16(w + tile_q4k::dmin);
       #pragma GCC unroll 16
       for (int t = 0; t < TN; ++t) {
-        const int16_t* sm = bs32[t] + 8 * bi;
-        __m512i imin = _mm512_setzero_si512();
-        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[0], sm), mp[1], sm + 2);
-        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[2], sm + 4), mp[3], sm + 6);
-        const __m512 dx = _mm512_set1_ps(xd[t][bi]);
-        const __m512 av = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t]), _mm512_mul_ps(d, dx), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
+        acc[t] = q4k_fold(iacc[t], mp, bs32[t] + 8 * bi, d, dmin, xd[t][bi], acc[t]);
       }
     }
     store_tokens<TN>(a, g, keep, t0, m, acc);
@@ -521,13 +527,7 @@ struct AmxQ4KFold : QkFallbacks {
       for (int t = 0; t < TN; ++t) {
         const __m512i iacc =
             _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.c[0][t]), 3), _mm512_load_si512(s.c[1][t]));
-        const int16_t* sm = bs32[t] + 8 * bi;
-        __m512i imin = _mm512_setzero_si512();
-        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[0], sm), mp[1], sm + 2);
-        imin = dpwssd_bcast(dpwssd_bcast(imin, mp[2], sm + 4), mp[3], sm + 6);
-        const __m512 dx = _mm512_set1_ps(xd[t][bi]);
-        const __m512 av = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(d, dx), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, dx), av);
+        acc[t] = q4k_fold(iacc, mp, bs32[t] + 8 * bi, d, dmin, xd[t][bi], acc[t]);
       }
     }
     store_tokens<TN>(a, g, keep, t0, m, acc);
