@@ -85,8 +85,9 @@ std::string isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // AMX tiles (Intel Xeons from Sapphire Rapids on) multiply tiled weights in passes of
 // several tokens (mm::kAmxMinTokens or more) at the AVX-512 level, with the VNNI kernels'
 // bits, so every batch-invariance guarantee holds whichever path runs.
-//  - Hardware: the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state, and Linux
-//    granted this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM); the default there.
+//  - Hardware: the CPU has AMX-TILE and AMX-INT8, the OS saves the tile state, Linux granted
+//    this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM), and the tile kernels gave
+//    the VNNI kernels' results on a check before first use; the default there.
 //  - Model: the same kernels on an exact C++ model of the tile instructions (tests: the
 //    AMX arithmetic checked on machines without AMX; needs the AVX-512 level).
 //  - Off: the VNNI kernels (no AMX, TANDEM_AMX=0, or a level below AVX-512).
