@@ -30,7 +30,6 @@
 #include "kernels/cpu/simd_avx512.hpp"
 #include "kernels/cpu/tiles_kquant_avx512.hpp"
 #include "kernels/cpu/matmul_qk_common.hpp"
-#include "kernels/cpu/matmul_qk_avx512_order.hpp"
 #include "kernels/cpu/tile_groups.hpp"
 
 // Float rounding exactly as written (-ffp-contract=off, kernels/CMakeLists.txt).
@@ -43,23 +42,6 @@ namespace {
 using namespace avx512;
 using qk::Toks;
 using u8 = uint8_t;
-
-// Calls f(std::integral_constant<int, J>) for J = 0..N-1: scale groups by constant index,
-// so lane extractions take immediates.
-template <class F, int... J>
-static inline void each(std::integer_sequence<int, J...>, F&& f) {
-  (f(std::integral_constant<int, J>{}), ...);
-}
-
-// Where natural 32-element chunk j of a Q4_K activation block is stored (matmul_qk_avx512
-// reads chunks in qk512::kNibbles order: stored chunk i is natural chunk kNibbles[i]).
-struct ChunkPos {
-  int v[8];
-  constexpr explicit ChunkPos(const int* order) : v() {
-    for (int i = 0; i < 8; ++i) v[order[i]] = i;
-  }
-};
-constexpr ChunkPos kQ4kPos(qk512::kNibbles);
 
 // Lane by lane, the low 16 bits of a and, above them, the low 16 bits of b: one masked
 // vpshufb (bytes 2-3 of each 32-bit lane taken from bytes 0-1 of b's lane).

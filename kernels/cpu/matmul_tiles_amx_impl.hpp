@@ -43,7 +43,6 @@
 #include "kernels/cpu/act_order.hpp"
 #include "kernels/cpu/amx_tiles.hpp"
 #include "kernels/cpu/matmul_impl.hpp"
-#include "kernels/cpu/matmul_qk_avx512_order.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
 #include "kernels/cpu/tiles_kquant_avx512.hpp"
@@ -88,18 +87,12 @@ struct AmxScratch {
   };
   Buffer panel, group_b;  // the activation panels; a weight group's B tiles (folded kernels)
   alignas(64) u8 b[2][16 * 64];
-  alignas(64) int32_t c[2][16][16] = {};  // C tiles read back (rows past a call's tokens: unused)
+  alignas(64) int32_t c[4][16][16] = {};  // C tiles read back (rows past a call's tokens: unused)
   u8* panels(size_t n) { return panel.get(n); }
 };
 static AmxScratch& amx_scratch() {
   thread_local AmxScratch s;
   return s;
-}
-
-// Calls f(std::integral_constant<int, J>) for J = 0..N-1.
-template <class F, int... J>
-static inline void each_c(std::integer_sequence<int, J...>, F&& f) {
-  (f(std::integral_constant<int, J>{}), ...);
 }
 
 // The first m of TN tokens' results for the rows of group g that `keep` marks.
@@ -243,15 +236,6 @@ struct AmxQ32 {
 };
 
 // ---- Q4_K and Q6_K ----------------------------------------------------------------------
-// Where natural 32-element group j of a Q4_K activation block is stored (the AVX-512 Q4_K
-// kernels' chunk order, qk512::kNibbles).
-struct Q4kChunks {
-  int v[8];
-  constexpr explicit Q4kChunks(const int* order) : v() {
-    for (int i = 0; i < 8; ++i) v[order[i]] = i;
-  }
-};
-constexpr Q4kChunks kQ4kAt(qk512::kNibbles);
 
 // A Q4_K block's contribution to a token's accumulator: its mins against the activations'
 // 32-element sums (bs32, the block's 8), then the VNNI kernel's float fold, in its order.
@@ -274,7 +258,7 @@ struct AmxQ4K : QkFallbacks {
   static void panel_row(const int8_t* q, const ActLayout& l, u8* dst, int32_t*) {
     for (int64_t bi = 0; bi < l.nb; ++bi)
       for (int j = 0; j < kGroups; ++j)
-        std::memcpy(dst + static_cast<size_t>(bi * kGroups + j) * 16 * kK, q + 256 * bi + 32 * kQ4kAt.v[j], kK);
+        std::memcpy(dst + static_cast<size_t>(bi * kGroups + j) * 16 * kK, q + 256 * bi + 32 * kQ4kPos.v[j], kK);
   }
 
   template <class Tiles, int TN>
@@ -322,7 +306,7 @@ struct AmxQ4K : QkFallbacks {
         for (int t = 0; t < TN; ++t)
           iacc[t] = _mm512_add_epi32(iacc[t], _mm512_mullo_epi32(_mm512_load_si512(s.c[S][t]), sc));
       };
-      each_c(std::make_integer_sequence<int, kGroups / 2>{}, [&](auto pc) {
+      each(std::make_integer_sequence<int, kGroups / 2>{}, [&](auto pc) {
         constexpr int j = 2 * decltype(pc)::value;
         product(std::integral_constant<int, 0>{}, std::integral_constant<int, j>{});
         product(std::integral_constant<int, 1>{}, std::integral_constant<int, j + 1>{});
@@ -451,8 +435,8 @@ struct AmxQ4KFold : QkFallbacks {
     for (int64_t bi = 0; bi < l.nb; ++bi)
       for (int u = 0; u < kUnits; ++u) {
         u8* d = dst + static_cast<size_t>(bi * kUnits + u) * 16 * kK;
-        std::memcpy(d, q + 256 * bi + 32 * kQ4kAt.v[2 * u], 32);
-        std::memcpy(d + 32, q + 256 * bi + 32 * kQ4kAt.v[2 * u + 1], 32);
+        std::memcpy(d, q + 256 * bi + 32 * kQ4kPos.v[2 * u], 32);
+        std::memcpy(d + 32, q + 256 * bi + 32 * kQ4kPos.v[2 * u + 1], 32);
       }
   }
   // B of unit u, plane p of block bi: 16 rows of 64 bytes (rows 0-7 group 2u, 8-15 group 2u + 1).
@@ -467,7 +451,7 @@ struct AmxQ4KFold : QkFallbacks {
       const u8* w = gw + static_cast<size_t>(bi) * tile_q4k::size;
       avx2::prefetch_ahead(w + 2048, tile_q4k::size);
       const Q4kScales sc8 = q4k_scales(w);
-      each_c(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
+      each(std::make_integer_sequence<int, 8>{}, [&](auto jc) {
         constexpr int j = decltype(jc)::value;
         const __m512i sc = q4k_scale<j>(sc8);
         const __m512i h = _mm512_srli_epi32(sc, 3), lo3 = _mm512_and_si512(sc, _mm512_set1_epi32(7));
@@ -598,7 +582,7 @@ struct AmxQ6KFold : QkFallbacks {
     #pragma GCC unroll 16
     for (int t = 0; t < TN; ++t) acc[t] = _mm512_setzero_ps();
     u8* base = s.group_b.p.get();
-    alignas(64) int32_t cs[kPlanes][16][16] = {};
+    int32_t(&cs)[kPlanes][16][16] = s.c;
     for (int64_t bi = 0; bi < l.nb; ++bi) {
       Tiles::template zero<0>();
       Tiles::template zero<1>();

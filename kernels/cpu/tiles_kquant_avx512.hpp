@@ -4,11 +4,30 @@
 // files (also compiled against SIMDe): everything is `static`.
 #pragma once
 #include <cstdint>
+#include <utility>
 
+#include "kernels/cpu/matmul_qk_avx512_order.hpp"
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/simd_avx512.hpp"
 
 namespace tandem::kernels::cpu::avx512 {
+
+// Calls f(std::integral_constant<int, J>) for J = 0..N-1: scale groups by constant index,
+// so lane extractions take immediates.
+template <class F, int... J>
+static inline void each(std::integer_sequence<int, J...>, F&& f) {
+  (f(std::integral_constant<int, J>{}), ...);
+}
+
+// Where natural 32-element chunk j of a Q4_K activation block is stored (the AVX-512 Q4_K
+// kernels read chunks in qk512::kNibbles order: stored chunk i is natural chunk kNibbles[i]).
+struct ChunkPos {
+  int v[8];
+  constexpr explicit ChunkPos(const int* order) : v() {
+    for (int i = 0; i < 8; ++i) v[order[i]] = i;
+  }
+};
+constexpr ChunkPos kQ4kPos(mm::qk512::kNibbles);
 
 // A Q4_K tile's 8 scales and 8 mins of 6 bits, unpacked as blk::unpack_k4_scales does: byte
 // r of 16-byte lane j of sc_lo is row r's scale j, of sc_hi its scale 4 + j; the same for
