@@ -123,6 +123,12 @@ fi
 
 # 3. tests on the device
 [ "$DRY" = 1 ] || export TANDEM_CUDA_TEST_DEVICE=1
+if [ "$DRY" = 1 ]; then
+  # The release suite runs these binaries whole on the emulator; the dry run proves the steps
+  # with a sixth of each (GoogleTest's sharding).
+  export GTEST_TOTAL_SHARDS=6 GTEST_SHARD_INDEX=0
+  log "dry run: one shard in 6 of each test binary (ctest runs them whole)"
+fi
 step test_cuda_ops 90 "$BUILD/tests/test_cuda_ops" --gtest_output=json:"$OUT/test_cuda_ops.json"
 step test_cuda_forward 60 "$BUILD/tests/test_cuda_forward" --gtest_output=json:"$OUT/test_cuda_forward.json"
 step test_cuda_greedy 30 "$BUILD/tests/test_cuda_greedy" --gtest_output=json:"$OUT/test_cuda_greedy.json"
@@ -153,7 +159,7 @@ elif command -v compute-sanitizer >/dev/null; then
 else
   log "compute-sanitizer not found: skipped"
 fi
-unset TANDEM_CUDA_TEST_DEVICE
+unset TANDEM_CUDA_TEST_DEVICE GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX
 
 # 5. benchmarks
 step bench_ops 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --ops --reps 20 "${SIZE_ARGS[@]}"

@@ -991,6 +991,26 @@ TEST(CudaOps, PagedAttentionModelShapesAndLongContexts) {
   AttnProblem(c).check_all();
 }
 
+// The span kernel stages K/V rows in shared memory with the widest load the rows' alignment
+// allows: 16 bytes (f16 head_dim 8), 4 (f16 head_dim 6, f32 head_dim 5), one element (f16
+// head_dim 7); and fewer rows at a time where a large group leaves less room (16 query heads
+// of 128 on one KV head: 8 rows). Contexts cross several chunks and end inside one.
+TEST(CudaOps, PagedAttentionStagesRowsOfEveryAlignmentAndChunk) {
+  AttnCase c;
+  c.bs = 8;
+  c.lens = {45, 70};
+  c.n_new = {3, 2};
+  for (auto [type, nh, nkv, hd] : {std::tuple{DType::F16, 4, 2, 8}, {DType::F16, 4, 2, 6}, {DType::F32, 4, 2, 5},
+                                   {DType::F16, 6, 3, 7}, {DType::F16, 16, 1, 128}}) {
+    SCOPED_TRACE(testing::Message() << nh << " heads, " << nkv << " kv, hd " << hd);
+    c.kv_type = type;
+    c.n_heads = nh;
+    c.n_kv = nkv;
+    c.hd = hd;
+    AttnProblem(c).check_all();
+  }
+}
+
 // A token's output is the same bits alone or in a batch of up to 17 (verification).
 TEST(CudaOps, PagedAttentionIsBatchInvariant) {
   AttnCase c;

@@ -6,7 +6,12 @@
 // kAttnSplit positions. Kernel 1 runs one block per (token, kv head, span): the scores of
 // the group's query heads for every position of the span (into shared memory), their max
 // and exp-sum (warp reductions in a fixed lane order), and the exp-weighted sum of the V
-// rows (one thread per (head, dim), positions in order). Kernel 2 merges a token's span
+// rows (one thread per (head, dim), positions in order). K and V rows reach the block in
+// chunks staged in shared memory: the block's threads copy a chunk's rows with 16-byte
+// loads where the cache allows (consecutive threads, consecutive bytes of a row), so each
+// row is read from global memory once for the whole query group, in whole transactions;
+// the arithmetic on them is the same whatever the chunk size (each dot product and each
+// weighted sum in position order). Kernel 2 merges a token's span
 // states in span order, a block per (token, kv head). Nothing depends on the other tokens of the batch, so a token's
 // output is the same bits alone or in any batch (batch invariance); grid.z is sized from
 // the block table's width and blocks past a token's last span return at once. When the
@@ -24,10 +29,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kSplit = ops::kAttnSplit;
-
-__device__ __forceinline__ float kv_at(const uint8_t* row, bool f16, int i) {
-  return f16 ? dev::f16_to_f32(reinterpret_cast<const uint16_t*>(row)[i]) : reinterpret_cast<const float*>(row)[i];
-}
 
 // A token's context, or false (and an error bit) when its metadata is out of range. A tree
 // node (mask not 0) reads its logical keys through tree_key_index (kernels/tree_keys.hpp).
@@ -110,7 +111,67 @@ __device__ __forceinline__ void quantize_group(const ops::AttnParams& a, int64_t
                         a.quant.d + t * (cols / blk) + c0 / blk + b);
 }
 
-__global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, int max_parts, float* states, int* err) {
+// The widest load (16 or 4 bytes, else one element) that every K/V row start of this call
+// is aligned to: row stride, head offset and both cache bases.
+bool rows_aligned(const ops::AttnParams& a, size_t w) {
+  const size_t head = static_cast<size_t>(a.head_dim) * (a.kv_f16 ? 2 : 4);
+  return head % w == 0 && a.kv_row_bytes % w == 0 && reinterpret_cast<uintptr_t>(a.k) % w == 0 &&
+         reinterpret_cast<uintptr_t>(a.v) % w == 0;
+}
+int stage_bytes(const ops::AttnParams& a) { return rows_aligned(a, 16) ? 16 : rows_aligned(a, 4) ? 4 : a.kv_f16 ? 2 : 4; }
+
+// Shared memory of a span block staging `chunk` rows at a time: the group's queries (later
+// the V sums), the span's scores, the staged rows ([chunk][head_dim + 1] floats: the odd
+// stride puts a warp's reads of one element of 32 rows on 32 banks) and their flags.
+size_t span_shared_bytes(const ops::AttnParams& a, int chunk) {
+  const size_t group = static_cast<size_t>(a.n_heads / a.n_kv_heads), hd = static_cast<size_t>(a.head_dim);
+  return sizeof(float) * (group * (hd + kSplit) + static_cast<size_t>(chunk) * (hd + 1)) + sizeof(int) * chunk;
+}
+constexpr int kMaxChunk = 32, kMinChunk = 4;
+constexpr size_t kSharedLimit = 48 * 1024;  // what a kernel gets without cudaFuncSetAttribute
+// Rows staged at a time: the most (up to 32, a warp's worth) that fit the 48 KiB.
+int chunk_rows(const ops::AttnParams& a) {
+  int c = kMaxChunk;
+  while (c > kMinChunk && span_shared_bytes(a, c) > kSharedLimit) c /= 2;
+  return c;
+}
+
+// Copies the rows of logical keys first .. first + m - 1 of token c's context from cache
+// `base` (a.k or a.v) for KV head kvh into rows[r * (hd + 1) ..] as floats, `vec` bytes a
+// load. ok[r]: the row's block is in the cache (its floats are zeros otherwise; err, when
+// given, gets the bit).
+__device__ __forceinline__ void stage_rows(const ops::AttnParams& a, const Ctx& c, const uint8_t* base, int kvh,
+                                           int32_t first, int m, int vec, float* rows, int* ok, int* err) {
+  const int hd = a.head_dim, esz = a.kv_f16 ? 2 : 4, per_load = vec / esz, loads = hd / per_load;
+  const int64_t n_blocks = a.n_slots / a.block_size;
+  for (int idx = threadIdx.x; idx < m * loads; idx += kThreads) {
+    const int r = idx / loads, w = idx % loads;
+    const int32_t j = c.key(first + r), blk = c.bt[j / a.block_size];
+    const bool valid = blk >= 0 && blk < n_blocks;
+    if (w == 0) {
+      ok[r] = valid ? 1 : 0;
+      if (!valid && err) atomicOr(err, static_cast<int>(dev::kErrAttnBlock));
+    }
+    float* dst = rows + r * (hd + 1) + w * per_load;
+    if (!valid) {
+      for (int e = 0; e < per_load; ++e) dst[e] = 0.0f;
+      continue;
+    }
+    const uint8_t* src = base + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
+                         (static_cast<size_t>(kvh) * hd + static_cast<size_t>(w) * per_load) * esz;
+    uint32_t words[4] = {0, 0, 0, 0};
+    if (vec == 16) dev::ld_u128_a16(src, words);
+    else if (vec == 4) words[0] = dev::ld_u32_a4(src);
+    else words[0] = dev::ld_u16(src);  // one f16 element (odd head_dim)
+    if (a.kv_f16)
+      for (int e = 0; e < per_load; ++e) dst[e] = dev::f16_to_f32((words[e / 2] >> (16 * (e % 2))) & 0xFFFFu);
+    else
+      for (int e = 0; e < per_load; ++e) dst[e] = __uint_as_float(words[e]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, int max_parts, int chunk, int vec,
+                                                              float* states, int* err) {
   TANDEM_DYNAMIC_SHARED(float, smem);
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y, part = blockIdx.z;
@@ -127,32 +188,31 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
   }
   if (part >= c.parts) return;
   const int32_t lo = c.j0 + part * kSplit, hi = dev::imin(c.p, lo + kSplit - 1), n = hi - lo + 1;
-  const int64_t n_blocks = a.n_slots / a.block_size;
-  float* qs = smem;               // [group][hd]
-  float* sc = smem + group * hd;  // [group][kSplit]
+  float* qs = smem;                    // [group][hd]: the queries, then the V sums
+  float* sc = qs + group * hd;         // [group][kSplit]
+  float* rows = sc + group * kSplit;   // [chunk][hd + 1]
+  int* ok = reinterpret_cast<int*>(rows + chunk * (hd + 1));  // [chunk]
   const float* qh = a.q + t * a.ldq + static_cast<int64_t>(kvh) * group * hd;
   for (int i = threadIdx.x; i < group * hd; i += kThreads) qs[i] = qh[i];
-  __syncthreads();
-  const size_t esz = a.kv_f16 ? 2 : 4;
-  for (int jj = threadIdx.x; jj < n; jj += kThreads) {
-    const int32_t j = c.key(lo + jj), blk = c.bt[j / a.block_size];
-    if (blk < 0 || blk >= n_blocks) {
-      atomicOr(err, static_cast<int>(dev::kErrAttnBlock));
-      for (int g = 0; g < group; ++g) sc[g * kSplit + jj] = -INFINITY;
-      continue;
+  for (int c0 = 0; c0 < n; c0 += chunk) {
+    const int m = dev::imin(chunk, n - c0);
+    stage_rows(a, c, a.k, kvh, lo + c0, m, vec, rows, ok, err);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < m * group; idx += kThreads) {
+      const int r = idx % m, g = idx / m;  // a warp: consecutive rows, one or two heads
+      float x = -INFINITY;
+      if (ok[r]) {
+        const float* qg = qs + g * hd;
+        const float* kr = rows + r * (hd + 1);
+        x = 0.0f;
+        for (int i = 0; i < hd; ++i) x += qg[i] * kr[i];
+        x *= a.scale;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+      }
+      sc[g * kSplit + c0 + r] = x;
     }
-    const uint8_t* krow = a.k + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
-                          static_cast<size_t>(kvh) * hd * esz;
-    for (int g = 0; g < group; ++g) {
-      const float* qg = qs + g * hd;
-      float x = 0.0f;
-      for (int i = 0; i < hd; ++i) x += qg[i] * kv_at(krow, a.kv_f16, i);
-      x *= a.scale;
-      if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-      sc[g * kSplit + jj] = x;
-    }
+    __syncthreads();  // the rows are consumed before the next chunk overwrites them
   }
-  __syncthreads();
   float* st = states + ((t * a.n_kv_heads + kvh) * max_parts + part) * state_floats(a);
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   for (int g = warp; g < group; g += kThreads / dev::kWarp) {
@@ -170,19 +230,23 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
     if (lane == 0) st[g] = mx, st[group + g] = sum;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < group * hd; idx += kThreads) {
-    const int g = idx / hd, i = idx % hd;
-    const float* e = sc + g * kSplit;
-    float acc = 0.0f;
-    for (int jj = 0; jj < n; ++jj) {
-      const int32_t j = c.key(lo + jj), blk = c.bt[j / a.block_size];
-      if (blk < 0 || blk >= n_blocks) continue;
-      const uint8_t* vrow = a.v + (static_cast<size_t>(blk) * a.block_size + j % a.block_size) * a.kv_row_bytes +
-                            static_cast<size_t>(kvh) * hd * esz;
-      acc += e[jj] * kv_at(vrow, a.kv_f16, i);
+  float* acc = qs;  // the queries are no longer read; each (head, dim) sum stays with its thread
+  for (int idx = threadIdx.x; idx < group * hd; idx += kThreads) acc[idx] = 0.0f;
+  for (int c0 = 0; c0 < n; c0 += chunk) {
+    const int m = dev::imin(chunk, n - c0);
+    stage_rows(a, c, a.v, kvh, lo + c0, m, vec, rows, ok, nullptr);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * hd; idx += kThreads) {
+      const int g = idx / hd, i = idx % hd;
+      const float* e = sc + g * kSplit + c0;
+      float s = acc[idx];
+      for (int r = 0; r < m; ++r)
+        if (ok[r]) s += e[r] * rows[r * (hd + 1) + i];
+      acc[idx] = s;
     }
-    st[2 * group + idx] = acc;
+    __syncthreads();
   }
+  for (int idx = threadIdx.x; idx < group * hd; idx += kThreads) st[2 * group + idx] = acc[idx];
   if (max_parts == 1) {
     __syncthreads();  // the block's state (global memory) is complete and visible to all its threads
     const size_t sf = state_floats(a);
@@ -232,17 +296,16 @@ size_t ops::attention_scratch_floats(const AttnParams& a) {
   return static_cast<size_t>(a.n_tokens) * a.n_kv_heads * max_parts_of(a) * group * (2 + a.head_dim);
 }
 
-size_t ops::attention_shared_bytes(const AttnParams& a) {
-  const int group = a.n_heads / a.n_kv_heads;
-  return sizeof(float) * static_cast<size_t>(group) * (a.head_dim + kSplit);
-}
+size_t ops::attention_shared_bytes(const AttnParams& a) { return span_shared_bytes(a, chunk_rows(a)); }
 
 int ops::paged_attention(Stream s, const AttnParams& a, float* scratch, int* err) {
   if (a.n_tokens == 0) return 0;
   const int mp = max_parts_of(a);
   auto st = static_cast<cudaStream_t>(s);
   const dim3 g1(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(mp));
-  TANDEM_LAUNCH(attn_span_kernel, g1, kThreads, attention_shared_bytes(a), st)(a, mp, scratch, err);
+  const int chunk = chunk_rows(a);
+  TANDEM_LAUNCH(attn_span_kernel, g1, kThreads, span_shared_bytes(a, chunk), st)(a, mp, chunk, stage_bytes(a), scratch,
+                                                                                  err);
   if (mp == 1) return 1;  // kernel 1 wrote the outputs
   const dim3 g2(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads));
   TANDEM_LAUNCH(attn_merge_kernel, g2, kThreads, 0, st)(a, mp, scratch, err);
