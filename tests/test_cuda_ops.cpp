@@ -1012,20 +1012,28 @@ TEST(CudaOps, PagedAttentionStagesRowsOfEveryAlignmentAndChunk) {
 }
 
 // A token's output is the same bits alone or in a batch of up to 17 (verification).
+// In a batch, a sequence's consecutive tokens share query tiles (tiles of 8 here: tokens 0-7
+// and 8-11 of the first sequence, 12-15 and 16 of the second), whose K/V rows are staged
+// once; with a sliding window each token of a tile starts at its own position.
 TEST(CudaOps, PagedAttentionIsBatchInvariant) {
-  AttnCase c;
-  c.bs = 16;
-  c.n_heads = 6;
-  c.n_kv = 2;
-  c.hd = 32;
-  c.lens = {700, 40};
-  c.n_new = {12, 5};
-  AttnProblem pr(c);
-  const auto all = pr.run(true, 0, pr.pos.size());
-  const size_t w = size_t(c.n_heads) * c.hd;
-  for (size_t t = 0; t < pr.pos.size(); ++t) {
-    const auto one = pr.run(true, t, t + 1);
-    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+  for (int window : {0, 600}) {
+    SCOPED_TRACE(testing::Message() << "window " << window);
+    AttnCase c;
+    c.bs = 16;
+    c.n_heads = 6;
+    c.n_kv = 2;
+    c.hd = 32;
+    c.window = window;
+    c.lens = {700, 40};
+    c.n_new = {12, 5};
+    AttnProblem pr(c);
+    const auto all = pr.run(true, 0, pr.pos.size());
+    const size_t w = size_t(c.n_heads) * c.hd;
+    for (size_t t = 0; t < pr.pos.size(); ++t) {
+      const auto one = pr.run(true, t, t + 1);
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * w, w * sizeof(float))) << "token " << t;
+    }
+    pr.check(all, pr.run(false, 0, pr.pos.size()));
   }
 }
 
