@@ -9,6 +9,8 @@
 #include "apps/commands.hpp"
 #include "apps/common_options.hpp"
 #include "apps/tune/config.hpp"
+#include "engine/runtime/engine_calibration.hpp"
+#include "policies/cost_model.hpp"
 #include "tandem/engine.hpp"
 
 namespace tandem::cli {
@@ -75,6 +77,9 @@ int run_generate(const GenerateArgs& args) {
     };
   }
   const GenerateResult r = engine->generate(a.prompt, gen, cb);
+  // What trees against chains learned here, for the next run (nothing is written if this run
+  // drafted no tree-or-chain step).
+  if (!costs.empty()) save_shape_choice(*engine, default_cost_cache_path());
   const Timings& t = r.timings;
   if (a.json) {
     boost::json::object o;

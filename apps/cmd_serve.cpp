@@ -18,7 +18,9 @@
 #include "apps/server/http_server.hpp"
 #include "apps/server/server_state.hpp"
 #include "apps/tune/config.hpp"
+#include "engine/runtime/engine_calibration.hpp"
 #include "engine/runtime/scheduler.hpp"
+#include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
 #include "tandem/engine.hpp"
 
@@ -160,6 +162,8 @@ int run_serve(ServeArgs a) {
   Scheduler scheduler(*engine, a.sched);
   server::ServerState state(*engine, scheduler, std::move(chat), std::move(protocol), a.http);
   server::run_http_server(state);
+  // What trees against chains learned while serving, for the next start.
+  save_shape_choice(*engine, default_cost_cache_path());
   return 0;
 }
 

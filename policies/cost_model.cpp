@@ -5,15 +5,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
-#include <unistd.h>
 
+#include "policies/cache_file.hpp"
 
 namespace tandem {
-namespace fs = std::filesystem;
 namespace json = boost::json;
 
 namespace {
@@ -46,16 +42,6 @@ std::vector<PassCurve> curves_from_json(const json::value& v) {
     out.push_back(std::move(c));
   }
   return out;
-}
-
-json::value read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return nullptr;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  boost::system::error_code ec;
-  json::value v = json::parse(ss.str(), ec);
-  return ec ? json::value(nullptr) : v;
 }
 
 }  // namespace
@@ -196,7 +182,7 @@ std::string default_cost_cache_path() {
 }
 
 std::shared_ptr<CostModel> load_cached_cost_model(const std::string& path, const std::string& key) {
-  const json::value v = read_json_file(path);
+  const json::value v = read_cache_file(path);
   if (!v.is_object()) return nullptr;
   const json::object& o = v.as_object();
   const json::value* models = o.if_contains("models");
@@ -211,29 +197,7 @@ std::shared_ptr<CostModel> load_cached_cost_model(const std::string& path, const
 }
 
 void save_cached_cost_model(const std::string& path, const CostModel& model, const CostKeyFilter& keep) {
-  json::value v = read_json_file(path);
-  if (!v.is_object()) v = json::object{{"format", "tandem-cost-models"}, {"version", 1}};
-  json::object& o = v.as_object();
-  if (!o.contains("models") || !o["models"].is_object()) o["models"] = json::object{};
-  json::object& models = o["models"].as_object();
-  if (keep) {
-    std::vector<std::string> stale;
-    for (const auto& e : models)
-      if (e.key() != model.key() && !keep(std::string(e.key()))) stale.emplace_back(e.key());
-    for (const std::string& k : stale) models.erase(k);
-  }
-  models[model.key()] = json::parse(model.to_json());
-  const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path());
-  // Write then rename, so a concurrent reader never sees half a file.
-  const std::string tmp = path + ".tmp" + std::to_string(static_cast<long>(getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-    out << json::serialize(v) << '\n';
-    if (!out) throw std::runtime_error("cannot write " + tmp);
-  }
-  fs::rename(tmp, p);
+  put_cache_entry(path, "models", model.key(), json::parse(model.to_json()), keep);
 }
 
 }  // namespace tandem

@@ -1,6 +1,7 @@
 #include "policies/rate_choice.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tandem {
 
@@ -21,6 +22,24 @@ bool RateChoice::prefer_first() {
   retrying_ = retry;
   passed_ = better || retry ? 0 : passed_ + 1;
   return better || retry;
+}
+
+RateChoice::State RateChoice::state() const {
+  return {first_.tokens, first_.ms, first_.steps, second_.tokens, second_.ms, second_.steps, passed_, retry_after_};
+}
+
+void RateChoice::restore(const State& s) {
+  const auto sane = [](double v) { return std::isfinite(v) && v > 0.0 ? v : 0.0; };
+  const auto record = [&](double tokens, double ms, double steps) {
+    Record r{sane(tokens), sane(ms), sane(steps)};
+    if (r.ms == 0.0 || r.steps == 0.0) r = Record{};  // a record needs a timed step
+    return r;
+  };
+  first_ = record(s.first_tokens, s.first_ms, s.first_steps);
+  second_ = record(s.second_tokens, s.second_ms, s.second_steps);
+  retry_after_ = std::clamp(s.retry_after, kRetryAfter, kMaxRetryAfter);
+  passed_ = std::clamp(s.passed, 0, retry_after_);
+  retrying_ = false;
 }
 
 void RateChoice::observe_first(int32_t accepted, double step_ms) {

@@ -35,6 +35,17 @@ class RateChoice {
   void observe_second_instead(int32_t accepted);
   void reset() { *this = RateChoice{try_both_, back_off_}; }
 
+  // What the choice has learned: both records, the retry wait and the chances passed over
+  // since the first way's last step; restore() carries it into a choice made later (another
+  // process: policies/shape_cache.hpp). Values out of range (a damaged file) are clamped.
+  struct State {
+    double first_tokens = 0.0, first_ms = 0.0, first_steps = 0.0;
+    double second_tokens = 0.0, second_ms = 0.0, second_steps = 0.0;
+    int32_t passed = 0, retry_after = kRetryAfter;
+  };
+  State state() const;
+  void restore(const State& s);
+
  private:
   struct Record {
     double tokens = 0.0, ms = 0.0, steps = 0.0;  // decayed sums

@@ -33,6 +33,15 @@ class ShapeChoice {
     if (chain_accepted >= 0) choice_.observe_second_instead(chain_accepted);
     choice_.observe_first(accepted, step_ms);
   }
+  // What was learned so far, and taking it up in a new engine (policies/shape_cache.hpp).
+  RateChoice::State state() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return choice_.state();
+  }
+  void restore(const RateChoice::State& s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    choice_.restore(s);
+  }
 
  private:
   std::mutex mu_;

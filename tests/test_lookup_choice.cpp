@@ -5,6 +5,8 @@
 // against chains).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "policies/lookup_choice.hpp"
@@ -105,6 +107,55 @@ TEST(RateChoice, ALosingRetryWaitsTwiceAsLongAndAWinStartsOver) {
     EXPECT_EQ(wait_for_first(plain), RateChoice::kRetryAfter - 1);
     plain.observe_first(0, 30.0);
   }
+}
+
+// A restored state carries on as the choice it came from: the same records, the same retry
+// wait (backed off) and the same count of chances passed; damaged values are clamped.
+TEST(RateChoice, ARestoredStateCarriesOnWhereItStopped) {
+  RateChoice c(true, true);
+  c.observe_first(0, 30.0);
+  c.observe_second(3, 30.0);
+  for (int round = 0; round < 3; ++round) {  // three losing retries: the wait is 64
+    wait_for_first(c);
+    c.observe_first(0, 30.0);
+  }
+  for (int i = 0; i < 10; ++i) ASSERT_FALSE(c.prefer_first());
+  const RateChoice::State s = c.state();
+  EXPECT_EQ(s.retry_after, RateChoice::kMaxRetryAfter);
+  EXPECT_EQ(s.passed, 10);
+  RateChoice d(true, true);
+  d.restore(s);
+  const RateChoice::State t = d.state();
+  EXPECT_EQ(t.first_tokens, s.first_tokens);
+  EXPECT_EQ(t.first_ms, s.first_ms);
+  EXPECT_EQ(t.first_steps, s.first_steps);
+  EXPECT_EQ(t.second_tokens, s.second_tokens);
+  EXPECT_EQ(t.second_ms, s.second_ms);
+  EXPECT_EQ(t.second_steps, s.second_steps);
+  EXPECT_EQ(t.passed, s.passed);
+  EXPECT_EQ(t.retry_after, s.retry_after);
+  EXPECT_EQ(wait_for_first(d), RateChoice::kMaxRetryAfter - 10 - 1) << "the restored choice retried early";
+  EXPECT_EQ(wait_for_first(c), RateChoice::kMaxRetryAfter - 10 - 1);
+
+  RateChoice::State bad;
+  bad.first_tokens = std::nan("");
+  bad.first_ms = 30.0;
+  bad.first_steps = 1.0;
+  bad.second_tokens = 4.0;
+  bad.second_ms = -1.0;  // no timed step: no record
+  bad.second_steps = 1.0;
+  bad.passed = -5;
+  bad.retry_after = 1 << 20;
+  RateChoice e(true, true);
+  e.restore(bad);
+  const RateChoice::State u = e.state();
+  EXPECT_EQ(u.first_tokens, 0.0);
+  EXPECT_EQ(u.first_ms, 30.0);
+  EXPECT_EQ(u.second_ms, 0.0);
+  EXPECT_EQ(u.second_tokens, 0.0);
+  EXPECT_EQ(u.passed, 0);
+  EXPECT_EQ(u.retry_after, RateChoice::kMaxRetryAfter);
+  EXPECT_FALSE(e.prefer_first()) << "the chain, with no record, is tried first (try_both)";
 }
 
 TEST(ShapeChoice, TreesAreTriedThenTheFasterWayKept) {

@@ -3,6 +3,7 @@
 // drafts, probing within its budget; cost model formulas, interpolation, batch model, JSON
 // and cache round trips; and the policies wired through tandem::Engine on tiny models.
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -13,11 +14,14 @@
 #include "policies/acceptance_estimator.hpp"
 #include "policies/adaptive_policy.hpp"
 #include "policies/replay.hpp"
+#include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/engine_calibration.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "policies/calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
+#include "policies/shape_cache.hpp"
+#include "policies/shape_choice.hpp"
 #include "tandem/engine.hpp"
 #include "tandem/version.hpp"
 #include "kernels/backend.hpp"
@@ -966,6 +970,53 @@ TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
   EXPECT_FALSE(from_cache);
   e->set_cost_model(m);
   EXPECT_EQ(e->cost_model(), m);
+}
+
+// What an engine's ShapeChoice learned (trees against chains) is saved beside its cost model
+// and taken up by the next engine of the same models that installs the cost model from that
+// cache: a new process carries on instead of trying trees and chains again.
+TEST(PoliciesInEngine, TreesAgainstChainsCarryOnInTheNextEngine) {
+  const auto& fx = fixture();
+  const std::string cache = test::scratch_dir("policies-shapes") + "/cost.json";
+  CalibrationOptions co;
+  co.k_max = 3;
+  co.reps = 1;
+  co.context = 8;
+  co.stale_tolerance = 0.0;
+  co.cache_path = cache;
+  auto e = load(fx.target, fx.close_draft);
+  calibrate_and_install(*e, co);
+  ShapeChoice& shapes = *EngineAccess::policy_costs(*e).shapes;
+  save_shape_choice(*e, cache);  // nothing learned: nothing written
+  EXPECT_FALSE(load_cached_shape_choice(cache, cost_model_key(*e)));
+  EXPECT_TRUE(shapes.prefer_tree());
+  shapes.observe(true, 0, 50.0);  // trees lose here
+  EXPECT_FALSE(shapes.prefer_tree());
+  shapes.observe(false, 3, 20.0);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(shapes.prefer_tree());
+  save_shape_choice(*e, cache);
+  const RateChoice::State learned = shapes.state();
+
+  auto next = load(fx.target, fx.close_draft);
+  EXPECT_TRUE(EngineAccess::policy_costs(*next).shapes->prefer_tree()) << "a new engine with no cost model starts afresh";
+  EXPECT_TRUE(calibrate_and_install(*next, co)) << "the cost model comes from the cache";
+  ShapeChoice& carried = *EngineAccess::policy_costs(*next).shapes;
+  const RateChoice::State s = carried.state();
+  EXPECT_EQ(s.first_tokens, learned.first_tokens);
+  EXPECT_EQ(s.first_ms, learned.first_ms);
+  EXPECT_EQ(s.second_tokens, learned.second_tokens);
+  EXPECT_EQ(s.second_ms, learned.second_ms);
+  EXPECT_EQ(s.passed, learned.passed);
+  EXPECT_EQ(s.retry_after, learned.retry_after);
+  int chains = 0;
+  while (!carried.prefer_tree() && chains < 100) ++chains;
+  EXPECT_EQ(chains, RateChoice::kRetryAfter - 1 - learned.passed) << "the tree is retried when the last engine would have";
+  // The cost model's own entry is untouched by the shapes', and a damaged shapes entry is
+  // ignored.
+  EXPECT_NE(load_cached_cost_model(cache, cost_model_key(*e)), nullptr);
+  put_cache_entry(cache, "shapes", cost_model_key(*e), boost::json::value("damaged"));
+  EXPECT_FALSE(restore_shape_choice(*next, cache));
+  EXPECT_NE(load_cached_cost_model(cache, cost_model_key(*e)), nullptr);
 }
 
 }  // namespace

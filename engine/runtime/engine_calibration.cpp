@@ -4,8 +4,13 @@
 #include <filesystem>
 #include <optional>
 
-#include "tandem/version.hpp"
+#include <spdlog/spdlog.h>
+
+#include "engine/runtime/engine_access.hpp"
 #include "kernels/backend.hpp"
+#include "policies/shape_cache.hpp"
+#include "policies/shape_choice.hpp"
+#include "tandem/version.hpp"
 
 namespace tandem {
 
@@ -94,7 +99,29 @@ std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const Calibratio
 bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts) {
   bool cached = false;
   engine.set_cost_model(calibrate_cost_model(engine, opts, &cached));
+  if (!opts.cache_path.empty()) restore_shape_choice(engine, opts.cache_path);
   return cached;
+}
+
+bool restore_shape_choice(const Engine& engine, const std::string& cache_path) {
+  const std::shared_ptr<ShapeChoice> shapes = EngineAccess::policy_costs(engine).shapes;
+  if (!shapes || cache_path.empty()) return false;
+  const auto s = load_cached_shape_choice(cache_path, cost_model_key(engine));
+  if (!s) return false;
+  shapes->restore(*s);
+  return true;
+}
+
+void save_shape_choice(const Engine& engine, const std::string& cache_path) {
+  const std::shared_ptr<ShapeChoice> shapes = EngineAccess::policy_costs(engine).shapes;
+  if (!shapes || cache_path.empty()) return;
+  const RateChoice::State s = shapes->state();
+  if (s.first_ms <= 0.0 && s.second_ms <= 0.0) return;  // no step was drafted either way
+  try {
+    save_cached_shape_choice(cache_path, cost_model_key(engine), s, cost_model_key_is_live);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot save what token trees against chains learned to {}: {}", cache_path, e.what());
+  }
 }
 
 }  // namespace tandem

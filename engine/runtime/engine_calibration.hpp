@@ -37,8 +37,17 @@ bool cost_model_key_is_live(const std::string& key);
 std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const CalibrationOptions& opts,
                                                 bool* from_cache = nullptr);
 
-// calibrate_cost_model, then Engine::set_cost_model with the result; true when it came
-// from the cache.
+// calibrate_cost_model, then Engine::set_cost_model with the result, and the engine's
+// tree-or-chain record restored from the same cache file (restore_shape_choice); true when
+// the model came from the cache.
 bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts);
+
+// What the engine's ShapeChoice (token trees against chains, policies/shape_choice.hpp) has
+// learned, kept in the cost cache file under the engine's cost-model key
+// (policies/shape_cache.hpp): restore it after a cost model is installed (true when there was
+// a record), save it before the process ends. Saving is skipped while nothing was learned,
+// and a cache that cannot be written is reported on the log, never thrown.
+bool restore_shape_choice(const Engine& engine, const std::string& cache_path);
+void save_shape_choice(const Engine& engine, const std::string& cache_path);
 
 }  // namespace tandem
