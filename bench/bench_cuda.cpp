@@ -2,7 +2,7 @@
 // factory gives (cuda, cuda-emulated with tiny shapes, cpu), so it is built and smoke-run
 // without a GPU too.
 //
-//   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [--gemm] [-m MODEL.gguf] [--ctx 256]
+//   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [--gemm] [--attention] [-m MODEL.gguf] [--ctx 256]
 //              [--nmax 16] [--reps 5] [--small] [--gemm-min-tokens N]
 //
 // Prints one JSON object:
@@ -12,21 +12,30 @@
 //   gemm: per weight type, the matmul of an FFN-shaped weight (8960 x 1536) at M = 1..512
 //        tokens: ms and int8 tera-operations/s (2 R C M / time); with --gemm-min-tokens N the
 //        dequantize + cuBLAS path takes M >= N (run it twice for the side-by-side ratio);
+//   attention (--attention): paged attention at Qwen2.5-1.5B's heads (12 query / 2 KV of 128,
+//        F16 cache in blocks of 16): a 512-token prompt chunk of one sequence (its tokens share
+//        query tiles) against the same 512 tokens as 512 sequences over the same cached rows
+//        (no tile can form: each token's K/V rows are read once per token), ms of each and
+//        their ratio; and one decode token over 4096 positions: ms and K/V GB/s;
 //   model (with -m): prefill tokens/s, kernel launches of the prefill pass (per layer), T(n)
 //        ms for n = 1..nmax at position ctx, batch-1 decode tokens/s and its weight GB/s as
 //        a fraction of copy_gbps.
 // --small shrinks the op shapes (for the emulator).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/model/transformer.hpp"
 #include "kernels/backend_factory.hpp"
+#include "kernels/cpu/fp16.hpp"
 #include "tests/support/random_blocks.hpp"
 
 using Clock = std::chrono::steady_clock;
@@ -58,7 +67,7 @@ double time_ms(kernels::Backend& be, int reps, F&& f) {
 static int run(int argc, char** argv) {
   std::string device = "cuda", model_path, gpu_mem = "0";
   int nmax = 16, reps = 5, ctx = 256;
-  bool ops = false, small = false, gemm = false;
+  bool ops = false, small = false, gemm = false, attention = false;
   int64_t gemm_min_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
@@ -68,12 +77,13 @@ static int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--ops")) ops = true;
     else if (!std::strcmp(argv[i], "--small")) small = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm = true;
+    else if (!std::strcmp(argv[i], "--attention")) attention = true;
     else if (!std::strcmp(argv[i], "--gemm-min-tokens")) gemm_min_tokens = std::stoll(next());
     else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else {
-      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--gemm] [--small] [--gemm-min-tokens N] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--gemm] [--attention] [--small] [--gemm-min-tokens N] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
       return 2;
     }
   }
@@ -147,6 +157,59 @@ static int run(int argc, char** argv) {
       out += std::string(", \"") + dtype_name(t) + "\": {\"ms\": [" + ms_s + "], \"tops\": [" + tops_s + "]}";
     }
     out += "}";
+  }
+
+  if (attention) {
+    const int nh = 12, nkv = 2, hd = 128, bs = 16;
+    const int n = small ? 24 : 512, decode_ctx = small ? 64 : 4096;
+    const int64_t slots = std::max(n, decode_ctx), width = int64_t{nkv} * hd;
+    std::vector<uint16_t> kv(static_cast<size_t>(slots * width));
+    std::mt19937 g(3);
+    for (auto& v : kv) v = kernels::cpu::f32_to_fp16(std::normal_distribution<float>(0, 1)(g));
+    auto kb = be->alloc(kv.size() * 2), vb = be->alloc(kv.size() * 2);
+    const kernels::Tensor kt = kernels::make_tensor(kb.get(), DType::F16, width, slots);
+    const kernels::Tensor vt = kernels::make_tensor(vb.get(), DType::F16, width, slots);
+    be->upload(kt, kv.data(), kv.size() * 2);
+    be->upload(vt, kv.data(), kv.size() * 2);
+    std::vector<float> q(static_cast<size_t>(n) * nh * hd);
+    for (auto& v : q) v = std::normal_distribution<float>(0, 1)(g);
+    auto qb = be->alloc(q.size() * 4), ob = be->alloc(q.size() * 4);
+    const kernels::Tensor qt = kernels::make_tensor(qb.get(), DType::F32, int64_t{nh} * hd, n);
+    const kernels::Tensor ot = kernels::make_tensor(ob.get(), DType::F32, int64_t{nh} * hd, n);
+    be->upload(qt, q.data(), q.size() * 4);
+    std::vector<std::unique_ptr<kernels::Buffer>> keep;
+    auto i32 = [&](const std::vector<int32_t>& v, int64_t cols) {
+      keep.push_back(be->alloc(v.size() * 4));
+      const kernels::Tensor t = kernels::make_tensor(keep.back().get(), DType::I32, cols, static_cast<int64_t>(v.size()) / cols);
+      be->upload(t, v.data(), v.size() * 4);
+      return t;
+    };
+    // Sequences whose block tables all point at the same blocks 0, 1, ...: the same cached rows.
+    auto call = [&](int tokens, int n_seqs, const std::vector<int32_t>& pos, const std::vector<int32_t>& seq) {
+      const int64_t cols = (slots + bs - 1) / bs;
+      std::vector<int32_t> table(static_cast<size_t>(n_seqs * cols));
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i % static_cast<size_t>(cols));
+      kernels::PagedAttnMeta meta;
+      meta.positions = i32(pos, tokens);
+      meta.seq_index = i32(seq, tokens);
+      meta.block_table = i32(table, cols);
+      meta.block_size = bs;
+      const kernels::Tensor o = ot.slice_rows(0, tokens), qq = qt.slice_rows(0, tokens);
+      return time_ms(*be, reps, [&] {
+        be->paged_attention(o, qq, kernels::KVLayer{kt, vt}, meta, nh, nkv, hd, 1.0f / std::sqrt(float(hd)));
+      });
+    };
+    std::vector<int32_t> pos(static_cast<size_t>(n)), one(static_cast<size_t>(n), 0), each(static_cast<size_t>(n));
+    std::iota(pos.begin(), pos.end(), 0);
+    std::iota(each.begin(), each.end(), 0);
+    const double tiled = call(n, 1, pos, one), untiled = call(n, n, pos, each);
+    const double decode = call(1, 1, {decode_ctx - 1}, {0});
+    const double kv_gb = 2.0 * decode_ctx * static_cast<double>(width) * 2 / 1e9;
+    out += ", \"attention\": {\"prefill_tokens\": " + std::to_string(n) + ", \"one_sequence_ms\": " +
+           std::to_string(tiled) + ", \"separate_sequences_ms\": " + std::to_string(untiled) +
+           ", \"query_tile_gain\": " + std::to_string(untiled / tiled) + ", \"decode_context\": " +
+           std::to_string(decode_ctx) + ", \"decode_ms\": " + std::to_string(decode) +
+           ", \"decode_kv_gbps\": " + std::to_string(kv_gb / (decode * 1e-3)) + "}";
   }
 
   if (!model_path.empty()) {

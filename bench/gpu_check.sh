@@ -171,6 +171,10 @@ cp "$OUT/bench_gemm.out" "$OUT/bench_gemm.json" 2>/dev/null || true
 step bench_gemm_cublas 90 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --gemm --reps 10 --gemm-min-tokens 1 \
   "${SIZE_ARGS[@]}"
 cp "$OUT/bench_gemm_cublas.out" "$OUT/bench_gemm_cublas.json" 2>/dev/null || true
+# Paged attention: a 512-token prompt chunk in query tiles against the same tokens untiled,
+# and decode over 4096 positions (K/V GB/s).
+step bench_attention 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --attention --reps 10 "${SIZE_ARGS[@]}"
+cp "$OUT/bench_attention.out" "$OUT/bench_attention.json" 2>/dev/null || true
 # Real GGUFs where $MODELS has them, else random-weight twins of their shapes and types
 # under the same names (in a dry run: tiny ones).
 TWINS=${TANDEM_GPU_CHECK_MODELS:-/tmp/tandem-gpu-check-models}
@@ -311,6 +315,12 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 c = (gc or {}).get(k, {}).get("tops")
                 cells = [f"{a:.1f}" + (f"; {b:.1f}; {a / max(b, 1e-9):.2f}x" if c else "") for a, b in zip(v["tops"], c or v["tops"])]
                 t.write(f"| {k} | " + " | ".join(cells) + " |\n")
+    at = bench.get("bench_attention", {}).get("attention")
+    if at:
+        t.write(f"\npaged attention (12/2 heads of 128, F16): {at['prefill_tokens']} prompt tokens of one sequence "
+                f"{at['one_sequence_ms']:.3f} ms, as separate sequences {at['separate_sequences_ms']:.3f} ms "
+                f"(query tiles {at['query_tile_gain']:.2f}x); decode over {at['decode_context']} positions "
+                f"{at['decode_ms']:.3f} ms, K/V {at['decode_kv_gbps']:.0f} GB/s\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
         if m and not k.endswith("_graphs_off"):

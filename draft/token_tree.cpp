@@ -116,12 +116,15 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       row_dists_[static_cast<size_t>(node + 1)] = std::move(q);
     }
   }
-  for (const auto& [t, lp] : kids) {
+  const bool on_spine = !sampled() && (node < 0 || nodes_[static_cast<size_t>(node)].spine);
+  for (size_t i = 0; i < kids.size(); ++i) {
+    const auto& [t, lp] = kids[i];
     Node c;
     c.token = t;
     c.parent = node;
     c.depth = depth + 1;
     c.score = parent_score + lp;
+    c.spine = on_spine && i == 0;  // the first child: the chain's draft
     if (grammar) c.grammar = grammar->after(state, t);
     nodes_.push_back(c);
   }
@@ -157,7 +160,8 @@ std::vector<int32_t> TreeBuilder::take_frontier() {
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].depth == d && !nodes_[i].expanded && nodes_[i].fed < 0) cand.push_back(static_cast<int32_t>(i));
   std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) {
-    return nodes_[static_cast<size_t>(a)].score > nodes_[static_cast<size_t>(b)].score;
+    const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
+    return x.spine != y.spine ? x.spine : x.score > y.score;  // the spine grows at every depth
   });
   const size_t room = static_cast<size_t>(std::max(0, kernels::kMaxTreeNodes - fed_));
   cand.resize(std::min({cand.size(), static_cast<size_t>(opts_.tree_width), room}));
@@ -189,25 +193,31 @@ std::vector<TreeBuilder::FedNode> TreeBuilder::fed_nodes() const {
 }
 
 Proposal TreeBuilder::take() {
-  // Deterministic trees keep their tree_nodes most probable nodes (EAGLE-2's re-ranking): a
-  // child is never more probable than its parent (ties: shallower first), so the kept nodes
-  // form a tree, the best path among them.
+  // Deterministic trees keep the spine (the chain of first children, shallower first), then
+  // their most probable other nodes (EAGLE-2's re-ranking): a child is never more probable
+  // than its parent (ties: shallower first), so the kept nodes form a tree.
   std::vector<int32_t> keep(nodes_.size());
   std::iota(keep.begin(), keep.end(), 0);
   if (!sampled()) {
     std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) {
       const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
+      if (x.spine != y.spine) return x.spine;
       return x.score != y.score ? x.score > y.score : x.depth < y.depth;
     });
     size_t n = std::min(keep.size(), static_cast<size_t>(opts_.tree_nodes));
+    size_t spine = 0;
+    while (spine < n && nodes_[static_cast<size_t>(keep[spine])].spine) ++spine;
     // Sized by cost: a node's path probability is the chance it is accepted, so the first n
     // nodes are expected to commit 1 + the sum of theirs per pass of relative cost
-    // tree_cost[n]; the best n of that ratio (0: a plain step) is kept.
+    // tree_cost[n]; the best n of that ratio from the whole spine up (the policy chose the
+    // chain's depth) is kept.
     const std::span<const double> cost = opts_.tree_cost;
     if (!cost.empty()) {
-      double expected = 1.0, best = 1.0 / std::max(cost[0], 1e-9);
-      size_t best_n = 0;
-      for (size_t i = 1; i <= n && i < cost.size(); ++i) {
+      double expected = 1.0;
+      for (size_t i = 0; i < spine; ++i) expected += std::exp(nodes_[static_cast<size_t>(keep[i])].score);
+      double best = expected / std::max(cost[std::min(spine, cost.size() - 1)], 1e-9);
+      size_t best_n = spine;
+      for (size_t i = spine + 1; i <= n && i < cost.size(); ++i) {
         expected += std::exp(nodes_[static_cast<size_t>(keep[i - 1])].score);
         if (const double v = expected / std::max(cost[i], 1e-9); v > best) best = v, best_n = i;
       }

@@ -3,8 +3,11 @@
 // the context; then, depth by depth, the `width` nodes of the newest depth with the highest
 // path probability (the product of the draft's probabilities along the path) are fed to the
 // draft in one batched pass, and each gets up to `width` children from its logits, until
-// max_tokens deep. Deterministic trees then keep their tree_nodes most probable nodes (the
-// best path and the likeliest alternatives); sampled ones spend tree_nodes as they grow,
+// max_tokens deep. Deterministic trees then keep the chain the draft would have drafted (the
+// path of first children, the spine, fed at every depth and kept whole) and their most
+// probable other nodes up to tree_nodes: such a tree commits at least what the chain of the
+// same depth would, and a step's tree can be compared with that chain exactly
+// (policies/shape_choice.hpp). Sampled ones spend tree_nodes as they grow,
 // keeping enough for the best path to reach max_tokens. With the cost model's T(n) both are
 // sized by cost: deterministic trees keep the nodes that maximise the expected tokens per
 // cost, sampled ones draw a node's children only while that ratio rises. A tree of width 1
@@ -65,6 +68,7 @@ class TreeBuilder {
     double score = 0.0;  // log path probability under the draft
     int32_t fed = -1;    // feed order (bit of the mask), -1: not fed
     bool expanded = false;
+    bool spine = false;  // deterministic trees: on the path of first children (the chain's drafts)
     GrammarState grammar = {};  // constrained: the state after the node's path
   };
   std::vector<int32_t> path_tokens(int32_t node) const;  // context's continuation up to node

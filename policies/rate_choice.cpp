@@ -18,6 +18,10 @@ void RateChoice::observe_second_instead(int32_t accepted) {
 bool RateChoice::prefer_first() {
   const bool better = !first_.known() || (!second_.known() && !try_both_) ||
                       (second_.known() && first_.rate() >= second_.rate());
+  if (better && refresh_ && first_.known() && second_.known() && ++since_second_ >= kRefreshAfter) {
+    since_second_ = 0;  // re-time the second way once
+    return false;
+  }
   const bool retry = !better && second_.known() && passed_ + 1 >= retry_after_;
   retrying_ = retry;
   passed_ = better || retry ? 0 : passed_ + 1;
@@ -25,7 +29,8 @@ bool RateChoice::prefer_first() {
 }
 
 RateChoice::State RateChoice::state() const {
-  return {first_.tokens, first_.ms, first_.steps, second_.tokens, second_.ms, second_.steps, passed_, retry_after_};
+  return {first_.tokens, first_.ms, first_.steps, second_.tokens, second_.ms, second_.steps, passed_, retry_after_,
+          since_second_};
 }
 
 void RateChoice::restore(const State& s) {
@@ -39,6 +44,7 @@ void RateChoice::restore(const State& s) {
   second_ = record(s.second_tokens, s.second_ms, s.second_steps);
   retry_after_ = std::clamp(s.retry_after, kRetryAfter, kMaxRetryAfter);
   passed_ = std::clamp(s.passed, 0, retry_after_);
+  since_second_ = std::clamp(s.since_second, 0, kRefreshAfter);
   retrying_ = false;
 }
 

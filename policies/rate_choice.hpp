@@ -21,19 +21,29 @@ class RateChoice {
   // Weight of the earlier record at each new step of the same way.
   static constexpr double kDecay = 0.8;
 
+  // While the first way wins, the second is taken again after this many chances (refresh):
+  // paired observations (observe_second_instead) keep its tokens current but price them at
+  // its mean step time, which only its own steps measure.
+  static constexpr int32_t kRefreshAfter = 32;
+
   // try_both: take the second way once before comparing (it is not always the default).
-  explicit RateChoice(bool try_both = false, bool back_off = false) : try_both_(try_both), back_off_(back_off) {}
+  // refresh: re-time the second way every kRefreshAfter chances while the first wins.
+  explicit RateChoice(bool try_both = false, bool back_off = false, bool refresh = false)
+      : try_both_(try_both), back_off_(back_off), refresh_(refresh) {}
   // The first way is available at this step: take it (true) or the second.
   bool prefer_first();
   // A verified step of either way: the drafts the target accepted and the step's time.
   void observe_first(int32_t accepted, double step_ms);
-  void observe_second(int32_t accepted, double step_ms) { second_.add(accepted + 1, step_ms); }
+  void observe_second(int32_t accepted, double step_ms) {
+    second_.add(accepted + 1, step_ms);
+    since_second_ = 0;
+  }
   // A step of the first way that also shows what the second would have committed in its
   // place (the same context and verdict: a paired observation, which one lucky or unlucky
   // step cannot tilt as it tilts two separate records), priced at the second way's mean
   // step time so far. Ignored while the second way has no record.
   void observe_second_instead(int32_t accepted);
-  void reset() { *this = RateChoice{try_both_, back_off_}; }
+  void reset() { *this = RateChoice{try_both_, back_off_, refresh_}; }
 
   // What the choice has learned: both records, the retry wait and the chances passed over
   // since the first way's last step; restore() carries it into a choice made later (another
@@ -42,6 +52,7 @@ class RateChoice {
     double first_tokens = 0.0, first_ms = 0.0, first_steps = 0.0;
     double second_tokens = 0.0, second_ms = 0.0, second_steps = 0.0;
     int32_t passed = 0, retry_after = kRetryAfter;
+    int32_t since_second = 0;  // chances since the second way's last step (refresh)
   };
   State state() const;
   void restore(const State& s);
@@ -53,11 +64,12 @@ class RateChoice {
     bool known() const { return ms > 0.0; }  // a step of this way was timed
     double rate() const { return tokens / ms; }
   };
-  bool try_both_, back_off_;
+  bool try_both_, back_off_, refresh_;
   Record first_, second_;
   int32_t passed_ = 0;  // chances passed over since the last step of the first way
   int32_t retry_after_ = kRetryAfter;
   bool retrying_ = false;  // the first way was taken as a retry
+  int32_t since_second_ = 0;  // chances since the second way's last step
 };
 
 }  // namespace tandem

@@ -22,6 +22,7 @@ std::optional<RateChoice::State> load_cached_shape_choice(const std::string& pat
     s.second_steps = num("chain_steps");
     s.passed = static_cast<int32_t>(o.at("passed").to_number<int64_t>());
     s.retry_after = static_cast<int32_t>(o.at("retry_after").to_number<int64_t>());
+    if (const json::value* v = o.if_contains("since_chain")) s.since_second = static_cast<int32_t>(v->to_number<int64_t>());
     return s;  // (RateChoice::restore clamps what is out of range)
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged entry: start afresh
@@ -39,6 +40,7 @@ void save_cached_shape_choice(const std::string& path, const std::string& key, c
   o["chain_steps"] = s.second_steps;
   o["passed"] = s.passed;
   o["retry_after"] = s.retry_after;
+  o["since_chain"] = s.since_second;
   put_cache_entry(path, "shapes", key, std::move(o), keep);
 }
 

@@ -1,9 +1,10 @@
 // Token trees or chains: which way of drafting has committed more tokens per millisecond so
 // far (rate_choice.hpp: the tree is the first way, both are tried, a losing tree is retried
-// after a wait that doubles while it keeps losing). A greedy tree step also tells what the
-// chain would have committed in its place (its first children are the chain's drafts), so
-// trees are compared with chains step for step, not only by separate records that a few
-// lucky tree steps can tilt. One record is shared by every sequence
+// after a wait that doubles while it keeps losing, and a winning tree's chain is re-timed now
+// and then). A greedy tree step also tells what the chain would have committed in its place
+// (a deterministic tree keeps the chain whole: its spine of first children,
+// draft/token_tree.hpp), so trees are compared with chains step for step, not only by
+// separate records that a few lucky tree steps can tilt. One record is shared by every sequence
 // that decides with the same cost model (the engine keeps it next to the model, as it keeps
 // the OverheadTracker), so each request starts from what earlier ones measured: on a machine
 // where verifying more tokens costs little (AMX, a GPU) trees win, elsewhere chains.
@@ -45,7 +46,7 @@ class ShapeChoice {
 
  private:
   std::mutex mu_;
-  RateChoice choice_{true, true};
+  RateChoice choice_{true, true, true};
 };
 
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <vector>
 
 #include "policies/lookup_choice.hpp"
 #include "policies/rate_choice.hpp"
@@ -156,6 +157,28 @@ TEST(RateChoice, ARestoredStateCarriesOnWhereItStopped) {
   EXPECT_EQ(u.passed, 0);
   EXPECT_EQ(u.retry_after, RateChoice::kMaxRetryAfter);
   EXPECT_FALSE(e.prefer_first()) << "the chain, with no record, is tried first (try_both)";
+}
+
+// refresh: while the first way wins, the second is taken once every kRefreshAfter chances
+// (its step time is measured only by its own steps); without it, never.
+TEST(RateChoice, AWinningFirstWayStillRetimesTheSecondNowAndThen) {
+  for (bool refresh : {true, false}) {
+    RateChoice c(true, true, refresh);
+    c.observe_first(6, 30.0);
+    c.observe_second(1, 30.0);
+    std::vector<int> second_at;
+    for (int i = 0; i < 3 * RateChoice::kRefreshAfter; ++i)
+      if (!c.prefer_first()) {
+        second_at.push_back(i);
+        c.observe_second(1, 30.0);  // still the slower way
+      }
+    if (refresh) {
+      EXPECT_EQ(second_at, (std::vector<int>{RateChoice::kRefreshAfter - 1, 2 * RateChoice::kRefreshAfter - 1,
+                                            3 * RateChoice::kRefreshAfter - 1}));
+    } else {
+      EXPECT_TRUE(second_at.empty());
+    }
+  }
 }
 
 TEST(ShapeChoice, TreesAreTriedThenTheFasterWayKept) {

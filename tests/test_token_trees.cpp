@@ -306,6 +306,54 @@ TEST(TokenTrees, GrammarCutsADeterministicTreeNodeByNode) {
   EXPECT_THROW(sg.fit(sampled), std::logic_error);
 }
 
+// A deterministic tree keeps the chain the draft would have drafted whole (its first
+// children to full depth), even where siblings near the root are more probable than the
+// chain's deep nodes; sizing by cost trims only the other nodes. So it commits at least what
+// that chain would, and ShapeChoice's paired count of the chain is exact.
+TEST(TokenTrees, DeterministicTreesKeepTheWholeChain) {
+  const std::vector<int32_t> context = {1, 2, 3};
+  std::vector<float> row(16, 0.0f);
+  row[5] = 3.0f;  // the argmax (p 0.30), then two close seconds (0.27, 0.24)
+  row[6] = 2.9f;
+  row[7] = 2.8f;
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  auto grow = [&](int32_t nodes, const std::vector<double>& cost) {
+    ProposeOptions po;
+    po.max_tokens = 4;
+    po.sampling = &sp;
+    po.tree_width = 3;
+    po.tree_nodes = nodes;
+    po.tree_cost = cost;
+    TreeBuilder b(context, po, nullptr);
+    b.expand(-1, row);
+    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier())
+      for (int32_t n : f) b.expand(n, row);
+    return b.take();
+  };
+  // Depth of the path of first children drafting the argmax from the root.
+  auto chain_depth = [](const Proposal& p) {
+    int32_t depth = 0;
+    for (int32_t node = -1;; ++depth) {
+      const auto first = std::find(p.parents.begin(), p.parents.end(), node);
+      if (first == p.parents.end() || p.tokens[static_cast<size_t>(first - p.parents.begin())] != 5) return depth;
+      node = static_cast<int32_t>(first - p.parents.begin());
+    }
+  };
+  // By path probability alone the six best nodes reach depth 2 (0.30, 0.27, 0.24, 0.09, ...;
+  // the chain's third node has 0.027).
+  const Proposal six = grow(6, {});
+  EXPECT_EQ(six.tokens.size(), 6u);
+  EXPECT_EQ(chain_depth(six), 4);
+  std::vector<double> steep(13);
+  for (size_t n = 0; n < steep.size(); ++n) steep[n] = 1.0 + 0.5 * static_cast<double>(n);
+  const Proposal sized = grow(12, steep);
+  EXPECT_EQ(chain_depth(sized), 4) << "sizing by cost cut into the chain";
+  EXPECT_LT(sized.tokens.size(), 12u);
+  std::vector<double> free_cost(13, 1.0);
+  EXPECT_EQ(grow(12, free_cost).tokens.size(), 12u);
+}
+
 // A sampled tree sized by the cost model: children are drawn while the expected tokens per
 // cost rise, decided from q before the draws. Verification that costs nothing more per node
 // lets the tree spend its budget; verification whose cost grows with every node keeps a chain

@@ -524,10 +524,9 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
     ShapeChoice* shapes = spec_.policy ? spec_.policy->shape_choice() : nullptr;
     if (shapes && !prop.tokens.empty() && tree_nodes() > 0) {  // a draft-model step that could have been a tree
       // A greedy chain drafts the draft's argmax at every depth: each node's first child in
-      // a greedy tree (children come most probable first, and the most probable is kept
-      // whenever a sibling is). It would have had the accepted path's leading first children
-      // accepted. (Where the tree's first children end above the chain's depth, the chain
-      // might have had more: the tree is not shortchanged.)
+      // a greedy tree, whose path of first children (the spine) is kept to the chain's depth
+      // (draft/token_tree.hpp). It would have had the accepted path's leading first
+      // children accepted, exactly.
       int32_t chain = -1;
       if (prop.tree() && opts_.sampling.greedy() && v.path.size() == static_cast<size_t>(v.n_accepted))
         chain = leading_first_children(prop.parents, v.path);
