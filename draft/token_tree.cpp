@@ -163,6 +163,21 @@ std::vector<int32_t> TreeBuilder::take_frontier() {
     const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
     return x.spine != y.spine ? x.spine : x.score > y.score;  // the spine grows at every depth
   });
+  if (!sampled() && !opts_.tree_cost.empty() && !cand.empty()) {
+    // Sized by cost: a node's children are no more probable than it, and take() keeps a node
+    // only where its path probability pays for its share of the target's pass. A node off the
+    // spine too improbable for that is not fed: its children would all be cut, and a draft
+    // pass over fewer nodes costs less (a confident draft's tree stays a chain).
+    double expected = 1.0, step = 0.0;
+    kept_count(keep_order(), &expected, &step);
+    const double floor = expected * step;
+    cand.erase(std::remove_if(cand.begin(), cand.end(),
+                              [&](int32_t n) {
+                                const Node& x = nodes_[static_cast<size_t>(n)];
+                                return !x.spine && std::exp(x.score) <= floor;
+                              }),
+               cand.end());
+  }
   const size_t room = static_cast<size_t>(std::max(0, kernels::kMaxTreeNodes - fed_));
   cand.resize(std::min({cand.size(), static_cast<size_t>(opts_.tree_width), room}));
   for (int32_t n : cand) nodes_[static_cast<size_t>(n)].fed = fed_++;
@@ -192,37 +207,50 @@ std::vector<TreeBuilder::FedNode> TreeBuilder::fed_nodes() const {
   return out;
 }
 
+std::vector<int32_t> TreeBuilder::keep_order() const {
+  // The spine (shallower first), then the others most probable first (EAGLE-2's re-ranking):
+  // a child is never more probable than its parent (ties: shallower first), so every prefix
+  // of this order is a tree.
+  std::vector<int32_t> order(nodes_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
+    if (x.spine != y.spine) return x.spine;
+    return x.score != y.score ? x.score > y.score : x.depth < y.depth;
+  });
+  return order;
+}
+
+size_t TreeBuilder::kept_count(const std::vector<int32_t>& order, double* expected_out, double* step_cost) const {
+  const size_t n = std::min(order.size(), static_cast<size_t>(opts_.tree_nodes));
+  size_t spine = 0;
+  while (spine < n && nodes_[static_cast<size_t>(order[spine])].spine) ++spine;
+  // Sized by cost: a node's path probability is the chance it is accepted, so the first i
+  // nodes are expected to commit 1 + the sum of theirs per pass of relative cost
+  // tree_cost[i]; the best i of that ratio from the whole spine up (the policy chose the
+  // chain's depth) is kept.
+  const std::span<const double> cost = opts_.tree_cost;
+  if (cost.empty()) return n;
+  const auto at = [&](size_t i) { return std::max(cost[std::min(i, cost.size() - 1)], 1e-9); };
+  double expected = 1.0;
+  for (size_t i = 0; i < spine; ++i) expected += std::exp(nodes_[static_cast<size_t>(order[i])].score);
+  double best = expected / at(spine), best_expected = expected;
+  size_t best_n = spine;
+  for (size_t i = spine + 1; i <= n && i < cost.size(); ++i) {
+    expected += std::exp(nodes_[static_cast<size_t>(order[i - 1])].score);
+    if (const double v = expected / at(i); v > best) best = v, best_n = i, best_expected = expected;
+  }
+  if (expected_out) *expected_out = best_expected;
+  if (step_cost) *step_cost = at(best_n + 1) / at(best_n) - 1.0;
+  return best_n;
+}
+
 Proposal TreeBuilder::take() {
-  // Deterministic trees keep the spine (the chain of first children, shallower first), then
-  // their most probable other nodes (EAGLE-2's re-ranking): a child is never more probable
-  // than its parent (ties: shallower first), so the kept nodes form a tree.
   std::vector<int32_t> keep(nodes_.size());
   std::iota(keep.begin(), keep.end(), 0);
   if (!sampled()) {
-    std::stable_sort(keep.begin(), keep.end(), [&](int32_t a, int32_t b) {
-      const Node &x = nodes_[static_cast<size_t>(a)], &y = nodes_[static_cast<size_t>(b)];
-      if (x.spine != y.spine) return x.spine;
-      return x.score != y.score ? x.score > y.score : x.depth < y.depth;
-    });
-    size_t n = std::min(keep.size(), static_cast<size_t>(opts_.tree_nodes));
-    size_t spine = 0;
-    while (spine < n && nodes_[static_cast<size_t>(keep[spine])].spine) ++spine;
-    // Sized by cost: a node's path probability is the chance it is accepted, so the first n
-    // nodes are expected to commit 1 + the sum of theirs per pass of relative cost
-    // tree_cost[n]; the best n of that ratio from the whole spine up (the policy chose the
-    // chain's depth) is kept.
-    const std::span<const double> cost = opts_.tree_cost;
-    if (!cost.empty()) {
-      double expected = 1.0;
-      for (size_t i = 0; i < spine; ++i) expected += std::exp(nodes_[static_cast<size_t>(keep[i])].score);
-      double best = expected / std::max(cost[std::min(spine, cost.size() - 1)], 1e-9);
-      size_t best_n = spine;
-      for (size_t i = spine + 1; i <= n && i < cost.size(); ++i) {
-        expected += std::exp(nodes_[static_cast<size_t>(keep[i - 1])].score);
-        if (const double v = expected / std::max(cost[i], 1e-9); v > best) best = v, best_n = i;
-      }
-      n = best_n;
-    }
+    keep = keep_order();
+    const size_t n = kept_count(keep);
     keep.resize(n);
     std::sort(keep.begin(), keep.end());  // back in creation order: parents first
   }

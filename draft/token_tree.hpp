@@ -80,6 +80,12 @@ class TreeBuilder {
   // children to draw from q, decided from q and the tree so far before any is drawn (so the
   // siblings stay plain draws without replacement).
   int32_t sized_by_cost(int32_t room, const Distribution& q, double parent_score) const;
+  // Deterministic trees: the node indices in the order take() keeps them (the spine, then the
+  // others most probable first), and how many of them it keeps (up to tree_nodes; with the
+  // cost model, the count from the spine up with the most expected tokens per cost, whose
+  // expected tokens go to *expected and whose cost ratio to the next count to *step_cost).
+  std::vector<int32_t> keep_order() const;
+  size_t kept_count(const std::vector<int32_t>& order, double* expected = nullptr, double* step_cost = nullptr) const;
 
   std::span<const int32_t> context_;
   ProposeOptions opts_;

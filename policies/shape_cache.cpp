@@ -22,7 +22,8 @@ std::optional<RateChoice::State> load_cached_shape_choice(const std::string& pat
     s.second_steps = num("chain_steps");
     s.passed = static_cast<int32_t>(o.at("passed").to_number<int64_t>());
     s.retry_after = static_cast<int32_t>(o.at("retry_after").to_number<int64_t>());
-    if (const json::value* v = o.if_contains("since_chain")) s.since_second = static_cast<int32_t>(v->to_number<int64_t>());
+    if (const json::value* since = o.if_contains("since_chain"))
+      s.since_second = static_cast<int32_t>(since->to_number<int64_t>());
     return s;  // (RateChoice::restore clamps what is out of range)
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged entry: start afresh

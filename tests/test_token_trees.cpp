@@ -354,6 +354,39 @@ TEST(TokenTrees, DeterministicTreesKeepTheWholeChain) {
   EXPECT_EQ(grow(12, free_cost).tokens.size(), 12u);
 }
 
+// Sized by cost, a deterministic tree feeds the draft only nodes whose children could be
+// kept: with a confident draft and verification whose cost grows with every node, each draft
+// pass takes the chain's one node (a chain's draft cost); where nodes cost nothing more,
+// the whole width.
+TEST(TokenTrees, AConfidentDraftFeedsOnlyItsChainWhereNodesCost) {
+  const std::vector<int32_t> context = {1, 2, 3};
+  std::vector<float> row(16, 0.0f);
+  row[5] = 8.0f;  // p 0.995
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  auto widths = [&](const std::vector<double>& cost) {
+    ProposeOptions po;
+    po.max_tokens = 4;
+    po.sampling = &sp;
+    po.tree_width = 3;
+    po.tree_nodes = 12;
+    po.tree_cost = cost;
+    TreeBuilder b(context, po, nullptr);
+    b.expand(-1, row);
+    std::vector<size_t> w;
+    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier()) {
+      w.push_back(f.size());
+      for (int32_t n : f) b.expand(n, row);
+    }
+    b.take();
+    return w;
+  };
+  std::vector<double> steep(13), free_cost(13, 1.0);
+  for (size_t n = 0; n < steep.size(); ++n) steep[n] = 1.0 + 0.5 * static_cast<double>(n);
+  EXPECT_EQ(widths(steep), (std::vector<size_t>{1, 1, 1}));
+  EXPECT_EQ(widths(free_cost), (std::vector<size_t>{3, 3, 3}));
+}
+
 // A sampled tree sized by the cost model: children are drawn while the expected tokens per
 // cost rise, decided from q before the draws. Verification that costs nothing more per node
 // lets the tree spend its budget; verification whose cost grows with every node keeps a chain
