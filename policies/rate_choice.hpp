@@ -53,6 +53,7 @@ class RateChoice {
     double second_tokens = 0.0, second_ms = 0.0, second_steps = 0.0;
     int32_t passed = 0, retry_after = kRetryAfter;
     int32_t since_second = 0;  // chances since the second way's last step (refresh)
+    bool operator==(const State&) const = default;
   };
   State state() const;
   void restore(const State& s);

@@ -306,31 +306,39 @@ TEST(TokenTrees, GrammarCutsADeterministicTreeNodeByNode) {
   EXPECT_THROW(sg.fit(sampled), std::logic_error);
 }
 
+// A tree of width 3 and depth 4 grown from `context` with `row` as the draft's logits at
+// every node, at most `nodes` nodes, sized by `cost` (empty: not): the proposal, and in
+// *widths the nodes of each draft pass.
+Proposal grow_tree(const std::vector<float>& row, const SamplingParams& sp, int32_t nodes,
+                   const std::vector<double>& cost, Rng* rng = nullptr, std::vector<size_t>* widths = nullptr) {
+  const std::vector<int32_t> context = {1, 2, 3};
+  ProposeOptions po;
+  po.max_tokens = 4;
+  po.sampling = &sp;
+  po.tree_width = 3;
+  po.tree_nodes = nodes;
+  po.tree_cost = cost;
+  TreeBuilder b(context, po, rng);
+  b.expand(-1, row);
+  for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier()) {
+    if (widths) widths->push_back(f.size());
+    for (int32_t n : f) b.expand(n, row);
+  }
+  return b.take();
+}
+
 // A deterministic tree keeps the chain the draft would have drafted whole (its first
 // children to full depth), even where siblings near the root are more probable than the
 // chain's deep nodes; sizing by cost trims only the other nodes. So it commits at least what
 // that chain would, and ShapeChoice's paired count of the chain is exact.
 TEST(TokenTrees, DeterministicTreesKeepTheWholeChain) {
-  const std::vector<int32_t> context = {1, 2, 3};
   std::vector<float> row(16, 0.0f);
   row[5] = 3.0f;  // the argmax (p 0.30), then two close seconds (0.27, 0.24)
   row[6] = 2.9f;
   row[7] = 2.8f;
   SamplingParams sp;
   sp.temperature = 0.0f;
-  auto grow = [&](int32_t nodes, const std::vector<double>& cost) {
-    ProposeOptions po;
-    po.max_tokens = 4;
-    po.sampling = &sp;
-    po.tree_width = 3;
-    po.tree_nodes = nodes;
-    po.tree_cost = cost;
-    TreeBuilder b(context, po, nullptr);
-    b.expand(-1, row);
-    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier())
-      for (int32_t n : f) b.expand(n, row);
-    return b.take();
-  };
+  auto grow = [&](int32_t nodes, const std::vector<double>& cost) { return grow_tree(row, sp, nodes, cost); };
   // Depth of the path of first children drafting the argmax from the root.
   auto chain_depth = [](const Proposal& p) {
     int32_t depth = 0;
@@ -359,26 +367,13 @@ TEST(TokenTrees, DeterministicTreesKeepTheWholeChain) {
 // pass takes the chain's one node (a chain's draft cost); where nodes cost nothing more,
 // the whole width.
 TEST(TokenTrees, AConfidentDraftFeedsOnlyItsChainWhereNodesCost) {
-  const std::vector<int32_t> context = {1, 2, 3};
   std::vector<float> row(16, 0.0f);
   row[5] = 8.0f;  // p 0.995
   SamplingParams sp;
   sp.temperature = 0.0f;
   auto widths = [&](const std::vector<double>& cost) {
-    ProposeOptions po;
-    po.max_tokens = 4;
-    po.sampling = &sp;
-    po.tree_width = 3;
-    po.tree_nodes = 12;
-    po.tree_cost = cost;
-    TreeBuilder b(context, po, nullptr);
-    b.expand(-1, row);
     std::vector<size_t> w;
-    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier()) {
-      w.push_back(f.size());
-      for (int32_t n : f) b.expand(n, row);
-    }
-    b.take();
+    grow_tree(row, sp, 12, cost, nullptr, &w);
     return w;
   };
   std::vector<double> steep(13), free_cost(13, 1.0);
@@ -392,25 +387,14 @@ TEST(TokenTrees, AConfidentDraftFeedsOnlyItsChainWhereNodesCost) {
 // lets the tree spend its budget; verification whose cost grows with every node keeps a chain
 // (or nothing) where q is flat, and grows siblings only where q is confident.
 TEST(TokenTrees, SampledTreesAreSizedByTheCostModel) {
-  const std::vector<int32_t> context = {1, 2, 3};
   std::vector<float> flat(16, 0.0f), peaked(16, 0.0f);
   peaked[5] = 4.0f;
   peaked[6] = 3.0f;
   SamplingParams sp;
   sp.temperature = 1.0f;
   auto grow = [&](const std::vector<float>& row, const std::vector<double>& cost) {
-    ProposeOptions po;
-    po.max_tokens = 4;
-    po.sampling = &sp;
-    po.tree_width = 3;
-    po.tree_nodes = 12;
-    po.tree_cost = cost;
     Rng rng(9);
-    TreeBuilder b(context, po, &rng);
-    b.expand(-1, row);
-    for (std::vector<int32_t> f = b.take_frontier(); !f.empty(); f = b.take_frontier())
-      for (int32_t n : f) b.expand(n, row);
-    return b.take().tokens.size();
+    return grow_tree(row, sp, 12, cost, &rng).tokens.size();
   };
   std::vector<double> free_cost(13, 1.0), steep(13);
   for (size_t n = 0; n < steep.size(); ++n) steep[n] = 1.0 + 0.5 * static_cast<double>(n);
