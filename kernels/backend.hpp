@@ -71,13 +71,18 @@ enum class RopeStyle {
 
 enum class Activation { SiLU, GeluTanh };
 
+// A slot_mapping entry for a token whose K and V are not stored: the padding lanes of a pass
+// run at a bucketed size (engine/model/decode_buckets.hpp). Every other slot outside the
+// cache is an error.
+constexpr int32_t kNoKvSlot = INT32_MIN;
+
 // Everything attention needs to find a sequence's keys and values in the paged cache.
 // All tensors are I32 on the backend; host code fills them with upload().
 struct PagedAttnMeta {
   Tensor positions;    // [n_tokens] absolute position of each query token
   Tensor seq_index;    // [n_tokens] which sequence (row of block_table) the token belongs to
   Tensor block_table;  // [n_seqs, max_blocks] block ids, row per sequence
-  Tensor slot_mapping; // [n_tokens] flat cache slot (block * block_size + offset) to write
+  Tensor slot_mapping; // [n_tokens] flat cache slot (block * block_size + offset) to write, or kNoKvSlot
   int32_t block_size = 0;
   // Tree attention (kernels/tree_keys.hpp): [n_tokens, kTreeFields] I32, each token's tree
   // base and ancestor mask. buf null: every token reads positions 0..positions[t] (causal).

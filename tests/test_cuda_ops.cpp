@@ -311,18 +311,24 @@ TEST(CudaOps, KvStoreF32AndF16BitIdentical) {
     auto kc = d.raw(ct, kvw, slots, nullptr), vc = d.raw(ct, kvw, slots, nullptr);
     d.cpu->fill_zero(kc.c), d.cpu->fill_zero(vc.c), d.gpu->fill_zero(kc.g), d.gpu->fill_zero(vc.g);
     auto k = d.f32(randn(3 * kvw, 9, 100.0f), kvw), v = d.f32(randn(3 * kvw, 10), kvw);
-    auto sm = d.i32({7, 2, 9}, 3);
+    // The second token's K and V are not stored (a padding lane): not an error.
+    auto sm = d.i32({7, kNoKvSlot, 2}, 3);
     PagedAttnMeta mc, mg;
     mc.slot_mapping = sm.c;
     mg.slot_mapping = sm.g;
     d.cpu->kv_store({kc.c, vc.c}, k.c, v.c, mc);
     d.gpu->kv_store({kc.g, vc.g}, k.g, v.g, mg);
-    const size_t bytes = row_bytes(ct, kvw) * slots;
+    EXPECT_NO_THROW(d.gpu->synchronize());
+    const size_t row = row_bytes(ct, kvw), bytes = row * slots;
     std::vector<uint8_t> a(bytes), b(bytes);
     for (auto* t : {&kc, &vc}) {
       d.cpu->download(a.data(), t->c, bytes);
       d.gpu->download(b.data(), t->g, bytes);
       EXPECT_EQ(a, b);
+      for (size_t s = 0; s < size_t(slots); ++s) {
+        if (s == 7 || s == 2) continue;
+        EXPECT_EQ(std::count(a.begin() + s * row, a.begin() + (s + 1) * row, 0), ptrdiff_t(row)) << "slot " << s;
+      }
     }
     auto bad = d.i32({10, 0, 1}, 3);
     mg.slot_mapping = bad.g;
@@ -369,7 +375,7 @@ TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
          bv = d.f32(randn(nkv * hd, 25), nkv * hd);
     auto qn = d.f32(randn(hd, 26), hd), kn = d.f32(randn(hd, 27), hd);
     auto pos = d.i32({0, 7, 300, 4095, 65000}, n);
-    auto sm = d.i32({3, 0, 11, 6, 1}, n);
+    auto sm = d.i32({3, kNoKvSlot, 11, 6, 1}, n);  // token 1: a padding lane, stores nothing
     PagedAttnMeta meta;
     meta.slot_mapping = sm.g;
     for (int r = 0; r < 2; ++r) {
@@ -394,6 +400,7 @@ TEST(CudaOps, AttentionInputsFusedGivesTheOpsBits) {
     EXPECT_EQ(get(k[0]), get(k[1]));
     EXPECT_EQ(get(kc[0]), get(kc[1]));
     EXPECT_EQ(get(vc[0]), get(vc[1]));
+    EXPECT_NO_THROW(d.gpu->synchronize());
     auto bad = d.i32({3, 0, 12, 6, 1}, n);
     meta.slot_mapping = bad.g;
     Backend::AttnInputs a;
@@ -750,6 +757,7 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
            bv = d.f32(randn(nkv * hd, 107), nkv * hd);
       std::vector<int32_t> p(static_cast<size_t>(N)), sl(static_cast<size_t>(N));
       for (int64_t t = 0; t < N; ++t) p[size_t(t)] = static_cast<int32_t>(3 + 97 * t), sl[size_t(t)] = static_cast<int32_t>((7 * t + 5) % slots);
+      if (N > 1) sl[1] = kNoKvSlot;  // a padding lane: its K and V are not stored
       auto pos = d.i32(p, N), sm = d.i32(sl, N);
       PagedAttnMeta meta;
       meta.slot_mapping = sm.g;
@@ -791,6 +799,7 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
       EXPECT_EQ(get(v[0]), get(v[1]));
       EXPECT_EQ(get(kc[0]), get(kc[1]));
       EXPECT_EQ(get(vc[0]), get(vc[1]));
+      EXPECT_NO_THROW(d.gpu->synchronize());
       if (N != 5) continue;
       sl[2] = slots;  // one slot past the cache
       auto bad = d.i32(sl, N);

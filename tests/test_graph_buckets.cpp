@@ -8,6 +8,7 @@
 
 #include "engine/model/decode_buckets.hpp"
 #include "engine/model/graph_cache.hpp"
+#include "kernels/backend.hpp"
 
 namespace tandem {
 namespace {
@@ -53,13 +54,13 @@ TEST(CudaGraphBuckets, OneUploadHoldsEveryInputAndPaddingPointsAtThePadBlock) {
   const std::vector<DecodeLane> lanes = {{11, 6, 9 * 4 + 2, bt0}, {22, 9, 7 * 4 + 1, bt1}};
   const std::vector<int32_t> outputs = {1};  // only the second lane wants logits
   std::vector<int32_t> v;
-  fill_decode_inputs(l, lanes, outputs, /*pad_block=*/30, /*block_size=*/4, v);
+  fill_decode_inputs(l, lanes, outputs, /*pad_block=*/30, v);
   ASSERT_EQ(v.size(), l.total);
   EXPECT_EQ(std::vector<int32_t>(v.begin(), v.begin() + 4), (std::vector<int32_t>{11, 22, 0, 0}));
   EXPECT_EQ(std::vector<int32_t>(v.begin() + 4, v.begin() + 8), (std::vector<int32_t>{6, 9, 0, 0}));
   EXPECT_EQ(std::vector<int32_t>(v.begin() + 8, v.begin() + 12), (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_EQ(std::vector<int32_t>(v.begin() + 12, v.begin() + 16), (std::vector<int32_t>{38, 29, 120, 120}))
-      << "padding lanes write slot 0 of the pad block, nowhere else";
+  EXPECT_EQ(std::vector<int32_t>(v.begin() + 12, v.begin() + 16), (std::vector<int32_t>{38, 29, kernels::kNoKvSlot, kernels::kNoKvSlot}))
+      << "padding lanes store nothing in the cache";
   EXPECT_EQ(std::vector<int32_t>(v.begin() + 16, v.begin() + 20), (std::vector<int32_t>{1, 1, 2, 3}))
       << "the wanted rows, then padding rows";
   EXPECT_EQ(std::vector<int32_t>(v.begin() + 20, v.begin() + 28), (std::vector<int32_t>{5, 9, 0, 0, 0, 0, 0, 0}));
@@ -68,14 +69,14 @@ TEST(CudaGraphBuckets, OneUploadHoldsEveryInputAndPaddingPointsAtThePadBlock) {
 
   // Exactly full: no pad block needed.
   const DecodeInputLayout full = decode_input_layout(2, 4);
-  EXPECT_NO_THROW(fill_decode_inputs(full, lanes, outputs, -1, 4, v));
+  EXPECT_NO_THROW(fill_decode_inputs(full, lanes, outputs, -1, v));
   // What does not fit is refused.
-  EXPECT_THROW(fill_decode_inputs(l, lanes, outputs, -1, 4, v), std::invalid_argument) << "padding without a pad block";
-  EXPECT_THROW(fill_decode_inputs(decode_input_layout(4, 2), lanes, outputs, 30, 4, v), std::invalid_argument)
+  EXPECT_THROW(fill_decode_inputs(l, lanes, outputs, -1, v), std::invalid_argument) << "padding without a pad block";
+  EXPECT_THROW(fill_decode_inputs(decode_input_layout(4, 2), lanes, outputs, 30, v), std::invalid_argument)
       << "a table wider than the bucket";
-  EXPECT_THROW(fill_decode_inputs(decode_input_layout(1, 8), lanes, outputs, 30, 4, v), std::invalid_argument);
+  EXPECT_THROW(fill_decode_inputs(decode_input_layout(1, 8), lanes, outputs, 30, v), std::invalid_argument);
   const std::vector<int32_t> bad_out = {2};
-  EXPECT_THROW(fill_decode_inputs(l, lanes, bad_out, 30, 4, v), std::invalid_argument) << "row 2 is padding";
+  EXPECT_THROW(fill_decode_inputs(l, lanes, bad_out, 30, v), std::invalid_argument) << "row 2 is padding";
 }
 
 // A verification pass: several lanes of one sequence share its table row (lanes 0-2 are
@@ -90,11 +91,11 @@ TEST(CudaGraphBuckets, VerificationLanesShareTheirSequencesTableRow) {
                                          {21, 3, 2 * 4 + 3, bt1, 1}};
   const std::vector<int32_t> outputs = {0, 1, 2, 3};
   std::vector<int32_t> v;
-  fill_decode_inputs(l, lanes, outputs, /*pad_block=*/30, /*block_size=*/4, v);
+  fill_decode_inputs(l, lanes, outputs, /*pad_block=*/30, v);
   auto part = [&](size_t at, size_t n) { return std::vector<int32_t>(v.begin() + static_cast<ptrdiff_t>(at), v.begin() + static_cast<ptrdiff_t>(at + n)); };
   EXPECT_EQ(part(l.positions, 6), (std::vector<int32_t>{6, 7, 8, 3, 0, 0}));
   EXPECT_EQ(part(l.seq_index, 6), (std::vector<int32_t>{0, 0, 0, 1, 4, 5}));
-  EXPECT_EQ(part(l.slots, 6), (std::vector<int32_t>{38, 39, 16, 11, 120, 120}));
+  EXPECT_EQ(part(l.slots, 6), (std::vector<int32_t>{38, 39, 16, 11, kernels::kNoKvSlot, kernels::kNoKvSlot}));
   EXPECT_EQ(part(l.out_rows, 6), (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(part(l.table, 4), (std::vector<int32_t>{5, 9, 4, 0}));
   EXPECT_EQ(part(l.table + 4, 4), (std::vector<int32_t>{2, 0, 0, 0}));
@@ -102,7 +103,7 @@ TEST(CudaGraphBuckets, VerificationLanesShareTheirSequencesTableRow) {
   EXPECT_EQ(part(l.table + 16, 8), (std::vector<int32_t>(8, 30)));
   std::vector<DecodeLane> bad = lanes;
   bad[3].seq = 4;  // a padding lane's row
-  EXPECT_THROW(fill_decode_inputs(l, bad, outputs, 30, 4, v), std::invalid_argument);
+  EXPECT_THROW(fill_decode_inputs(l, bad, outputs, 30, v), std::invalid_argument);
 }
 
 struct FakeGraph final : kernels::CapturedGraph {

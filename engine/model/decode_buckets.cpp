@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/backend.hpp"
+
 namespace tandem {
 
 int32_t decode_batch_bucket(int32_t n, int32_t max_rows) {
@@ -52,11 +54,11 @@ DecodeInputLayout decode_input_layout(int32_t batch, int32_t width) {
 }
 
 void fill_decode_inputs(const DecodeInputLayout& l, std::span<const DecodeLane> lanes, std::span<const int32_t> outputs,
-                        int32_t pad_block, int32_t block_size, std::vector<int32_t>& out) {
+                        int32_t pad_block, std::vector<int32_t>& out) {
   const size_t b = static_cast<size_t>(l.batch), w = static_cast<size_t>(l.width);
   if (lanes.empty() || lanes.size() > b) throw std::invalid_argument("fill_decode_inputs: lanes do not fit the bucket");
   if (outputs.size() > b) throw std::invalid_argument("fill_decode_inputs: more outputs than lanes");
-  if (lanes.size() < b && (pad_block < 0 || block_size < 1))
+  if (lanes.size() < b && pad_block < 0)
     throw std::invalid_argument("fill_decode_inputs: padding lanes need a pad block");
   out.assign(l.total, 0);
   for (size_t i = 0; i < b; ++i) {
@@ -67,7 +69,7 @@ void fill_decode_inputs(const DecodeInputLayout& l, std::span<const DecodeLane> 
     if (real && static_cast<size_t>(seq) >= lanes.size())
       throw std::invalid_argument("fill_decode_inputs: table row " + std::to_string(seq) + " is not below the lanes");
     out[l.seq_index + i] = seq;
-    out[l.slots + i] = real ? lanes[i].slot : pad_block * block_size;
+    out[l.slots + i] = real ? lanes[i].slot : kernels::kNoKvSlot;
     int32_t* row = out.data() + l.table + static_cast<size_t>(seq) * w;
     if (real) {
       const auto& bt = lanes[i].blocks;

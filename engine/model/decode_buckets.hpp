@@ -3,8 +3,9 @@
 // A decode pass (one new token per sequence) or a verification pass (every token wants its
 // logits) is captured once per bucket: the number of tokens rounded up to a batch bucket, the block-table width rounded up to a power of
 // two. The extra lanes are padding: they read token 0 at position 0 through a block table
-// row of their own that points at a cache block no sequence holds (the pad block), so they
-// write only there. Every op is batch invariant, so a real lane's logits are the same bits
+// row of their own that points at a cache block no sequence holds (the pad block), and
+// store nothing in the cache (their slot is kernels::kNoKvSlot: stored, all of them would
+// write one row at once). Every op is batch invariant, so a real lane's logits are the same bits
 // in any bucket; the paged attention kernel reads a token's table only up to its own
 // position, so a wider table changes nothing either.
 #pragma once
@@ -49,12 +50,11 @@ struct DecodeLane {
 // Fills `out` (layout.total elements): lane i < lanes.size() is lanes[i], its sequence's
 // table in row lanes[i].seq (or i; 0 past its end, never read; a row must be below the
 // number of lanes); lanes beyond are padding (token 0, position 0, seq_index their own,
-// slot pad_block * block_size, a table row of pad_block).
+// slot kernels::kNoKvSlot, a table row of pad_block).
 // The output rows: `outputs` (rows of real lanes), then padding rows j (their own index) up
 // to `batch`, so that the graph always computes batch rows of logits. pad_block may be -1
 // when there are no padding lanes. Throws std::invalid_argument on inputs that do not fit.
 void fill_decode_inputs(const DecodeInputLayout& layout, std::span<const DecodeLane> lanes,
-                        std::span<const int32_t> outputs, int32_t pad_block, int32_t block_size,
-                        std::vector<int32_t>& out);
+                        std::span<const int32_t> outputs, int32_t pad_block, std::vector<int32_t>& out);
 
 }  // namespace tandem

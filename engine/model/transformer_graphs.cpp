@@ -28,10 +28,11 @@ namespace {
 // passes, and the scratch is sized for the largest bucket (its logits rows: 48 x n_vocab).
 constexpr int64_t kMaxGraphLanes = 48;
 
-// A free block of the cache for the padding lanes of one pass: taken after the pass's
-// sequences have reserved theirs, given back when the pass has been issued. Its id is an
-// input of the pass, not part of the graph, so any free block will do each time; whoever
-// gets it next writes it after the pass on the same stream, and reads only what they wrote.
+// A free block of the cache for the padding lanes of one pass to read (they store nothing:
+// kernels::kNoKvSlot): taken after the pass's sequences have reserved theirs, given back
+// when the pass has been issued. Its id is an input of the pass, not part of the graph, so
+// any free block will do each time; whoever gets it next writes it after the pass on the
+// same stream.
 class PadBlock {
  public:
   explicit PadBlock(BlockAllocator& a) : a_(a), id_(a.allocate()) {}
@@ -106,7 +107,7 @@ bool Transformer::graph_pass(const Batch& batch, int32_t max_blocks, Tensor* log
                                                  std::span<const int32_t>(e.seq->block_table()), static_cast<int32_t>(si)};
   }
   std::vector<int32_t> host;
-  fill_decode_inputs(layout, lanes, batch.output_rows_, pad ? pad->id() : -1, cache_.block_size(), host);
+  fill_decode_inputs(layout, lanes, batch.output_rows_, pad ? pad->id() : -1, host);
   be_.upload(kernels::make_tensor(s.graph_in.buf, DType::I32, static_cast<int64_t>(layout.total), 1, s.graph_in.offset),
              host.data(), sizeof(int32_t) * host.size());
 

@@ -57,6 +57,7 @@ void CpuBackend::kv_store(const KVLayer& cache, const Tensor& k, const Tensor& v
   const int64_t n_slots = cache.k.rows();
   const int64_t w = k.cols();
   for (int64_t t = 0; t < k.rows(); ++t) {
+    if (slots[t] == kNoKvSlot) continue;
     require(slots[t] >= 0 && slots[t] < n_slots, "kv_store", "slot " + std::to_string(slots[t]) + " out of range");
     const float* kr = reinterpret_cast<const float*>(host_ptr(k) + t * k.row_stride());
     const float* vr = reinterpret_cast<const float*>(host_ptr(v) + t * v.row_stride());

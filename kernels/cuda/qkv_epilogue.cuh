@@ -41,6 +41,7 @@ __device__ __forceinline__ void epilogue_store(const ops::QkvEpilogue& e, int m,
   y[t * ldy + row] = v;
   if (!e.cache[m]) return;
   const int32_t slot = e.slots[t];
+  if (slot == kNoKvSlot) return;
   if (slot < 0 || slot >= e.n_slots) {
     atomicOr(e.err, static_cast<int>(kErrKvSlot));
     return;

@@ -44,6 +44,7 @@ __global__ void attn_inputs_kernel(ops::AttnInputsArgs a, int* err) {
   }
   __syncthreads();
   const int32_t slot = a.slots[t];
+  if (slot == kNoKvSlot) return;
   if (slot < 0 || slot >= a.n_slots) {
     if (threadIdx.x == 0) atomicOr(err, static_cast<int>(dev::kErrKvSlot));
     return;

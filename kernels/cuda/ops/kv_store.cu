@@ -1,5 +1,6 @@
 // kv_store: k, v rows (F32) into the paged cache at slot_mapping (F32 or F16, round to
-// nearest even). One block per token; a slot outside the cache is not written.
+// nearest even). One block per token; kNoKvSlot and a slot outside the cache (an error) are
+// not written.
 // kv_move: cache rows moved within the cache (a token tree's accepted path).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
@@ -14,6 +15,7 @@ __global__ void kv_store_kernel(uint8_t* kc, uint8_t* vc, size_t stride, bool f1
                                 int* err) {
   const int64_t t = blockIdx.x;
   const int32_t slot = slots[t];
+  if (slot == kNoKvSlot) return;
   if (slot < 0 || slot >= n_slots) {
     if (threadIdx.x == 0) atomicOr(err, static_cast<int>(dev::kErrKvSlot));
     return;
