@@ -23,7 +23,7 @@ SUMMARY=""
 stage_start() { STAGE_T0=$(date +%s); STAGE=$1; echo "[test] ---- $1"; }
 # The soak, TSan and fuzz stages come after the release and ASan ones, and each starts only
 # if it can end within the run's budget (TANDEM_CI_BUDGET_MIN, 80 minutes: CI stops at 90),
-# else it is reported as skipped, loudly, in the summary. They take about 4, 8 and 7 minutes.
+# else it is reported as skipped, loudly, in the summary. They take about 4, 12 and 7 minutes.
 BUDGET_S=$(( ${TANDEM_CI_BUDGET_MIN:-80} * 60 ))
 within_budget() {
   local elapsed=$(( $(date +%s) - RUN_T0 )) need=$(( $2 * 60 ))
@@ -131,16 +131,27 @@ if [ "${TANDEM_SKIP_SOAK:-0}" != "1" ] && [ "$soak_model" = 1 ] && within_budget
   stage_end
 fi
 
-# ThreadSanitizer over what runs threads: the thread pool, the scheduler and the server.
-# Only the targets those tests need are built.
-if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ] && within_budget tsan 8; then
+# ThreadSanitizer over what runs threads: the thread pool, the scheduler and the server; and
+# as the CUDA kernels' race checker (kernels/cuda/simt/simt.cpp): the emulator tells TSan only
+# what orders a GPU's threads, so a missing barrier, or two blocks touching one word, is
+# reported. Only the targets those tests need are built.
+if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ] && within_budget tsan 12; then
   stage_start "tsan"
   cmake --preset tsan >/dev/null
-  cmake --build build/tsan -j "$JOBS" --target test_scheduler test_cpu_ops tandem
+  cmake --build build/tsan -j "$JOBS" --target test_scheduler test_cpu_ops tandem simt_races test_cuda_ops test_cuda_sampling \
+    test_cuda_greedy test_cuda_forward
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
   build/tsan/tests/test_cpu_ops --gtest_filter='ThreadPool*:CpuOps.PagedAttention*'
-  # Not the scheduler on the emulated CUDA backend: the emulator's fiber switches under TSan
-  # take minutes for one test, and its fibers share one OS thread (nothing for TSan to find).
+  # The race checker must catch each planted race and stay quiet on ordered kernels; then
+  # every op kernel, the sampling and verification kernels, and whole forward passes (with
+  # verification graphs and their padding lanes), blocks on two OS threads.
+  ctest --test-dir build/tsan -R '^simt_races\.' --output-on-failure
+  TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_ops
+  TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_sampling
+  TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_greedy
+  TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_forward --gtest_filter='CudaForward.LogitsMatchTheCpuBackend'
+  # Not the other forward tests nor the scheduler on the emulated CUDA backend: they run the
+  # kernels above, and the emulator under TSan takes minutes for each of them.
   build/tsan/tests/test_scheduler --gtest_filter='-*Cuda*'
   if [ "$soak_model" = 1 ]; then
     # The server under TSan: concurrent clients, disconnects, pipelining, limits (timeouts,

@@ -75,14 +75,25 @@ void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
 }
 #endif
 
-// ThreadSanitizer likewise: each fiber is a TSan fiber, and every switch says where it goes
-// (flags 0: a switch orders what came before it, as the cooperative schedule does), or TSan
-// sees one thread's stack jump about and reports races between a block's own threads.
+// ThreadSanitizer as CUDA's race checker. Each of a block's threads is a TSan fiber, and a
+// switch between them orders nothing (the cooperative schedule is an accident of the
+// emulator): what orders memory between threads is only what orders it on a GPU, told to
+// TSan as acquire/release on sync objects: the block's start (the launch before it) and
+// end, __syncthreads and __syncwarp. A shuffle, vote or matrix fragment exchange moves
+// registers only. So a shared-memory read that needs a missing barrier is reported
+// whichever thread happened to run first. Blocks on different OS threads
+// (TANDEM_SIMT_WORKERS >= 2) are unordered until the launch ends, so two blocks touching one
+// word, one of them writing, are reported too. Blocks on one OS thread are ordered: they
+// reuse its shared arrays. This file is compiled without TSan's instrumentation in that
+// build (kernels/cuda/CMakeLists.txt, which defines TANDEM_SIMT_TSAN): the scheduler's
+// bookkeeping, touched by every fiber, is not kernel memory.
+#ifndef TANDEM_SIMT_TSAN
 #if defined(__SANITIZE_THREAD__)
 #define TANDEM_SIMT_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define TANDEM_SIMT_TSAN 1
+#endif
 #endif
 #endif
 #ifdef TANDEM_SIMT_TSAN
@@ -91,6 +102,8 @@ void* __tsan_get_current_fiber(void);
 void* __tsan_create_fiber(unsigned flags);
 void __tsan_destroy_fiber(void* fiber);
 void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
 }
 #endif
 
@@ -99,6 +112,10 @@ namespace tandem::simt::detail {
 namespace {
 
 #ifdef TANDEM_SIMT_TSAN
+constexpr unsigned kTsanNoSync = 1;  // __tsan_switch_to_fiber_no_sync
+void tsan_acquire(void* sync) { __tsan_acquire(sync); }
+void tsan_release(void* sync) { __tsan_release(sync); }
+void tsan_switch(void* fiber) { __tsan_switch_to_fiber(fiber, kTsanNoSync); }
 // One TSan fiber for the life of a fiber's stack.
 struct TsanFiber {
   void* handle = nullptr;
@@ -112,6 +129,9 @@ struct TsanFiber {
     if (handle) __tsan_destroy_fiber(handle);
   }
 };
+#else
+void tsan_acquire(void*) {}
+void tsan_release(void*) {}
 #endif
 
 thread_local ThreadCtx* t_thread = nullptr;
@@ -146,6 +166,8 @@ struct Warp {
   unsigned live = 0;     // lanes not exited
   unsigned arrived = 0;  // lanes waiting at the current warp barrier
   unsigned mask = 0;     // the mask they wait on
+  unsigned phase = 0;    // warp barriers released so far
+  char sync[2] = {};     // TSan sync objects of __syncwarp, by the phase's parity
 };
 
 // Everything one OS thread needs to run blocks; reused across blocks and launches.
@@ -165,6 +187,11 @@ struct Runner {
 #endif
   size_t sched_stack_size = 0;
   unsigned n_threads = 0, live = 0, at_barrier = 0;
+  unsigned block_phase = 0;  // __syncthreads barriers released in this block
+  // TSan sync objects (only their addresses matter): the block's start and end, and
+  // __syncthreads by the phase's parity (a thread released from barrier p acquires before
+  // it can arrive at p + 1, and no thread releases for p + 2 before every live one has).
+  char sync_start = 0, sync_end = 0, sync_barrier[2] = {};
   unsigned pos = 0;  // where the running fiber is in `order` (this round)
   Fiber* current = nullptr;
   const std::function<void()>* body = nullptr;
@@ -202,7 +229,7 @@ void park(Runner& r, Fiber& f, State s) {
   __sanitizer_start_switch_fiber(&f.asan_fake, r.sched_stack, r.sched_stack_size);
 #endif
 #ifdef TANDEM_SIMT_TSAN
-  __tsan_switch_to_fiber(r.sched_tsan, 0);
+  tsan_switch(r.sched_tsan);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
   tandem_simt_switch(&f.sp, r.sched_sp);
@@ -216,6 +243,7 @@ void park(Runner& r, Fiber& f, State s) {
 
 void release_block(Runner& r) {
   r.at_barrier = 0;
+  ++r.block_phase;
   for (unsigned i = 0; i < r.n_threads; ++i)
     if (r.fibers[i].state == State::AtBlockBarrier) r.fibers[i].state = State::Runnable;
 }
@@ -231,28 +259,33 @@ bool try_release_warp(Runner& r, unsigned w) {
       r.fibers[i].state = State::Runnable;
   }
   wp.arrived = 0;
+  ++wp.phase;
   return true;
 }
 
-void warp_barrier(unsigned mask) {
+// `orders_memory`: __syncwarp (the lanes' memory accesses before it happen before theirs
+// after it); a shuffle, vote or fragment exchange only moves values.
+void warp_barrier(unsigned mask, bool orders_memory) {
   Runner& r = runner();
   Fiber& f = *r.current;
   const unsigned w = f.ctx.linear / 32, l = f.ctx.linear % 32;
   Warp& wp = r.warps[w];
   if (!(mask >> l & 1u)) throw std::logic_error("simt: a lane used a warp mask that does not include itself");
+  char* sync = &wp.sync[wp.phase & 1];
+  if (orders_memory) tsan_release(sync);
   wp.arrived |= 1u << l;
   wp.mask = mask;
   f.state = State::AtWarpBarrier;
-  if (try_release_warp(r, w)) {
+  if (try_release_warp(r, w))
     f.state = State::Runnable;
-    return;
-  }
-  park(r, f, State::AtWarpBarrier);
+  else
+    park(r, f, State::AtWarpBarrier);
+  if (orders_memory) tsan_acquire(sync);
 }
 
-// Not instrumented under TSan: a fiber never returns from this frame (its last switch leaves
-// it), so each run would leave one frame on the TSan fiber's shadow stack, which overflows
-// after some 65,000 blocks. What it touches is the scheduler's own state, on this one thread.
+// A fiber never returns from this frame (its last switch leaves it): were it instrumented,
+// each run would leave one frame on the TSan fiber's shadow stack, which overflows after
+// some 65,000 blocks (this file is not; the attribute keeps it so should that change).
 #ifdef TANDEM_SIMT_TSAN
 __attribute__((no_sanitize("thread")))
 #endif
@@ -262,11 +295,16 @@ void fiber_entry() {
 #ifdef TANDEM_SIMT_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &r.sched_stack, &r.sched_stack_size);
 #endif
+  tsan_acquire(&r.sync_start);
   try {
     (*r.body)();
   } catch (...) {
     if (!r.error) r.error = std::current_exception();
   }
+  // What this thread did happens before the barrier the others reach next (an exited
+  // thread counts as arrived) and before the block's end.
+  tsan_release(&r.sync_barrier[r.block_phase & 1]);
+  tsan_release(&r.sync_end);
   f.state = State::Done;
   --r.live;
   Warp& wp = r.warps[f.ctx.linear / 32];
@@ -279,7 +317,7 @@ void fiber_entry() {
   __sanitizer_start_switch_fiber(nullptr, r.sched_stack, r.sched_stack_size);  // this fiber ends
 #endif
 #ifdef TANDEM_SIMT_TSAN
-  __tsan_switch_to_fiber(r.sched_tsan, 0);
+  tsan_switch(r.sched_tsan);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
   tandem_simt_switch(&f.sp, r.sched_sp);  // never resumed
@@ -349,6 +387,8 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
 #ifdef TANDEM_SIMT_TSAN
   r.sched_tsan = __tsan_get_current_fiber();  // where the fibers switch back to
 #endif
+  r.block_phase = 0;
+  tsan_release(&r.sync_start);  // the launch (and this thread's earlier blocks) before the block
   // Round robin over runnable fibers until all are done, in the schedule's order.
   const Schedule sched = schedule();
   r.order.resize(n);
@@ -375,7 +415,7 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
       __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
 #endif
 #ifdef TANDEM_SIMT_TSAN
-      __tsan_switch_to_fiber(f.tsan.handle, 0);
+      tsan_switch(f.tsan.handle);
 #endif
 #ifdef TANDEM_SIMT_ASM_SWITCH
       tandem_simt_switch(&r.sched_sp, f.sp);
@@ -402,6 +442,7 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
   }
   t_thread = nullptr;
   r.current = nullptr;
+  tsan_acquire(&r.sync_end);
   if (r.error) {
     // The block is abandoned; its fibers' stacks are reset at the next launch.
     std::exception_ptr e = r.error;
@@ -451,7 +492,8 @@ void run_blocks(const LaunchConfig& cfg, const std::function<void()>& body, std:
   own.body = &body;
   own.shared.assign(cfg.shmem + 16, 0xcd);  // not zero: CUDA leaves shared memory uninitialised
   try {
-    for (uint64_t b; (b = next.fetch_add(1)) < total;) {
+    // Relaxed: handing out block indices must not order the blocks (TSan would see it).
+    for (uint64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < total;) {
       const uint3 bidx{static_cast<unsigned>(b % cfg.grid.x), static_cast<unsigned>((b / cfg.grid.x) % cfg.grid.y),
                        static_cast<unsigned>(b / (uint64_t(cfg.grid.x) * cfg.grid.y))};
       run_block(own, cfg, bidx);
@@ -482,22 +524,24 @@ unsigned lane_id() { return runner().current->ctx.linear % 32; }
 void syncthreads() {
   Runner& r = runner();
   Fiber& f = *r.current;
+  char* sync = &r.sync_barrier[r.block_phase & 1];
+  tsan_release(sync);
   ++r.at_barrier;
-  if (r.at_barrier == r.live) {
+  if (r.at_barrier == r.live)
     release_block(r);
-    return;
-  }
-  park(r, f, State::AtBlockBarrier);
+  else
+    park(r, f, State::AtBlockBarrier);
+  tsan_acquire(sync);
 }
 
-void syncwarp(unsigned mask) { warp_barrier(mask); }
+void syncwarp(unsigned mask) { warp_barrier(mask, true); }
 
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   Runner& r = runner();
   const unsigned linear = r.current->ctx.linear;
   Warp& wp = r.warps[linear / 32];
   wp.slots[linear % 32] = value;
-  warp_barrier(mask);
+  warp_barrier(mask, false);
   uint64_t out;
   if (src < 0) {
     out = 0;
@@ -506,7 +550,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   } else {
     out = ((mask & wp.live) >> src & 1u) ? wp.slots[src] : value;  // an absent lane: own value
   }
-  warp_barrier(mask);
+  warp_barrier(mask, false);
   return out;
 }
 
@@ -519,9 +563,9 @@ void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
   if (wp.live != 0xffffffffu)
     throw std::logic_error("simt: a warp-wide matrix instruction in a warp with exited or missing lanes");
   std::memcpy(wp.frags[linear % 32], mine, sizeof(uint32_t) * static_cast<size_t>(n));
-  warp_barrier(0xffffffffu);
+  warp_barrier(0xffffffffu, false);
   for (int l = 0; l < 32; ++l) std::memcpy(all + l * n, wp.frags[l], sizeof(uint32_t) * static_cast<size_t>(n));
-  warp_barrier(0xffffffffu);
+  warp_barrier(0xffffffffu, false);
 }
 
 namespace {
