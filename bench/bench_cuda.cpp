@@ -10,7 +10,8 @@
 //   ops: per weight type, matmul of an R x C weight at M = 1 (ms, weight GB/s, fraction of
 //        copy_gbps) and T(M)/T(1) for M = 1..16 (the cost of verifying M-1 drafts);
 //   gemm: per weight type, the matmul of an FFN-shaped weight (8960 x 1536) at M = 1..512
-//        tokens: ms and int8 tera-operations/s (2 R C M / time); with --gemm-min-tokens N the
+//        tokens: ms and tera-operations/s (2 R C M / time: int8 tensor cores for the quantized
+//        types, TF32 ones for BF16, a Hugging Face checkpoint's type); with --gemm-min-tokens N the
 //        dequantize + cuBLAS path takes M >= N (run it twice for the side-by-side ratio);
 //   attention (--attention): paged attention at Qwen2.5-1.5B's heads (12 query / 2 KV of 128,
 //        F16 cache in blocks of 16): a 512-token prompt chunk of one sequence (its tokens share
@@ -143,7 +144,7 @@ static int run(int argc, char** argv) {
     const kernels::Tensor xt = kernels::make_tensor(xb.get(), DType::F32, C, mmax);
     be->upload(xt, x.data(), x.size() * 4);
     auto yb = be->alloc(sizeof(float) * static_cast<size_t>(mmax * R));
-    for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0}) {
+    for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::BF16}) {
       const auto blob = test::random_blocks(t, R * C, 4);
       auto wb = be->wrap_host(blob.data(), blob.size());
       const kernels::Tensor w = kernels::make_tensor(wb.get(), t, C, R);

@@ -308,7 +308,7 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 t.write(f"| {k} | {v['m1_ms']:.4f} | {v['weight_gbps']:.0f} | {v['fraction_of_copy']:.2f} | {v['t_rel'][-1]:.2f} |\n")
     gm, gc = bench.get("bench_gemm", {}).get("gemm"), bench.get("bench_gemm_cublas", {}).get("gemm")
     if gm:
-        t.write(f"\nquantized matmul {gm['rows']}x{gm['cols']}, int8 TOPS by M (tensor cores; cuBLAS path; ratio)\n\n")
+        t.write(f"\nmatmul {gm['rows']}x{gm['cols']}, tera-operations/s by M (int8 tensor cores, TF32 for BF16; cuBLAS path; ratio)\n\n")
         t.write("| type | " + " | ".join(f"M={m}" for m in gm["m"]) + " |\n|---|" + "---|" * len(gm["m"]) + "\n")
         for k, v in gm.items():
             if isinstance(v, dict):

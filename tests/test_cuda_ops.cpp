@@ -548,6 +548,34 @@ TEST(CudaOps, MatmulEveryWeightTypeAgainstCpuAndBatchInvariant) {
   RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
+// Float weights on TF32 tensor cores at every token count: rows of whole 32-column chunks
+// (16-byte loads) and of a ragged last chunk (element loads), odd row counts; each token's
+// row is the same bits alone (M = 1) and in batches of 5 and 45 (two token blocks), and
+// within float rounding of the CPU's dot products (the split operands keep about float's
+// precision: plain TF32 products, 10 fraction bits, exceed the bound several times over).
+TEST(CudaOps, MatmulFloatWeightsOnTensorCoresAtEveryTokenCount) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t C : {96, 100}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " C=" + std::to_string(C));
+      MatmulCase mc(t, 35, C, 45, 900 + static_cast<uint32_t>(t) + static_cast<uint32_t>(C));
+      const auto ref = mc.cpu_all();
+      const auto all = mc.gpu(0, 45), some = mc.gpu(40, 5);
+      for (int64_t i = 0; i < 45; ++i) {
+        const std::vector<float> row(all.begin() + i * mc.R, all.begin() + (i + 1) * mc.R);
+        if (i % 11 == 0 || i >= 40) {
+          ASSERT_TRUE(same_bits(row, mc.gpu(i, 1))) << "token " << i << " alone";
+        }
+        if (i >= 40) {
+          ASSERT_TRUE(same_bits(row, std::vector<float>(some.begin() + (i - 40) * mc.R, some.begin() + (i - 39) * mc.R)))
+              << "token " << i << " in a batch of 5";
+        }
+        for (int64_t r = 0; r < mc.R; ++r)
+          ASSERT_LE(std::fabs(row[r] - ref[i * mc.R + r]), matmul_tolerance(t, mc.blob, r, C, mc.x.data() + i * C))
+              << "token " << i << " row " << r;
+      }
+    }
+}
+
 // Either kernel for any token count: the tensor-core one down to one token, the __dp4a one
 // up to many (16 tokens per weight read, grid.y over the rest), the same bits.
 TEST(CudaOps, MatmulKernelsAreInterchangeableAtEveryTokenCount) {

@@ -2,6 +2,8 @@
 // compiled here as host C++, launched through TANDEM_LAUNCH.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -253,6 +255,103 @@ TEST(Simt, IntegerMmaIsTheMatrixProductInThePtxFragmentLayout) {
   for (uint32_t seed = 1; seed <= 5; ++seed) {
     check_mma<32>(seed);
     check_mma<16>(seed + 100);
+  }
+}
+
+// One m16n8k8 TF32 product, each lane loading its fragments by the PTX ISA's layout written
+// out here independently: A row-major 16 x 8, B column-major (column n at B[n * 8 ..]).
+__global__ void mma_tf32_tile(const float* A, const float* B, const float* C, float* D) {
+  const int lane = static_cast<int>(threadIdx.x), gid = lane / 4, tid = lane % 4;
+  auto bits = [](float f) { return __float_as_uint(f); };
+  const uint32_t a[4] = {bits(A[gid * 8 + tid]), bits(A[(gid + 8) * 8 + tid]), bits(A[gid * 8 + tid + 4]),
+                         bits(A[(gid + 8) * 8 + tid + 4])};
+  const uint32_t b[2] = {bits(B[gid * 8 + tid]), bits(B[gid * 8 + tid + 4])};
+  float c[4], d[4];
+  for (int i = 0; i < 4; ++i) c[i] = C[(gid + 8 * (i / 2)) * 8 + 2 * tid + i % 2];
+  tandem::simt::mma_tf32(d, a, b, c);
+  for (int i = 0; i < 4; ++i) D[(gid + 8 * (i / 2)) * 8 + 2 * tid + i % 2] = d[i];
+}
+
+// Small integers: every product and sum is exact in float, so the model must give the plain
+// product exactly, whatever order it adds in.
+TEST(Simt, Tf32MmaIsTheMatrixProductInThePtxFragmentLayout) {
+  std::mt19937 g(7);
+  std::uniform_int_distribution<int> small(-50, 50), acc(-10000, 10000);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<float> A(16 * 8), B(8 * 8), C(16 * 8), D(16 * 8, 0.0f);
+    for (auto& v : A) v = static_cast<float>(small(g));
+    for (auto& v : B) v = static_cast<float>(small(g)) * 0.25f;
+    for (auto& v : C) v = static_cast<float>(acc(g));
+    TANDEM_LAUNCH(mma_tf32_tile, 1, 32, 0, nullptr)(A.data(), B.data(), C.data(), D.data());
+    for (int m = 0; m < 16; ++m)
+      for (int n = 0; n < 8; ++n) {
+        double want = C[m * 8 + n];
+        for (int k = 0; k < 8; ++k) want += double(A[m * 8 + k]) * B[n * 8 + k];
+        ASSERT_EQ(D[m * 8 + n], static_cast<float>(want)) << "(" << m << ", " << n << ")";
+      }
+  }
+}
+
+// The emulator's one-exchange model of a split-TF32 step (what the device issues as 3 or 6
+// mma instructions) against those instructions one by one: the same bits.
+template <int WParts>
+__global__ void split_step_both_ways(const float* in, float* out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  uint32_t a[3][4], b[3][2];
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 4; ++i) a[p][i] = tandem::simt::tf32_rna(in[(p * 6 + i) * 32 + lane]);
+    for (int i = 0; i < 2; ++i) b[p][i] = tandem::simt::tf32_rna(in[(p * 6 + 4 + i) * 32 + lane]);
+  }
+  float main1[4] = {1.0f, -2.0f, 0.5f, 3.0f}, small1[4] = {0.25f, 0.0f, -0.125f, 1e-3f};
+  float main2[4] = {1.0f, -2.0f, 0.5f, 3.0f}, small2[4] = {0.25f, 0.0f, -0.125f, 1e-3f};
+  tandem::simt::mma_tf32_split<WParts>(main1, small1, a, b);
+  tandem::simt::mma_tf32(main2, a[0], b[0], main2);
+  tandem::simt::mma_tf32(small2, a[0], b[1], small2);
+  tandem::simt::mma_tf32(small2, a[0], b[2], small2);
+  if (WParts == 3) {
+    tandem::simt::mma_tf32(small2, a[1], b[0], small2);
+    tandem::simt::mma_tf32(small2, a[1], b[1], small2);
+    tandem::simt::mma_tf32(small2, a[2], b[0], small2);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[(0 * 4 + i) * 32 + lane] = main1[i], out[(1 * 4 + i) * 32 + lane] = small1[i];
+    out[(2 * 4 + i) * 32 + lane] = main2[i], out[(3 * 4 + i) * 32 + lane] = small2[i];
+  }
+}
+
+TEST(Simt, SplitTf32StepIsItsProductsOneByOne) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> in(18 * 32), out(16 * 32);
+  for (auto& v : in) v = nd(g);
+  for (int parts : {1, 3}) {
+    if (parts == 1) TANDEM_LAUNCH(split_step_both_ways<1>, 1, 32, 0, nullptr)(in.data(), out.data());
+    else TANDEM_LAUNCH(split_step_both_ways<3>, 1, 32, 0, nullptr)(in.data(), out.data());
+    for (int i = 0; i < 8 * 32; ++i) ASSERT_EQ(out[i], out[8 * 32 + i]) << parts << " parts, value " << i;
+  }
+}
+
+// cvt.rna.tf32.f32: 10 fraction bits kept, to nearest, ties away from zero (in magnitude,
+// for either sign); infinities and NaNs unchanged.
+TEST(Simt, Tf32RoundingIsToNearestWithTiesAway) {
+  auto f = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  using tandem::simt::tf32_rna;
+  EXPECT_EQ(tf32_rna(1.0f), 0x3f800000u);
+  EXPECT_EQ(tf32_rna(f(0x3f800fffu)), 0x3f800000u);  // below half of the last kept bit
+  EXPECT_EQ(tf32_rna(f(0x3f801000u)), 0x3f802000u);  // a tie: away from zero
+  EXPECT_EQ(tf32_rna(f(0xbf801000u)), 0xbf802000u);  // negative tie: away from zero too
+  EXPECT_EQ(tf32_rna(f(0x3f801001u)), 0x3f802000u);
+  EXPECT_EQ(tf32_rna(f(0x3fffffffu)), 0x40000000u);  // carries into the exponent
+  EXPECT_EQ(tf32_rna(f(0x7f800000u)), 0x7f800000u);  // +inf
+  EXPECT_EQ(tf32_rna(f(0x7fc00001u)), 0x7fc00001u);  // NaN (payload kept)
+  // A value and its TF32 rounding differ by at most half of 2^-10 relative.
+  for (float x : {3.14159265f, -2.7182818f, 1e-30f, 6.5e4f}) {
+    const float r = f(tf32_rna(x));
+    EXPECT_LE(std::fabs(double(r) - x), std::ldexp(std::fabs(double(x)), -11)) << x;
   }
 }
 

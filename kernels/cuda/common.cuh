@@ -93,16 +93,6 @@ __device__ __forceinline__ uint16_t f32_to_f16(float f) { return __half_as_ushor
 __device__ __forceinline__ float bf16_to_f32(uint32_t bits) { return __uint_as_float(bits << 16); }
 __device__ __forceinline__ float ld_f16(const uint8_t* p) { return f16_to_f32(ld_u16(p)); }
 
-// Sum of 32 values in a fixed pairwise order (the same tree whatever the caller): how a
-// warp's partial sums become one result in the reductions that must be batch invariant.
-__device__ __forceinline__ float tree_sum32(const float* v) {
-  float s16[16];
-  for (int i = 0; i < 16; ++i) s16[i] = v[i] + v[i + 16];
-  for (int w = 8; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) s16[i] = s16[i] + s16[i + w];
-  return s16[0];
-}
-
 // Butterfly over the warp: every lane gets the same result, in an order fixed by the lane
 // numbering only.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -84,14 +84,19 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
 void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, const Tensor& x, QuantizedX* cache,
                                 bool accumulate, const ops::QkvEpilogue* epi) {
   const int64_t N = x.rows(), C = x.cols();
-  const float* xp = reinterpret_cast<const float*>(ptr(x, "matmul"));
-  const QuantizedX a = quantized(t) ? quantize_x(x, act_block(t), cache) : QuantizedX{};
-  if (a.q && N >= opt_.mma_min_tokens) {
+  if (!quantized(t)) {  // float weights: tensor cores at every token count
+    ops::matmul_mma_float(rt_->stream(), t, ws, n_w, C, reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N,
+                          accumulate, epi);
+    launched("matmul (tensor cores)");
+    return;
+  }
+  const QuantizedX a = quantize_x(x, act_block(t), cache);
+  if (N >= opt_.mma_min_tokens) {
     ops::matmul_mma(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate, epi);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, xp, ld_of(x), a.q, a.d, N, accumulate, epi);
+  ops::matmul_small(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate, epi);
   launched("matmul");
 }
 

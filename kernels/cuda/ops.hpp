@@ -121,20 +121,25 @@ struct QkvEpilogue {
   const int32_t* slots = nullptr;
   int* err = nullptr;  // kErrKvSlot for a slot outside the cache (that row is not stored)
 };
-// The small-M kernel: y[t][r] for t < n over every row of each w; each weight row is read
-// once per 16 tokens. Float weights read x; quantized weights read (q, d) from quantize_act.
-// The result of a (t, r) pair does not depend on n (batch invariance); for quantized
-// weights it is the CPU's scalar reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
+// The small-M kernel for quantized weights: y[t][r] for t < n over every row of each w,
+// from the activations (q, d) of quantize_act; each weight row is read once per 16 tokens.
+// The result of a (t, r) pair does not depend on n (batch invariance): the CPU's scalar
+// reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
 constexpr int kSmallMTokens = 16;
 // accumulate: y += the product (a residual connection: the bits of add(y, y, product)).
 // epi (null: none): the attention inputs' steps on each result (not with accumulate).
-void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                  const int8_t* q, const float* d, int64_t n, bool accumulate = false,
-                  const QkvEpilogue* epi = nullptr);
+void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
+                  int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
 void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
                 int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
+// Float weights (F32, F16, BF16) against float activations x (rows of ldx) on TF32 tensor
+// cores with split operands (about float's precision), for every n: one kernel and one order
+// of operations at every batch size, so a (t, r) result does not depend on n. Within float
+// rounding of the CPU's dot products (another summation order), not their bits.
+void matmul_mma_float(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
+                      int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // Rows [r0, r0 + nr) of w dequantized to F32 into tile (row-major, cols wide).
 void dequant_rows(Stream s, DType t, const uint8_t* w, size_t w_stride, int64_t r0, int64_t nr, int64_t cols,
                   float* tile);

@@ -1,5 +1,5 @@
 // matmul_small: y[t][r] = sum_c x[t][c] * W[r][c] for up to 16 tokens per weight read, for
-// every weight type. One warp per weight row (4 rows per block of 128 threads), grid.y over
+// quantized weights. One warp per weight row (4 rows per block of 128 threads), grid.y over
 // chunks of 16 tokens. Which lane does what depends on the row length only, never on the
 // number of tokens, so a token's result is the same bits whether it is computed alone or
 // with 15 others (batch invariance).
@@ -15,9 +15,7 @@
 // its integer parts for each token with __dp4a, the lanes sharing a block add them with
 // shuffles (exact integers), the group's first lane turns them into the block's float
 // contribution, and lane m adds the round's contributions for token m in block order.
-//
-// Float weights: lane l owns columns l, l+32, ...; each lane keeps one partial sum per
-// token and the 32 partials are added in a fixed tree (dev::tree_sum32).
+// (Float weights: ops/matmul_mma_float.cu, at every token count.)
 #include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qcodes.cuh"
@@ -32,9 +30,7 @@ constexpr int kMT = ops::kSmallMTokens;
 struct MatmulArgs {
   dev::MatmulGroup g;
   int64_t cols;
-  const float* x;  // float weights
-  int64_t ldx;
-  const int8_t* q;  // quantized weights: codes [n][cols] and scales [n][cols/block]
+  const int8_t* q;  // activation codes [n][cols] and scales [n][cols/block]
   const float* d;
   int64_t n;
   bool epi;  // e applies (the q/k/v projections of a layer)
@@ -51,9 +47,9 @@ __device__ __forceinline__ int group_sum(int v) {
 template <int T>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a) {
   constexpr int qk = dev::Geo<T>::qk;
-  constexpr int lanes = qk == 32 ? 4 : 8, groups = qk == 1 ? 1 : dev::kWarp / lanes;
-  __shared__ float red[kWarps][kMT][dev::kWarp];    // float weights: the lanes' partial sums
-  __shared__ float part[kWarps][kMT][groups][2];    // quantized: a round's block contributions
+  static_assert(qk > 1, "float weights: matmul_mma_float");
+  constexpr int lanes = qk == 32 ? 4 : 8, groups = dev::kWarp / lanes;
+  __shared__ float part[kWarps][kMT][groups][2];    // a round's block contributions
   __shared__ float res[kWarps][kMT];                // the epilogue: each warp's results
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   unsigned bx;
@@ -68,92 +64,77 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   const uint8_t* wr = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, r)) * a.g.w_stride[m_of];
   float* const y = a.g.y[m_of];
   const int64_t ldy = a.g.ldy[m_of];
-  float result = 0.0f;  // lane m < mt: token t0 + m's
-  if constexpr (qk == 1) {
-    float acc[kMT];
-    for (int m = 0; m < kMT; ++m) acc[m] = 0.0f;
-    for (int64_t c = lane; c < a.cols; c += dev::kWarp) {
-      const float wv = dev::dequant_elem<T>(wr + c * dev::Geo<T>::bytes, 0);
-      for (int m = 0; m < kMT; ++m)
-        if (m < mt) acc[m] += wv * a.x[(t0 + m) * a.ldx + c];
+  constexpr int ones = 0x01010101;
+  const int g = lane / lanes, sub = lane % lanes;
+  const int64_t nb = a.cols / qk;
+  float acc = 0.0f, off = 0.0f;  // lane m's sums for token t0 + m, in block order
+  for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // the same trip count on every lane
+    const int64_t b = b0 + g;
+    const bool valid = b < nb;
+    const uint8_t* wb = wr + (valid ? b : 0) * dev::Geo<T>::bytes;
+    // This lane's codes, and for K-quants its two groups' scale and min coefficients.
+    int cw[qk == 32 ? 2 : 8] = {};
+    int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
+    float kd = 0.0f, kdm = 0.0f;
+    if (valid) {
+      if constexpr (qk == 32) {
+        dev::q32_words<T>(wb, sub, cw[0], cw[1]);
+      } else {
+        dev::k_words<T>(wb, sub, cw);
+        float d, dm;
+        dev::k_scales<T>(wb, 2 * sub, d, dm, sc0, mn0);
+        dev::k_scales<T>(wb, 2 * sub + 1, d, dm, sc1, mn1);
+        int sc, mn;
+        dev::k_scales<T>(wb, 0, kd, kdm, sc, mn);
+      }
     }
-    for (int m = 0; m < kMT; ++m)
-      if (m < mt) red[warp][m][lane] = acc[m];
-    __syncwarp();
-    if (lane < mt) result = dev::tree_sum32(red[warp][lane]);
-  } else {
-    constexpr int ones = 0x01010101;
-    const int g = lane / lanes, sub = lane % lanes;
-    const int64_t nb = a.cols / qk;
-    float acc = 0.0f, off = 0.0f;  // lane m's sums for token t0 + m, in block order
-    for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // the same trip count on every lane
-      const int64_t b = b0 + g;
-      const bool valid = b < nb;
-      const uint8_t* wb = wr + (valid ? b : 0) * dev::Geo<T>::bytes;
-      // This lane's codes, and for K-quants its two groups' scale and min coefficients.
-      int cw[qk == 32 ? 2 : 8] = {};
-      int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
-      float kd = 0.0f, kdm = 0.0f;
+    for (int m = 0; m < kMT; ++m) {
+      if (m >= mt) continue;  // mt is the warp's: every lane takes the shuffles below
+      int p0 = 0, p1 = 0;
       if (valid) {
+        const int8_t* xq = a.q + (t0 + m) * a.cols + qk * b;
         if constexpr (qk == 32) {
-          dev::q32_words<T>(wb, sub, cw[0], cw[1]);
+          const int x0 = dev::ld_x4(xq + 4 * sub), x1 = dev::ld_x4(xq + 16 + 4 * sub);
+          p0 = __dp4a(cw[0], x0, __dp4a(cw[1], x1, 0));
+          p1 = __dp4a(ones, x0, __dp4a(ones, x1, 0));
         } else {
-          dev::k_words<T>(wb, sub, cw);
-          float d, dm;
-          dev::k_scales<T>(wb, 2 * sub, d, dm, sc0, mn0);
-          dev::k_scales<T>(wb, 2 * sub + 1, d, dm, sc1, mn1);
-          int sc, mn;
-          dev::k_scales<T>(wb, 0, kd, kdm, sc, mn);
-        }
-      }
-      for (int m = 0; m < kMT; ++m) {
-        if (m >= mt) continue;  // mt is the warp's: every lane takes the shuffles below
-        int p0 = 0, p1 = 0;
-        if (valid) {
-          const int8_t* xq = a.q + (t0 + m) * a.cols + qk * b;
-          if constexpr (qk == 32) {
-            const int x0 = dev::ld_x4(xq + 4 * sub), x1 = dev::ld_x4(xq + 16 + 4 * sub);
-            p0 = __dp4a(cw[0], x0, __dp4a(cw[1], x1, 0));
-            p1 = __dp4a(ones, x0, __dp4a(ones, x1, 0));
-          } else {
-            int dot0 = 0, dot1 = 0, bs0 = 0, bs1 = 0;
-            for (int j = 0; j < 4; ++j) {
-              const int x0 = dev::ld_x4(xq + 32 * sub + 4 * j), x1 = dev::ld_x4(xq + 32 * sub + 16 + 4 * j);
-              dot0 = __dp4a(cw[j], x0, dot0), bs0 = __dp4a(ones, x0, bs0);
-              dot1 = __dp4a(cw[4 + j], x1, dot1), bs1 = __dp4a(ones, x1, bs1);
-            }
-            p0 = sc0 * dot0 + sc1 * dot1;  // this lane's share of sum_g sc[g] * dot_g
-            p1 = mn0 * bs0 + mn1 * bs1;    // and of sum_g mn[g] * bsum_g
+          int dot0 = 0, dot1 = 0, bs0 = 0, bs1 = 0;
+          for (int j = 0; j < 4; ++j) {
+            const int x0 = dev::ld_x4(xq + 32 * sub + 4 * j), x1 = dev::ld_x4(xq + 32 * sub + 16 + 4 * j);
+            dot0 = __dp4a(cw[j], x0, dot0), bs0 = __dp4a(ones, x0, bs0);
+            dot1 = __dp4a(cw[4 + j], x1, dot1), bs1 = __dp4a(ones, x1, bs1);
           }
-        }
-        const int s0 = group_sum<lanes>(p0), s1 = group_sum<lanes>(p1);
-        if (!valid || sub != 0) continue;
-        const float xd = a.d[(t0 + m) * nb + b];
-        if constexpr (qk == 32) {
-          const float d = dev::ld_f16(wb);
-          float c;
-          if constexpr (T == dev::kQ8_0) c = 0.0f;
-          else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
-          else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
-          else c = dev::ld_f16(wb + 2);
-          part[warp][m][g][0] = (d * xd) * static_cast<float>(s0);
-          part[warp][m][g][1] = c * (xd * static_cast<float>(s1));
-        } else {
-          part[warp][m][g][0] = xd * (kd * static_cast<float>(s0) - kdm * static_cast<float>(s1));
+          p0 = sc0 * dot0 + sc1 * dot1;  // this lane's share of sum_g sc[g] * dot_g
+          p1 = mn0 * bs0 + mn1 * bs1;    // and of sum_g mn[g] * bsum_g
         }
       }
-      __syncwarp();
-      if (lane < mt) {
-        const int n_valid = nb - b0 < groups ? static_cast<int>(nb - b0) : groups;
-        for (int j = 0; j < n_valid; ++j) {
-          acc += part[warp][lane][j][0];
-          if constexpr (qk == 32) off += part[warp][lane][j][1];
-        }
+      const int s0 = group_sum<lanes>(p0), s1 = group_sum<lanes>(p1);
+      if (!valid || sub != 0) continue;
+      const float xd = a.d[(t0 + m) * nb + b];
+      if constexpr (qk == 32) {
+        const float d = dev::ld_f16(wb);
+        float c;
+        if constexpr (T == dev::kQ8_0) c = 0.0f;
+        else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
+        else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
+        else c = dev::ld_f16(wb + 2);
+        part[warp][m][g][0] = (d * xd) * static_cast<float>(s0);
+        part[warp][m][g][1] = c * (xd * static_cast<float>(s1));
+      } else {
+        part[warp][m][g][0] = xd * (kd * static_cast<float>(s0) - kdm * static_cast<float>(s1));
       }
-      __syncwarp();  // the next round's contributions overwrite these
     }
-    result = qk == 32 ? acc + off : acc;
+    __syncwarp();
+    if (lane < mt) {
+      const int n_valid = nb - b0 < groups ? static_cast<int>(nb - b0) : groups;
+      for (int j = 0; j < n_valid; ++j) {
+        acc += part[warp][lane][j][0];
+        if constexpr (qk == 32) off += part[warp][lane][j][1];
+      }
+    }
+    __syncwarp();  // the next round's contributions overwrite these
   }
+  const float result = qk == 32 ? acc + off : acc;  // lane m < mt: token t0 + m's
   if (epi) {
     if (lane < mt) res[warp][lane] = result;
     __syncthreads();  // slot r ^ 1 is warp ^ 1's
@@ -165,14 +146,16 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
 
 }  // namespace
 
-void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const float* x, int64_t ldx,
-                       const int8_t* q, const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
-  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, x, ldx, q, d, n, epi != nullptr,
+void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q,
+                       const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
+  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, q, d, n, epi != nullptr,
                      epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
   dev::dispatch_wtype(t, [&](auto wt) {
-    TANDEM_LAUNCH(matmul_small_kernel<decltype(wt)::value>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
+    constexpr int T = decltype(wt)::value;
+    if constexpr (dev::Geo<T>::qk > 1)
+      TANDEM_LAUNCH(matmul_small_kernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
   });
 }
 

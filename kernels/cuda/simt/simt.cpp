@@ -45,6 +45,7 @@ tandem_simt_switch:
 #endif
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -554,18 +555,28 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   return out;
 }
 
-void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
+const uint32_t* warp_share(const uint32_t* mine, int n) {
   Runner& r = runner();
   const unsigned linear = r.current->ctx.linear;
   Warp& wp = r.warps[linear / 32];
-  if (n < 0 || n > kMaxGatherWords) throw std::logic_error("simt: warp_gather of more than 8 words a lane");
+  if (n < 0 || n > kMaxGatherWords)
+    throw std::logic_error("simt: a fragment exchange of more than " + std::to_string(kMaxGatherWords) + " words a lane");
   // The .aligned warp-wide instructions this models need every lane of the warp.
   if (wp.live != 0xffffffffu)
     throw std::logic_error("simt: a warp-wide matrix instruction in a warp with exited or missing lanes");
   std::memcpy(wp.frags[linear % 32], mine, sizeof(uint32_t) * static_cast<size_t>(n));
   warp_barrier(0xffffffffu, false);
-  for (int l = 0; l < 32; ++l) std::memcpy(all + l * n, wp.frags[l], sizeof(uint32_t) * static_cast<size_t>(n));
-  warp_barrier(0xffffffffu, false);
+  return &wp.frags[0][0];
+}
+
+// Every lane has read the slots: they may be written again.
+void warp_unshare() { warp_barrier(0xffffffffu, false); }
+
+void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
+  const uint32_t* shared = warp_share(mine, n);
+  for (int l = 0; l < 32; ++l)
+    std::memcpy(all + l * n, shared + l * kMaxGatherWords, sizeof(uint32_t) * static_cast<size_t>(n));
+  warp_unshare();
 }
 
 namespace {
@@ -608,29 +619,88 @@ void check_config(const LaunchConfig& cfg) {
   if (uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z == 0) throw std::invalid_argument("simt: empty grid");
 }
 
+namespace {
+// The OS threads beside the launching one when TANDEM_SIMT_WORKERS >= 2: started at the first
+// such launch and kept, so each keeps its fibers and stacks across launches (starting
+// threads and fibers per launch cost more than small grids do, under TSan most of all). One
+// grid at a time; the launching thread runs blocks too. The pool is never destroyed: its
+// threads wait for work until the process ends.
+class WorkerPool {
+ public:
+  explicit WorkerPool(unsigned threads) : n_(threads) {
+    for (unsigned i = 0; i < threads; ++i) std::thread([this] { serve(); }).detach();
+  }
+  void run(const LaunchConfig& cfg, const std::function<void()>& body, uint64_t total) {
+    std::lock_guard<std::mutex> one_grid(launch_mu_);
+    std::atomic<uint64_t> next{0};
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = Job{&cfg, &body, &next, total};
+      pending_ = n_;
+      err_ = nullptr;
+      ++generation_;
+    }
+    work_.notify_all();
+    std::exception_ptr mine;
+    try {
+      run_blocks(cfg, body, next, total);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [&] { return pending_ == 0; });
+    if (mine) std::rethrow_exception(mine);
+    if (err_) std::rethrow_exception(err_);
+  }
+
+ private:
+  struct Job {
+    const LaunchConfig* cfg = nullptr;
+    const std::function<void()>* body = nullptr;
+    std::atomic<uint64_t>* next = nullptr;
+    uint64_t total = 0;
+  };
+  void serve() {
+    uint64_t seen = 0;
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        work_.wait(lk, [&] { return generation_ != seen; });
+        seen = generation_;
+        job = job_;
+      }
+      std::exception_ptr e;
+      try {
+        run_blocks(*job.cfg, *job.body, *job.next, job.total);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      if (e && !err_) err_ = e;
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+  std::mutex launch_mu_, mu_;
+  std::condition_variable work_, done_;
+  Job job_;
+  uint64_t generation_ = 0;
+  const unsigned n_;
+  unsigned pending_ = 0;
+  std::exception_ptr err_;
+};
+}  // namespace
+
 void run_grid(const LaunchConfig& cfg, const std::function<void()>& body) {
   check_config(cfg);
   const uint64_t total = uint64_t(cfg.grid.x) * cfg.grid.y * cfg.grid.z;
-  std::atomic<uint64_t> next{0};
-  const unsigned nw = static_cast<unsigned>(std::min<uint64_t>(worker_count(), total));
-  if (nw <= 1 || t_runner) {  // a launch from inside a kernel never happens; run inline anyway
+  if (worker_count() <= 1 || total <= 1 || t_runner) {  // a launch from inside a kernel never happens; inline anyway
+    std::atomic<uint64_t> next{0};
     run_blocks(cfg, body, next, total);
     return;
   }
-  std::vector<std::thread> th;
-  std::exception_ptr err;
-  std::mutex mu;
-  for (unsigned i = 0; i < nw; ++i)
-    th.emplace_back([&] {
-      try {
-        run_blocks(cfg, body, next, total);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (!err) err = std::current_exception();
-      }
-    });
-  for (auto& t : th) t.join();
-  if (err) std::rethrow_exception(err);
+  static WorkerPool* pool = new WorkerPool(worker_count() - 1);
+  pool->run(cfg, body, total);
 }
 
 }  // namespace tandem::simt::detail

@@ -87,8 +87,12 @@ unsigned lane_id();
 // Every lane of a full warp passes n (<= kMaxGatherWords) words; each gets all 32 lanes'
 // words, lane l's at all[l * n ..]. Throws when the warp has exited or missing lanes (the
 // warp-wide matrix instructions modelled with it require all 32).
-constexpr int kMaxGatherWords = 8;
+constexpr int kMaxGatherWords = 18;
 void warp_gather(const uint32_t* mine, int n, uint32_t* all);
+// The same exchange without the copies: the result is the warp's exchange slots, lane l's
+// words at [l * kMaxGatherWords ..], readable until every lane has called warp_unshare().
+const uint32_t* warp_share(const uint32_t* mine, int n);
+void warp_unshare();
 
 struct LaunchConfig {
   dim3 grid, block;
@@ -283,6 +287,89 @@ inline void mma_s8(int (&d)[4], const uint32_t* a, const uint32_t* b, const int 
     }
     d[i] = s;
   }
+}
+
+// PTX's cvt.rna.tf32.f32: x rounded to TF32 (10 fraction bits, float's exponent), to nearest
+// with ties away from zero, as a float's bits with the 13 low bits zero; infinities and NaNs
+// as they are.
+inline uint32_t tf32_rna(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (d = A B + c; A 16 x 8, B 8 x 8, TF32
+// values as float bits, which the kernels round with cvt.rna first): gid = lane / 4,
+// tid = lane % 4;
+//   a[0] = A[gid][tid], a[1] = A[gid+8][tid], a[2] = A[gid][tid+4], a[3] = A[gid+8][tid+4];
+//   b[0] = B[tid][gid], b[1] = B[tid+4][gid];   d, c as the integer forms above.
+// A product of two TF32 values is exact in float; the model adds the eight to c in k order,
+// each sum rounded to float. The tensor core's own order and rounding of the sum are its
+// own (one fixed way per element, whatever the other columns hold), so a GPU's results differ
+// from these in the last bits.
+namespace detail {
+// One lane's four results of an m16n8k8 TF32 product from the warp's gathered registers
+// (`all`: n words a lane; A's four at a_off, B's two at b_off).
+inline void tf32_product(float (&d)[4], const uint32_t* all, int n, int a_off, int b_off, const float (&c)[4]) {
+  auto as_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const int lane = static_cast<int>(lane_id()), gid = lane / 4, tid = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = gid + 8 * (i / 2), col = 2 * tid + (i % 2);
+    float s = c[i];
+    for (int k = 0; k < 8; ++k) {
+      // A[row][k]: lane 4 (row % 8) + k % 4, register (row >= 8) + 2 (k >= 4);
+      // B[k][col]: lane 4 col + k % 4, register (k >= 4).
+      const float av = as_float(all[(4 * (row % 8) + k % 4) * n + a_off + (row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
+      const float bv = as_float(all[(4 * col + k % 4) * n + b_off + (k >= 4 ? 1 : 0)]);
+      s = s + av * bv;
+    }
+    out[i] = s;
+  }
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+}  // namespace detail
+
+inline void mma_tf32(float (&d)[4], const uint32_t* a, const uint32_t* b, const float (&c)[4]) {
+  uint32_t mine[6];
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
+  const uint32_t* all = detail::warp_share(mine, 6);
+  detail::tf32_product(d, all, detail::kMaxGatherWords, 0, 4, c);
+  detail::warp_unshare();
+}
+
+// The products of one step of a split-TF32 matmul (kernels/cuda/mma.cuh mma_tf32_split),
+// from one exchange of fragments where the device issues 3 or 6 mma instructions (the
+// emulator's time is in the exchanges): main = A0 B0 + main, then small = A0 B1 + small,
+// A0 B2, and with WParts = 3 A1 B0, A1 B1, A2 B0, each as mma_tf32 computes it.
+template <int WParts>
+inline void mma_tf32_split(float (&main)[4], float (&small)[4], const uint32_t (&a)[3][4],
+                           const uint32_t (&b)[3][2]) {
+  static_assert(WParts == 1 || WParts == 3, "one or three weight parts");
+  constexpr int n = 4 * WParts + 6, stride = detail::kMaxGatherWords;
+  uint32_t mine[n];
+  for (int p = 0; p < WParts; ++p)
+    for (int i = 0; i < 4; ++i) mine[4 * p + i] = a[p][i];
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 2; ++i) mine[4 * WParts + 2 * p + i] = b[p][i];
+  const uint32_t* all = detail::warp_share(mine, n);
+  auto A = [](int p) { return 4 * p; };
+  auto B = [](int p) { return 4 * WParts + 2 * p; };
+  detail::tf32_product(main, all, stride, A(0), B(0), main);
+  detail::tf32_product(small, all, stride, A(0), B(1), small);
+  detail::tf32_product(small, all, stride, A(0), B(2), small);
+  if constexpr (WParts == 3) {
+    detail::tf32_product(small, all, stride, A(1), B(0), small);
+    detail::tf32_product(small, all, stride, A(1), B(1), small);
+    detail::tf32_product(small, all, stride, A(2), B(0), small);
+  }
+  detail::warp_unshare();
 }
 }  // namespace tandem::simt
 
