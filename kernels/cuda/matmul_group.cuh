@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
+#include "kernels/cuda/qkv_epilogue.cuh"
 
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
@@ -22,6 +23,19 @@ struct MatmulGroup {
 // What a kernel writes for a result r: r, or y + r (add(dst, dst, tmp)'s order).
 __device__ __forceinline__ void store_result(const MatmulGroup& g, float* y, float r) {
   *y = g.accumulate ? *y + r : r;
+}
+
+// A tensor-core tile's result r for (slot, token t) of member m (matmul_mma, matmul_mma_float):
+// through the q/k/v epilogue when epi is set, given the partner slot's result from lane ^ 4
+// (every lane must call: the shuffle), else stored; slots and tokens past the ends are not.
+__device__ __forceinline__ void store_tile_result(const MatmulGroup& g, const ops::QkvEpilogue* epi, int m,
+                                                  int64_t slot, int64_t rows, int64_t t, int64_t n, float r) {
+  if (epi) {
+    const float partner = __shfl_xor_sync(0xffffffffu, r, 4);
+    if (t < n && slot < rows) epilogue_store(*epi, m, slot, t, r, partner, g.y[m], g.ldy[m]);
+  } else if (t < n && slot < rows) {
+    store_result(g, &g.y[m][t * g.ldy[m] + slot], r);
+  }
 }
 
 // Host side: the group of `n_w` matrices with `rows_per_block` rows per block; accumulate:

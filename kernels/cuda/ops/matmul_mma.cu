@@ -159,15 +159,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   for (int j = 0; j < n_tiles; ++j)
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
-      const float r = qk == 32 ? acc[j][i] + off[j][i] : acc[j][i];
-      if (epi) {
-        // Slot s ^ 1 is lane ^ 4's, for the same tokens (every lane takes the shuffle).
-        const float partner = __shfl_xor_sync(0xffffffffu, r, 4);
-        if (t < a.n && slot[i / 2] < rows)
-          dev::epilogue_store(a.e, m_of, slot[i / 2], t, r, partner, a.g.y[m_of], a.g.ldy[m_of]);
-      } else if (t < a.n && slot[i / 2] < rows) {
-        dev::store_result(a.g, &a.g.y[m_of][t * a.g.ldy[m_of] + slot[i / 2]], r);
-      }
+      // Slot s ^ 1 is lane ^ 4's, for the same tokens.
+      dev::store_tile_result(a.g, epi, m_of, slot[i / 2], rows, t, a.n, qk == 32 ? acc[j][i] + off[j][i] : acc[j][i]);
     }
 }
 
