@@ -308,7 +308,7 @@ __global__ void split_step_both_ways(const float* in, float* out) {
   tandem::simt::mma_tf32(main2, a[0], b[0], main2);
   tandem::simt::mma_tf32(small2, a[0], b[1], small2);
   tandem::simt::mma_tf32(small2, a[0], b[2], small2);
-  if (WParts == 3) {
+  if constexpr (WParts == 3) {
     tandem::simt::mma_tf32(small2, a[1], b[0], small2);
     tandem::simt::mma_tf32(small2, a[1], b[1], small2);
     tandem::simt::mma_tf32(small2, a[2], b[0], small2);

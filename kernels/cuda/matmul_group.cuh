@@ -25,6 +25,23 @@ __device__ __forceinline__ void store_result(const MatmulGroup& g, float* y, flo
   *y = g.accumulate ? *y + r : r;
 }
 
+// The rows of a tensor-core tile (16 at r0) a lane holds, gid and gid + 8, as result slots,
+// and the weight rows they read: epilogue_row's (pair order for a rotated member), row r0 for
+// a slot past the matrix (its result is not stored).
+struct TileRows {
+  int64_t slot[2];
+  const uint8_t* w[2];
+};
+__device__ __forceinline__ TileRows tile_rows(const MatmulGroup& g, const ops::QkvEpilogue* epi, int m, int64_t r0,
+                                              int gid) {
+  TileRows t;
+  for (int h = 0; h < 2; ++h) {
+    t.slot[h] = r0 + gid + 8 * h;
+    t.w[h] = g.w[m] + static_cast<size_t>(epilogue_row(epi, m, t.slot[h] < g.rows[m] ? t.slot[h] : r0)) * g.w_stride[m];
+  }
+  return t;
+}
+
 // A tensor-core tile's result r for (slot, token t) of member m (matmul_mma, matmul_mma_float):
 // through the q/k/v epilogue when epi is set, given the partner slot's result from lane ^ 4
 // (every lane must call: the shuffle), else stored; slots and tokens past the ends are not.

@@ -53,14 +53,11 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   const int64_t rows = a.g.rows[m_of];
   const int64_t r0 = (static_cast<int64_t>(bx) * kWarps + warp) * 16;
   if (r0 >= rows) return;  // the whole warp leaves together
-  // This lane's slots of the A fragment and of the results: gid and gid + 8 of the tile, and
-  // the weight rows they compute (the same unless the epilogue rotates this member).
-  const int64_t slot[2] = {r0 + gid, r0 + gid + 8};
+  // This lane's slots of the A fragment and of the results, and the weight rows they read.
   const ops::QkvEpilogue* epi = a.epi ? &a.e : nullptr;
-  const uint8_t* wrow[2];
-  for (int h = 0; h < 2; ++h)
-    wrow[h] = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, slot[h] < rows ? slot[h] : r0)) *
-                                a.g.w_stride[m_of];
+  const dev::TileRows tr = dev::tile_rows(a.g, epi, m_of, r0, gid);
+  const int64_t(&slot)[2] = tr.slot;
+  const uint8_t* const(&wrow)[2] = tr.w;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBlockTokens;
   const int n_tiles = static_cast<int>((a.n - t0 + 7) / 8 < kTiles ? (a.n - t0 + 7) / 8 : kTiles);
   const int64_t nb = a.cols / qk;

@@ -103,14 +103,11 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   const int64_t rows = a.g.rows[m_of];
   const int64_t r0 = static_cast<int64_t>(bx) * kRows;
-  // This lane's slots of the A fragment and of the results, and the weight rows they
-  // compute (the same unless the epilogue rotates this member: pair order).
-  const int64_t slot[2] = {r0 + gid, r0 + gid + 8};
+  // This lane's slots of the A fragment and of the results, and the weight rows they read.
   const ops::QkvEpilogue* epi = a.epi ? &a.e : nullptr;
-  const uint8_t* wrow[2];
-  for (int h = 0; h < 2; ++h)
-    wrow[h] = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, slot[h] < rows ? slot[h] : r0)) *
-                                a.g.w_stride[m_of];
+  const dev::TileRows tr = dev::tile_rows(a.g, epi, m_of, r0, gid);
+  const int64_t(&slot)[2] = tr.slot;
+  const uint8_t* const(&wrow)[2] = tr.w;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBlockTokens;
   const int n_tiles = static_cast<int>((a.n - t0 + 7) / 8 < kTiles ? (a.n - t0 + 7) / 8 : kTiles);
   // Result i of tile j ((slot[i / 2], token t0 + 8j + 2tid + i % 2)): the main products'
