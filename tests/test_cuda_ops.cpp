@@ -1006,15 +1006,16 @@ TEST(CudaOps, PagedAttentionF32) { AttnProblem({DType::F32, 0, 0.0f}).check_all(
 TEST(CudaOps, PagedAttentionF16) { AttnProblem({DType::F16, 0, 0.0f}).check_all(); }
 TEST(CudaOps, PagedAttentionSlidingWindowAndSoftcap) { AttnProblem({DType::F16, 3, 5.0f}).check_all(); }
 
-// GQA groups of 3, 6 and 7, head_dim 64/128 and an odd 12, a context of 1100 positions
-// (three spans of 512, merged) and a window spanning two spans.
+// GQA groups of 3, 6, 7 and 4 (Gemma 3's head_dim 256: the staged rows of one token just
+// within 48 KiB), head_dim 64/128 and an odd 12, a context of 1100 positions (three spans of
+// 512, merged) and a window spanning two spans.
 TEST(CudaOps, PagedAttentionModelShapesAndLongContexts) {
   AttnCase c;
   c.kv_type = DType::F16;
   c.bs = 16;
   c.lens = {1100, 37, 9};
   c.n_new = {2, 3, 1};
-  for (auto [nh, nkv, hd] : {std::tuple{9, 3, 64}, {12, 2, 128}, {14, 2, 64}, {4, 1, 12}}) {
+  for (auto [nh, nkv, hd] : {std::tuple{9, 3, 64}, {12, 2, 128}, {14, 2, 64}, {4, 1, 12}, {4, 1, 256}}) {
     SCOPED_TRACE(testing::Message() << nh << " heads, " << nkv << " kv, hd " << hd);
     c.n_heads = nh;
     c.n_kv = nkv;

@@ -294,7 +294,7 @@ TEST(Simt, Tf32MmaIsTheMatrixProductInThePtxFragmentLayout) {
 
 // The emulator's one-exchange model of a split-TF32 step (what the device issues as 3 or 6
 // mma instructions) against those instructions one by one: the same bits.
-template <int WParts>
+template <int AParts, int BParts>
 __global__ void split_step_both_ways(const float* in, float* out) {
   const int lane = static_cast<int>(threadIdx.x);
   uint32_t a[3][4], b[3][2];
@@ -304,15 +304,13 @@ __global__ void split_step_both_ways(const float* in, float* out) {
   }
   float main1[4] = {1.0f, -2.0f, 0.5f, 3.0f}, small1[4] = {0.25f, 0.0f, -0.125f, 1e-3f};
   float main2[4] = {1.0f, -2.0f, 0.5f, 3.0f}, small2[4] = {0.25f, 0.0f, -0.125f, 1e-3f};
-  tandem::simt::mma_tf32_split<WParts>(main1, small1, a, b);
+  tandem::simt::mma_tf32_split<AParts, BParts>(main1, small1, a, b);
   tandem::simt::mma_tf32(main2, a[0], b[0], main2);
-  tandem::simt::mma_tf32(small2, a[0], b[1], small2);
-  tandem::simt::mma_tf32(small2, a[0], b[2], small2);
-  if constexpr (WParts == 3) {
-    tandem::simt::mma_tf32(small2, a[1], b[0], small2);
-    tandem::simt::mma_tf32(small2, a[1], b[1], small2);
-    tandem::simt::mma_tf32(small2, a[2], b[0], small2);
-  }
+  if (BParts == 3) tandem::simt::mma_tf32(small2, a[0], b[1], small2);
+  if (BParts == 3) tandem::simt::mma_tf32(small2, a[0], b[2], small2);
+  if (AParts == 3) tandem::simt::mma_tf32(small2, a[1], b[0], small2);
+  if (AParts == 3 && BParts == 3) tandem::simt::mma_tf32(small2, a[1], b[1], small2);
+  if (AParts == 3) tandem::simt::mma_tf32(small2, a[2], b[0], small2);
   for (int i = 0; i < 4; ++i) {
     out[(0 * 4 + i) * 32 + lane] = main1[i], out[(1 * 4 + i) * 32 + lane] = small1[i];
     out[(2 * 4 + i) * 32 + lane] = main2[i], out[(3 * 4 + i) * 32 + lane] = small2[i];
@@ -324,10 +322,12 @@ TEST(Simt, SplitTf32StepIsItsProductsOneByOne) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> in(18 * 32), out(16 * 32);
   for (auto& v : in) v = nd(g);
-  for (int parts : {1, 3}) {
-    if (parts == 1) TANDEM_LAUNCH(split_step_both_ways<1>, 1, 32, 0, nullptr)(in.data(), out.data());
-    else TANDEM_LAUNCH(split_step_both_ways<3>, 1, 32, 0, nullptr)(in.data(), out.data());
-    for (int i = 0; i < 8 * 32; ++i) ASSERT_EQ(out[i], out[8 * 32 + i]) << parts << " parts, value " << i;
+  for (int form = 0; form < 3; ++form) {  // A parts, B parts: (1, 3) (3, 3) (3, 1)
+    void (*kernel)(const float*, float*) = form == 0   ? split_step_both_ways<1, 3>
+                                           : form == 1 ? split_step_both_ways<3, 3>
+                                                       : split_step_both_ways<3, 1>;
+    TANDEM_LAUNCH(kernel, 1, 32, 0, nullptr)(in.data(), out.data());
+    for (int i = 0; i < 8 * 32; ++i) ASSERT_EQ(out[i], out[8 * 32 + i]) << "form " << form << ", value " << i;
   }
 }
 

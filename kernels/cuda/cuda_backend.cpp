@@ -426,7 +426,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const KVLayer& c
                                                          [&](const Tensor& t) { return ptr(t, op); });
   require(ops::attention_shared_bytes(a) <= 48 * 1024, op,
           "GQA group x (head_dim + " + std::to_string(ops::kAttnSplit) +
-              ") floats and 4 staged K/V rows exceed 48 KiB of shared memory");
+              ") floats and 8 staged K/V rows exceed 48 KiB of shared memory");
   // Tokens in chunks whose span states fit the scratch (each token is independent).
   a.n_tokens = 1;
   const size_t per_token = ops::attention_scratch_floats(a);

@@ -50,6 +50,20 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 #endif
 }
 
+// v = p[0] + p[1] + p[2] exactly, as TF32 values (float bits). An infinity or NaN is kept
+// whole in p[0] (the CPU's product of it, not inf - inf), as is a finite v so close to
+// float's largest value that its TF32 rounding is infinite.
+__device__ __forceinline__ void split3_tf32(float v, uint32_t (&p)[3]) {
+  p[0] = to_tf32(v);
+  if ((p[0] & 0x7f800000u) == 0x7f800000u) {
+    p[1] = p[2] = 0u;
+    return;
+  }
+  const float r = v - __uint_as_float(p[0]);  // exact: p[0] is v to 11 bits
+  p[1] = to_tf32(r);
+  p[2] = to_tf32(r - __uint_as_float(p[1]));  // exact, and at most 2 bits wide
+}
+
 // d = A B + c, 16 x 8 x 8 on TF32 values: a[4], b[2] as
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (layouts: simt::mma_tf32).
 __device__ __forceinline__ void mma_tf32_k8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
@@ -66,22 +80,25 @@ __device__ __forceinline__ void mma_tf32_k8(float (&d)[4], const uint32_t (&a)[4
 #endif
 }
 
-// One k-step of the split-TF32 float matmul (ops/matmul_mma_float.cu): a[p], b[p] the A and B
-// fragments of operand part p. main = A0 B0 + main; small = A0 B1 + small, then A0 B2, and
-// with three weight parts A1 B0, A1 B1, A2 B0: in this order, on the device and in the
-// emulator's model (which exchanges the fragments once for all of them).
-template <int WParts>
+// One k-step of a split-TF32 product (ops/matmul_mma_float.cu, ops/paged_attention.cu): a[p],
+// b[p] the A and B fragments of operand part p (A has AParts, B BParts: 1 when the operand's
+// values are TF32 already, else 3). main = A0 B0 + main; small = Ai Bj + small for (i, j) =
+// (0, 1), (0, 2), (1, 0), (1, 1), (2, 0) where both parts exist: in this order, on the device
+// and in the emulator's model (which exchanges the fragments once for all of them).
+template <int AParts, int BParts>
 __device__ __forceinline__ void mma_tf32_split(float (&main)[4], float (&small)[4], const uint32_t (&a)[3][4],
                                                const uint32_t (&b)[3][2]) {
 #if TANDEM_SIMT_EMULATED
-  ::tandem::simt::mma_tf32_split<WParts>(main, small, a, b);
+  ::tandem::simt::mma_tf32_split<AParts, BParts>(main, small, a, b);
 #else
   mma_tf32_k8(main, a[0], b[0], main);
-  mma_tf32_k8(small, a[0], b[1], small);
-  mma_tf32_k8(small, a[0], b[2], small);
-  if constexpr (WParts == 3) {
+  if constexpr (BParts == 3) {
+    mma_tf32_k8(small, a[0], b[1], small);
+    mma_tf32_k8(small, a[0], b[2], small);
+  }
+  if constexpr (AParts == 3) {
     mma_tf32_k8(small, a[1], b[0], small);
-    mma_tf32_k8(small, a[1], b[1], small);
+    if constexpr (BParts == 3) mma_tf32_k8(small, a[1], b[1], small);
     mma_tf32_k8(small, a[2], b[0], small);
   }
 #endif

@@ -80,20 +80,6 @@ __device__ __forceinline__ void load_x8(const float* xr, int64_t c, int64_t cols
   }
 }
 
-// v = p[0] + p[1] + p[2] exactly, as TF32 values (float bits). An infinity or NaN is kept
-// whole in p[0] (the CPU's product of it, not inf - inf), as is a finite v so close to
-// float's largest value that its TF32 rounding is infinite.
-__device__ __forceinline__ void split3_tf32(float v, uint32_t (&p)[3]) {
-  p[0] = dev::to_tf32(v);
-  if ((p[0] & 0x7f800000u) == 0x7f800000u) {
-    p[1] = p[2] = 0u;
-    return;
-  }
-  const float r = v - __uint_as_float(p[0]);  // exact: p[0] is v to 11 bits
-  p[1] = dev::to_tf32(r);
-  p[2] = dev::to_tf32(r - __uint_as_float(p[1]));  // exact, and at most 2 bits wide
-}
-
 template <int T, bool Vec>
 __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
   constexpr bool kExactW = T != dev::kF32;  // F16 and BF16 weights are TF32 values
@@ -124,7 +110,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
       load_w8<T, Vec>(wrow[h], c, a.cols, w);
       for (int i = 0; i < 8; ++i) {
         if constexpr (kExactW) wp[h][i][0] = dev::to_tf32(w[i]), wp[h][i][1] = wp[h][i][2] = 0u;
-        else split3_tf32(w[i], wp[h][i]);
+        else dev::split3_tf32(w[i], wp[h][i]);
       }
     }
     for (int j = 0; j < kTiles; ++j) {  // a constant trip count: the sums stay in registers
@@ -137,7 +123,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
         for (int i = 0; i < 8; ++i) xv[i] = 0.0f;
       }
       uint32_t xp[8][3];
-      for (int i = 0; i < 8; ++i) split3_tf32(xv[i], xp[i]);
+      for (int i = 0; i < 8; ++i) dev::split3_tf32(xv[i], xp[i]);
       float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this chunk's main products
       for (int s = 0; s < 4; ++s) {
         // A: parts of the lane's columns 2s, 2s + 1 of both rows; B: of its token's.
@@ -146,7 +132,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
           af[p][0] = wp[0][2 * s][p], af[p][1] = wp[1][2 * s][p], af[p][2] = wp[0][2 * s + 1][p],
           af[p][3] = wp[1][2 * s + 1][p];
         for (int p = 0; p < 3; ++p) bf[p][0] = xp[2 * s][p], bf[p][1] = xp[2 * s + 1][p];
-        dev::mma_tf32_split<kWParts>(chunk, small[j], af, bf);
+        dev::mma_tf32_split<kWParts, 3>(chunk, small[j], af, bf);
       }
       for (int i = 0; i < 4; ++i) total[j][i] = total[j][i] + chunk[i];
     }

@@ -40,6 +40,7 @@
 #include <memory>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 #include <typeinfo>
 #include <utility>
 
@@ -344,31 +345,25 @@ inline void mma_tf32(float (&d)[4], const uint32_t* a, const uint32_t* b, const 
   detail::warp_unshare();
 }
 
-// The products of one step of a split-TF32 matmul (kernels/cuda/mma.cuh mma_tf32_split),
-// from one exchange of fragments where the device issues 3 or 6 mma instructions (the
-// emulator's time is in the exchanges): main = A0 B0 + main, then small = A0 B1 + small,
-// A0 B2, and with WParts = 3 A1 B0, A1 B1, A2 B0, each as mma_tf32 computes it.
-template <int WParts>
+// The products of one step of a split-TF32 product (kernels/cuda/mma.cuh mma_tf32_split),
+// from one exchange of fragments where the device issues one mma instruction per product
+// (the emulator's time is in the exchanges): main = A0 B0 + main, then small = Ai Bj + small
+// for (i, j) = (0, 1), (0, 2), (1, 0), (1, 1), (2, 0) where A has part i and B part j, each
+// as mma_tf32 computes it.
+template <int AParts, int BParts>
 inline void mma_tf32_split(float (&main)[4], float (&small)[4], const uint32_t (&a)[3][4],
                            const uint32_t (&b)[3][2]) {
-  static_assert(WParts == 1 || WParts == 3, "one or three weight parts");
-  constexpr int n = 4 * WParts + 6, stride = detail::kMaxGatherWords;
+  static_assert((AParts == 1 || AParts == 3) && (BParts == 1 || BParts == 3), "one or three parts");
+  constexpr int n = 4 * AParts + 2 * BParts, stride = detail::kMaxGatherWords;
   uint32_t mine[n];
-  for (int p = 0; p < WParts; ++p)
+  for (int p = 0; p < AParts; ++p)
     for (int i = 0; i < 4; ++i) mine[4 * p + i] = a[p][i];
-  for (int p = 0; p < 3; ++p)
-    for (int i = 0; i < 2; ++i) mine[4 * WParts + 2 * p + i] = b[p][i];
+  for (int p = 0; p < BParts; ++p)
+    for (int i = 0; i < 2; ++i) mine[4 * AParts + 2 * p + i] = b[p][i];
   const uint32_t* all = detail::warp_share(mine, n);
-  auto A = [](int p) { return 4 * p; };
-  auto B = [](int p) { return 4 * WParts + 2 * p; };
-  detail::tf32_product(main, all, stride, A(0), B(0), main);
-  detail::tf32_product(small, all, stride, A(0), B(1), small);
-  detail::tf32_product(small, all, stride, A(0), B(2), small);
-  if constexpr (WParts == 3) {
-    detail::tf32_product(small, all, stride, A(1), B(0), small);
-    detail::tf32_product(small, all, stride, A(1), B(1), small);
-    detail::tf32_product(small, all, stride, A(2), B(0), small);
-  }
+  detail::tf32_product(main, all, stride, 0, 4 * AParts, main);
+  for (auto [i, j] : {std::pair{0, 1}, {0, 2}, {1, 0}, {1, 1}, {2, 0}})
+    if (i < AParts && j < BParts) detail::tf32_product(small, all, stride, 4 * i, 4 * AParts + 2 * j, small);
   detail::warp_unshare();
 }
 }  // namespace tandem::simt
