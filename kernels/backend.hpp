@@ -133,13 +133,16 @@ class Backend {
   // Matrix weights in the backend's own layout, for the types its matmul multiplies faster
   // that way (the CPU backend: packed rows of the 32-element block types,
   // kernels/cpu/pack_q32.hpp; on AVX-512, 16-row tiles of those and of Q4_K and Q6_K,
-  // kernels/cpu/pack_tiles.hpp). packs_weights: whether it has one for type t; packed_layout:
-  // which. pack_weight: a new buffer holding `rows` rows of `cols` elements of type t from
-  // host memory `src` (the file's layout), re-ordered (same size, same row stride); nullptr
-  // when type t stays as stored. Tensors over it carry packed_layout(t) and serve only as
-  // matmul weights.
+  // kernels/cpu/pack_tiles.hpp; the CUDA backend: 16-byte-aligned planes of Q8_0 and Q6_K,
+  // kernels/cuda/weight_planes.hpp). packs_weights: whether it has one for type t;
+  // packed_layout: which; packed_row_stride: its bytes per row (the file's, or more where the
+  // layout pads rows). pack_weight: a new buffer holding `rows` rows of `cols` elements of
+  // type t from host memory `src` (the file's layout), re-ordered into rows of
+  // packed_row_stride bytes; nullptr when type t stays as stored. Tensors over it carry
+  // packed_layout(t) and that row stride, and serve only as matmul weights.
   virtual bool packs_weights(DType /*t*/) const { return false; }
   virtual RowLayout packed_layout(DType /*t*/) const { return RowLayout::Packed; }
+  virtual size_t packed_row_stride(DType t, int64_t cols) const { return row_bytes(t, cols); }
   virtual std::unique_ptr<Buffer> pack_weight(DType /*t*/, const void* /*src*/, int64_t /*rows*/,
                                               int64_t /*cols*/) {
     return nullptr;

@@ -548,6 +548,51 @@ TEST(CudaOps, MatmulEveryWeightTypeAgainstCpuAndBatchInvariant) {
   RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
+// Q8_0 and Q6_K matrices repacked at load into 16-byte-aligned planes (the backend's
+// pack_weight, as Model::load asks for it): rows padded to 16 bytes, and the same bits as the
+// file's layout (the CPU's scalar reference) at every token count of both kernels (__dp4a
+// and tensor cores), alone and in matmul_shared beside a member in the file's layout (a
+// launch each: members of one launch share a layout). Row lengths of 1, 3 and 7 blocks (odd
+// rows are not multiples of 16 bytes in the file's layout). get_rows refuses the planes.
+TEST(CudaOps, WeightPlanesGiveTheFileLayoutsBits) {
+  for (DType t : {DType::Q8_0, DType::Q6_K}) {
+    for (int64_t blocks : {1, 3, 7}) {
+      const int64_t C = blocks * dtype_info(t).block_size;
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << ", " << C << " columns");
+      MatmulCase mc(t, 37, C, 40, 300 + static_cast<uint32_t>(C));
+      Backend& gpu = *mc.d.gpu;
+      ASSERT_TRUE(gpu.packs_weights(t));
+      std::unique_ptr<Buffer> buf = gpu.pack_weight(t, mc.blob.data(), mc.R, C);
+      ASSERT_TRUE(buf);
+      Tensor pw = make_tensor(buf.get(), t, C, mc.R);
+      pw.layout = gpu.packed_layout(t);
+      pw.nb1 = gpu.packed_row_stride(t, C);
+      EXPECT_EQ(pw.row_stride() % 16, 0u);
+      EXPECT_LT(pw.row_stride() - row_bytes(t, C), 16u);
+      const auto ref = scalar_reference(mc);
+      for (int64_t n : {1, 5, 16, 17, 40}) {
+        auto y = mc.d.zeros(mc.R, n);
+        gpu.matmul(y.g, pw, mc.xt.g.slice_rows(0, n));
+        const std::vector<float> want(ref.begin(), ref.begin() + n * mc.R);
+        ASSERT_TRUE(same_bits(mc.d.getg(y), want)) << "M=" << n;
+      }
+      for (int64_t n : {3, 40}) {
+        auto y1 = mc.d.zeros(mc.R, n), y2 = mc.d.zeros(mc.R, n);
+        const Backend::MatmulTarget tg[] = {{y1.g, pw}, {y2.g, mc.w.g}};
+        const int64_t before = cuda_launch_count(gpu);
+        gpu.matmul_shared(mc.xt.g.slice_rows(0, n), tg, 2);
+        EXPECT_EQ(cuda_launch_count(gpu) - before, 3) << "one quantization, a launch per layout";
+        const std::vector<float> want(ref.begin(), ref.begin() + n * mc.R);
+        ASSERT_TRUE(same_bits(mc.d.getg(y1), want)) << "planes, M=" << n;
+        ASSERT_TRUE(same_bits(mc.d.getg(y2), want)) << "file layout, M=" << n;
+      }
+      auto ids = mc.d.i32({0, 1}, 2);
+      auto rows = mc.d.zeros(C, 2);
+      EXPECT_THROW(gpu.get_rows(rows.g, pw, ids.g), std::exception);
+    }
+  }
+}
+
 // Float weights on TF32 tensor cores at every token count: rows of whole 32-column chunks
 // (16-byte loads) and of a ragged last chunk (element loads), odd row counts; each token's
 // row is the same bits alone (M = 1) and in batches of 5 and 45 (two token blocks), and

@@ -22,6 +22,7 @@ kernels::Tensor upload_matrix(kernels::Backend& be, DType t, const void* host, i
   if (pack && (owner = be.pack_weight(t, host, rows, cols))) {
     kernels::Tensor w = kernels::make_tensor(owner.get(), t, cols, rows);
     w.layout = be.packed_layout(t);
+    if (const size_t stride = be.packed_row_stride(t, cols); stride != w.row_stride()) w.nb1 = stride;
     return w;
   }
   const size_t bytes = row_bytes(t, cols) * static_cast<size_t>(rows);

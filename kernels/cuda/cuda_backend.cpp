@@ -2,6 +2,7 @@
 // validated on the host, then its launches on the runtime's stream (matmuls: cuda_backend_matmul.cpp;
 // fused steps: cuda_backend_fused.cpp; sampling: cuda_backend_sampling.cpp). See cuda_backend.hpp.
 #include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/weight_planes.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -107,6 +108,8 @@ CudaOptions with_env(CudaOptions o) {
   o.mma_min_tokens = env_tokens("TANDEM_CUDA_MMA_MIN_TOKENS", o.mma_min_tokens, 1);
   const char* sep = std::getenv("TANDEM_CUDA_SEPARATE_BUFFERS");
   if (sep && *sep) o.separate_buffers = std::strcmp(sep, "0") != 0;
+  const char* pack = std::getenv("TANDEM_PACK");
+  if (pack && std::strcmp(pack, "0") == 0) o.weight_planes = false;
   return o;
 }
 }  // namespace
@@ -157,11 +160,15 @@ std::string CudaBackend::description() const {
   s += "\n  kernels: get_rows, rms_norm, add/mul, scale, gated_act, rope, kv_store (f16/f32), "
        "matmul (quantized weights Q4_0..Q8_0, Q2_K..Q6_K: int8 activations, the CPU reference's bits; "
        "below " + std::to_string(opt_.mma_min_tokens) + " tokens __dp4a, from there on int8 tensor cores "
-       "(mma.sync); float weights F32/F16/BF16: f32 dot products)";
+       "(mma.sync); float weights F32/F16/BF16: split-TF32 tensor cores at every size)";
+  s += opt_.weight_planes ? "\n  weights: Q8_0 and Q6_K matrices repacked at load into 16-byte-aligned planes "
+                            "(TANDEM_PACK=0 keeps them as stored)"
+                          : "\n  weights: as stored (TANDEM_PACK=0)";
   if (opt_.gemm_min_tokens > 0)
     s += ", matmul GEMM (>= " + std::to_string(opt_.gemm_min_tokens) + " tokens: dequantized f32 tiles, " +
          (d.emulated ? std::string("host GEMM") : std::string("cuBLAS SGEMM, no TF32")) + ", not batch invariant)";
-  s += ", paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) + " positions)";
+  s += ", paged attention (flash-decoding, fixed split of " + std::to_string(ops::kAttnSplit) +
+       " positions, query tiles on split-TF32 tensor cores)";
   s += "\n  decoding on the device: argmax, final distributions (penalties, temperature, top-k/top-p by radix "
        "select, min-p), draws with counter-based noise, rejection and coupled verification of the batch; "
        "decode and verification passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
@@ -201,6 +208,24 @@ std::unique_ptr<Buffer> CudaBackend::wrap_host(const void* data, size_t bytes) {
   uint8_t* p = arena_alloc(bytes, "weights", &a);
   auto buf = std::make_unique<DeviceBuffer>(pool_, p, bytes, a.offset);
   rt_->copy_to_device(p, data, bytes);
+  return buf;
+}
+
+bool CudaBackend::packs_weights(DType t) const { return opt_.weight_planes && planes_type(t); }
+
+size_t CudaBackend::packed_row_stride(DType t, int64_t cols) const {
+  return packs_weights(t) ? planes_row_stride(t, cols) : row_bytes(t, cols);
+}
+
+std::unique_ptr<Buffer> CudaBackend::pack_weight(DType t, const void* src, int64_t rows, int64_t cols) {
+  if (!packs_weights(t) || rows <= 0 || cols <= 0 || cols % dtype_info(t).block_size != 0) return nullptr;
+  const size_t stride = planes_row_stride(t, cols), bytes = stride * static_cast<size_t>(rows);
+  std::vector<uint8_t> host(bytes);
+  to_planes(t, src, rows, cols, host.data());
+  cuda_arena::Arena::Allocation a;
+  uint8_t* p = arena_alloc(bytes, "weights", &a);
+  auto buf = std::make_unique<DeviceBuffer>(pool_, p, bytes, a.offset);
+  rt_->copy_to_device(p, host.data(), bytes);  // (never reads host after it returns)
   return buf;
 }
 
@@ -309,6 +334,7 @@ void CudaBackend::get_rows(const Tensor& dst, const Tensor& table, const Tensor&
   require(dst.type == DType::F32 && ids.type == DType::I32, "get_rows", "dst F32, ids I32");
   require(dst.cols() == table.cols() && dst.rows() == ids.numel(), "get_rows", "shape mismatch");
   require(ops::weight_type_supported(table.type), "get_rows", std::string("unsupported type ") + dtype_name(table.type));
+  require(table.layout == RowLayout::File, "get_rows", "a packed weight serves only matmul");
   uint8_t* d = ptr(dst, "get_rows");
   ops::get_rows(rt_->stream(), table.type, ptr(table, "get_rows"), table.row_stride(), table.rows(), table.cols(),
                 reinterpret_cast<const int32_t*>(ptr(ids, "get_rows")), dst.rows(), rows_of(d, dst), err_);

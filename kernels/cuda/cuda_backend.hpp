@@ -46,6 +46,9 @@ struct CudaOptions {
   // then sees a kernel reading or writing past its buffer, which inside the arena lands in
   // a neighbour. The arena still does the accounting, so limits and errors are unchanged.
   bool separate_buffers = false;
+  // Q8_0 and Q6_K matmul weights repacked at load into 16-byte-aligned planes
+  // (weight_planes.hpp; the same bits, wider loads). TANDEM_PACK=0 keeps the file's layout.
+  bool weight_planes = true;
 };
 
 // The device memory every Buffer of a backend lives in (the arena and the runtime that
@@ -80,6 +83,10 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
   std::unique_ptr<Buffer> alloc_zeroed(size_t bytes, const char* what = "a zeroed buffer") override;
   std::unique_ptr<Buffer> wrap_host(const void* data, size_t bytes) override;
+  bool packs_weights(DType t) const override;
+  RowLayout packed_layout(DType /*t*/) const override { return RowLayout::Packed; }
+  size_t packed_row_stride(DType t, int64_t cols) const override;
+  std::unique_ptr<Buffer> pack_weight(DType t, const void* src, int64_t rows, int64_t cols) override;
   void upload(const Tensor& dst, const void* src, size_t bytes) override;
   void download(void* dst, const Tensor& src, size_t bytes) override;
   void fill_zero(const Tensor& dst) override;

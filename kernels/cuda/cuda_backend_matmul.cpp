@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_backend_detail.hpp"
 #include "kernels/cuda/ops.hpp"
+#include "kernels/cuda/weight_planes.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 
@@ -16,12 +17,17 @@ using namespace backend_detail;
 ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x) {
   require(x.type == DType::F32 && dst.type == DType::F32, "matmul", "x and dst must be F32");
   require(ops::weight_type_supported(w.type), "matmul", std::string("unsupported weight type ") + dtype_name(w.type));
-  require(w.layout == RowLayout::File, "matmul", "a weight packed for another backend");
+  const bool planes = w.layout == RowLayout::Packed && planes_type(w.type);
+  require(w.layout == RowLayout::File || planes, "matmul", "a weight packed for another backend");
   require(x.cols() == w.cols(), "matmul", "x cols " + std::to_string(x.cols()) + " != w cols " + std::to_string(w.cols()));
   require(dst.cols() == w.rows() && dst.rows() == x.rows(), "matmul", "dst shape mismatch");
   if (x.rows() == 0 || w.rows() == 0) return {nullptr, 0, 0, {nullptr, 0}};
   const uint8_t* wp = ptr(w, "matmul");
-  if (quantized(w.type)) {
+  if (planes) {
+    // Every plane of a row starts 16-byte aligned (weight_planes.hpp) when the row does.
+    require(reinterpret_cast<uintptr_t>(wp) % 16 == 0 && w.row_stride() == planes_row_stride(w.type, w.cols()),
+            "matmul", std::string(dtype_name(w.type)) + " planes need their own row stride and 16-byte alignment");
+  } else if (quantized(w.type)) {
     // The kernels load block fields a word (or 16 bytes) at a time (kernels/cuda/qcodes.cuh):
     // every block must start at a multiple of the largest power of two dividing its size,
     // as whole-block rows from an arena granule do. A view that breaks it is refused here,
@@ -31,7 +37,7 @@ ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, 
             std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
                 " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
   }
-  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst)};
+  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst), planes};
 }
 
 // The activations of x as int8 blocks of `block` elements: quantized once per block size
@@ -64,7 +70,7 @@ void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x
     for (int64_t t = 0; t < N; ++t) rt_->zero(mw.y.p + t * mw.y.ld, sizeof(float) * static_cast<size_t>(R));
     return;
   }
-  if (gemm_on(N)) {
+  if (gemm_on(N) && !mw.planes) {  // (planes: the quantized kernels at every size)
     // The opt-in path: dequantize row tiles to F32 and multiply them with a GEMM.
     require(!rt_->capturing(), "matmul", "the GEMM path (" + std::to_string(opt_.gemm_min_tokens) +
                                              " tokens or more) is not captured into graphs");
@@ -120,6 +126,7 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
   for (int i = 0; i < n; ++i) {
     if (done >> i & 1u) continue;
     const DType t = targets[i].w.type;
+    const RowLayout layout = targets[i].w.layout;
     QuantizedX* cache = act_block(t) == 256 ? &qk : &q32;
     if (x.cols() == 0 || gemm_on(x.rows())) {
       require(!epi, "matmul_shared", "an epilogue needs the matmul kernels");
@@ -130,7 +137,7 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
     ops::QkvEpilogue e = epi ? *epi : ops::QkvEpilogue{};  // members renumbered as launched
     int n_w = 0;
     for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
-      if ((done >> j & 1u) || targets[j].w.type != t) continue;
+      if ((done >> j & 1u) || targets[j].w.type != t || targets[j].w.layout != layout) continue;
       done |= uint64_t{1} << j;
       const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
       if (!mw.w) continue;

@@ -20,7 +20,13 @@ namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 enum WType : int {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
   kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  // Q8_0 and Q6_K rows in the planes layout (kernels/cuda/weight_planes.hpp): the quantized
+  // matmuls only.
+  kQ8_0P = 108, kQ6_KP = 114,
 };
+// Whether T is a planes layout, and the type whose blocks it holds.
+template <int T> constexpr bool kPlanes = T == kQ8_0P || T == kQ6_KP;
+template <int T> constexpr int kBase = T == kQ8_0P ? kQ8_0 : T == kQ6_KP ? kQ6_K : T;
 
 template <int T> struct Geo;
 template <> struct Geo<kF32> { static constexpr int qk = 1, bytes = 4; };
@@ -36,6 +42,8 @@ template <> struct Geo<kQ3_K> { static constexpr int qk = 256, bytes = 110; };
 template <> struct Geo<kQ4_K> { static constexpr int qk = 256, bytes = 144; };
 template <> struct Geo<kQ5_K> { static constexpr int qk = 256, bytes = 176; };
 template <> struct Geo<kQ6_K> { static constexpr int qk = 256, bytes = 210; };
+template <> struct Geo<kQ8_0P> { static constexpr int qk = 32, bytes = 34; };
+template <> struct Geo<kQ6_KP> { static constexpr int qk = 256, bytes = 210; };
 
 // Q4_K/Q5_K: 6-bit scale (is_min = 0) or min (1) of group j (0..7) from the 12 packed bytes.
 __device__ __forceinline__ int k4_scale(const uint8_t* s, int j, int is_min) {
@@ -140,5 +148,15 @@ bool dispatch_wtype(DType t, F&& f) {
     default:
       return false;
   }
+}
+// The same for the quantized matmuls, whose weights may be in the planes layout (planes:
+// Q8_0 and Q6_K only; false for any other type).
+template <typename F>
+bool dispatch_wtype(DType t, bool planes, F&& f) {
+  if (!planes) return dispatch_wtype(t, static_cast<F&&>(f));
+  if (t == DType::Q8_0) f(std::integral_constant<int, kQ8_0P>{});
+  else if (t == DType::Q6_K) f(std::integral_constant<int, kQ6_KP>{});
+  else return false;
+  return true;
 }
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::dev

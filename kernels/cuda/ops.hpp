@@ -96,9 +96,10 @@ struct MatmulWeight {
   size_t w_stride;
   int64_t rows;
   F32Rows y;
+  bool planes = false;  // Q8_0 or Q6_K rows in the planes layout (kernels/cuda/weight_planes.hpp)
 };
-// Several matrices of one weight type and row length multiplied with the same activations
-// (q/k/v, gate/up of a layer) in one launch: each row's arithmetic is what a launch of its
+// Several matrices of one weight type, layout and row length multiplied with the same
+// activations (q/k/v, gate/up of a layer) in one launch: each row's arithmetic is what a launch of its
 // matrix alone does, so the results are those of separate launches, bit for bit.
 constexpr int kMaxMatmulGroup = 4;
 // What the q/k/v projections' launch does to each result before it stores it: the rest of

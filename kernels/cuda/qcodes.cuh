@@ -10,6 +10,40 @@
 
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
+// Block b of a row of nb blocks in the planes layout (kernels/cuda/weight_planes.hpp): each
+// kind of field of the row's blocks gathered in a plane of its own, every plane 16-byte
+// aligned. Q8_0: codes [nb][32], then scales [nb][2]. Q6_K: ql [nb][128], qh [nb][64],
+// scales [nb][16], d [nb][2].
+struct PlaneBlock {
+  const uint8_t* row;
+  int64_t b, nb;
+};
+// Block b of a row of nb blocks of type T: its start (the file's layout) or its planes.
+template <int T>
+__device__ __forceinline__ auto block_at(const uint8_t* row, int64_t b, int64_t nb) {
+  if constexpr (kPlanes<T>) return PlaneBlock{row, b, nb};
+  else return row + b * Geo<T>::bytes;
+}
+// The fields of a Q8_0 or Q6_K block in either layout.
+__device__ __forceinline__ const uint8_t* q8_d(const uint8_t* b) { return b; }
+__device__ __forceinline__ const uint8_t* q8_d(const PlaneBlock& p) { return p.row + 32 * p.nb + 2 * p.b; }
+__device__ __forceinline__ const uint8_t* q8_qs(const uint8_t* b) { return b + 2; }
+__device__ __forceinline__ const uint8_t* q8_qs(const PlaneBlock& p) { return p.row + 32 * p.b; }
+__device__ __forceinline__ const uint8_t* q6_ql(const uint8_t* b) { return b; }
+__device__ __forceinline__ const uint8_t* q6_ql(const PlaneBlock& p) { return p.row + 128 * p.b; }
+__device__ __forceinline__ const uint8_t* q6_qh(const uint8_t* b) { return b + 128; }
+__device__ __forceinline__ const uint8_t* q6_qh(const PlaneBlock& p) { return p.row + 128 * p.nb + 64 * p.b; }
+__device__ __forceinline__ const uint8_t* q6_sc(const uint8_t* b) { return b + 192; }
+__device__ __forceinline__ const uint8_t* q6_sc(const PlaneBlock& p) { return p.row + 192 * p.nb + 16 * p.b; }
+__device__ __forceinline__ const uint8_t* q6_d(const uint8_t* b) { return b + 208; }
+__device__ __forceinline__ const uint8_t* q6_d(const PlaneBlock& p) { return p.row + 208 * p.nb + 2 * p.b; }
+// A 32-element block's scale d (the first of its fields in the file's layout).
+template <int T, typename B>
+__device__ __forceinline__ float q32_d(const B& b) {
+  if constexpr (kBase<T> == kQ8_0) return ld_f16(q8_d(b));
+  else return ld_f16(b);
+}
+
 // A lane's share of a 32-block: sub-lane s (0..3) of the block's 4 lanes owns elements
 // 4s..4s+3 and 16+4s..16+4s+3 (one 4-byte run of nibbles). Unsigned codes as the CPU's
 // integer kernels use them (the offset or min is applied through c).
@@ -31,8 +65,8 @@ __device__ __forceinline__ int q32_code(const uint8_t* b, int e) {
 // K-quant block fields (as kernels/cpu/matmul_scalar.cpp uses them:
 // y += dx * (d * sum_g sc[g]*dot_g - dm * sum_g mn[g]*bsum_g)): d, dm, the scale and min
 // coefficient of group g of 16, and the unsigned code of element e.
-template <int T>
-__device__ __forceinline__ void k_scales(const uint8_t* b, int g, float& d, float& dm, int& sc, int& mn) {
+template <int T, typename B>
+__device__ __forceinline__ void k_scales(const B& b, int g, float& d, float& dm, int& sc, int& mn) {
   if constexpr (T == kQ2_K) {
     d = ld_f16(b + 80), dm = ld_f16(b + 82);
     sc = b[g] & 0x0f, mn = b[g] >> 4;
@@ -43,8 +77,9 @@ __device__ __forceinline__ void k_scales(const uint8_t* b, int g, float& d, floa
     d = ld_f16(b), dm = ld_f16(b + 2);
     sc = k4_scale(b + 4, g / 2, 0), mn = k4_scale(b + 4, g / 2, 1);
   } else {
-    d = dm = ld_f16(b + 208);
-    sc = static_cast<int8_t>(b[192 + g]), mn = 32 * sc;
+    static_assert(kBase<T> == kQ6_K, "a K-quant type");
+    d = dm = ld_f16(q6_d(b));
+    sc = static_cast<int8_t>(q6_sc(b)[g]), mn = 32 * sc;
   }
 }
 template <int T>
@@ -81,13 +116,17 @@ __device__ __forceinline__ uint32_t spread4_to_bit4(uint32_t x) {
 // and its rows are whole blocks, so each block starts at a multiple of the largest power of
 // two dividing its size (Q4_K, Q5_K: 16; Q4_1: 4; Q4_0, Q5_0, Q8_0, Q6_K: 2), and so do the
 // fields at such offsets inside it. The word loads below rely on that (checked under the
-// emulator).
+// emulator). Q8_0 and Q6_K, the real models' other large matrices (output heads, attn_v,
+// ffn_down), are repacked at load into planes whose fields are 16-byte aligned.
 
 // A lane's codes of a 32-block as two words: elements 4s..4s+3 and 16+4s..16+4s+3 (s the
 // sub-lane), each byte one code (unsigned for Q4/Q5, signed for Q8_0).
-template <int T>
-__device__ __forceinline__ void q32_words(const uint8_t* b, int sub, int& lo, int& hi) {
-  if constexpr (T == kQ8_0) {
+template <int T, typename B>
+__device__ __forceinline__ void q32_words(const B& b, int sub, int& lo, int& hi) {
+  if constexpr (T == kQ8_0P) {  // codes 16-byte aligned
+    lo = static_cast<int>(ld_u32_a4(q8_qs(b) + 4 * sub));
+    hi = static_cast<int>(ld_u32_a4(q8_qs(b) + 16 + 4 * sub));
+  } else if constexpr (T == kQ8_0) {
     lo = static_cast<int>(ld_u32_a2(b + 2 + 4 * sub));
     hi = static_cast<int>(ld_u32_a2(b + 18 + 4 * sub));
   } else if constexpr (T == kQ4_0 || T == kQ4_1) {
@@ -107,8 +146,8 @@ __device__ __forceinline__ void q32_words(const uint8_t* b, int sub, int& lo, in
 }
 
 // A lane's 32 codes of a K-quant block (elements 32s..32s+31) as eight words.
-template <int T>
-__device__ __forceinline__ void k_words(const uint8_t* b, int sub, int* w) {
+template <int T, typename B>
+__device__ __forceinline__ void k_words(const B& b, int sub, int* w) {
   if constexpr (T == kQ4_K) {
     const uint8_t* qs = b + 16 + 32 * (sub / 2);  // 16-aligned: two 16-byte loads
     const int shift = 4 * (sub & 1);
@@ -119,13 +158,21 @@ __device__ __forceinline__ void k_words(const uint8_t* b, int sub, int* w) {
       w[j] = static_cast<int>((v0[j] >> shift) & 0x0f0f0f0fu);
       w[4 + j] = static_cast<int>((v1[j] >> shift) & 0x0f0f0f0fu);
     }
-  } else if constexpr (T == kQ6_K) {
+  } else if constexpr (kBase<T> == kQ6_K) {
     const int half = sub / 4, k = sub % 4;
-    const uint8_t* ql = b + 64 * half + 32 * (k & 1);
-    const uint8_t* qh = b + 128 + 32 * half;
+    const uint8_t* ql = q6_ql(b) + 64 * half + 32 * (k & 1);
+    const uint8_t* qh = q6_qh(b) + 32 * half;
+    uint32_t lw[8], hw[8];
+    if constexpr (kPlanes<T>) {  // 16-byte aligned: four 16-byte loads
+      uint32_t v[4][4];
+      ld_u128_a16(ql, v[0]), ld_u128_a16(ql + 16, v[1]), ld_u128_a16(qh, v[2]), ld_u128_a16(qh + 16, v[3]);
+      for (int j = 0; j < 8; ++j) lw[j] = v[j / 4][j % 4], hw[j] = v[2 + j / 4][j % 4];
+    } else {
+      for (int j = 0; j < 8; ++j) lw[j] = ld_u32_a2(ql + 4 * j), hw[j] = ld_u32_a2(qh + 4 * j);
+    }
     for (int j = 0; j < 8; ++j) {
-      const uint32_t lo = (ld_u32_a2(ql + 4 * j) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
-      const uint32_t hi = (ld_u32_a2(qh + 4 * j) >> (2 * k)) & 0x03030303u;
+      const uint32_t lo = (lw[j] >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+      const uint32_t hi = (hw[j] >> (2 * k)) & 0x03030303u;
       w[j] = static_cast<int>(lo | (hi << 4));
     }
   } else {
@@ -151,14 +198,16 @@ __device__ __forceinline__ int ld_x4(const int8_t* p) {
 
 // Codes e..e+3 of a K-quant block (e a multiple of 4) as one word, a byte each: word-wide
 // for Q4_K and Q6_K, element by element for the others.
-template <int T>
-__device__ __forceinline__ int k_word4(const uint8_t* b, int e) {
+template <int T, typename B>
+__device__ __forceinline__ int k_word4(const B& b, int e) {
   if constexpr (T == kQ4_K) {
     return static_cast<int>((ld_u32_a4(b + 16 + 32 * (e / 64) + e % 32) >> (4 * ((e / 32) & 1))) & 0x0f0f0f0fu);
-  } else if constexpr (T == kQ6_K) {
+  } else if constexpr (kBase<T> == kQ6_K) {
     const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-    const uint32_t lo = (ld_u32_a2(b + 64 * half + 32 * (k & 1) + l) >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
-    const uint32_t hi = (ld_u32_a2(b + 128 + 32 * half + l) >> (2 * k)) & 0x03030303u;
+    const uint8_t *ql = q6_ql(b) + 64 * half + 32 * (k & 1) + l, *qh = q6_qh(b) + 32 * half + l;
+    const uint32_t lw = kPlanes<T> ? ld_u32_a4(ql) : ld_u32_a2(ql), hw = kPlanes<T> ? ld_u32_a4(qh) : ld_u32_a2(qh);
+    const uint32_t lo = (lw >> (k < 2 ? 0 : 4)) & 0x0f0f0f0fu;
+    const uint32_t hi = (hw >> (2 * k)) & 0x03030303u;
     return static_cast<int>(lo | (hi << 4));
   } else {
     return pack4(k_code<T>(b, e), k_code<T>(b, e + 1), k_code<T>(b, e + 2), k_code<T>(b, e + 3));

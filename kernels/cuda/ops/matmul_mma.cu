@@ -41,11 +41,11 @@ struct MmaArgs {
 };
 
 template <int T>
-constexpr bool kScalePer16 = T == dev::kQ2_K || T == dev::kQ3_K || T == dev::kQ6_K;
+constexpr bool kScalePer16 = T == dev::kQ2_K || T == dev::kQ3_K || dev::kBase<T> == dev::kQ6_K;
 
 template <int T>
 __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
-  constexpr int qk = dev::Geo<T>::qk, bytes = dev::Geo<T>::bytes;
+  constexpr int qk = dev::Geo<T>::qk;
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   const int gid = lane / 4, tid = lane % 4;
   unsigned bx;
@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
   const int zero[4] = {0, 0, 0, 0};
 
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk[2] = {wrow[0] + b * bytes, wrow[1] + b * bytes};
+    const decltype(dev::block_at<T>(wrow[0], b, nb)) blk[2] = {dev::block_at<T>(wrow[0], b, nb),
+                                                              dev::block_at<T>(wrow[1], b, nb)};
     int isum[kTiles][4], msum[kTiles][4];  // integer parts (q32: dot and activation sum)
     if constexpr (qk == 32) {
       int lo0, hi0, lo1, hi1;
@@ -129,8 +130,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
     float d[2], c[2];
     for (int h = 0; h < 2; ++h) {
       if constexpr (qk == 32) {
-        d[h] = dev::ld_f16(blk[h]);
-        if constexpr (T == dev::kQ8_0) c[h] = 0.0f;
+        d[h] = dev::q32_d<T>(blk[h]);
+        if constexpr (dev::kBase<T> == dev::kQ8_0) c[h] = 0.0f;
         else if constexpr (T == dev::kQ4_0) c[h] = __fmul_rn(-8.0f, d[h]);
         else if constexpr (T == dev::kQ5_0) c[h] = __fmul_rn(-16.0f, d[h]);
         else c[h] = dev::ld_f16(blk[h] + 2);
@@ -169,7 +170,7 @@ void ops::matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t
                   epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
-  dev::dispatch_wtype(t, [&](auto wt) {
+  dev::dispatch_wtype(t, ws[0].planes, [&](auto wt) {  // (a launch's members share their layout)
     constexpr int T = decltype(wt)::value;
     if constexpr (dev::Geo<T>::qk > 1)
       TANDEM_LAUNCH(matmul_mma_kernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);

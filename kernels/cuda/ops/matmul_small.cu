@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // the same trip count on every lane
     const int64_t b = b0 + g;
     const bool valid = b < nb;
-    const uint8_t* wb = wr + (valid ? b : 0) * dev::Geo<T>::bytes;
+    const auto wb = dev::block_at<T>(wr, valid ? b : 0, nb);
     // This lane's codes, and for K-quants its two groups' scale and min coefficients.
     int cw[qk == 32 ? 2 : 8] = {};
     int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
@@ -112,9 +112,9 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
       if (!valid || sub != 0) continue;
       const float xd = a.d[(t0 + m) * nb + b];
       if constexpr (qk == 32) {
-        const float d = dev::ld_f16(wb);
+        const float d = dev::q32_d<T>(wb);
         float c;
-        if constexpr (T == dev::kQ8_0) c = 0.0f;
+        if constexpr (dev::kBase<T> == dev::kQ8_0) c = 0.0f;
         else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
         else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
         else c = dev::ld_f16(wb + 2);
@@ -152,7 +152,7 @@ void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64
                      epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
-  dev::dispatch_wtype(t, [&](auto wt) {
+  dev::dispatch_wtype(t, ws[0].planes, [&](auto wt) {  // (a launch's members share their layout)
     constexpr int T = decltype(wt)::value;
     if constexpr (dev::Geo<T>::qk > 1)
       TANDEM_LAUNCH(matmul_small_kernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
