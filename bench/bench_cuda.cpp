@@ -32,6 +32,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/transformer.hpp"
@@ -110,17 +111,24 @@ static int run(int argc, char** argv) {
     const kernels::Tensor xt = kernels::make_tensor(xb.get(), DType::F32, C, 16);
     be->upload(xt, x.data(), x.size() * 4);
     auto yb = be->alloc(sizeof(float) * 16 * static_cast<size_t>(R));
+    // Each type as the engine loads it (the backend's own layout where it has one: Q8_0 and
+    // Q6_K planes on CUDA), and such types again as stored ("<type> file"), side by side.
+    std::vector<std::pair<DType, bool>> runs;
     for (DType t : types) {
+      runs.push_back({t, true});
+      if (be->packs_weights(t)) runs.push_back({t, false});
+    }
+    for (const auto& [t, pack] : runs) {
       const auto blob = test::random_blocks(t, R * C, 3);
-      auto wb = be->wrap_host(blob.data(), blob.size());
-      const kernels::Tensor w = kernels::make_tensor(wb.get(), t, C, R);
+      std::unique_ptr<kernels::Buffer> wb;
+      const kernels::Tensor w = upload_matrix(*be, t, blob.data(), C, R, wb, pack);
       std::vector<double> tm;
       for (int m = 1; m <= 16; ++m) {
         const kernels::Tensor y = kernels::make_tensor(yb.get(), DType::F32, R, m);
         tm.push_back(time_ms(*be, reps, [&] { be->matmul(y, w, xt.slice_rows(0, m)); }));
       }
       const double gbps = static_cast<double>(blob.size()) / (tm[0] * 1e-3) / 1e9;
-      out += std::string(", \"") + dtype_name(t) + "\": {\"m1_ms\": " + std::to_string(tm[0]) +
+      out += std::string(", \"") + dtype_name(t) + (pack ? "" : " file") + "\": {\"m1_ms\": " + std::to_string(tm[0]) +
              ", \"weight_gbps\": " + std::to_string(gbps) +
              ", \"fraction_of_copy\": " + std::to_string(copy > 0 ? gbps / copy : 0) + ", \"t_rel\": [";
       for (size_t i = 0; i < tm.size(); ++i) out += (i ? ", " : "") + std::to_string(tm[i] / tm[0]);
@@ -146,8 +154,8 @@ static int run(int argc, char** argv) {
     auto yb = be->alloc(sizeof(float) * static_cast<size_t>(mmax * R));
     for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::BF16}) {
       const auto blob = test::random_blocks(t, R * C, 4);
-      auto wb = be->wrap_host(blob.data(), blob.size());
-      const kernels::Tensor w = kernels::make_tensor(wb.get(), t, C, R);
+      std::unique_ptr<kernels::Buffer> wb;
+      const kernels::Tensor w = upload_matrix(*be, t, blob.data(), C, R, wb);  // as the engine loads it
       std::string ms_s, tops_s;
       for (size_t i = 0; i < ms.size(); ++i) {
         const kernels::Tensor y = kernels::make_tensor(yb.get(), DType::F32, R, ms[i]);
