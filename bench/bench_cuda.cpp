@@ -111,7 +111,7 @@ static int run(int argc, char** argv) {
     const kernels::Tensor xt = kernels::make_tensor(xb.get(), DType::F32, C, 16);
     be->upload(xt, x.data(), x.size() * 4);
     auto yb = be->alloc(sizeof(float) * 16 * static_cast<size_t>(R));
-    // Each type as the engine loads it (the backend's own layout where it has one: Q8_0 and
+    // Each type as the engine loads it (the backend's own layout where it has one: Q4_0, Q5_0, Q8_0 and
     // Q6_K planes on CUDA), and such types again as stored ("<type> file"), side by side.
     std::vector<std::pair<DType, bool>> runs;
     for (DType t : types) {

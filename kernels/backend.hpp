@@ -133,7 +133,7 @@ class Backend {
   // Matrix weights in the backend's own layout, for the types its matmul multiplies faster
   // that way (the CPU backend: packed rows of the 32-element block types,
   // kernels/cpu/pack_q32.hpp; on AVX-512, 16-row tiles of those and of Q4_K and Q6_K,
-  // kernels/cpu/pack_tiles.hpp; the CUDA backend: 16-byte-aligned planes of Q8_0 and Q6_K,
+  // kernels/cpu/pack_tiles.hpp; the CUDA backend: aligned planes of Q4_0, Q5_0, Q8_0 and Q6_K,
   // kernels/cuda/weight_planes.hpp). packs_weights: whether it has one for type t;
   // packed_layout: which; packed_row_stride: its bytes per row (the file's, or more where the
   // layout pads rows). pack_weight: a new buffer holding `rows` rows of `cols` elements of

@@ -548,14 +548,14 @@ TEST(CudaOps, MatmulEveryWeightTypeAgainstCpuAndBatchInvariant) {
   RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
-// Q8_0 and Q6_K matrices repacked at load into 16-byte-aligned planes (the backend's
+// Q4_0, Q5_0, Q8_0 and Q6_K matrices repacked at load into planes (the backend's
 // pack_weight, as Model::load asks for it): rows padded to 16 bytes, and the same bits as the
 // file's layout (the CPU's scalar reference) at every token count of both kernels (__dp4a
 // and tensor cores), alone and in matmul_shared beside a member in the file's layout (a
 // launch each: members of one launch share a layout). Row lengths of 1, 3 and 7 blocks (odd
 // rows are not multiples of 16 bytes in the file's layout). get_rows refuses the planes.
 TEST(CudaOps, WeightPlanesGiveTheFileLayoutsBits) {
-  for (DType t : {DType::Q8_0, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q6_K}) {
     for (int64_t blocks : {1, 3, 7}) {
       const int64_t C = blocks * dtype_info(t).block_size;
       SCOPED_TRACE(testing::Message() << dtype_name(t) << ", " << C << " columns");

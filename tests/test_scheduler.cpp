@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <future>
 #include <map>
 #include <mutex>
@@ -536,6 +537,85 @@ TEST(Scheduler, OnTheCudaBackendTheStepBudgetGrantsOnlyWhatTheCostModelSaysPays)
   for (size_t b = 2; b < per_step.size(); ++b) more += per_step[b];
   for (size_t b = 4; b < per_step.size(); ++b) EXPECT_EQ(per_step[b], 0u) << "bucket " << b;
   EXPECT_LE(more, st.budget_steps / 4) << "more than one draft token granted in too many steps";
+}
+
+// Batch invariance on the device with quantized weights, where the matmul kernels differ by
+// a pass's size (__dp4a below 17 tokens, int8 tensor cores from 17 on) and so do the
+// attention's query tiles: a greedy and a coupled-sampling stream give exactly their alone
+// output (plain decoding, one token a pass), and a stream that asks for logprobs exactly its
+// alone logprobs (the logits' bits), while a 300-token prompt is prefilled in chunks beside
+// them, and among 15 other streams speculating k = 3 (64 tokens verified a step). With the
+// opt-in GEMM path (TANDEM_CUDA_GEMM_MIN_TOKENS=64) the logprobs differ.
+TEST(Scheduler, OnTheCudaBackendQuantizedStreamsKeepTheirAloneOutputUnderLoad) {
+  static const test::TinyPair pair = [] {
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.weight_type = DType::Q8_0;
+    t.seed = 5;
+    return test::write_tiny_pair(test::scratch_dir("sched_q8_0_cuda"), t);
+  }();
+  LoadOptions o;
+  o.model_path = pair.target;
+  o.draft_model_path = pair.close_draft;
+  o.threads = 1;
+  o.context = 384;
+  o.device = "cuda-emulated";
+  auto e = Engine::load(o);
+  GenerateOptions g = greedy(12, DraftMode::Model);
+  g.speculative.policy = "fixed";
+  g.speculative.draft_max = 3;
+  GenerateOptions c = g;
+  c.sampling.temperature = 0.9f;
+  c.sampling.top_k = 6;
+  c.sampling.seed = 9;
+  c.speculative.verify = VerifyMode::Coupled;
+  GenerateOptions lp = g;
+  lp.logprobs = 2;
+  const auto pg = prompt_of(9, 70), pc = prompt_of(11, 71), pl = prompt_of(7, 72);
+  std::vector<GenerateResult> alone;
+  for (const auto& [p, opts] : {std::pair{pg, g}, {pc, c}, {pl, lp}}) {
+    GenerateOptions plain = opts;
+    plain.speculative.mode = DraftMode::None;
+    alone.push_back(e->generate_tokens(p, plain));
+  }
+  const auto check = [&](const std::vector<Outcome>& out, const char* what) {
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(out[i].error, "") << what << ", stream " << i;
+      EXPECT_EQ(out[i].result.tokens, alone[i].tokens) << what << ", stream " << i;
+    }
+    ASSERT_EQ(out[2].result.logprobs.size(), alone[2].logprobs.size()) << what;
+    for (size_t j = 0; j < alone[2].logprobs.size(); ++j) {
+      const TokenLogprobs &a = out[2].result.logprobs[j], &b = alone[2].logprobs[j];
+      EXPECT_EQ(std::memcmp(&a.chosen.logprob, &b.chosen.logprob, sizeof(float)), 0) << what << ", token " << j;
+      ASSERT_EQ(a.top.size(), b.top.size());
+      for (size_t k = 0; k < a.top.size(); ++k)
+        EXPECT_EQ(std::memcmp(&a.top[k].logprob, &b.top[k].logprob, sizeof(float)), 0) << what << ", token " << j;
+    }
+  };
+  SchedulerOptions so;
+  so.max_seqs = 18;
+  so.prefill_chunk = 64;
+  Scheduler s(*e, so);
+  {
+    GenerateOptions long_one = greedy(2, DraftMode::None);
+    const auto out = run_all(s, {{pg, g}, {pc, c}, {pl, lp}, {prompt_of(300, 73), long_one}});
+    check(out, "beside a 300-token prompt");
+    EXPECT_EQ(out[3].error, "");
+    EXPECT_GT(s.stats().steps, 5) << "the prompt's chunks should share steps with the streams";
+  }
+  {
+    std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs = {{pg, g}, {pc, c}, {pl, lp}};
+    for (uint32_t i = 0; i < 13; ++i) {
+      GenerateOptions other = i % 2 ? c : g;
+      other.sampling.seed = 20 + i;
+      reqs.emplace_back(prompt_of(5 + static_cast<int>(i), 80 + i), other);
+    }
+    const auto out = run_all(s, reqs);
+    check(out, "among 15 other speculating streams");
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_GT(out[i].result.speculative.drafted_tokens, 0) << i;
+  }
+  s.shutdown(true);
 }
 
 TEST(Scheduler, SharedPrefixIsReusedAndChangesNothing) {

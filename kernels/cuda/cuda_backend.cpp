@@ -161,7 +161,7 @@ std::string CudaBackend::description() const {
        "matmul (quantized weights Q4_0..Q8_0, Q2_K..Q6_K: int8 activations, the CPU reference's bits; "
        "below " + std::to_string(opt_.mma_min_tokens) + " tokens __dp4a, from there on int8 tensor cores "
        "(mma.sync); float weights F32/F16/BF16: split-TF32 tensor cores at every size)";
-  s += opt_.weight_planes ? "\n  weights: Q8_0 and Q6_K matrices repacked at load into 16-byte-aligned planes "
+  s += opt_.weight_planes ? "\n  weights: Q4_0, Q5_0, Q8_0 and Q6_K matrices repacked at load into aligned planes "
                             "(TANDEM_PACK=0 keeps them as stored)"
                           : "\n  weights: as stored (TANDEM_PACK=0)";
   if (opt_.gemm_min_tokens > 0)

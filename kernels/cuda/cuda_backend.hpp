@@ -46,7 +46,7 @@ struct CudaOptions {
   // then sees a kernel reading or writing past its buffer, which inside the arena lands in
   // a neighbour. The arena still does the accounting, so limits and errors are unchanged.
   bool separate_buffers = false;
-  // Q8_0 and Q6_K matmul weights repacked at load into 16-byte-aligned planes
+  // Q4_0, Q5_0, Q8_0 and Q6_K matmul weights repacked at load into planes
   // (weight_planes.hpp; the same bits, wider loads). TANDEM_PACK=0 keeps the file's layout.
   bool weight_planes = true;
 };

@@ -20,13 +20,13 @@ namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 enum WType : int {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
   kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
-  // Q8_0 and Q6_K rows in the planes layout (kernels/cuda/weight_planes.hpp): the quantized
-  // matmuls only.
-  kQ8_0P = 108, kQ6_KP = 114,
+  // Q4_0, Q5_0, Q8_0 and Q6_K rows in the planes layout (kernels/cuda/weight_planes.hpp): the
+  // quantized matmuls only.
+  kQ4_0P = 102, kQ5_0P = 106, kQ8_0P = 108, kQ6_KP = 114,
 };
 // Whether T is a planes layout, and the type whose blocks it holds.
-template <int T> constexpr bool kPlanes = T == kQ8_0P || T == kQ6_KP;
-template <int T> constexpr int kBase = T == kQ8_0P ? kQ8_0 : T == kQ6_KP ? kQ6_K : T;
+template <int T> constexpr bool kPlanes = T == kQ4_0P || T == kQ5_0P || T == kQ8_0P || T == kQ6_KP;
+template <int T> constexpr int kBase = kPlanes<T> ? T - 100 : T;
 
 template <int T> struct Geo;
 template <> struct Geo<kF32> { static constexpr int qk = 1, bytes = 4; };
@@ -42,6 +42,8 @@ template <> struct Geo<kQ3_K> { static constexpr int qk = 256, bytes = 110; };
 template <> struct Geo<kQ4_K> { static constexpr int qk = 256, bytes = 144; };
 template <> struct Geo<kQ5_K> { static constexpr int qk = 256, bytes = 176; };
 template <> struct Geo<kQ6_K> { static constexpr int qk = 256, bytes = 210; };
+template <> struct Geo<kQ4_0P> { static constexpr int qk = 32, bytes = 18; };
+template <> struct Geo<kQ5_0P> { static constexpr int qk = 32, bytes = 22; };
 template <> struct Geo<kQ8_0P> { static constexpr int qk = 32, bytes = 34; };
 template <> struct Geo<kQ6_KP> { static constexpr int qk = 256, bytes = 210; };
 
@@ -150,11 +152,13 @@ bool dispatch_wtype(DType t, F&& f) {
   }
 }
 // The same for the quantized matmuls, whose weights may be in the planes layout (planes:
-// Q8_0 and Q6_K only; false for any other type).
+// Q4_0, Q5_0, Q8_0 and Q6_K only; false for any other type).
 template <typename F>
 bool dispatch_wtype(DType t, bool planes, F&& f) {
   if (!planes) return dispatch_wtype(t, static_cast<F&&>(f));
-  if (t == DType::Q8_0) f(std::integral_constant<int, kQ8_0P>{});
+  if (t == DType::Q4_0) f(std::integral_constant<int, kQ4_0P>{});
+  else if (t == DType::Q5_0) f(std::integral_constant<int, kQ5_0P>{});
+  else if (t == DType::Q8_0) f(std::integral_constant<int, kQ8_0P>{});
   else if (t == DType::Q6_K) f(std::integral_constant<int, kQ6_KP>{});
   else return false;
   return true;

@@ -11,9 +11,10 @@
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
 // Block b of a row of nb blocks in the planes layout (kernels/cuda/weight_planes.hpp): each
-// kind of field of the row's blocks gathered in a plane of its own, every plane 16-byte
-// aligned. Q8_0: codes [nb][32], then scales [nb][2]. Q6_K: ql [nb][128], qh [nb][64],
-// scales [nb][16], d [nb][2].
+// kind of field of the row's blocks gathered in a plane of its own, the codes 16-byte
+// aligned, every field at least 4. Q4_0: codes [nb][16] | d [nb][2]; Q5_0: codes [nb][16] | qh [nb][4] | d [nb][2];
+// Q8_0: codes [nb][32] | d [nb][2]; Q6_K: ql [nb][128] | qh [nb][64] | scales [nb][16] |
+// d [nb][2].
 struct PlaneBlock {
   const uint8_t* row;
   int64_t b, nb;
@@ -24,11 +25,33 @@ __device__ __forceinline__ auto block_at(const uint8_t* row, int64_t b, int64_t 
   if constexpr (kPlanes<T>) return PlaneBlock{row, b, nb};
   else return row + b * Geo<T>::bytes;
 }
-// The fields of a Q8_0 or Q6_K block in either layout.
-__device__ __forceinline__ const uint8_t* q8_d(const uint8_t* b) { return b; }
-__device__ __forceinline__ const uint8_t* q8_d(const PlaneBlock& p) { return p.row + 32 * p.nb + 2 * p.b; }
-__device__ __forceinline__ const uint8_t* q8_qs(const uint8_t* b) { return b + 2; }
-__device__ __forceinline__ const uint8_t* q8_qs(const PlaneBlock& p) { return p.row + 32 * p.b; }
+// The fields of a 32-element block in either layout: codes (qs), Q5's fifth bits (qh), the
+// scale d (the first field in the file's layout).
+template <int T> constexpr int kQsOff = kBase<T> == kQ4_1 ? 4 : kBase<T> == kQ5_0 ? 6 : kBase<T> == kQ5_1 ? 8 : 2;
+template <int T> constexpr int kQsBytes = kBase<T> == kQ8_0 ? 32 : 16;
+template <int T> constexpr int kQhBytes = kBase<T> == kQ5_0 || kBase<T> == kQ5_1 ? 4 : 0;
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_qs(const uint8_t* b) { return b + kQsOff<T>; }
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_qs(const PlaneBlock& p) { return p.row + kQsBytes<T> * p.b; }
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_qh(const uint8_t* b) { return b + (kBase<T> == kQ5_0 ? 2 : 4); }
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_qh(const PlaneBlock& p) { return p.row + kQsBytes<T> * p.nb + 4 * p.b; }
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_dp(const uint8_t* b) { return b; }
+template <int T>
+__device__ __forceinline__ const uint8_t* q32_dp(const PlaneBlock& p) {
+  return p.row + (kQsBytes<T> + kQhBytes<T>) * p.nb + 2 * p.b;
+}
+// A word of a 32-element block's codes or fifth bits: 4-byte aligned in planes and in Q4_1
+// and Q5_1 blocks (multiples of 4 bytes), 2-byte aligned otherwise.
+template <int T>
+__device__ __forceinline__ uint32_t q32_field_word(const uint8_t* p) {
+  if constexpr (kPlanes<T> || kBase<T> == kQ4_1 || kBase<T> == kQ5_1) return ld_u32_a4(p);
+  else return ld_u32_a2(p);
+}
+// The fields of a Q6_K block in either layout.
 __device__ __forceinline__ const uint8_t* q6_ql(const uint8_t* b) { return b; }
 __device__ __forceinline__ const uint8_t* q6_ql(const PlaneBlock& p) { return p.row + 128 * p.b; }
 __device__ __forceinline__ const uint8_t* q6_qh(const uint8_t* b) { return b + 128; }
@@ -37,11 +60,10 @@ __device__ __forceinline__ const uint8_t* q6_sc(const uint8_t* b) { return b + 1
 __device__ __forceinline__ const uint8_t* q6_sc(const PlaneBlock& p) { return p.row + 192 * p.nb + 16 * p.b; }
 __device__ __forceinline__ const uint8_t* q6_d(const uint8_t* b) { return b + 208; }
 __device__ __forceinline__ const uint8_t* q6_d(const PlaneBlock& p) { return p.row + 208 * p.nb + 2 * p.b; }
-// A 32-element block's scale d (the first of its fields in the file's layout).
+// A 32-element block's scale d.
 template <int T, typename B>
 __device__ __forceinline__ float q32_d(const B& b) {
-  if constexpr (kBase<T> == kQ8_0) return ld_f16(q8_d(b));
-  else return ld_f16(b);
+  return ld_f16(q32_dp<T>(b));
 }
 
 // A lane's share of a 32-block: sub-lane s (0..3) of the block's 4 lanes owns elements
@@ -116,26 +138,23 @@ __device__ __forceinline__ uint32_t spread4_to_bit4(uint32_t x) {
 // and its rows are whole blocks, so each block starts at a multiple of the largest power of
 // two dividing its size (Q4_K, Q5_K: 16; Q4_1: 4; Q4_0, Q5_0, Q8_0, Q6_K: 2), and so do the
 // fields at such offsets inside it. The word loads below rely on that (checked under the
-// emulator). Q8_0 and Q6_K, the real models' other large matrices (output heads, attn_v,
-// ffn_down), are repacked at load into planes whose fields are 16-byte aligned.
+// emulator). Q4_0, Q5_0, Q8_0 and Q6_K matmul weights (most of the real models' bytes that
+// are not Q4_K) are repacked at load into planes, where these loads are 16 or 4 bytes wide.
 
 // A lane's codes of a 32-block as two words: elements 4s..4s+3 and 16+4s..16+4s+3 (s the
 // sub-lane), each byte one code (unsigned for Q4/Q5, signed for Q8_0).
 template <int T, typename B>
 __device__ __forceinline__ void q32_words(const B& b, int sub, int& lo, int& hi) {
-  if constexpr (T == kQ8_0P) {  // codes 16-byte aligned
-    lo = static_cast<int>(ld_u32_a4(q8_qs(b) + 4 * sub));
-    hi = static_cast<int>(ld_u32_a4(q8_qs(b) + 16 + 4 * sub));
-  } else if constexpr (T == kQ8_0) {
-    lo = static_cast<int>(ld_u32_a2(b + 2 + 4 * sub));
-    hi = static_cast<int>(ld_u32_a2(b + 18 + 4 * sub));
-  } else if constexpr (T == kQ4_0 || T == kQ4_1) {
-    const uint32_t w = T == kQ4_0 ? ld_u32_a2(b + 2 + 4 * sub) : ld_u32_a4(b + 4 + 4 * sub);
+  if constexpr (kBase<T> == kQ8_0) {
+    lo = static_cast<int>(q32_field_word<T>(q32_qs<T>(b) + 4 * sub));
+    hi = static_cast<int>(q32_field_word<T>(q32_qs<T>(b) + 16 + 4 * sub));
+  } else if constexpr (kBase<T> == kQ4_0 || T == kQ4_1) {
+    const uint32_t w = q32_field_word<T>(q32_qs<T>(b) + 4 * sub);
     lo = static_cast<int>(w & 0x0f0f0f0fu);
     hi = static_cast<int>((w >> 4) & 0x0f0f0f0fu);
-  } else if constexpr (T == kQ5_0) {
-    const uint32_t qh = ld_u32_a2(b + 2);
-    const uint32_t w = ld_u32_a2(b + 6 + 4 * sub);
+  } else if constexpr (kBase<T> == kQ5_0) {
+    const uint32_t qh = q32_field_word<T>(q32_qh<T>(b));
+    const uint32_t w = q32_field_word<T>(q32_qs<T>(b) + 4 * sub);
     lo = static_cast<int>((w & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (4 * sub)) & 0xfu));
     hi = static_cast<int>(((w >> 4) & 0x0f0f0f0fu) | spread4_to_bit4((qh >> (16 + 4 * sub)) & 0xfu));
   } else {

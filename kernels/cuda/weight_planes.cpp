@@ -10,12 +10,28 @@ namespace {
 struct Field {
   size_t off, bytes;
 };
+constexpr Field kQ4_0Fields[] = {{2, 16}, {0, 2}};
+constexpr Field kQ5_0Fields[] = {{6, 16}, {2, 4}, {0, 2}};
 constexpr Field kQ8_0Fields[] = {{2, 32}, {0, 2}};
 constexpr Field kQ6_KFields[] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
 
+struct Fields {
+  const Field* f;
+  int n;
+};
+Fields fields_of(DType t) {
+  switch (t) {
+    case DType::Q4_0: return {kQ4_0Fields, 2};
+    case DType::Q5_0: return {kQ5_0Fields, 3};
+    case DType::Q8_0: return {kQ8_0Fields, 2};
+    case DType::Q6_K: return {kQ6_KFields, 4};
+    default: return {nullptr, 0};
+  }
+}
+
 }  // namespace
 
-bool planes_type(DType t) { return t == DType::Q8_0 || t == DType::Q6_K; }
+bool planes_type(DType t) { return fields_of(t).n > 0; }
 
 size_t planes_row_stride(DType t, int64_t cols) { return (row_bytes(t, cols) + 15) / 16 * 16; }
 
@@ -24,8 +40,8 @@ void to_planes(DType t, const void* src, int64_t rows, int64_t cols, uint8_t* ds
   const DTypeInfo& info = dtype_info(t);
   const int64_t nb = cols / info.block_size;
   const size_t block = info.type_size, in_row = row_bytes(t, cols), out_row = planes_row_stride(t, cols);
-  const Field* fields = t == DType::Q8_0 ? kQ8_0Fields : kQ6_KFields;
-  const int n_fields = t == DType::Q8_0 ? 2 : 4;
+  const Field* fields = fields_of(t).f;
+  const int n_fields = fields_of(t).n;
   const auto* in = static_cast<const uint8_t*>(src);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* ir = in + static_cast<size_t>(r) * in_row;

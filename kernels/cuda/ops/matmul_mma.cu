@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
       if constexpr (qk == 32) {
         d[h] = dev::q32_d<T>(blk[h]);
         if constexpr (dev::kBase<T> == dev::kQ8_0) c[h] = 0.0f;
-        else if constexpr (T == dev::kQ4_0) c[h] = __fmul_rn(-8.0f, d[h]);
-        else if constexpr (T == dev::kQ5_0) c[h] = __fmul_rn(-16.0f, d[h]);
+        else if constexpr (dev::kBase<T> == dev::kQ4_0) c[h] = __fmul_rn(-8.0f, d[h]);
+        else if constexpr (dev::kBase<T> == dev::kQ5_0) c[h] = __fmul_rn(-16.0f, d[h]);
         else c[h] = dev::ld_f16(blk[h] + 2);
       } else {
         int sc, mn;

@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
         const float d = dev::q32_d<T>(wb);
         float c;
         if constexpr (dev::kBase<T> == dev::kQ8_0) c = 0.0f;
-        else if constexpr (T == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
-        else if constexpr (T == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
+        else if constexpr (dev::kBase<T> == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
+        else if constexpr (dev::kBase<T> == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
         else c = dev::ld_f16(wb + 2);
         part[warp][m][g][0] = (d * xd) * static_cast<float>(s0);
         part[warp][m][g][1] = c * (xd * static_cast<float>(s1));
