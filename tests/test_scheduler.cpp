@@ -545,7 +545,8 @@ TEST(Scheduler, OnTheCudaBackendTheStepBudgetGrantsOnlyWhatTheCostModelSaysPays)
 // output (plain decoding, one token a pass), and a stream that asks for logprobs exactly its
 // alone logprobs (the logits' bits), while a 300-token prompt is prefilled in chunks beside
 // them, and among 15 other streams speculating k = 3 (64 tokens verified a step). With the
-// opt-in GEMM path (TANDEM_CUDA_GEMM_MIN_TOKENS=64) the logprobs differ.
+// opt-in GEMM path on weights in the file's layout (TANDEM_PACK=0
+// TANDEM_CUDA_GEMM_MIN_TOKENS=64) the logprobs differ.
 TEST(Scheduler, OnTheCudaBackendQuantizedStreamsKeepTheirAloneOutputUnderLoad) {
   static const test::TinyPair pair = [] {
     test::TinyModelSpec t;
