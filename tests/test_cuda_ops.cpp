@@ -548,6 +548,41 @@ TEST(CudaOps, MatmulEveryWeightTypeAgainstCpuAndBatchInvariant) {
   RecordProperty("seconds", std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
+// Long rows split among 2 or 4 warps of a block in the small-M kernel (a decode pass's down
+// projection: the warps' parts summed in block order): the CPU's scalar reference bit for bit,
+// for every quantized type, with rounds that end inside a warp's share, 37 rows (not a
+// multiple of a block's rows), in the file's layout and in planes.
+TEST(CudaOps, MatmulSplitsLongRowsAmongWarpsWithTheSameBits) {
+  for (DType t : kWeightTypes) {
+    const int64_t bs = dtype_info(t).block_size;
+    if (bs == 1) continue;
+    const int groups = bs == 32 ? 8 : 4;
+    for (int64_t blocks : {int64_t{2} * groups, int64_t{4} * groups, int64_t{4} * groups + 3}) {
+      const int64_t C = blocks * bs;
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << ", " << blocks << " blocks a row");
+      MatmulCase mc(t, 37, C, 16, 500 + static_cast<uint32_t>(C));
+      const auto ref = scalar_reference(mc);
+      Backend& gpu = *mc.d.gpu;
+      std::unique_ptr<Buffer> buf;
+      Tensor pw;
+      if (gpu.packs_weights(t)) {
+        buf = gpu.pack_weight(t, mc.blob.data(), mc.R, C);
+        pw = make_tensor(buf.get(), t, C, mc.R);
+        pw.layout = gpu.packed_layout(t);
+        pw.nb1 = gpu.packed_row_stride(t, C);
+      }
+      for (int64_t n : {1, 3, 16}) {
+        const std::vector<float> want(ref.begin(), ref.begin() + n * mc.R);
+        ASSERT_TRUE(same_bits(mc.gpu(0, n), want)) << "M=" << n;
+        if (!buf) continue;
+        auto y = mc.d.zeros(mc.R, n);
+        gpu.matmul(y.g, pw, mc.xt.g.slice_rows(0, n));
+        ASSERT_TRUE(same_bits(mc.d.getg(y), want)) << "planes, M=" << n;
+      }
+    }
+  }
+}
+
 // Q4_0, Q5_0, Q8_0 and Q6_K matrices repacked at load into planes (the backend's
 // pack_weight, as Model::load asks for it): rows padded to 16 bytes, and the same bits as the
 // file's layout (the CPU's scalar reference) at every token count of both kernels (__dp4a

@@ -131,6 +131,10 @@ constexpr int kSmallMTokens = 16;
 // epi (null: none): the attention inputs' steps on each result (not with accumulate).
 void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
                   int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
+// The warps matmul_small gives a row of `blocks_per_row` blocks, a lane group of a warp taking
+// one block a round (`groups` a warp): 4 for rows of at least 4 warps' rounds, 2 for 2,
+// else 1 (and 1 with an epilogue). Its parts are summed in block order: the same bits.
+int small_row_warps(int64_t blocks_per_row, int groups, bool epilogue);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
 void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,

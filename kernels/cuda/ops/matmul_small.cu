@@ -1,8 +1,11 @@
 // matmul_small: y[t][r] = sum_c x[t][c] * W[r][c] for up to 16 tokens per weight read, for
-// quantized weights. One warp per weight row (4 rows per block of 128 threads), grid.y over
-// chunks of 16 tokens. Which lane does what depends on the row length only, never on the
-// number of tokens, so a token's result is the same bits whether it is computed alone or
-// with 15 others (batch invariance).
+// quantized weights. Blocks of 4 warps, grid.y over chunks of 16 tokens. A weight row is
+// shared by RowWarps warps (1, 2 or 4 by the row's length: long rows such as a down
+// projection's are split among a block's warps, so that a launch of few rows still keeps
+// many warps reading; a split-K whose parts are summed in block order, so the bits do not
+// change). Which lane does what depends on the row length only, never on the number of
+// tokens, so a token's result is the same bits whether it is computed alone or with 15
+// others (batch invariance).
 //
 // Quantized weights compute what the CPU's scalar reference computes, bit for bit
 // (kernels/cpu/matmul_scalar.cpp): activations quantized to int8 blocks (quantize_act),
@@ -10,8 +13,8 @@
 // reference's operations, and the contributions summed in block order. ops/matmul_mma.cu
 // computes the same bits on tensor cores for larger batches, so the backend may pick
 // either for any token count. 4 lanes share a 32-block, 8 lanes a 256-block (so rows of
-// few K-quant blocks still keep the warp busy): lane group g takes blocks g, g+8 (g+4), ...
-// of each round. A lane unpacks its codes once per block into words of four bytes, takes
+// few K-quant blocks still keep the warp busy): a round covers RowWarps x groups
+// consecutive blocks, block b0 + w * groups + g to lane group g of the row's warp w. A lane unpacks its codes once per block into words of four bytes, takes
 // its integer parts for each token with __dp4a, the lanes sharing a block add them with
 // shuffles (exact integers), the group's first lane turns them into the block's float
 // contribution, and lane m adds the round's contributions for token m in block order.
@@ -44,34 +47,48 @@ __device__ __forceinline__ int group_sum(int v) {
   return v;
 }
 
+// Blocks of 32-element and 256-element types a lane group covers (4 and 8 lanes a block).
 template <int T>
+constexpr int kGroups = dev::kWarp / (dev::Geo<T>::qk == 32 ? 4 : 8);
+
+// The barrier between a round's contributions and their sum: the row's warps.
+template <int RowWarps>
+__device__ __forceinline__ void row_sync() {
+  if constexpr (RowWarps == 1) __syncwarp();
+  else __syncthreads();
+}
+
+template <int T, int RowWarps>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a) {
   constexpr int qk = dev::Geo<T>::qk;
   static_assert(qk > 1, "float weights: matmul_mma_float");
-  constexpr int lanes = qk == 32 ? 4 : 8, groups = dev::kWarp / lanes;
+  constexpr int lanes = qk == 32 ? 4 : 8, groups = kGroups<T>;
   __shared__ float part[kWarps][kMT][groups][2];    // a round's block contributions
   __shared__ float res[kWarps][kMT];                // the epilogue: each warp's results
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
+  const int row_slot = warp / RowWarps, wr = warp % RowWarps;  // the block's row, this warp's share of it
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   // Slot r computes weight row epilogue_row(r) (r itself unless the epilogue rotates this
   // member). With the epilogue every member's rows are whole blocks: no warp leaves early.
-  const int64_t r = static_cast<int64_t>(bx) * kWarps + warp;
-  if (r >= a.g.rows[m_of]) return;  // the whole warp leaves together
+  const int64_t r = static_cast<int64_t>(bx) * (kWarps / RowWarps) + row_slot;
+  const bool has_row = r < a.g.rows[m_of];
+  if (RowWarps == 1 && !has_row) return;  // the whole warp leaves together (no block barrier)
   const ops::QkvEpilogue* epi = a.epi ? &a.e : nullptr;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMT;
   const int mt = static_cast<int>(a.n - t0 < kMT ? a.n - t0 : kMT);
-  const uint8_t* wr = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, r)) * a.g.w_stride[m_of];
+  // (Rows past the end, with RowWarps > 1: their warps take part in the barriers only.)
+  const uint8_t* wrow = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, has_row ? r : 0)) * a.g.w_stride[m_of];
   float* const y = a.g.y[m_of];
   const int64_t ldy = a.g.ldy[m_of];
   constexpr int ones = 0x01010101;
   const int g = lane / lanes, sub = lane % lanes;
   const int64_t nb = a.cols / qk;
   float acc = 0.0f, off = 0.0f;  // lane m's sums for token t0 + m, in block order
-  for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // the same trip count on every lane
-    const int64_t b = b0 + g;
-    const bool valid = b < nb;
-    const auto wb = dev::block_at<T>(wr, valid ? b : 0, nb);
+  for (int64_t b0 = 0; b0 < nb; b0 += RowWarps * groups) {  // the same trip count on every lane
+    const int64_t b = b0 + wr * groups + g;
+    const bool valid = has_row && b < nb;
+    const auto wb = dev::block_at<T>(wrow, valid ? b : 0, nb);
     // This lane's codes, and for K-quants its two groups' scale and min coefficients.
     int cw[qk == 32 ? 2 : 8] = {};
     int sc0 = 0, sc1 = 0, mn0 = 0, mn1 = 0;
@@ -124,18 +141,22 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
         part[warp][m][g][0] = xd * (kd * static_cast<float>(s0) - kdm * static_cast<float>(s1));
       }
     }
-    __syncwarp();
-    if (lane < mt) {
-      const int n_valid = nb - b0 < groups ? static_cast<int>(nb - b0) : groups;
-      for (int j = 0; j < n_valid; ++j) {
-        acc += part[warp][lane][j][0];
-        if constexpr (qk == 32) off += part[warp][lane][j][1];
+    row_sync<RowWarps>();
+    if (wr == 0 && has_row && lane < mt) {  // the row's first warp adds them in block order
+      for (int w = 0; w < RowWarps; ++w) {
+        const int64_t left = nb - (b0 + w * groups);
+        const int n_valid = left <= 0 ? 0 : left < groups ? static_cast<int>(left) : groups;
+        for (int j = 0; j < n_valid; ++j) {
+          acc += part[row_slot * RowWarps + w][lane][j][0];
+          if constexpr (qk == 32) off += part[row_slot * RowWarps + w][lane][j][1];
+        }
       }
     }
-    __syncwarp();  // the next round's contributions overwrite these
+    row_sync<RowWarps>();  // the next round's contributions overwrite these
   }
+  if (wr != 0 || !has_row) return;
   const float result = qk == 32 ? acc + off : acc;  // lane m < mt: token t0 + m's
-  if (epi) {
+  if (epi) {  // (RowWarps == 1: a warp a row)
     if (lane < mt) res[warp][lane] = result;
     __syncthreads();  // slot r ^ 1 is warp ^ 1's
     if (lane < mt) dev::epilogue_store(a.e, m_of, r, t0 + lane, result, res[warp ^ 1][lane], y, ldy);
@@ -146,16 +167,30 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
 
 }  // namespace
 
+int ops::small_row_warps(int64_t blocks_per_row, int groups, bool epilogue) {
+  if (epilogue) return 1;  // the epilogue pairs rows of neighbouring warps
+  if (blocks_per_row >= 4 * groups) return 4;
+  if (blocks_per_row >= 2 * groups) return 2;
+  return 1;
+}
+
 void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q,
                        const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
   const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, q, d, n, epi != nullptr,
                      epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
-  const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
+  const auto st = static_cast<cudaStream_t>(s);
   dev::dispatch_wtype(t, ws[0].planes, [&](auto wt) {  // (a launch's members share their layout)
     constexpr int T = decltype(wt)::value;
-    if constexpr (dev::Geo<T>::qk > 1)
-      TANDEM_LAUNCH(matmul_small_kernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
+    if constexpr (dev::Geo<T>::qk > 1) {
+      const int rw = ops::small_row_warps(cols / dev::Geo<T>::qk, kGroups<T>, epi != nullptr);
+      MatmulArgs b = a;
+      b.g = dev::make_group(ws, n_w, kWarps / rw, accumulate);
+      const dim3 grid(b.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
+      void (*kernel)(MatmulArgs) =
+          rw == 4 ? matmul_small_kernel<T, 4> : rw == 2 ? matmul_small_kernel<T, 2> : matmul_small_kernel<T, 1>;
+      TANDEM_LAUNCH(kernel, grid, kWarps * 32, 0, st)(b);
+    }
   });
 }
 
