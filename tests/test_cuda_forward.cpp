@@ -216,6 +216,63 @@ TEST(CudaForward, KernelLaunchesPerLayer) {
   }
 }
 
+// Q4_K_M's layers mix types: half of them hold attn_v and ffn_down in Q6_K beside Q4_K
+// (Qwen2.5 1.5B), or in Q8_0 beside Q5_0 (the 0.5B). Their q/k/v still go out in one launch,
+// each matrix computed with its own type's code, so a mixed layer costs the 8 launches of a
+// plain one in decode, verification and prompt passes (the ops tests check the bits of such
+// launches); and the weight planes change no bit of the logits.
+TEST(CudaForward, MixedQuantizationLayersTakeEightLaunches) {
+  for (auto [w, mixed] : {std::pair{DType::Q4_K, DType::Q6_K}, {DType::Q5_0, DType::Q8_0}}) {
+    SCOPED_TRACE(std::string(dtype_name(w)) + " with " + dtype_name(mixed));
+    test::TinyModelSpec spec;
+    spec.arch = "qwen2";
+    // A KV head's query group 256 wide (4 heads of 64), whole Q4_K activation blocks: the
+    // attention quantizes its output for the output projection, as Qwen2.5's groups allow.
+    spec.n_embd = 256, spec.n_ff = 512, spec.n_head = 4, spec.n_head_kv = 1;
+    spec.weight_type = w, spec.mixed_type = mixed;
+    spec.tied_embeddings = false;
+    const std::string dir = test::scratch_dir(std::string("cuda-forward-mixed-") + dtype_name(w));
+    int64_t launches[2][3];
+    for (int i = 0; i < 2; ++i) {
+      spec.n_layer = 2 + 2 * i;  // layers 2 and 3: one plain, one mixed
+      const std::string path = dir + "/m" + std::to_string(spec.n_layer) + ".gguf";
+      test::write_tiny_model(path, spec);
+      ModelRun gpu(cuda_under_test(), path);
+      gpu.tf->set_graphs(false);
+      SequenceKV s(*gpu.cache);
+      Batch b;
+      std::vector<float> l;
+      b.add(s, tokens(8, 3));
+      gpu.tf->forward(b, l);
+      const int counts[] = {1, 5, 40};
+      for (int k = 0; k < 3; ++k) {
+        b.clear();
+        b.add(s, tokens(counts[k], 5 + k));
+        const int64_t before = kernels::cuda_launch_count(*gpu.be);
+        gpu.tf->forward(b, l);
+        launches[i][k] = kernels::cuda_launch_count(*gpu.be) - before;
+      }
+      if (i == 0) continue;
+      // The logits of a prompt, and the same bits with the weights as stored (TANDEM_PACK=0:
+      // no planes; the pairs still share launches).
+      std::vector<float> logits[2];
+      for (int stored = 0; stored < 2; ++stored) {
+        if (stored) setenv("TANDEM_PACK", "0", 1);
+        ModelRun run(cuda_under_test(), path);
+        if (stored) unsetenv("TANDEM_PACK");
+        EXPECT_EQ(run.model->layers[1].wv.layout == kernels::RowLayout::File, stored == 1);
+        SequenceKV sq(*run.cache);
+        Batch bb;
+        bb.add_all_logits(sq, tokens(9, 1));
+        run.tf->forward(bb, logits[stored]);
+      }
+      ASSERT_EQ(logits[0].size(), logits[1].size());
+      EXPECT_EQ(0, std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)));
+    }
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(launches[1][k] - launches[0][k], 2 * 8) << "pass " << k;
+  }
+}
+
 // Greedy speculative decoding (n-gram drafts, k = 4, verified in one target pass) gives
 // exactly the tokens of plain greedy decoding, on the CUDA backend: what batch invariance
 // is for. The prompt repeats itself so that the n-gram proposer has drafts to offer.

@@ -725,34 +725,43 @@ TEST(CudaOps, MatmulSharedMatchesSingleMatmuls) {
   }
 }
 
-// Targets of one weight type share one launch (and one activation quantization), at both
-// kernels' token counts, with each target's own bits: q/k/v of Q4_K and Q6_K mixed, gate/up.
+// Targets of one weight type share one launch (and one activation quantization), and so do
+// those of the pairs real models mix in a layer's q/k/v (Q4_K with Q6_K, Q5_0 with Q8_0),
+// at both kernels' token counts, with each target's own bits; other mixes take a launch per
+// type (and a quantization per block size).
 TEST(CudaOps, MatmulSharedLaunchesOneKernelPerWeightType) {
-  for (int64_t N : {3, 40}) {
-    SCOPED_TRACE(N);
-    Dual d;
-    const int64_t C = 512;
-    auto x = d.f32(randn(N * C, 51), C);
-    const DType types[] = {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::Q4_K};
-    const int64_t rows[] = {70, 13, 13, 5};
-    std::vector<Dual::T> ws, ys;
-    for (int i = 0; i < 4; ++i) {
-      const auto blob = test::random_blocks(types[i], rows[i] * C, 80 + i);
-      ws.push_back(d.raw(types[i], C, rows[i], blob.data()));
-      ys.push_back(d.zeros(rows[i], N));
+  struct Case {
+    DType types[4];
+    int64_t launches;
+  };
+  const Case cases[] = {{{DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::Q4_K}, 1 + 1},
+                        {{DType::Q5_0, DType::Q8_0, DType::Q5_0, DType::Q4_0}, 1 + 2},
+                        {{DType::Q6_K, DType::Q4_K, DType::Q8_0, DType::Q6_K}, 2 + 2}};
+  for (const Case& c : cases)
+    for (int64_t N : {3, 40}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(c.types[0]) << "/" << dtype_name(c.types[1]) << "/"
+                                      << dtype_name(c.types[2]) << "/" << dtype_name(c.types[3]) << " N=" << N);
+      Dual d;
+      const int64_t C = 512;
+      auto x = d.f32(randn(N * C, 51), C);
+      const int64_t rows[] = {70, 13, 13, 5};
+      std::vector<Dual::T> ws, ys;
+      for (int i = 0; i < 4; ++i) {
+        const auto blob = test::random_blocks(c.types[i], rows[i] * C, 80 + i);
+        ws.push_back(d.raw(c.types[i], C, rows[i], blob.data()));
+        ys.push_back(d.zeros(rows[i], N));
+      }
+      std::vector<Backend::MatmulTarget> tg;
+      for (int i = 0; i < 4; ++i) tg.push_back({ys[i].g, ws[i].g});
+      const int64_t before = cuda_launch_count(*d.gpu);
+      d.gpu->matmul_shared(x.g, tg.data(), 4);
+      EXPECT_EQ(cuda_launch_count(*d.gpu) - before, c.launches);
+      for (int i = 0; i < 4; ++i) {
+        auto y = d.zeros(rows[i], N);
+        d.gpu->matmul(y.g, ws[i].g, x.g);
+        EXPECT_SAME_BITS(d.getg(y), d.getg(ys[i])) << i;
+      }
     }
-    std::vector<Backend::MatmulTarget> tg;
-    for (int i = 0; i < 4; ++i) tg.push_back({ys[i].g, ws[i].g});
-    const int64_t before = cuda_launch_count(*d.gpu);
-    d.gpu->matmul_shared(x.g, tg.data(), 4);
-    // One quantization of x per block size (both 256 here), one launch per weight type.
-    EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 3);
-    for (int i = 0; i < 4; ++i) {
-      auto y = d.zeros(rows[i], N);
-      d.gpu->matmul(y.g, ws[i].g, x.g);
-      EXPECT_SAME_BITS(d.getg(y), d.getg(ys[i])) << i;
-    }
-  }
 }
 
 // The input norm fused with the quantization its projections read (one launch instead of
@@ -781,8 +790,10 @@ TEST(CudaOps, NormMatmulSharedGivesTheBitsOfTheOps) {
     const int64_t fused = cuda_launch_count(*d.gpu) - before;
     d.gpu->Backend::norm_matmul_shared(h1.g, x.g, nw.g, 1e-6f, 0.0f, t1.data(), 4);
     const int64_t ops = cuda_launch_count(*d.gpu) - before - fused;
-    EXPECT_EQ(fused, 1 + 4);    // norm + both quantizations, then one launch per weight type
-    EXPECT_EQ(ops, 1 + 2 + 4);  // the norm, a quantization per block size, the matmuls
+    // Norm + both quantizations, then a launch for Q4_K with Q6_K (a pair real models mix),
+    // one for Q8_0 and one for F16.
+    EXPECT_EQ(fused, 1 + 3);
+    EXPECT_EQ(ops, 1 + 2 + 3);  // the norm, a quantization per block size, the matmuls
     EXPECT_SAME_BITS(d.getg(h0), d.getg(h1));
     for (int i = 0; i < 4; ++i) EXPECT_SAME_BITS(d.getg(y0[i]), d.getg(y1[i])) << dtype_name(types[i]);
   }
@@ -835,7 +846,8 @@ TEST(CudaOps, NormResidualGivesTheOpsBits) {
 // quantization; q/k/v whose epilogue adds the biases, rotates q and k in pair order and stores
 // k and v) give the bits of the ops one by one (Backend::norm_attention_inputs): NeoX, normal
 // and partial rotation, biases or none, F16 and F32 caches, quantized and float weights, both
-// matmul kernels. A slot outside the cache is still reported.
+// matmul kernels, a v projection of another type in the same launch (Q4_K_M's layers: Q4_K
+// with Q6_K, Q5_0 with Q8_0), weights in planes. A slot outside the cache is still reported.
 TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
   struct Case {
     DType w;
@@ -843,24 +855,42 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
     int rope_dims;
     bool biases;
     DType cache;
+    DType wv = DType::F32;  // F32: w's type
+    bool planes = false;    // the weights as Model::load packs them
   };
   const Case cases[] = {{DType::Q8_0, RopeStyle::NeoX, 32, true, DType::F16},
                         {DType::Q4_K, RopeStyle::NeoX, 24, false, DType::F32},
                         {DType::Q6_K, RopeStyle::Normal, 32, true, DType::F16},
                         {DType::F16, RopeStyle::NeoX, 32, true, DType::F16},
-                        {DType::Q4_0, RopeStyle::Normal, 16, false, DType::F16}};
+                        {DType::Q4_0, RopeStyle::Normal, 16, false, DType::F16},
+                        {DType::Q4_K, RopeStyle::NeoX, 32, true, DType::F16, DType::Q6_K},
+                        {DType::Q4_K, RopeStyle::NeoX, 32, true, DType::F16, DType::Q6_K, true},
+                        {DType::Q5_0, RopeStyle::NeoX, 32, true, DType::F16, DType::Q8_0, true},
+                        {DType::Q5_0, RopeStyle::Normal, 32, false, DType::F32, DType::Q8_0}};
   for (const Case& c : cases)
     for (int64_t N : {1, 5, 40}) {
-      SCOPED_TRACE(std::string(dtype_name(c.w)) + " rope " + std::to_string(c.rope_dims) + " N=" + std::to_string(N));
+      const DType wv_type = c.wv == DType::F32 ? c.w : c.wv;
+      SCOPED_TRACE(std::string(dtype_name(c.w)) + "/" + dtype_name(wv_type) + (c.planes ? " planes" : "") + " rope " +
+                   std::to_string(c.rope_dims) + " N=" + std::to_string(N));
       Dual d;
       const int nh = 6, nkv = 2, hd = 32, slots = 48;
       const int64_t C = 256;
       auto x = d.f32(randn(N * C, 100, 2.0f), C);
       auto nw = d.f32(randn(C, 101), C);
       const auto bq_blob = test::random_blocks(c.w, nh * hd * C, 102), bk_blob = test::random_blocks(c.w, nkv * hd * C, 103),
-                 bv_blob = test::random_blocks(c.w, nkv * hd * C, 104);
+                 bv_blob = test::random_blocks(wv_type, nkv * hd * C, 104);
       auto wq = d.raw(c.w, C, nh * hd, bq_blob.data()), wk = d.raw(c.w, C, nkv * hd, bk_blob.data()),
-           wv = d.raw(c.w, C, nkv * hd, bv_blob.data());
+           wv = d.raw(wv_type, C, nkv * hd, bv_blob.data());
+      std::vector<std::unique_ptr<Buffer>> packed;
+      if (c.planes)  // (a type without planes stays as stored, as Model::load leaves it)
+        for (auto [w, blob] : {std::pair{&wq, &bq_blob}, {&wk, &bk_blob}, {&wv, &bv_blob}})
+          if (auto buf = d.gpu->pack_weight(w->g.type, blob->data(), w->g.rows(), C)) {
+            Tensor t = make_tensor(buf.get(), w->g.type, C, w->g.rows());
+            t.layout = d.gpu->packed_layout(t.type);
+            t.nb1 = d.gpu->packed_row_stride(t.type, C);
+            w->g = t;
+            packed.push_back(std::move(buf));
+          }
       auto bq = d.f32(randn(nh * hd, 105), nh * hd), bk = d.f32(randn(nkv * hd, 106), nkv * hd),
            bv = d.f32(randn(nkv * hd, 107), nkv * hd);
       std::vector<int32_t> p(static_cast<size_t>(N)), sl(static_cast<size_t>(N));

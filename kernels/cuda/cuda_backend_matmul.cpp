@@ -37,7 +37,7 @@ ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, 
             std::string(dtype_name(w.type)) + " weights need rows aligned to " + std::to_string(align) +
                 " bytes (offset " + std::to_string(w.offset) + ", row stride " + std::to_string(w.row_stride()) + ")");
   }
-  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst), planes};
+  return {wp, w.row_stride(), w.rows(), rows_of(ptr(dst, "matmul"), dst), planes, w.type};
 }
 
 // The activations of x as int8 blocks of `block` elements: quantized once per block size
@@ -98,11 +98,11 @@ void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, c
   }
   const QuantizedX a = quantize_x(x, act_block(t), cache);
   if (N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate, epi);
+    ops::matmul_mma(rt_->stream(), ws, n_w, C, a.q, a.d, N, accumulate, epi);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), t, ws, n_w, C, a.q, a.d, N, accumulate, epi);
+  ops::matmul_small(rt_->stream(), ws, n_w, C, a.q, a.d, N, accumulate, epi);
   launched("matmul");
 }
 
@@ -136,14 +136,28 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
     ops::MatmulWeight ws[ops::kMaxMatmulGroup];
     ops::QkvEpilogue e = epi ? *epi : ops::QkvEpilogue{};  // members renumbered as launched
     int n_w = 0;
-    for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
-      if ((done >> j & 1u) || targets[j].w.type != t || targets[j].w.layout != layout) continue;
-      done |= uint64_t{1} << j;
-      const ops::MatmulWeight mw = check_matmul(targets[j].dst, targets[j].w, x);
-      if (!mw.w) continue;
-      if (epi) e.bias[n_w] = epi->bias[j], e.rotate[n_w] = epi->rotate[j], e.cache[n_w] = epi->cache[j];
-      ws[n_w++] = mw;
-    }
+    // The members: the targets of target i's type and layout, then, for quantized weights,
+    // those of one other that may share its launch (ops::matmul_pair: Q4_K_M's q/k/v).
+    const auto planes_of = [](const Tensor& w) { return w.layout == RowLayout::Packed; };
+    int other = -1;  // the first target of the second type
+    for (int pass = 0; pass < 2; ++pass)
+      for (int j = i; j < n && n_w < ops::kMaxMatmulGroup; ++j) {
+        if (done >> j & 1u) continue;
+        const Tensor& w = targets[j].w;
+        const bool mine = w.type == t && w.layout == layout;
+        if (pass == 0 && !mine) {
+          if (other < 0 && quantized(t) && quantized(w.type) &&
+              ops::matmul_pair(t, planes_of(targets[i].w), w.type, planes_of(w)))
+            other = j;
+          continue;
+        }
+        if (pass == 1 && (other < 0 || w.type != targets[other].w.type || w.layout != targets[other].w.layout)) continue;
+        done |= uint64_t{1} << j;
+        const ops::MatmulWeight mw = check_matmul(targets[j].dst, w, x);
+        if (!mw.w) continue;
+        if (epi) e.bias[n_w] = epi->bias[j], e.rotate[n_w] = epi->rotate[j], e.cache[n_w] = epi->cache[j];
+        ws[n_w++] = mw;
+      }
     if (n_w > 0) launch_matmul(t, ws, n_w, x, cache, false, epi ? &e : nullptr);
   }
 }

@@ -4,6 +4,7 @@
 // so a row's result is what a launch of its matrix alone computes.
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qkv_epilogue.cuh"
 
@@ -16,6 +17,7 @@ struct MatmulGroup {
   float* y[ops::kMaxMatmulGroup];
   int64_t ldy[ops::kMaxMatmulGroup];
   unsigned first_block[ops::kMaxMatmulGroup + 1];  // grid.x blocks before matrix g
+  bool second[ops::kMaxMatmulGroup];                // a two-type launch: matrix g is of the second type
   int n = 0;
   bool accumulate = false;  // y = y + result (a residual connection), else y = result
 };
@@ -65,9 +67,45 @@ inline MatmulGroup make_group(const ops::MatmulWeight* ws, int n_w, int64_t rows
   for (int i = 0; i < n_w; ++i) {
     g.w[i] = ws[i].w, g.w_stride[i] = ws[i].w_stride, g.rows[i] = ws[i].rows;
     g.y[i] = ws[i].y.p, g.ldy[i] = ws[i].y.ld;
+    g.second[i] = false;
     g.first_block[i + 1] = g.first_block[i] + static_cast<unsigned>((ws[i].rows + rows_per_block - 1) / rows_per_block);
   }
   return g;
+}
+
+// Host side, for the quantized matmuls: calls f(T1, T2) for the launch of `ws` (T2 == T1
+// when every member has one type and layout; else the pair of ops::matmul_pair, T1 the
+// Q4_K or Q5_0 side), after marking the members of T2 in g.second. False (nothing called)
+// for members no launch takes together.
+template <int A, int B>
+constexpr bool kPairLaunch =
+    (kBase<A> == kQ4_K && kBase<B> == kQ6_K) || (kBase<A> == kQ5_0 && kBase<B> == kQ8_0 && kPlanes<A> == kPlanes<B>);
+template <typename F>
+bool dispatch_launch_types(const ops::MatmulWeight* ws, int n_w, MatmulGroup& g, F&& f) {
+  const auto same = [](const ops::MatmulWeight& x, const ops::MatmulWeight& y) {
+    return x.type == y.type && x.planes == y.planes;
+  };
+  int other = -1;
+  for (int i = 1; i < n_w && other < 0; ++i)
+    if (!same(ws[i], ws[0])) other = i;
+  if (other < 0) return dispatch_wtype(ws[0].type, ws[0].planes, [&](auto t) { f(t, t); });
+  const bool first_leads = ws[0].type == DType::Q4_K || ws[0].type == DType::Q5_0;
+  const ops::MatmulWeight &a = first_leads ? ws[0] : ws[other], &b = first_leads ? ws[other] : ws[0];
+  for (int i = 0; i < n_w; ++i) {
+    if (!same(ws[i], a) && !same(ws[i], b)) return false;
+    g.second[i] = same(ws[i], b);
+  }
+  bool called = false;
+  dispatch_wtype(a.type, a.planes, [&](auto ta) {
+    using TA = decltype(ta);
+    dispatch_wtype(b.type, b.planes, [&](auto tb) {
+      if constexpr (kPairLaunch<TA::value, decltype(tb)::value>) {
+        f(TA{}, tb);
+        called = true;
+      }
+    });
+  });
+  return called;
 }
 
 // The matrix of this block and the block's index within it.

@@ -96,12 +96,18 @@ struct MatmulWeight {
   size_t w_stride;
   int64_t rows;
   F32Rows y;
-  bool planes = false;  // Q8_0 or Q6_K rows in the planes layout (kernels/cuda/weight_planes.hpp)
+  bool planes = false;  // rows in the planes layout (kernels/cuda/weight_planes.hpp)
+  DType type = DType::F32;
 };
 // Several matrices of one weight type, layout and row length multiplied with the same
 // activations (q/k/v, gate/up of a layer) in one launch: each row's arithmetic is what a launch of its
 // matrix alone does, so the results are those of separate launches, bit for bit.
 constexpr int kMaxMatmulGroup = 4;
+// Whether quantized weights of type a and type b (each in its layout) may share one launch of
+// the quantized matmuls: the same type and layout, or the pairs that the real models' q/k/v
+// mix (Q4_K_M: Q4_K with Q6_K, Q5_0 with Q8_0; either layout of each), which read the same
+// activation blocks. Each member's rows are computed with its own type's code.
+bool matmul_pair(DType a, bool a_planes, DType b, bool b_planes);
 // What the q/k/v projections' launch does to each result before it stores it: the rest of
 // Backend::attention_inputs (without per-head norms), so that no launch of its own is needed.
 // Per member of the group: a bias (null: none) added, q and k rotated (rotate), k and v
@@ -129,16 +135,16 @@ struct QkvEpilogue {
 constexpr int kSmallMTokens = 16;
 // accumulate: y += the product (a residual connection: the bits of add(y, y, product)).
 // epi (null: none): the attention inputs' steps on each result (not with accumulate).
-void matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                  int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
+void matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d, int64_t n,
+                  bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // The warps matmul_small gives a row of `blocks_per_row` blocks, a lane group of a warp taking
 // one block a round (`groups` a warp): 4 for rows of at least 4 warps' rounds, 2 for 2,
 // else 1 (and 1 with an epilogue). Its parts are summed in block order: the same bits.
 int small_row_warps(int64_t blocks_per_row, int groups, bool epilogue);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
-void matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                int64_t n, bool accumulate = false, const QkvEpilogue* epi = nullptr);
+void matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d, int64_t n,
+                bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // Float weights (F32, F16, BF16) against float activations x (rows of ldx) on TF32 tensor
 // cores with split operands (about float's precision), for every n: one kernel and one order
 // of operations at every batch size, so a (t, r) result does not depend on n. Within float

@@ -103,7 +103,7 @@ void check_spec(const TinyModelSpec& s, int head_dim) {
   if (s.vocab_rows != 0 && s.vocab_rows < s.n_vocab) bad("vocab_rows must be 0 or at least n_vocab");
   if (s.n_head % s.n_head_kv != 0) bad("n_head is not a multiple of n_head_kv");
   if (s.eos_id >= s.n_vocab) bad("eos_id is outside the vocabulary");
-  for (DType t : {s.weight_type, s.embd_type})
+  for (DType t : {s.weight_type, s.embd_type, s.mixed_type})
     if (!dtype_info(t).weight_ok) bad(std::string(dtype_name(t)) + " cannot be used for weights");
 }
 
@@ -164,7 +164,8 @@ void write_tiny_model(const std::string& path, const TinyModelSpec& s) {
     b.norm(p + "attn_norm.weight", E);
     b.matmul(p + "attn_q.weight", E, Q, s.weight_type);
     b.matmul(p + "attn_k.weight", E, KV, s.weight_type);
-    b.matmul(p + "attn_v.weight", E, KV, s.weight_type);
+    const DType mixed = s.mixed_type != DType::F32 && il % 2 == 1 ? s.mixed_type : s.weight_type;
+    b.matmul(p + "attn_v.weight", E, KV, mixed);
     if (a == "qwen2") {
       b.bias(p + "attn_q.bias", Q);
       b.bias(p + "attn_k.bias", KV);
@@ -179,7 +180,7 @@ void write_tiny_model(const std::string& path, const TinyModelSpec& s) {
     b.norm(p + "ffn_norm.weight", E);
     b.matmul(p + "ffn_gate.weight", E, F, s.weight_type);
     b.matmul(p + "ffn_up.weight", E, F, s.weight_type);
-    b.matmul(p + "ffn_down.weight", F, E, s.weight_type);
+    b.matmul(p + "ffn_down.weight", F, E, mixed);
     if (gemma) b.norm(p + "post_ffw_norm.weight", E);
   }
   b.norm("output_norm.weight", E);

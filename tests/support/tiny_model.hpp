@@ -15,6 +15,9 @@ struct TinyModelSpec {
   int n_vocab = 320, n_embd = 64, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 96, n_ctx = 512;
   int head_dim = 0;                // 0 = n_embd / n_head (gemma3 may differ)
   DType weight_type = DType::F32;  // 2-D matmul weights (attn q/k/v/o, ffn gate/up/down, output)
+  // attn_v and ffn_down in another type (F32: weight_type's), as Q4_K_M mixes Q6_K into
+  // half the layers: the odd-numbered ones here.
+  DType mixed_type = DType::F32;
   DType embd_type = DType::F32;    // token_embd
   bool tied_embeddings = true;     // no output.weight
   float rope_theta = 10000.f, rms_eps = 1e-5f;

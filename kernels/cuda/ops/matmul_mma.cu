@@ -16,6 +16,8 @@
 // m16n8k32 per block; Q4_K and Q5_K (one scale per 32) one per 32 elements; Q2_K, Q3_K and
 // Q6_K (one scale per 16) one m16n8k16 per 16 elements. Integer sums over the groups of a
 // K-quant block are exact (int32 holds them), then one float contribution per block.
+#include <stdexcept>
+
 #include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.hpp"
@@ -43,13 +45,12 @@ struct MmaArgs {
 template <int T>
 constexpr bool kScalePer16 = T == dev::kQ2_K || T == dev::kQ3_K || dev::kBase<T> == dev::kQ6_K;
 
+// The tiles of block bx of matrix m_of.
 template <int T>
-__global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
+__device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx) {
   constexpr int qk = dev::Geo<T>::qk;
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   const int gid = lane / 4, tid = lane % 4;
-  unsigned bx;
-  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   const int64_t rows = a.g.rows[m_of];
   const int64_t r0 = (static_cast<int64_t>(bx) * kWarps + warp) * 16;
   if (r0 >= rows) return;  // the whole warp leaves together
@@ -162,19 +163,38 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
     }
 }
 
+template <int T>
+__global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  mma_rows<T>(a, m_of, bx);
+}
+
+// A launch of two weight types (ops::matmul_pair): each matrix's rows with its own type's code.
+template <int T1, int T2>
+__global__ void __launch_bounds__(kWarps * 32) matmul_mma_pair_kernel(MmaArgs a) {
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  if (a.g.second[m_of]) mma_rows<T2>(a, m_of, bx);
+  else mma_rows<T1>(a, m_of, bx);
+}
+
 }  // namespace
 
-void ops::matmul_mma(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
+void ops::matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
                      int64_t n, bool accumulate, const QkvEpilogue* epi) {
-  const MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n, epi != nullptr,
-                  epi ? *epi : QkvEpilogue{}};
+  MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n, epi != nullptr,
+            epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));
-  dev::dispatch_wtype(t, ws[0].planes, [&](auto wt) {  // (a launch's members share their layout)
-    constexpr int T = decltype(wt)::value;
-    if constexpr (dev::Geo<T>::qk > 1)
-      TANDEM_LAUNCH(matmul_mma_kernel<T>, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
+  const bool launched = dev::dispatch_launch_types(ws, n_w, a.g, [&](auto t1, auto t2) {
+    constexpr int T1 = decltype(t1)::value, T2 = decltype(t2)::value;
+    void (*kernel)(MmaArgs) = nullptr;
+    if constexpr (dev::Geo<T1>::qk > 1 && T1 == T2) kernel = matmul_mma_kernel<T1>;
+    else if constexpr (dev::Geo<T1>::qk > 1) kernel = matmul_mma_pair_kernel<T1, T2>;
+    if (kernel) TANDEM_LAUNCH(kernel, grid, kWarps * 32, 0, static_cast<cudaStream_t>(s))(a);
   });
+  if (!launched) throw std::logic_error("matmul_mma: weight types no launch takes together");
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

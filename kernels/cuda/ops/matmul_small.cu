@@ -19,6 +19,8 @@
 // shuffles (exact integers), the group's first lane turns them into the block's float
 // contribution, and lane m adds the round's contributions for token m in block order.
 // (Float weights: ops/matmul_mma_float.cu, at every token count.)
+#include <stdexcept>
+
 #include "kernels/cuda/matmul_group.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/cuda/qcodes.cuh"
@@ -58,8 +60,9 @@ __device__ __forceinline__ void row_sync() {
   else __syncthreads();
 }
 
+// The rows of block bx of matrix m_of.
 template <int T, int RowWarps>
-__global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a) {
+__device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsigned bx) {
   constexpr int qk = dev::Geo<T>::qk;
   static_assert(qk > 1, "float weights: matmul_mma_float");
   constexpr int lanes = qk == 32 ? 4 : 8, groups = kGroups<T>;
@@ -67,8 +70,6 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   __shared__ float res[kWarps][kMT];                // the epilogue: each warp's results
   const int warp = threadIdx.x / dev::kWarp, lane = threadIdx.x % dev::kWarp;
   const int row_slot = warp / RowWarps, wr = warp % RowWarps;  // the block's row, this warp's share of it
-  unsigned bx;
-  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   // Slot r computes weight row epilogue_row(r) (r itself unless the epilogue rotates this
   // member). With the epilogue every member's rows are whole blocks: no warp leaves early.
   const int64_t r = static_cast<int64_t>(bx) * (kWarps / RowWarps) + row_slot;
@@ -165,7 +166,32 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a)
   }
 }
 
+template <int T, int RowWarps>
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(MatmulArgs a) {
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  small_rows<T, RowWarps>(a, m_of, bx);
+}
+
+// A launch of two weight types (ops::matmul_pair: a layer's q/k/v of mixed quantizations):
+// each matrix's rows with its own type's code, so each has the bits of its own launch.
+template <int T1, int T2>
+__global__ void __launch_bounds__(kWarps * 32) matmul_small_pair_kernel(MatmulArgs a) {
+  unsigned bx;
+  const int m_of = dev::group_member(a.g, blockIdx.x, bx);
+  if (a.g.second[m_of]) small_rows<T2, 1>(a, m_of, bx);
+  else small_rows<T1, 1>(a, m_of, bx);
+}
+
 }  // namespace
+
+bool ops::matmul_pair(DType a, bool a_planes, DType b, bool b_planes) {
+  if (a == b) return a_planes == b_planes;
+  const auto is = [&](DType x, DType y) { return (a == x && b == y) || (a == y && b == x); };
+  if (is(DType::Q4_K, DType::Q6_K)) return true;
+  if (is(DType::Q5_0, DType::Q8_0)) return a_planes == b_planes;
+  return false;
+}
 
 int ops::small_row_warps(int64_t blocks_per_row, int groups, bool epilogue) {
   if (epilogue) return 1;  // the epilogue pairs rows of neighbouring warps
@@ -174,24 +200,29 @@ int ops::small_row_warps(int64_t blocks_per_row, int groups, bool epilogue) {
   return 1;
 }
 
-void ops::matmul_small(Stream s, DType t, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q,
+void ops::matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q,
                        const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
   const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, q, d, n, epi != nullptr,
                      epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const auto st = static_cast<cudaStream_t>(s);
-  dev::dispatch_wtype(t, ws[0].planes, [&](auto wt) {  // (a launch's members share their layout)
-    constexpr int T = decltype(wt)::value;
-    if constexpr (dev::Geo<T>::qk > 1) {
-      const int rw = ops::small_row_warps(cols / dev::Geo<T>::qk, kGroups<T>, epi != nullptr);
-      MatmulArgs b = a;
+  MatmulArgs b = a;
+  const bool launched = dev::dispatch_launch_types(ws, n_w, b.g, [&](auto t1, auto t2) {
+    constexpr int T1 = decltype(t1)::value, T2 = decltype(t2)::value;
+    if constexpr (dev::Geo<T1>::qk > 1 && T1 == T2) {
+      const int rw = ops::small_row_warps(cols / dev::Geo<T1>::qk, kGroups<T1>, epi != nullptr);
       b.g = dev::make_group(ws, n_w, kWarps / rw, accumulate);
       const dim3 grid(b.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
       void (*kernel)(MatmulArgs) =
-          rw == 4 ? matmul_small_kernel<T, 4> : rw == 2 ? matmul_small_kernel<T, 2> : matmul_small_kernel<T, 1>;
+          rw == 4 ? matmul_small_kernel<T1, 4> : rw == 2 ? matmul_small_kernel<T1, 2> : matmul_small_kernel<T1, 1>;
+      TANDEM_LAUNCH(kernel, grid, kWarps * 32, 0, st)(b);
+    } else if constexpr (dev::Geo<T1>::qk > 1) {  // two types: a warp a row
+      const dim3 grid(b.g.first_block[n_w], static_cast<unsigned>((n + kMT - 1) / kMT));
+      void (*kernel)(MatmulArgs) = matmul_small_pair_kernel<T1, T2>;
       TANDEM_LAUNCH(kernel, grid, kWarps * 32, 0, st)(b);
     }
   });
+  if (!launched) throw std::logic_error("matmul_small: weight types no launch takes together");
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS
