@@ -566,6 +566,7 @@ TEST(Scheduler, OnTheCudaBackendQuantizedStreamsKeepTheirAloneOutputUnderLoad) {
   GenerateOptions g = greedy(12, DraftMode::Model);
   g.speculative.policy = "fixed";
   g.speculative.draft_max = 3;
+  g.speculative.start_budget = -1.0f;  // drafts from the first step, whatever the machine's speed
   GenerateOptions c = g;
   c.sampling.temperature = 0.9f;
   c.sampling.top_k = 6;
@@ -597,6 +598,7 @@ TEST(Scheduler, OnTheCudaBackendQuantizedStreamsKeepTheirAloneOutputUnderLoad) {
   SchedulerOptions so;
   so.max_seqs = 18;
   so.prefill_chunk = 64;
+  so.max_step_ms = 0.0;  // token budgets only: the same steps on a slow (sanitized) build
   Scheduler s(*e, so);
   {
     GenerateOptions long_one = greedy(2, DraftMode::None);

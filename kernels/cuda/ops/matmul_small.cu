@@ -14,10 +14,11 @@
 // computes the same bits on tensor cores for larger batches, so the backend may pick
 // either for any token count. 4 lanes share a 32-block, 8 lanes a 256-block (so rows of
 // few K-quant blocks still keep the warp busy): a round covers RowWarps x groups
-// consecutive blocks, block b0 + w * groups + g to lane group g of the row's warp w. A lane unpacks its codes once per block into words of four bytes, takes
-// its integer parts for each token with __dp4a, the lanes sharing a block add them with
-// shuffles (exact integers), the group's first lane turns them into the block's float
-// contribution, and lane m adds the round's contributions for token m in block order.
+// consecutive blocks, block b0 + w * groups + g to lane group g of the row's warp w. A lane
+// unpacks its codes once per block into words of four bytes, takes its integer parts for
+// each token with __dp4a, the lanes sharing a block add them with shuffles (exact
+// integers), the group's first lane turns them into the block's float contribution, and
+// lane m of the row's first warp adds the round's contributions for token m in block order.
 // (Float weights: ops/matmul_mma_float.cu, at every token count.)
 #include <stdexcept>
 
