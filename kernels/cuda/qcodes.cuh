@@ -12,9 +12,9 @@ namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
 // Block b of a row of nb blocks in the planes layout (kernels/cuda/weight_planes.hpp): each
 // kind of field of the row's blocks gathered in a plane of its own, the codes 16-byte
-// aligned, every field at least 4. Q4_0: codes [nb][16] | d [nb][2]; Q5_0: codes [nb][16] | qh [nb][4] | d [nb][2];
-// Q8_0: codes [nb][32] | d [nb][2]; Q6_K: ql [nb][128] | qh [nb][64] | scales [nb][16] |
-// d [nb][2].
+// aligned, every field at least 4. Q4_0: codes [nb][16] | d [nb][2]; Q5_0: codes [nb][16] |
+// qh [nb][4] | d [nb][2]; Q8_0: codes [nb][32] | d [nb][2]; Q6_K: ql [nb][128] |
+// qh [nb][64] | scales [nb][16] | d [nb][2].
 struct PlaneBlock {
   const uint8_t* row;
   int64_t b, nb;
