@@ -64,6 +64,14 @@ __device__ __forceinline__ void split3_tf32(float v, uint32_t (&p)[3]) {
   p[2] = to_tf32(r - __uint_as_float(p[1]));  // exact, and at most 2 bits wide
 }
 
+// A float as an operand's TF32 parts for mma_tf32_split: three (split3_tf32), or one where
+// the values are TF32 already (F16 and BF16 ones).
+template <int Parts>
+__device__ __forceinline__ void tf32_parts(float v, uint32_t (&p)[3]) {
+  if constexpr (Parts == 3) split3_tf32(v, p);
+  else p[0] = to_tf32(v), p[1] = p[2] = 0u;
+}
+
 // d = A B + c, 16 x 8 x 8 on TF32 values: a[4], b[2] as
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (layouts: simt::mma_tf32).
 __device__ __forceinline__ void mma_tf32_k8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],

@@ -82,8 +82,7 @@ __device__ __forceinline__ void load_x8(const float* xr, int64_t c, int64_t cols
 
 template <int T, bool Vec>
 __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
-  constexpr bool kExactW = T != dev::kF32;  // F16 and BF16 weights are TF32 values
-  constexpr int kWParts = kExactW ? 1 : 3;
+  constexpr int kWParts = T == dev::kF32 ? 3 : 1;  // F16 and BF16 weights are TF32 values
   const int lane = threadIdx.x, gid = lane / 4, tid = lane % 4;
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
@@ -108,10 +107,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
     for (int h = 0; h < 2; ++h) {
       float w[8];
       load_w8<T, Vec>(wrow[h], c, a.cols, w);
-      for (int i = 0; i < 8; ++i) {
-        if constexpr (kExactW) wp[h][i][0] = dev::to_tf32(w[i]), wp[h][i][1] = wp[h][i][2] = 0u;
-        else dev::split3_tf32(w[i], wp[h][i]);
-      }
+      for (int i = 0; i < 8; ++i) dev::tf32_parts<kWParts>(w[i], wp[h][i]);
     }
     for (int j = 0; j < kTiles; ++j) {  // a constant trip count: the sums stay in registers
       if (j >= n_tiles) break;
@@ -123,7 +119,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
         for (int i = 0; i < 8; ++i) xv[i] = 0.0f;
       }
       uint32_t xp[8][3];
-      for (int i = 0; i < 8; ++i) dev::split3_tf32(xv[i], xp[i]);
+      for (int i = 0; i < 8; ++i) dev::tf32_parts<3>(xv[i], xp[i]);
       float chunk[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // this chunk's main products
       for (int s = 0; s < 4; ++s) {
         // A: parts of the lane's columns 2s, 2s + 1 of both rows; B: of its token's.

@@ -219,14 +219,6 @@ __device__ __forceinline__ void stage_rows(const ops::AttnParams& a, const Ctx& 
   }
 }
 
-// A float as the A or B operand's TF32 parts: three (dev::split3_tf32), or one where the
-// values are TF32 already (an F16 cache's).
-template <int Parts>
-__device__ __forceinline__ void tf32_parts(float v, uint32_t (&p)[3]) {
-  if constexpr (Parts == 3) dev::split3_tf32(v, p);
-  else p[0] = dev::to_tf32(v), p[1] = p[2] = 0u;
-}
-
 // One span of a query tile: the tokens t0 .. t0 + nt - 1 of one sequence (or one token of
 // any kind). The tile's K and V rows are staged once for all its tokens; each token's
 // scores, softmax sums and V sums are computed as for the token alone (the same operations
@@ -303,12 +295,12 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
         uint32_t af[3][4], bf[3][2], pt[3];
         for (int i = 0; i < 4; ++i) {  // A[gid + 8 (i % 2)][tid + 4 (i / 2)]: query row, dimension
           const int row = 16 * mt + gid + 8 * (i % 2), d = d0 + tid + 4 * (i / 2);
-          tf32_parts<3>(row < n_rows && d < hd ? qs[row * qst + d] : 0.0f, pt);
+          dev::tf32_parts<3>(row < n_rows && d < hd ? qs[row * qst + d] : 0.0f, pt);
           for (int p = 0; p < 3; ++p) af[p][i] = pt[p];
         }
         for (int i = 0; i < 2; ++i) {  // B[tid + 4 i][gid]: dimension, position
           const int d = d0 + tid + 4 * i;
-          tf32_parts<kKvParts>(d < hd ? rows[(8 * nb + gid) * kst + d] : 0.0f, pt);
+          dev::tf32_parts<kKvParts>(d < hd ? rows[(8 * nb + gid) * kst + d] : 0.0f, pt);
           for (int p = 0; p < 3; ++p) bf[p][i] = pt[p];
         }
         dev::mma_tf32_split<3, kKvParts>(s_main, s_small, af, bf);
@@ -368,12 +360,12 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
         uint32_t af[3][4], bf[3][2], pt[3];
         for (int i = 0; i < 4; ++i) {  // A[gid + 8 (i % 2)][tid + 4 (i / 2)]: row, position
           const int row = 16 * mt + gid + 8 * (i % 2), r = 8 * ks + tid + 4 * (i / 2);
-          tf32_parts<3>(row < n_rows ? weight(row, base + c0 + r) : 0.0f, pt);
+          dev::tf32_parts<3>(row < n_rows ? weight(row, base + c0 + r) : 0.0f, pt);
           for (int p = 0; p < 3; ++p) af[p][i] = pt[p];
         }
         for (int i = 0; i < 2; ++i) {  // B[tid + 4 i][gid]: position, dimension
           const int d = 8 * db + gid;
-          tf32_parts<kKvParts>(d < hd ? rows[(8 * ks + tid + 4 * i) * vst + d] : 0.0f, pt);
+          dev::tf32_parts<kKvParts>(d < hd ? rows[(8 * ks + tid + 4 * i) * vst + d] : 0.0f, pt);
           for (int p = 0; p < 3; ++p) bf[p][i] = pt[p];
         }
         dev::mma_tf32_split<3, kKvParts>(sum, sum, af, bf);  // one running sum: main, then small terms

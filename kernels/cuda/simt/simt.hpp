@@ -40,7 +40,6 @@
 #include <memory>
 #include <stdexcept>
 #include <tuple>
-#include <utility>
 #include <typeinfo>
 #include <utility>
 
