@@ -202,23 +202,36 @@ class Backend {
     RopeStyle style = RopeStyle::Normal;
   };
   virtual void attention_inputs(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta);
-  // rms_norm(h, x, norm_w, eps, w_offset), then matmul_shared(h, targets, n): a block's input
-  // norm and the projections that read it. Default: the two ops.
+  // A post-norm's residual connection left for the op that next reads the residual stream
+  // (Gemma 3's post-attention and post-FFN norms, whose rows the next pre-norm reads anyway):
+  // x += rms_norm(src, w, eps), src normed in place, i.e. norm_residual(x, src, w, eps) first.
+  struct PendingResidual {
+    Tensor src, w;
+    float eps = 0.0f;
+  };
+  // norm_residual(x, pending...) when pending, rms_norm(h, x, norm_w, eps, w_offset), then
+  // matmul_shared(h, targets, n): a block's input norm and the projections that read it.
+  // Default: the ops in that order.
   virtual void norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                  const MatmulTarget* targets, int n);
+                                  const MatmulTarget* targets, int n, const PendingResidual* pending = nullptr);
   // gated_act(gate, gate, up, act), then matmul_residual(dst, w, gate, tmp): a feed-forward
   // block's activation and down projection. Default: the two ops.
   virtual void act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
                                    const Tensor& w, const Tensor& tmp);
+  // gated_act(gate, gate, up, act), then matmul(dst, w, gate): the same without the residual
+  // (a post-normed block's). Default: the two ops.
+  virtual void act_matmul(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w);
   // dst += matmul(w, x): a residual connection. tmp (dst's shape, F32) is the default's
   // workspace: matmul(tmp, w, x), then add(dst, dst, tmp).
   virtual void matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp);
   // A layer's attention block up to the attention itself: rms_norm(h, x, norm_w, eps,
   // w_offset), the projections a.q = matmul(wq, h), a.k = matmul(wk, h), a.v = matmul(wv, h),
-  // then attention_inputs(a, cache, meta). Default: norm_matmul_shared, attention_inputs.
+  // then attention_inputs(a, cache, meta); a pending residual is added to x first.
+  // Default: norm_matmul_shared, attention_inputs.
   virtual void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                                      const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
-                                     const KVLayer& cache, const PagedAttnMeta& meta);
+                                     const KVLayer& cache, const PagedAttnMeta& meta,
+                                     const PendingResidual* pending = nullptr);
   // x = rms_norm(x, w, eps) in place, then dst += x: a post-norm's residual (Gemma 3).
   // Default: rms_norm, add.
   virtual void norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps);
@@ -234,6 +247,10 @@ class Backend {
   virtual void attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
                                   const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                                   const AttnShape& shape);
+  // paged_attention(out, q, cache, meta, shape...), then matmul(dst, wo, out): the same
+  // without the residual (a post-normed block's). Default: the two ops.
+  virtual void attention_matmul(const Tensor& dst, const Tensor& wo, const Tensor& out, const Tensor& q,
+                                const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& shape);
 
   // Causal attention of q [n_tokens, n_heads*head_dim] over the cached keys/values of each
   // token's sequence, positions 0..positions[t] inclusive (keys of this batch already

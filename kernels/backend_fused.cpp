@@ -28,7 +28,8 @@ void Backend::attention_inputs(const AttnInputs& a, const KVLayer& cache, const 
 }
 
 void Backend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                 const MatmulTarget* targets, int n) {
+                                 const MatmulTarget* targets, int n, const PendingResidual* pending) {
+  if (pending) norm_residual(x, pending->src, pending->w, pending->eps);
   rms_norm(h, x, norm_w, eps, w_offset);
   matmul_shared(h, targets, n);
 }
@@ -39,11 +40,17 @@ void Backend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const T
   matmul_residual(dst, w, gate, tmp);
 }
 
+void Backend::act_matmul(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w) {
+  gated_act(gate, gate, up, act);
+  matmul(dst, w, gate);
+}
+
 void Backend::norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                                     const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
-                                    const KVLayer& cache, const PagedAttnMeta& meta) {
+                                    const KVLayer& cache, const PagedAttnMeta& meta,
+                                    const PendingResidual* pending) {
   const MatmulTarget qkv[] = {{a.q, wq}, {a.k, wk}, {a.v, wv}};
-  norm_matmul_shared(h, x, norm_w, eps, w_offset, qkv, 3);
+  norm_matmul_shared(h, x, norm_w, eps, w_offset, qkv, 3, pending);
   attention_inputs(a, cache, meta);
 }
 
@@ -57,6 +64,12 @@ void Backend::attention_residual(const Tensor& dst, const Tensor& wo, const Tens
                                  const AttnShape& s) {
   paged_attention(out, q, cache, meta, s.n_heads, s.n_kv_heads, s.head_dim, s.scale, s.sliding_window, s.softcap);
   matmul_residual(dst, wo, out, tmp);
+}
+
+void Backend::attention_matmul(const Tensor& dst, const Tensor& wo, const Tensor& out, const Tensor& q,
+                               const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& s) {
+  paged_attention(out, q, cache, meta, s.n_heads, s.n_kv_heads, s.head_dim, s.scale, s.sliding_window, s.softcap);
+  matmul(dst, wo, out);
 }
 
 void Backend::matmul_residual(const Tensor& dst, const Tensor& w, const Tensor& x, const Tensor& tmp) {

@@ -47,6 +47,17 @@ __global__ void racy_blocks_write_one_word(int* out) {
   if (threadIdx.x == 0) out[0] = static_cast<int>(blockIdx.x);
 }
 
+// The last block to arrive reads the others' words, but their atomic count is relaxed (as
+// CUDA's atomics are): without __threadfence on both sides nothing orders the words.
+__global__ void racy_last_block_without_fence(int* words, int* count, int* total) {
+  if (threadIdx.x != 0) return;
+  words[blockIdx.x] = static_cast<int>(blockIdx.x);
+  if (atomicAdd(count, 1) != static_cast<int>(gridDim.x) - 1) return;
+  int sum = 0;
+  for (unsigned b = 0; b < gridDim.x; ++b) sum += words[b];
+  *total = sum;
+}
+
 TEST(Racy, MissingSyncthreads) {
   std::vector<int> out(64);
   TANDEM_LAUNCH(racy_missing_syncthreads, 1, 64, 0, nullptr)(out.data());
@@ -65,6 +76,12 @@ TEST(Racy, WriteAfterBarrier) {
 TEST(Racy, BlocksWriteOneWord) {
   std::vector<int> out(1);
   TANDEM_LAUNCH(racy_blocks_write_one_word, 64, 32, 0, nullptr)(out.data());
+}
+
+TEST(Racy, LastBlockWithoutFence) {
+  std::vector<int> words(64);
+  int count = 0, total = 0;
+  TANDEM_LAUNCH(racy_last_block_without_fence, 64, 32, 0, nullptr)(words.data(), &count, &total);
 }
 
 // ---- ordered the ways CUDA orders threads ----------------------------------------------------
@@ -103,6 +120,25 @@ __global__ void quiet_warp_exchange(int* total, int* out) {
   if (t == 0) atomicAdd(total, 1);
 }
 
+// The last-arriving block (the q/k/v epilogue's per-head norms): every thread writes its
+// word, a fence, the block's barrier, one count per block; the block that completes the count
+// fences again and reads every block's words, then sets the count back for the next launch.
+__global__ void quiet_last_block(int* words, int* count, int* total) {
+  __shared__ int last;
+  words[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<int>(threadIdx.x);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(count, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  int sum = 0;
+  for (unsigned i = threadIdx.x; i < gridDim.x * blockDim.x; i += blockDim.x) sum += words[i];
+  atomicAdd(total, sum);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicExch(count, 0);
+}
+
 TEST(Quiet, KernelsOrderedAsCudaOrdersThem) {
   std::vector<int> x(4000);
   std::iota(x.begin(), x.end(), -1500);
@@ -125,6 +161,14 @@ TEST(Quiet, KernelsOrderedAsCudaOrdersThem) {
   for (int t = 0; t < 48; ++t) {
     const int u = 63 - t;
     EXPECT_EQ(out[15 * 48 + t], neighbour(u) + neighbour(u ^ 1)) << t;
+  }
+  std::vector<int> words(64 * 32);
+  int count = 0;
+  for (int round = 0; round < 2; ++round) {  // the count left at zero serves the next launch
+    int sum = 0;
+    TANDEM_LAUNCH(quiet_last_block, 64, 32, 0, nullptr)(words.data(), &count, &sum);
+    EXPECT_EQ(sum, 64 * (31 * 32 / 2));
+    EXPECT_EQ(count, 0);
   }
 }
 

@@ -766,42 +766,62 @@ TEST(CudaOps, MatmulSharedLaunchesOneKernelPerWeightType) {
 
 // The input norm fused with the quantization its projections read (one launch instead of
 // the norm and one quantization per block size) gives the ops' bits: q/k/v of mixed block
-// sizes and float weights beside them, at both matmul kernels' token counts.
+// sizes and float weights beside them, at both matmul kernels' token counts; with a pending
+// post-norm residual (Gemma 3) added to x in the same launch.
 TEST(CudaOps, NormMatmulSharedGivesTheBitsOfTheOps) {
-  for (int64_t N : {1, 5, 40}) {
-    SCOPED_TRACE(N);
-    Dual d;
-    const int64_t C = 512;
-    auto x = d.f32(randn(N * C, 61, 2.0f), C);
-    auto nw = d.f32(randn(C, 62), C);
-    const DType types[] = {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::F16};
-    std::vector<Dual::T> ws, y0, y1;
-    for (int i = 0; i < 4; ++i) {
-      const auto blob = test::random_blocks(types[i], 24 * C, 63 + i);
-      ws.push_back(d.raw(types[i], C, 24, blob.data()));
-      y0.push_back(d.zeros(24, N));
-      y1.push_back(d.zeros(24, N));
+  for (int64_t N : {1, 5, 40})
+    for (bool pend : {false, true}) {
+      SCOPED_TRACE(std::to_string(N) + (pend ? " with a pending residual" : ""));
+      Dual d;
+      const int64_t C = 512;
+      const auto xv = randn(N * C, 61, 2.0f), ov = randn(N * C, 64, 3.0f);
+      auto x = d.f32(xv, C), x1 = d.f32(xv, C), o0 = d.f32(ov, C), o1 = d.f32(ov, C);
+      auto pw = d.f32(randn(C, 65), C);
+      const Backend::PendingResidual p0{o0.g, pw.g, 1e-6f}, p1{o1.g, pw.g, 1e-6f};
+      auto nw = d.f32(randn(C, 62), C);
+      const DType types[] = {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::F16};
+      std::vector<Dual::T> ws, y0, y1;
+      for (int i = 0; i < 4; ++i) {
+        const auto blob = test::random_blocks(types[i], 24 * C, 63 + i);
+        ws.push_back(d.raw(types[i], C, 24, blob.data()));
+        y0.push_back(d.zeros(24, N));
+        y1.push_back(d.zeros(24, N));
+      }
+      auto h0 = d.zeros(C, N), h1 = d.zeros(C, N);
+      std::vector<Backend::MatmulTarget> t0, t1;
+      for (int i = 0; i < 4; ++i) t0.push_back({y0[i].g, ws[i].g}), t1.push_back({y1[i].g, ws[i].g});
+      const int64_t before = cuda_launch_count(*d.gpu);
+      d.gpu->norm_matmul_shared(h0.g, x.g, nw.g, 1e-6f, 0.0f, t0.data(), 4, pend ? &p0 : nullptr);
+      const int64_t fused = cuda_launch_count(*d.gpu) - before;
+      d.gpu->Backend::norm_matmul_shared(h1.g, x1.g, nw.g, 1e-6f, 0.0f, t1.data(), 4, pend ? &p1 : nullptr);
+      const int64_t ops = cuda_launch_count(*d.gpu) - before - fused;
+      // Norm + both quantizations (and the residual), then a launch for Q4_K with Q6_K (a pair
+      // real models mix), one for Q8_0 and one for F16.
+      EXPECT_EQ(fused, 1 + 3);
+      // the residual, the norm, a quantization per block size, the matmuls
+      EXPECT_EQ(ops, (pend ? 1 : 0) + 1 + 2 + 3);
+      EXPECT_SAME_BITS(d.getg(x), d.getg(x1));
+      EXPECT_SAME_BITS(d.getg(o0), d.getg(o1));
+      EXPECT_SAME_BITS(d.getg(h0), d.getg(h1));
+      for (int i = 0; i < 4; ++i) EXPECT_SAME_BITS(d.getg(y0[i]), d.getg(y1[i])) << dtype_name(types[i]);
+      if (!pend) continue;
+      // Float weights alone: nothing to quantize, the residual and the norm still one launch.
+      auto x2 = d.f32(xv, C), x3 = d.f32(xv, C), o2 = d.f32(ov, C), o3 = d.f32(ov, C);
+      const Backend::PendingResidual p2{o2.g, pw.g, 1e-6f}, p3{o3.g, pw.g, 1e-6f};
+      const int64_t before2 = cuda_launch_count(*d.gpu);
+      d.gpu->norm_matmul_shared(h0.g, x2.g, nw.g, 1e-6f, 0.0f, &t0[3], 1, &p2);
+      EXPECT_EQ(cuda_launch_count(*d.gpu) - before2, 2);
+      d.gpu->Backend::norm_matmul_shared(h1.g, x3.g, nw.g, 1e-6f, 0.0f, &t1[3], 1, &p3);
+      EXPECT_SAME_BITS(d.getg(x2), d.getg(x3));
+      EXPECT_SAME_BITS(d.getg(h0), d.getg(h1));
+      EXPECT_SAME_BITS(d.getg(y0[3]), d.getg(y1[3]));
     }
-    auto h0 = d.zeros(C, N), h1 = d.zeros(C, N);
-    std::vector<Backend::MatmulTarget> t0, t1;
-    for (int i = 0; i < 4; ++i) t0.push_back({y0[i].g, ws[i].g}), t1.push_back({y1[i].g, ws[i].g});
-    const int64_t before = cuda_launch_count(*d.gpu);
-    d.gpu->norm_matmul_shared(h0.g, x.g, nw.g, 1e-6f, 0.0f, t0.data(), 4);
-    const int64_t fused = cuda_launch_count(*d.gpu) - before;
-    d.gpu->Backend::norm_matmul_shared(h1.g, x.g, nw.g, 1e-6f, 0.0f, t1.data(), 4);
-    const int64_t ops = cuda_launch_count(*d.gpu) - before - fused;
-    // Norm + both quantizations, then a launch for Q4_K with Q6_K (a pair real models mix),
-    // one for Q8_0 and one for F16.
-    EXPECT_EQ(fused, 1 + 3);
-    EXPECT_EQ(ops, 1 + 2 + 3);  // the norm, a quantization per block size, the matmuls
-    EXPECT_SAME_BITS(d.getg(h0), d.getg(h1));
-    for (int i = 0; i < 4; ++i) EXPECT_SAME_BITS(d.getg(y0[i]), d.getg(y1[i])) << dtype_name(types[i]);
-  }
 }
 
 // The feed-forward activation fused with the quantization the down projection reads, and
-// the residual add in that projection's epilogue: the ops' bits, SiLU and GELU, both
-// quantized block sizes, both matmul kernels.
+// the residual add in that projection's epilogue (act_matmul_residual) or none (act_matmul,
+// a post-normed block's): the ops' bits, SiLU and GELU, both quantized block sizes, both
+// matmul kernels.
 TEST(CudaOps, ActMatmulResidualGivesTheBitsOfTheOps) {
   for (Activation act : {Activation::SiLU, Activation::GeluTanh})
     for (DType t : {DType::Q4_K, DType::Q8_0})
@@ -821,6 +841,14 @@ TEST(CudaOps, ActMatmulResidualGivesTheBitsOfTheOps) {
         d.gpu->Backend::act_matmul_residual(y1.g, g1.g, up.g, act, w.g, tmp.g);
         EXPECT_SAME_BITS(d.getg(g0), d.getg(g1));
         EXPECT_SAME_BITS(d.getg(y0), d.getg(y1));
+        auto g2 = d.f32(g, C), g3 = d.f32(g, C);
+        auto y2 = d.f32(resid, R), y3 = d.f32(resid, R);
+        const int64_t before2 = cuda_launch_count(*d.gpu);
+        d.gpu->act_matmul(y2.g, g2.g, up.g, act, w.g);
+        EXPECT_EQ(cuda_launch_count(*d.gpu) - before2, 2);
+        d.gpu->Backend::act_matmul(y3.g, g3.g, up.g, act, w.g);
+        EXPECT_SAME_BITS(d.getg(g2), d.getg(g3));
+        EXPECT_SAME_BITS(d.getg(y2), d.getg(y3));
       }
 }
 
@@ -847,7 +875,10 @@ TEST(CudaOps, NormResidualGivesTheOpsBits) {
 // k and v) give the bits of the ops one by one (Backend::norm_attention_inputs): NeoX, normal
 // and partial rotation, biases or none, F16 and F32 caches, quantized and float weights, both
 // matmul kernels, a v projection of another type in the same launch (Q4_K_M's layers: Q4_K
-// with Q6_K, Q5_0 with Q8_0), weights in planes. A slot outside the cache is still reported.
+// with Q6_K, Q5_0 with Q8_0), weights in planes. Gemma 3's per-head norms of q and k (heads
+// of 32 and 256: finished by the warp that completes a head, several launches in a row on the
+// same counters) and its pending post-norm residual take the same two launches. A slot
+// outside the cache is still reported.
 TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
   struct Case {
     DType w;
@@ -857,6 +888,8 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
     DType cache;
     DType wv = DType::F32;  // F32: w's type
     bool planes = false;    // the weights as Model::load packs them
+    bool head_norms = false, pending = false;
+    int hd = 32;
   };
   const Case cases[] = {{DType::Q8_0, RopeStyle::NeoX, 32, true, DType::F16},
                         {DType::Q4_K, RopeStyle::NeoX, 24, false, DType::F32},
@@ -866,17 +899,24 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
                         {DType::Q4_K, RopeStyle::NeoX, 32, true, DType::F16, DType::Q6_K},
                         {DType::Q4_K, RopeStyle::NeoX, 32, true, DType::F16, DType::Q6_K, true},
                         {DType::Q5_0, RopeStyle::NeoX, 32, true, DType::F16, DType::Q8_0, true},
-                        {DType::Q5_0, RopeStyle::Normal, 32, false, DType::F32, DType::Q8_0}};
+                        {DType::Q5_0, RopeStyle::Normal, 32, false, DType::F32, DType::Q8_0},
+                        {DType::Q4_K, RopeStyle::NeoX, 32, false, DType::F16, DType::F32, false, true, true},
+                        {DType::Q8_0, RopeStyle::NeoX, 16, true, DType::F32, DType::F32, true, true, false},
+                        {DType::F16, RopeStyle::Normal, 32, true, DType::F16, DType::F32, false, true, true},
+                        {DType::Q4_K, RopeStyle::NeoX, 32, false, DType::F16, DType::Q6_K, true, true, true},
+                        {DType::Q8_0, RopeStyle::NeoX, 256, false, DType::F16, DType::F32, true, true, true, 256}};
   for (const Case& c : cases)
     for (int64_t N : {1, 5, 40}) {
       const DType wv_type = c.wv == DType::F32 ? c.w : c.wv;
       SCOPED_TRACE(std::string(dtype_name(c.w)) + "/" + dtype_name(wv_type) + (c.planes ? " planes" : "") + " rope " +
-                   std::to_string(c.rope_dims) + " N=" + std::to_string(N));
+                   std::to_string(c.rope_dims) + (c.head_norms ? " head norms" : "") +
+                   (c.pending ? " pending" : "") + " hd " + std::to_string(c.hd) + " N=" + std::to_string(N));
       Dual d;
-      const int nh = 6, nkv = 2, hd = 32, slots = 48;
+      const int nh = 6, nkv = 2, hd = c.hd, slots = 48;
       const int64_t C = 256;
-      auto x = d.f32(randn(N * C, 100, 2.0f), C);
-      auto nw = d.f32(randn(C, 101), C);
+      const auto xv = randn(N * C, 100, 2.0f), ov = randn(N * C, 108, 3.0f);
+      auto nw = d.f32(randn(C, 101), C), pw = d.f32(randn(C, 109), C);
+      auto qn = d.f32(randn(hd, 110, 0.5f), hd), kn = d.f32(randn(hd, 111, 0.5f), hd);
       const auto bq_blob = test::random_blocks(c.w, nh * hd * C, 102), bk_blob = test::random_blocks(c.w, nkv * hd * C, 103),
                  bv_blob = test::random_blocks(wv_type, nkv * hd * C, 104);
       auto wq = d.raw(c.w, C, nh * hd, bq_blob.data()), wk = d.raw(c.w, C, nkv * hd, bk_blob.data()),
@@ -900,8 +940,12 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
       PagedAttnMeta meta;
       meta.slot_mapping = sm.g;
       std::vector<Dual::T> keep;
-      Tensor q[2], k[2], v[2], h[2], kc[2], vc[2];
-      for (int r = 0; r < 2; ++r) {  // 0: fused, 1: the default's ops
+      // 0: fused, 1: the default's ops, 2: fused again (the head counters left at zero)
+      constexpr int kRuns = 3;
+      Tensor q[kRuns], k[kRuns], v[kRuns], h[kRuns], kc[kRuns], vc[kRuns], x[kRuns], o[kRuns];
+      for (int r = 0; r < kRuns; ++r) {
+        keep.push_back(d.f32(xv, C)), x[r] = keep.back().g;
+        keep.push_back(d.f32(ov, C)), o[r] = keep.back().g;
         for (Tensor* t : {&kc[r], &vc[r]}) {
           keep.push_back(d.raw(c.cache, nkv * hd, slots, nullptr));
           *t = keep.back().g;
@@ -912,17 +956,27 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
         keep.push_back(d.zeros(nkv * hd, N)), v[r] = keep.back().g;
         keep.push_back(d.zeros(C, N)), h[r] = keep.back().g;
       }
-      for (int r = 0; r < 2; ++r) {
+      auto inputs = [&](int r) {
         Backend::AttnInputs a;
         a.q = q[r], a.k = k[r], a.v = v[r];
         if (c.biases) a.bq = bq.g, a.bk = bk.g, a.bv = bv.g;
+        if (c.head_norms) a.q_norm = qn.g, a.k_norm = kn.g, a.norm_eps = 1e-6f;
         a.positions = pos.g;
         a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims;
         a.theta = 1e6f, a.style = c.style;
+        return a;
+      };
+      for (int r = 0; r < kRuns; ++r) {
+        const Backend::AttnInputs a = inputs(r);
+        const Backend::PendingResidual pending{o[r], pw.g, 1e-6f};
+        const Backend::PendingResidual* pend = c.pending ? &pending : nullptr;
         const int64_t before = cuda_launch_count(*d.gpu);
-        if (r == 0) d.gpu->norm_attention_inputs(h[r], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta);
-        else d.gpu->Backend::norm_attention_inputs(h[r], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta);
-        if (r == 0) {
+        if (r != 1)
+          d.gpu->norm_attention_inputs(h[r], x[r], nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta, pend);
+        else
+          d.gpu->Backend::norm_attention_inputs(h[r], x[r], nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[r], vc[r]}, meta,
+                                                pend);
+        if (r != 1) {
           EXPECT_EQ(cuda_launch_count(*d.gpu) - before, 2);
         }
       }
@@ -931,21 +985,23 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
         d.gpu->download(b.data(), t, b.size());
         return b;
       };
-      EXPECT_EQ(get(h[0]), get(h[1]));
-      EXPECT_EQ(get(q[0]), get(q[1]));
-      EXPECT_EQ(get(k[0]), get(k[1]));
-      EXPECT_EQ(get(v[0]), get(v[1]));
-      EXPECT_EQ(get(kc[0]), get(kc[1]));
-      EXPECT_EQ(get(vc[0]), get(vc[1]));
+      for (int r : {0, 2}) {
+        SCOPED_TRACE(r == 0 ? "fused" : "fused again");
+        EXPECT_EQ(get(x[r]), get(x[1]));
+        EXPECT_EQ(get(o[r]), get(o[1]));
+        EXPECT_EQ(get(h[r]), get(h[1]));
+        EXPECT_EQ(get(q[r]), get(q[1]));
+        EXPECT_EQ(get(k[r]), get(k[1]));
+        EXPECT_EQ(get(v[r]), get(v[1]));
+        EXPECT_EQ(get(kc[r]), get(kc[1]));
+        EXPECT_EQ(get(vc[r]), get(vc[1]));
+      }
       EXPECT_NO_THROW(d.gpu->synchronize());
       if (N != 5) continue;
       sl[2] = slots;  // one slot past the cache
       auto bad = d.i32(sl, N);
       meta.slot_mapping = bad.g;
-      Backend::AttnInputs a;
-      a.q = q[0], a.k = k[0], a.v = v[0], a.positions = pos.g;
-      a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = c.rope_dims, a.theta = 1e6f;
-      d.gpu->norm_attention_inputs(h[0], x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc[0], vc[0]}, meta);
+      d.gpu->norm_attention_inputs(h[0], x[0], nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, inputs(0), {kc[0], vc[0]}, meta);
       EXPECT_THROW(d.gpu->synchronize(), std::out_of_range);
     }
 }
@@ -1215,9 +1271,10 @@ TEST(CudaOps, PagedAttentionSingleSpanOutputsEqualTheMergedOnes) {
 }
 
 // The attention quantizing its output for the output projection (one launch less) gives the
-// bits of paged_attention then matmul_residual (Backend::attention_residual): activation
-// blocks of 32 and 256, one span and merged spans; a group narrower than a block takes the ops.
-TEST(CudaOps, AttentionResidualGivesTheOpsBits) {
+// bits of paged_attention then matmul_residual (Backend::attention_residual), or then matmul
+// (attention_matmul, a post-normed block's): activation blocks of 32 and 256, one span and
+// merged spans; a group narrower than a block takes the ops.
+TEST(CudaOps, AttentionResidualAndMatmulGiveTheOpsBits) {
   struct Case {
     DType w;
     int n_heads, n_kv, hd, pad_cols;
@@ -1245,19 +1302,25 @@ TEST(CudaOps, AttentionResidualGivesTheOpsBits) {
     meta.positions = p.g, meta.seq_index = sq.g, meta.block_table = b.g, meta.block_size = c.bs;
     Backend::AttnShape shape;
     shape.n_heads = c.n_heads, shape.n_kv_heads = c.n_kv, shape.head_dim = c.hd, shape.scale = 0.125f;
-    std::vector<float> outs[2], ys[2];
-    for (int r = 0; r < 2; ++r) {
-      auto out = d.zeros(C, n), y = d.f32(resid, R), tmp = d.zeros(R, n);
-      const int64_t before = cuda_launch_count(*d.gpu);
-      if (r == 0) d.gpu->attention_residual(y.g, wo.g, tmp.g, out.g, q.g, {pr.kc.g, pr.vc.g}, meta, shape);
-      else d.gpu->Backend::attention_residual(y.g, wo.g, tmp.g, out.g, q.g, {pr.kc.g, pr.vc.g}, meta, shape);
-      if (r == 0) {
-        EXPECT_EQ(cuda_launch_count(*d.gpu) - before, k.launches);
+    for (bool residual : {true, false}) {
+      SCOPED_TRACE(residual ? "attention_residual" : "attention_matmul");
+      std::vector<float> outs[2], ys[2];
+      for (int r = 0; r < 2; ++r) {
+        auto out = d.zeros(C, n), y = d.f32(resid, R), tmp = d.zeros(R, n);
+        const int64_t before = cuda_launch_count(*d.gpu);
+        const KVLayer kv{pr.kc.g, pr.vc.g};
+        if (residual && r == 0) d.gpu->attention_residual(y.g, wo.g, tmp.g, out.g, q.g, kv, meta, shape);
+        if (residual && r == 1) d.gpu->Backend::attention_residual(y.g, wo.g, tmp.g, out.g, q.g, kv, meta, shape);
+        if (!residual && r == 0) d.gpu->attention_matmul(y.g, wo.g, out.g, q.g, kv, meta, shape);
+        if (!residual && r == 1) d.gpu->Backend::attention_matmul(y.g, wo.g, out.g, q.g, kv, meta, shape);
+        if (r == 0) {
+          EXPECT_EQ(cuda_launch_count(*d.gpu) - before, k.launches);
+        }
+        outs[r] = d.getg(out), ys[r] = d.getg(y);
       }
-      outs[r] = d.getg(out), ys[r] = d.getg(y);
+      EXPECT_SAME_BITS(outs[0], outs[1]);
+      EXPECT_SAME_BITS(ys[0], ys[1]);
     }
-    EXPECT_SAME_BITS(outs[0], outs[1]);
-    EXPECT_SAME_BITS(ys[0], ys[1]);
   }
 }
 

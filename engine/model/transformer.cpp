@@ -212,6 +212,9 @@ Tensor Transformer::encode(const PassInputs& in) {
 
   be_.get_rows(x, model_.tok_embd, in.tokens);
   if (c.embd_scale != 1.0f) be_.scale(x, c.embd_scale);
+  // A post-normed block's output (Gemma 3) joins the residual stream in the next norm's kernel.
+  kernels::Backend::PendingResidual post;
+  const kernels::Backend::PendingResidual* pending = nullptr;
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = model_.layers[static_cast<size_t>(il)];
     const bool local = c.layer_is_local[static_cast<size_t>(il)];
@@ -226,32 +229,32 @@ Tensor Transformer::encode(const PassInputs& in) {
       ai.n_heads = c.n_head, ai.n_kv_heads = c.n_head_kv, ai.head_dim = c.head_dim, ai.rope_dims = c.rope_dims;
       ai.theta = local ? c.rope_theta_local : c.rope_theta;
       ai.style = c.rope_style;
-      be_.norm_attention_inputs(h, x, L.attn_norm, c.rms_eps, 0.0f, L.wq, L.wk, L.wv, ai, cache_.layer(il), meta);
+      be_.norm_attention_inputs(h, x, L.attn_norm, c.rms_eps, 0.0f, L.wq, L.wk, L.wv, ai, cache_.layer(il), meta,
+                                pending);
     }
+    kernels::Backend::AttnShape as;
+    as.n_heads = c.n_head, as.n_kv_heads = c.n_head_kv, as.head_dim = c.head_dim;
+    as.scale = c.attention_scale(), as.sliding_window = local ? c.sliding_window : 0;
     if (c.post_norms) {
-      be_.paged_attention(attn, q, cache_.layer(il), meta, c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(),
-                          local ? c.sliding_window : 0);
-      be_.matmul(o, L.wo, attn);
-      be_.norm_residual(x, o, L.post_attn_norm, c.rms_eps);
+      be_.attention_matmul(o, L.wo, attn, q, cache_.layer(il), meta, as);
+      post = {o, L.post_attn_norm, c.rms_eps}, pending = &post;
     } else {
-      kernels::Backend::AttnShape as;
-      as.n_heads = c.n_head, as.n_kv_heads = c.n_head_kv, as.head_dim = c.head_dim;
-      as.scale = c.attention_scale(), as.sliding_window = local ? c.sliding_window : 0;
       be_.attention_residual(x, L.wo, o, attn, q, cache_.layer(il), meta, as);
     }
     // --- feed-forward block
     {
       const kernels::Backend::MatmulTarget gate_up[] = {{gate, L.w_gate}, {up, L.w_up}};
-      be_.norm_matmul_shared(h, x, L.ffn_norm, c.rms_eps, 0.0f, gate_up, 2);
+      be_.norm_matmul_shared(h, x, L.ffn_norm, c.rms_eps, 0.0f, gate_up, 2, pending);
+      pending = nullptr;
     }
     if (c.post_norms) {
-      be_.gated_act(gate, gate, up, c.activation);
-      be_.matmul(o, L.w_down, gate);
-      be_.norm_residual(x, o, L.post_ffn_norm, c.rms_eps);
+      be_.act_matmul(o, gate, up, c.activation, L.w_down);
+      post = {o, L.post_ffn_norm, c.rms_eps}, pending = &post;
     } else {
       be_.act_matmul_residual(x, gate, up, c.activation, L.w_down, o);
     }
   }
+  if (pending) be_.norm_residual(x, pending->src, pending->w, pending->eps);
 
   if (n_out == 0) return {};
 

@@ -7,8 +7,17 @@ namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
 constexpr int kNormThreads = 256;
 
+// A row's 1 / rms from its sum of squares, and one normed element: the steps every RMS norm
+// kernel shares (rms_norm_row, and the per-head norms of qkv_epilogue.cuh).
+__device__ __forceinline__ float rms_inv(double sum_sq, int64_t cols, float eps) {
+  return static_cast<float>(1.0 / sqrt(sum_sq / static_cast<double>(cols) + eps));
+}
+__device__ __forceinline__ float rms_scaled(float x, float inv, float w, float w_offset) { return x * inv * (w + w_offset); }
+
 // y = x / rms(x) * (w + w_offset) for one row, by a block of kNormThreads threads: the sum
-// of squares in double like the CPU backend's, in an order fixed by the row length.
+// of squares in double like the CPU backend's, in an order fixed by the row length: thread
+// i's elements i, i + kNormThreads, ... in turn, each warp's sums by warp_sum, then the warps'
+// in order.
 __device__ __forceinline__ void rms_norm_row(float* yr, const float* xr, const float* w, int64_t cols, float eps,
                                              float w_offset, double* partial /* [kNormThreads / kWarp], shared */) {
   double ss = 0.0;
@@ -18,8 +27,8 @@ __device__ __forceinline__ void rms_norm_row(float* yr, const float* xr, const f
   __syncthreads();
   double total = 0.0;
   for (int i = 0; i < kNormThreads / kWarp; ++i) total += partial[i];
-  const float inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(cols) + eps));
-  for (int64_t i = threadIdx.x; i < cols; i += kNormThreads) yr[i] = xr[i] * inv * (w[i] + w_offset);
+  const float inv = rms_inv(total, cols, eps);
+  for (int64_t i = threadIdx.x; i < cols; i += kNormThreads) yr[i] = rms_scaled(xr[i], inv, w[i], w_offset);
 }
 
 // act(g) * u with the CPU backend's formulas: SiLU g / (1 + e^-g), GELU (tanh form)

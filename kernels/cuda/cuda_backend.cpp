@@ -299,6 +299,8 @@ void CudaBackend::reserve_scratch(const ScratchNeeds& n) {
     const int64_t floats = std::min<int64_t>(n.max_weight_elems, std::max<int64_t>(kGemmTileFloats, n.max_cols));
     scratch(kScratchTile, sizeof(float) * static_cast<size_t>(floats));
   }
+  if (n.n_heads > 0 && n.n_kv_heads > 0)  // per-head norms' counters (norm_attention_inputs)
+    head_counts((n.n_heads + n.n_kv_heads) * ((n.tokens + ops::kSmallMTokens - 1) / ops::kSmallMTokens));
   if (n.n_heads > 0 && n.n_kv_heads > 0 && n.head_dim > 0 && n.positions > 0) {
     ops::AttnParams a;
     a.n_tokens = 1;

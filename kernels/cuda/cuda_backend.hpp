@@ -111,19 +111,25 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // The activation and the quantization the down projection reads in one kernel.
   void act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w,
                            const Tensor& tmp) override;
-  // The norm and the quantization of its output for the projections in one kernel.
+  void act_matmul(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w) override;
+  // The norm and the quantization of its output for the projections in one kernel (a pending
+  // residual added first in the same kernel).
   void norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                          const MatmulTarget* targets, int n) override;
-  // The norm (with its quantization), then q/k/v in one launch whose epilogue adds the biases,
+                          const MatmulTarget* targets, int n, const PendingResidual* pending = nullptr) override;
+  // The norm (with its quantization and a pending residual), then q/k/v in one launch whose
+  // epilogue adds the biases, norms each head of q and k (the warp that completes a head),
   // rotates q and k and stores k and v into the cache: two launches.
   void norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
                              const Tensor& wq, const Tensor& wk, const Tensor& wv, const AttnInputs& a,
-                             const KVLayer& cache, const PagedAttnMeta& meta) override;
+                             const KVLayer& cache, const PagedAttnMeta& meta,
+                             const PendingResidual* pending = nullptr) override;
   // The norm and the add in one kernel.
   void norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps) override;
   // The attention quantizes its output for the output projection: two launches.
   void attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out, const Tensor& q,
                           const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& shape) override;
+  void attention_matmul(const Tensor& dst, const Tensor& wo, const Tensor& out, const Tensor& q, const KVLayer& cache,
+                        const PagedAttnMeta& meta, const AttnShape& shape) override;
   void paged_attention(const Tensor& out, const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                        int n_heads, int n_kv_heads, int head_dim, float scale, int sliding_window,
                        float softcap) override;
@@ -190,7 +196,17 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // norm_matmul_shared's norm: with the quantized activations its targets read (q32, qk) where
   // one launch can write them, else rms_norm alone.
   void norm_for_matmuls(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                        const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk);
+                        const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk,
+                        const PendingResidual* pending);
+  // attention_residual (accumulate) and attention_matmul.
+  void attention_projection(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out, const Tensor& q,
+                            const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& s, bool accumulate);
+  // act_matmul_residual (accumulate) and act_matmul.
+  void act_projection(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w,
+                      const Tensor& tmp, bool accumulate);
+  // The zeroed counters of the q/k/v epilogue's per-head norms (ops::QkvEpilogue::head_counts):
+  // at least n; every launch leaves them zero again.
+  int* head_counts(int64_t n);
   // attention_inputs' checks and the fused kernel's arguments.
   ops::AttnInputsArgs attn_inputs_args(const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta);
   // paged_attention, its output also quantized into *quant when given.
@@ -207,7 +223,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
     size_t offset = 0, size = 0;
     uint8_t* p = nullptr;
   };
-  ScratchSlot scratch_[4];
+  ScratchSlot scratch_[5];
   std::atomic<uint64_t> launches_{0};  // kernels launched (or recorded into a graph) through launched()
   uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
 };

@@ -15,7 +15,8 @@ namespace tandem::kernels::TANDEM_CUDA_NS::backend_detail {
 
 inline constexpr const char* kKind = TANDEM_CUDA_EMULATED_BUILD ? "cuda-emulated" : "cuda";
 inline constexpr size_t kGemmTileFloats = size_t{4} << 20;  // 16 MiB of dequantized weight rows per GEMM
-enum { kScratchActQ = 0, kScratchTile = 1, kScratchAttn = 2 };
+// Scratch slots (kScratchActQ + 3: the 256-element blocks' activations).
+enum { kScratchActQ = 0, kScratchTile = 1, kScratchAttn = 2, kScratchHeadCounts = 4 };
 
 // A call the backend refuses: std::logic_error naming the backend, the op and why.
 inline void require(bool ok, const char* op, const std::string& what) {

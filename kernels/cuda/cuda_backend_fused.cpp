@@ -1,6 +1,6 @@
 // CudaBackend's fused steps (kernels/backend.hpp: attention_inputs, norm_matmul_shared,
-// norm_attention_inputs, attention_residual, norm_residual, act_matmul_residual,
-// matmul_residual): one kernel where the default takes several, built from the same device
+// norm_attention_inputs, attention_residual, attention_matmul, norm_residual,
+// act_matmul_residual, act_matmul, matmul_residual): one kernel where the default takes several, built from the same device
 // functions, so the same bits; the default where a case is not fused.
 #include <algorithm>
 #include <cstdint>
@@ -79,13 +79,12 @@ void CudaBackend::attention_inputs(const AttnInputs& a, const KVLayer& cache, co
 
 void CudaBackend::norm_attention_inputs(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps,
                                         float w_offset, const Tensor& wq, const Tensor& wk, const Tensor& wv,
-                                        const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta) {
+                                        const AttnInputs& a, const KVLayer& cache, const PagedAttnMeta& meta,
+                                        const PendingResidual* pending) {
   const int64_t N = x.rows();
-  // The epilogue keeps a rotated pair in one warp's 16 rows (ops::QkvEpilogue); per-head norms
-  // (Gemma 3) need whole heads, left to attention_inputs' one kernel.
-  if (!fusable_inputs(a) || a.q_norm.buf || a.k_norm.buf || a.head_dim % 16 || N == 0 || x.cols() == 0 || gemm_on(N) ||
-      a.q.rows() != N) {
-    Backend::norm_attention_inputs(h, x, norm_w, eps, w_offset, wq, wk, wv, a, cache, meta);
+  // The epilogue keeps a rotated pair in one warp's 16 rows (ops::QkvEpilogue).
+  if (!fusable_inputs(a) || a.head_dim % 16 || N == 0 || x.cols() == 0 || gemm_on(N) || a.q.rows() != N) {
+    Backend::norm_attention_inputs(h, x, norm_w, eps, w_offset, wq, wk, wv, a, cache, meta, pending);
     return;
   }
   const ops::AttnInputsArgs g = attn_inputs_args(a, cache, meta);
@@ -96,15 +95,34 @@ void CudaBackend::norm_attention_inputs(const Tensor& h, const Tensor& x, const 
   e.positions = g.positions;
   e.head_dim = g.head_dim, e.rope_dims = g.rope_dims, e.theta = g.theta, e.neox = g.neox;
   e.cache_stride = g.cache_stride, e.f16 = g.f16, e.n_slots = g.n_slots, e.slots = g.slots, e.err = err_;
+  if (g.q_norm || g.k_norm) {
+    // Per-head norms (Gemma 3): counters per head and token chunk of the launch find the
+    // warp that completes a head (the chunks of matmul_small, the smallest).
+    e.head_norm[0] = g.q_norm, e.head_norm[1] = g.k_norm, e.norm_eps = g.norm_eps;
+    e.head_base[0] = 0, e.head_base[1] = g.n_heads;
+    e.count_stride = g.n_heads + g.n_kv_heads;
+    e.head_counts = head_counts(e.count_stride * ((N + ops::kSmallMTokens - 1) / ops::kSmallMTokens));
+  }
   const MatmulTarget qkv[] = {{a.q, wq}, {a.k, wk}, {a.v, wv}};
   QuantizedX q32, qk;
-  norm_for_matmuls(h, x, norm_w, eps, w_offset, qkv, 3, q32, qk);
+  norm_for_matmuls(h, x, norm_w, eps, w_offset, qkv, 3, q32, qk, pending);
   matmul_shared_cached(h, qkv, 3, q32, qk, &e);
 }
 
 void CudaBackend::attention_residual(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
                                      const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
                                      const AttnShape& s) {
+  attention_projection(dst, wo, tmp, out, q, cache, meta, s, /*accumulate=*/true);
+}
+
+void CudaBackend::attention_matmul(const Tensor& dst, const Tensor& wo, const Tensor& out, const Tensor& q,
+                                   const KVLayer& cache, const PagedAttnMeta& meta, const AttnShape& s) {
+  attention_projection(dst, wo, Tensor{}, out, q, cache, meta, s, /*accumulate=*/false);
+}
+
+void CudaBackend::attention_projection(const Tensor& dst, const Tensor& wo, const Tensor& tmp, const Tensor& out,
+                                       const Tensor& q, const KVLayer& cache, const PagedAttnMeta& meta,
+                                       const AttnShape& s, bool accumulate) {
   const int64_t N = q.rows(), C = out.cols();
   const int block = act_block(wo.type);
   // The quantization happens where a KV head's group is written: groups of whole blocks.
@@ -112,7 +130,8 @@ void CudaBackend::attention_residual(const Tensor& dst, const Tensor& wo, const 
                      C == static_cast<int64_t>(s.n_heads) * s.head_dim &&
                      (s.n_heads / s.n_kv_heads) * s.head_dim % block == 0;
   if (!fused) {
-    Backend::attention_residual(dst, wo, tmp, out, q, cache, meta, s);
+    if (accumulate) Backend::attention_residual(dst, wo, tmp, out, q, cache, meta, s);
+    else Backend::attention_matmul(dst, wo, out, q, cache, meta, s);
     return;
   }
   const ops::MatmulWeight mw = check_matmul(dst, wo, out);
@@ -120,7 +139,7 @@ void CudaBackend::attention_residual(const Tensor& dst, const Tensor& wo, const 
   aq.block = block;
   act_scratch(N, C, block, aq.q, aq.d);
   attention(out, q, cache, meta, s, &aq);
-  if (mw.w) launch_matmul(wo.type, &mw, 1, out, &aq, /*accumulate=*/true);
+  if (mw.w) launch_matmul(wo.type, &mw, 1, out, &aq, accumulate);
 }
 
 void CudaBackend::norm_residual(const Tensor& dst, const Tensor& x, const Tensor& w, float eps) {
@@ -132,45 +151,68 @@ void CudaBackend::norm_residual(const Tensor& dst, const Tensor& x, const Tensor
 }
 
 void CudaBackend::norm_for_matmuls(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                   const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk) {
+                                   const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk,
+                                   const PendingResidual* pending) {
   bool want32 = false, want256 = false;
   for (int i = 0; i < n; ++i)
     if (quantized(targets[i].w.type)) (act_block(targets[i].w.type) == 256 ? want256 : want32) = true;
   const int64_t N = x.rows(), C = x.cols();
-  if ((!want32 && !want256) || (want32 && C % 32) || (want256 && C % 256)) {
+  // Whether this kernel quantizes the row for the targets (else their matmuls do, or they
+  // are float weights); with a pending residual the kernel is worth it either way.
+  const bool quant = (want32 || want256) && !(want32 && C % 32) && !(want256 && C % 256);
+  if (!quant && !pending) {
     rms_norm(h, x, norm_w, eps, w_offset);
     return;
   }
   require(x.type == DType::F32 && norm_w.type == DType::F32 && h.type == DType::F32, "rms_norm", "F32 only");
   require(norm_w.numel() == C && h.cols() == C && h.rows() == N, "rms_norm", "shape mismatch");
+  ops::PendingAdd add;
+  if (pending) {
+    const Tensor& src = pending->src;
+    require(src.type == DType::F32 && pending->w.type == DType::F32, "norm_residual", "F32 only");
+    require(src.rows() == N && src.cols() == C && pending->w.numel() == C, "norm_residual", "shape mismatch");
+    add.src = reinterpret_cast<float*>(ptr(src, "norm_residual")), add.ld = ld_of(src);
+    add.w = reinterpret_cast<const float*>(ptr(pending->w, "norm_residual")), add.eps = pending->eps;
+  }
   // The quantized activations the kernel writes are the matmuls' caches (q null: not wanted).
-  for (QuantizedX* a : {want32 ? &q32 : nullptr, want256 ? &qk : nullptr}) {
+  for (QuantizedX* a : {quant && want32 ? &q32 : nullptr, quant && want256 ? &qk : nullptr}) {
     if (!a) continue;
     a->block = a == &q32 ? 32 : 256;
     act_scratch(N, C, a->block, a->q, a->d);
   }
-  ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<const float*>(ptr(x, "rms_norm")),
-                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, q32, qk);
-  launched("rms_norm + quantize");
+  ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<float*>(ptr(x, "rms_norm")),
+                      ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, q32, qk,
+                      add);
+  launched(pending ? (quant ? "rms_norm + add + rms_norm + quantize" : "rms_norm + add + rms_norm") : "rms_norm + quantize");
 }
 
 void CudaBackend::norm_matmul_shared(const Tensor& h, const Tensor& x, const Tensor& norm_w, float eps, float w_offset,
-                                     const MatmulTarget* targets, int n) {
+                                     const MatmulTarget* targets, int n, const PendingResidual* pending) {
   if (gemm_on(x.rows()) || x.rows() == 0 || x.cols() == 0) {
-    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n);
+    Backend::norm_matmul_shared(h, x, norm_w, eps, w_offset, targets, n, pending);
     return;
   }
   QuantizedX q32, qk;
-  norm_for_matmuls(h, x, norm_w, eps, w_offset, targets, n, q32, qk);
+  norm_for_matmuls(h, x, norm_w, eps, w_offset, targets, n, q32, qk, pending);
   matmul_shared_cached(h, targets, n, q32, qk);
 }
 
 void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
                                       const Tensor& w, const Tensor& tmp) {
+  act_projection(dst, gate, up, act, w, tmp, /*accumulate=*/true);
+}
+
+void CudaBackend::act_matmul(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act, const Tensor& w) {
+  act_projection(dst, gate, up, act, w, Tensor{}, /*accumulate=*/false);
+}
+
+void CudaBackend::act_projection(const Tensor& dst, const Tensor& gate, const Tensor& up, Activation act,
+                                 const Tensor& w, const Tensor& tmp, bool accumulate) {
   const int64_t N = gate.rows(), C = gate.cols();
   const int block = act_block(w.type);
   if (!quantized(w.type) || gemm_on(N) || N == 0 || C == 0 || C % block) {
-    Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
+    if (accumulate) Backend::act_matmul_residual(dst, gate, up, act, w, tmp);
+    else Backend::act_matmul(dst, gate, up, act, w);
     return;
   }
   check_binary("gated_act", gate, gate, up);
@@ -183,7 +225,15 @@ void CudaBackend::act_matmul_residual(const Tensor& dst, const Tensor& gate, con
                        reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
                        reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);
   launched("gated_act + quantize");
-  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &aq, /*accumulate=*/true);
+  if (mw.w) launch_matmul(w.type, &mw, 1, gate, &aq, accumulate);
+}
+
+int* CudaBackend::head_counts(int64_t n) {
+  const size_t bytes = sizeof(int) * static_cast<size_t>(std::max<int64_t>(n, 1));
+  const uint8_t* before = scratch_[kScratchHeadCounts].p;
+  uint8_t* p = scratch(kScratchHeadCounts, bytes);
+  if (p != before) rt_->zero(p, scratch_[kScratchHeadCounts].size);  // new memory: zero once
+  return reinterpret_cast<int*>(p);
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

@@ -155,7 +155,10 @@ void CudaBackend::matmul_shared_cached(const Tensor& x, const MatmulTarget* targ
         done |= uint64_t{1} << j;
         const ops::MatmulWeight mw = check_matmul(targets[j].dst, w, x);
         if (!mw.w) continue;
-        if (epi) e.bias[n_w] = epi->bias[j], e.rotate[n_w] = epi->rotate[j], e.cache[n_w] = epi->cache[j];
+        if (epi) {
+          e.bias[n_w] = epi->bias[j], e.rotate[n_w] = epi->rotate[j], e.cache[n_w] = epi->cache[j];
+          e.head_norm[n_w] = epi->head_norm[j], e.head_base[n_w] = epi->head_base[j];
+        }
         ws[n_w++] = mw;
       }
     if (n_w > 0) launch_matmul(t, ws, n_w, x, cache, false, epi ? &e : nullptr);

@@ -57,6 +57,16 @@ __device__ __forceinline__ void store_tile_result(const MatmulGroup& g, const op
   }
 }
 
+// After a warp's tensor-core tile (16 slots at r0, tokens [t0, t1) of chunk `chunk`, clipped
+// to the matrix and to n) is stored: head_norm_arrive for it (every lane calls).
+__device__ __forceinline__ void tile_head_norm_arrive(const MatmulGroup& g, const ops::QkvEpilogue& e, int m,
+                                                      int64_t r0, int64_t rows, unsigned chunk, int64_t t0,
+                                                      int64_t t1, int64_t n) {
+  if (r0 >= rows || t0 >= n) return;
+  const int ns = static_cast<int>(rows - r0 < 16 ? rows - r0 : 16);
+  head_norm_arrive(e, m, r0, ns, chunk, t0, t1 < n ? t1 : n, g.y[m], g.ldy[m]);
+}
+
 // Host side: the group of `n_w` matrices with `rows_per_block` rows per block; accumulate:
 // results are added to what y holds.
 inline MatmulGroup make_group(const ops::MatmulWeight* ws, int n_w, int64_t rows_per_block, bool accumulate) {

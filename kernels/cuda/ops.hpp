@@ -86,10 +86,18 @@ struct ActQuant {
 // gated_act, then its rows quantized as quantize_act does (aq.block): one launch.
 void gated_act_quant(Stream s, Activation act, F32Rows dst, const float* gate, int64_t ldg, const float* up,
                      int64_t ldu, int64_t rows, int64_t cols, const ActQuant& aq);
+// A post-norm's residual added to x first (Backend::PendingResidual): rows of src normed in
+// place by w, then added into x, as rms_norm_add does (src null: none).
+struct PendingAdd {
+  float* src = nullptr;
+  int64_t ld = 0;
+  const float* w = nullptr;
+  float eps = 0.0f;
+};
 // rms_norm, then the normed rows quantized as quantize_act does for each wanted block size:
-// one launch, the bits of the two ops.
-void rms_norm_quant(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
-                    float eps, float w_offset, const ActQuant& q32, const ActQuant& qk);
+// one launch, the bits of the two ops (after rms_norm_add's, with a pending residual).
+void rms_norm_quant(Stream s, F32Rows dst, float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
+                    float eps, float w_offset, const ActQuant& q32, const ActQuant& qk, const PendingAdd& pending = {});
 // One weight matrix of a matmul launch: `rows` rows of w, w_stride bytes apart, into y.
 struct MatmulWeight {
   const uint8_t* w;
@@ -109,15 +117,25 @@ constexpr int kMaxMatmulGroup = 4;
 // activation blocks. Each member's rows are computed with its own type's code.
 bool matmul_pair(DType a, bool a_planes, DType b, bool b_planes);
 // What the q/k/v projections' launch does to each result before it stores it: the rest of
-// Backend::attention_inputs (without per-head norms), so that no launch of its own is needed.
-// Per member of the group: a bias (null: none) added, q and k rotated (rotate), k and v
-// also stored into their cache at the token's slot (cache null: not stored). Rotation needs
-// both elements of a pair in one warp: the kernels compute the rows of a rotated member in
-// pair order (dev::epilogue_row), 16 rows of a head at a time, hence head_dim % 16 == 0.
+// Backend::attention_inputs, so that no launch of its own is needed. Per member of the group:
+// a bias (null: none) added, q and k rotated (rotate), k and v also stored into their cache
+// at the token's slot (cache null: not stored). Rotation needs both elements of a pair in one
+// warp: the kernels compute the rows of a rotated member in pair order (dev::epilogue_row),
+// 16 rows of a head at a time, hence head_dim % 16 == 0.
+// A member with a per-head norm (head_norm, Gemma 3's q and k) stores its results with their
+// bias only; each warp then counts the rows it stored into head_counts[chunk * count_stride +
+// head_base + head] (chunk: the launch's grid.y), and the warp whose rows complete a head
+// (no block waits for another) norms it, rotates it and stores it into the cache for the
+// chunk's tokens, then sets the counter back to zero for the next launch.
 struct QkvEpilogue {
   const float* bias[kMaxMatmulGroup] = {};
   bool rotate[kMaxMatmulGroup] = {};
   uint8_t* cache[kMaxMatmulGroup] = {};
+  const float* head_norm[kMaxMatmulGroup] = {};
+  int head_base[kMaxMatmulGroup] = {};
+  float norm_eps = 0.0f;
+  int* head_counts = nullptr;
+  int64_t count_stride = 0;
   const int32_t* positions = nullptr;
   int head_dim = 0, rope_dims = 0;
   float theta = 0.0f;

@@ -161,6 +161,7 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
       // Slot s ^ 1 is lane ^ 4's, for the same tokens.
       dev::store_tile_result(a.g, epi, m_of, slot[i / 2], rows, t, a.n, qk == 32 ? acc[j][i] + off[j][i] : acc[j][i]);
     }
+  if (epi) dev::tile_head_norm_arrive(a.g, *epi, m_of, r0, rows, blockIdx.y, t0, t0 + kBlockTokens, a.n);
 }
 
 template <int T>

@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
       // Slot s ^ 1 is lane ^ 4's, for the same tokens.
       dev::store_tile_result(a.g, epi, m_of, slot[i / 2], rows, t, a.n, total[j][i] + small[j][i]);
     }
+  if (epi) dev::tile_head_norm_arrive(a.g, *epi, m_of, r0, rows, blockIdx.y, t0, t0 + kBlockTokens, a.n);
 }
 
 }  // namespace

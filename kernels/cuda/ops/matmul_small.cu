@@ -162,6 +162,7 @@ __device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsign
     if (lane < mt) res[warp][lane] = result;
     __syncthreads();  // slot r ^ 1 is warp ^ 1's
     if (lane < mt) dev::epilogue_store(a.e, m_of, r, t0 + lane, result, res[warp ^ 1][lane], y, ldy);
+    dev::head_norm_arrive(a.e, m_of, r, 1, blockIdx.y, t0, t0 + mt, y, ldy);
   } else if (lane < mt) {
     dev::store_result(a.g, &y[(t0 + lane) * ldy + r], result);
   }

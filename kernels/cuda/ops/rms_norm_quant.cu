@@ -1,6 +1,6 @@
 // rms_norm_quant: rms_norm of each row, then the normed row quantized to int8 blocks of 32
 // and/or 256 for the matmuls that read it (Backend::norm_matmul_shared): one launch instead
-// of two or three. One block of 256 threads per row: the norm as ops/rms_norm.cu computes it
+// of two or three (four with a pending post-norm residual, added to the row first). One block of 256 threads per row: the norm as ops/rms_norm.cu computes it
 // (dev::rms_norm_row), then its 8 warps quantize the row's blocks as ops/quantize_act.cu does
 // (dev::quantize_block): the same bits.
 #include "kernels/cuda/act_rows.cuh"
@@ -9,10 +9,19 @@
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
-__global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, const float* x, int64_t ldx, const float* w,
-                                      int64_t cols, float eps, float w_offset, ops::ActQuant q32, ops::ActQuant qk) {
+__global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t ldx, const float* w, int64_t cols,
+                                      float eps, float w_offset, ops::ActQuant q32, ops::ActQuant qk,
+                                      ops::PendingAdd pending) {
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   const int64_t t = blockIdx.x;
+  if (pending.src) {  // ops/rms_norm.cu's rms_norm_add, then the row it leaves is normed
+    float* sr = pending.src + t * pending.ld;
+    float* xr = x + t * ldx;
+    dev::rms_norm_row(sr, sr, pending.w, cols, pending.eps, 0.0f, partial);
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < cols; i += dev::kNormThreads) xr[i] = xr[i] + sr[i];
+    __syncthreads();  // the row is whole, and `partial` free again
+  }
   float* yr = dst + t * ldd;
   dev::rms_norm_row(yr, x + t * ldx, w, cols, eps, w_offset, partial);
   __syncthreads();  // the normed row (global memory) is complete for every warp of the block
@@ -29,11 +38,11 @@ __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, const float* x, i
 
 }  // namespace
 
-void ops::rms_norm_quant(Stream s, F32Rows dst, const float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
-                         float eps, float w_offset, const ActQuant& q32, const ActQuant& qk) {
+void ops::rms_norm_quant(Stream s, F32Rows dst, float* x, int64_t ldx, const float* w, int64_t rows, int64_t cols,
+                         float eps, float w_offset, const ActQuant& q32, const ActQuant& qk, const PendingAdd& pending) {
   if (rows == 0) return;
   TANDEM_LAUNCH(rms_norm_quant_kernel, static_cast<unsigned>(rows), dev::kNormThreads, 0, static_cast<cudaStream_t>(s))
-  (dst.p, dst.ld, x, ldx, w, cols, eps, w_offset, q32, qk);
+  (dst.p, dst.ld, x, ldx, w, cols, eps, w_offset, q32, qk, pending);
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS

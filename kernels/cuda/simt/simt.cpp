@@ -537,6 +537,16 @@ void syncthreads() {
 
 void syncwarp(unsigned mask) { warp_barrier(mask, true); }
 
+namespace {
+char g_fence_sync;  // __threadfence's object for TSan
+}  // namespace
+
+void threadfence() {
+  tsan_release(&g_fence_sync);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  tsan_acquire(&g_fence_sync);
+}
+
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   Runner& r = runner();
   const unsigned linear = r.current->ctx.linear;

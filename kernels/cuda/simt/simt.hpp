@@ -83,6 +83,12 @@ void syncthreads();
 // of lane `src` (or the ballot of every mask lane's (value != 0) when src < 0).
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src);
 void syncwarp(unsigned mask);
+// __threadfence: a sequentially consistent fence; for ThreadSanitizer (which does not model
+// fences) every fence also releases to and acquires from one object, so a fence orders what
+// its thread did before it with what any thread does after a later fence. That is more than
+// a GPU promises (there the order also needs an atomic read of the other side's write) but
+// it lets TSan follow the fence-then-atomic pattern of a grid's last-arriving block.
+void threadfence();
 unsigned lane_id();
 // Every lane of a full warp passes n (<= kMaxGatherWords) words; each gets all 32 lanes'
 // words, lane l's at all[l * n ..]. Throws when the warp has exited or missing lanes (the
@@ -248,8 +254,8 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
 inline unsigned __activemask() { return 0xffffffffu; }  // the emulator never splits a warp
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence() { ::tandem::simt::detail::threadfence(); }
+inline void __threadfence_block() { ::tandem::simt::detail::threadfence(); }
 
 // ---- tensor-core matrix multiply-accumulate ------------------------------------------------
 // Models of PTX's integer mma.sync.aligned.m16n8k{32,16}.row.col.s32.s8.s8.s32 (d = A B + c,
@@ -436,6 +442,11 @@ inline int __clz(unsigned v) { return v ? __builtin_clz(v) : 32; }
 inline int __ffs(unsigned v) { return __builtin_ffs(static_cast<int>(v)); }
 template <typename T>
 inline T __ldg(const T* p) {
+  return *p;
+}
+// A load that bypasses the SM's L1 (ld.global.cg): what another SM wrote since.
+template <typename T>
+inline T __ldcg(const T* p) {
   return *p;
 }
 // Round to nearest even, as the device's cvt.rni (the host's default rounding mode).
