@@ -35,7 +35,9 @@
 #      real model present in $TANDEM_MODELS (default ~/.cache/tandem/models) batch-1
 #      decode tok/s, weight GB/s as a fraction of copy bandwidth, T(n)/T(1) for n = 1..16;
 #      for the 0.5B draft and SmolLM2 the batch-1 decode again with CUDA graphs off
-#      (TANDEM_CUDA_GRAPHS=0): batch-1 decode is a graphed pass by default
+#      (TANDEM_CUDA_GRAPHS=0): batch-1 decode is a graphed pass by default; for the 1.5B
+#      T(n) again with int8 tensor cores from 2 tokens (TANDEM_CUDA_MMA_MIN_TOKENS=2; the
+#      same bits), beside __dp4a's below 17
 #   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
 #      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
 #      identical, and tok/s of each
@@ -205,6 +207,14 @@ for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_
   name="bench_model_${f%%.gguf}"
   step "$name" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
   cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null || true
+  # Verification passes of 2..16 tokens run __dp4a below TANDEM_CUDA_MMA_MIN_TOKENS (17) and
+  # int8 tensor cores from there on, with the same bits: the 1.5B again with tensor cores from
+  # 2 tokens, so that the summary sets the two T(n) side by side.
+  case $f in qwen2.5-coder-1.5b*)
+    TANDEM_CUDA_MMA_MIN_TOKENS=2 step "${name}_mma_from_2" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" \
+      --gpu-mem 16G -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
+    cp "$OUT/${name}_mma_from_2.out" "$OUT/${name}_mma_from_2.json" 2>/dev/null || true ;;
+  esac
   # Batch-1 decode is a graphed pass (docs/cuda.md, "CUDA graphs"); the small models again without.
   case $f in qwen2.5-coder-0.5b*|smollm2*)
     TANDEM_CUDA_GRAPHS=0 step "${name}_graphs_off" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G \
@@ -323,11 +333,17 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 f"{at['decode_ms']:.3f} ms, K/V {at['decode_kv_gbps']:.0f} GB/s\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
-        if m and not k.endswith("_graphs_off"):
+        if m and not k.endswith("_graphs_off") and not k.endswith("_mma_from_2"):
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
                     f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s "
                     f"({m.get('launches_per_layer', -1):.1f} launches a layer), "
                     f"T(16)/T(1) {m['t_ms'][-1] / m['t_ms'][0]:.2f}\n")
+            mma = bench.get(k + "_mma_from_2", {}).get("model")
+            if mma:
+                pick = [n for n in (2, 4, 8, 16) if n <= len(m["t_ms"]) and n <= len(mma["t_ms"])]
+                rel = lambda t: ", ".join(f"{t[n - 1] / t[0]:.2f}" for n in pick)
+                t.write(f"  T(n)/T(1) for n = {', '.join(map(str, pick))}: __dp4a below 17 tokens {rel(m['t_ms'])}; "
+                        f"tensor cores from 2 tokens {rel(mma['t_ms'])}\n")
             off = bench.get(k + "_graphs_off", {}).get("model")
             if off:
                 t.write(f"  batch-1 decode with CUDA graphs {m['decode_tok_s']:.1f} tok/s, without {off['decode_tok_s']:.1f} tok/s "

@@ -12,6 +12,14 @@
 #error "TANDEM_CUDA_NS must be defined (cuda_dev or cuda_emu) by the build"
 #endif
 
+// A device function kept out of line: one copy per kernel file instead of one in every
+// instantiation of the kernels that call it (device code size, which the bundle carries).
+#if TANDEM_SIMT_EMULATED
+#define TANDEM_DEVICE_NOINLINE __attribute__((noinline))
+#else
+#define TANDEM_DEVICE_NOINLINE __noinline__
+#endif
+
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
 // Bits of the device error word (see CudaBackend::check_errors): a kernel that meets a bad

@@ -64,8 +64,8 @@ __device__ __forceinline__ void epilogue_store(const ops::QkvEpilogue& e, int m,
 // of rms_norm_row's kNormThreads threads taken in its order (so the bits of the separate
 // norm), rotated with rope.cuh's operations, and for a cached member stored at t's slot. The
 // head's values come from other blocks, possibly other SMs: read past L1 (__ldcg).
-__device__ __forceinline__ void finish_head(const ops::QkvEpilogue& e, int m, int64_t head, int64_t t, float* y,
-                                            int64_t ldy) {
+__device__ inline TANDEM_DEVICE_NOINLINE void finish_head(const ops::QkvEpilogue& e, int m, int64_t head, int64_t t,
+                                                          float* y, int64_t ldy) {
   const int lane = threadIdx.x % kWarp, hd = e.head_dim;
   float* hv = y + t * ldy + head * hd;
   const float* w = e.head_norm[m];
