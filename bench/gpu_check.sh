@@ -182,7 +182,8 @@ cp "$OUT/bench_attention.out" "$OUT/bench_attention.json" 2>/dev/null || true
 TWINS=${TANDEM_GPU_CHECK_MODELS:-/tmp/tandem-gpu-check-models}
 declare -A SHAPE=([qwen2.5-coder-1.5b-instruct-q4_k_m.gguf]=qwen2.5-coder-1.5b
                   [qwen2.5-coder-0.5b-instruct-q4_k_m.gguf]=qwen2.5-coder-0.5b
-                  [smollm2-135m-instruct-q4_1.gguf]=smollm2-135m)
+                  [smollm2-135m-instruct-q4_1.gguf]=smollm2-135m
+                  [gemma3-270m-q4_k_m.gguf]=gemma3-270m)
 RANDOM_WEIGHTS=0
 for f in "${!SHAPE[@]}"; do
   [ -f "$MODELS/$f" ] && [ "$DRY" = 0 ] && continue
@@ -201,7 +202,8 @@ fi
 export TANDEM_MODELS=$MODELS
 CTX=256
 [ "$DRY" = 1 ] && CTX=32
-for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf smollm2-135m-instruct-q4_1.gguf; do
+for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf smollm2-135m-instruct-q4_1.gguf \
+         gemma3-270m-q4_k_m.gguf; do
   [ -f "$MODELS/$f" ] || { log "model $f not in $MODELS: skipped"; continue; }
   [ "$(elapsed)" -lt 420 ] || { log "time budget: skipping $f"; continue; }
   name="bench_model_${f%%.gguf}"

@@ -8,7 +8,7 @@
 //   make_fixture --shape NAME OUT.gguf
 //                                random weights in the shapes and weight types of a real
 //                                model (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, smollm2-135m,
-//                                tiny): what the GPU check times where no real GGUF can
+//                                gemma3-270m, tiny): what the GPU check times where no real GGUF can
 //                                travel. The text vocabulary is small; the embedding and
 //                                output rows are the real count, so every matmul has its
 //                                real shape. Not for text: the weights are noise.
@@ -20,7 +20,9 @@
 
 namespace {
 
-// The shapes of the fetched GGUFs (docs/models.md) and the types most of their weights have.
+// The shapes of the fetched GGUFs (docs/models.md) and the types most of their weights have;
+// Q4_K_M's mixes (attn_v and ffn_down of other types in half the layers) as the files have
+// them, in the odd layers here.
 bool real_shape(const std::string& name, tandem::test::TinyModelSpec& s) {
   using tandem::DType;
   s.n_vocab = 1024;
@@ -29,11 +31,15 @@ bool real_shape(const std::string& name, tandem::test::TinyModelSpec& s) {
   if (name == "qwen2.5-coder-1.5b") {
     s.arch = "qwen2", s.n_embd = 1536, s.n_layer = 28, s.n_head = 12, s.n_head_kv = 2, s.n_ff = 8960;
     s.vocab_rows = 151936, s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
-    s.weight_type = DType::Q4_K, s.embd_type = DType::Q6_K;
+    s.weight_type = DType::Q4_K, s.mixed_type = DType::Q6_K, s.embd_type = DType::Q6_K;
   } else if (name == "qwen2.5-coder-0.5b") {  // 896 columns are not whole 256-blocks
     s.arch = "qwen2", s.n_embd = 896, s.n_layer = 24, s.n_head = 14, s.n_head_kv = 2, s.n_ff = 4864;
     s.vocab_rows = 151936, s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
-    s.weight_type = DType::Q5_0, s.embd_type = DType::Q8_0;
+    s.weight_type = DType::Q5_0, s.mixed_type = DType::Q8_0, s.embd_type = DType::Q8_0;
+  } else if (name == "gemma3-270m") {  // 640 columns: Q5_0 (the file's output and down projections are Q4_K)
+    s.arch = "gemma3", s.n_embd = 640, s.n_layer = 18, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256, s.n_ff = 2048;
+    s.vocab_rows = 262144, s.rope_theta = 1e6f, s.rms_eps = 1e-6f, s.sliding_window = 512;
+    s.weight_type = DType::Q5_0, s.mixed_type = DType::Q8_0, s.embd_type = DType::Q8_0;
   } else if (name == "smollm2-135m") {
     s.arch = "llama", s.n_embd = 576, s.n_layer = 30, s.n_head = 9, s.n_head_kv = 3, s.n_ff = 1536;
     s.vocab_rows = 49152, s.rope_theta = 1e5f;
@@ -52,7 +58,7 @@ int main(int argc, char** argv) {
   const bool pair = argc == 3 && std::string(argv[1]) == "--pair";
   const bool shape = argc == 4 && std::string(argv[1]) == "--shape";
   if (argc != 2 && !pair && !shape) {
-    std::fprintf(stderr, "usage: %s OUT.gguf | --pair DIR | --shape qwen2.5-coder-1.5b|qwen2.5-coder-0.5b|smollm2-135m|tiny OUT.gguf\n",
+    std::fprintf(stderr, "usage: %s OUT.gguf | --pair DIR | --shape qwen2.5-coder-1.5b|qwen2.5-coder-0.5b|smollm2-135m|gemma3-270m|tiny OUT.gguf\n",
                  argv[0]);
     return 2;
   }
