@@ -1006,6 +1006,55 @@ TEST(CudaOps, NormAttentionInputsFusedGivesTheOpsBits) {
     }
 }
 
+// The per-head norms' counters on one backend whose passes grow and shrink again: their
+// scratch is reallocated, over arena memory that held other bytes (possibly from the same
+// start, where the arena reuses the freed range), and must be zero again before its first
+// launch; every fused pass still gives the ops' bits.
+TEST(CudaOps, HeadNormCountersServePassesOfAnySize) {
+  Dual d;
+  const int nh = 4, nkv = 1, hd = 64, slots = 80;
+  const int64_t C = 256;
+  const auto qb = test::random_blocks(DType::Q8_0, nh * hd * C, 140), kb = test::random_blocks(DType::Q8_0, nkv * hd * C, 141),
+             vb = test::random_blocks(DType::Q8_0, nkv * hd * C, 142);
+  auto wq = d.raw(DType::Q8_0, C, nh * hd, qb.data()), wk = d.raw(DType::Q8_0, C, nkv * hd, kb.data()),
+       wv = d.raw(DType::Q8_0, C, nkv * hd, vb.data());
+  auto nw = d.f32(randn(C, 143), C), qn = d.f32(randn(hd, 144, 0.5f), hd), kn = d.f32(randn(hd, 145, 0.5f), hd);
+  {  // arena memory that held other bytes, where the counters' scratch may land
+    const std::vector<uint8_t> junk(size_t{1} << 20, 0x5a);
+    auto dirty = d.gpu->alloc(junk.size());
+    d.gpu->upload(make_tensor(dirty.get(), DType::I32, static_cast<int64_t>(junk.size() / 4), 1), junk.data(), junk.size());
+    d.gpu->synchronize();
+  }
+  for (int64_t N : {1, 40, 5, 70, 2}) {
+    SCOPED_TRACE(N);
+    auto x = d.f32(randn(N * C, 146 + N, 2.0f), C);
+    std::vector<int32_t> p(static_cast<size_t>(N)), sl(static_cast<size_t>(N));
+    for (int64_t t = 0; t < N; ++t) p[size_t(t)] = static_cast<int32_t>(t), sl[size_t(t)] = static_cast<int32_t>(t);
+    auto pos = d.i32(p, N), sm = d.i32(sl, N);
+    PagedAttnMeta meta;
+    meta.slot_mapping = sm.g;
+    std::vector<uint8_t> got[2][3];
+    for (int r = 0; r < 2; ++r) {
+      auto q = d.zeros(nh * hd, N), k = d.zeros(nkv * hd, N), v = d.zeros(nkv * hd, N), h = d.zeros(C, N);
+      auto kc = d.raw(DType::F16, nkv * hd, slots, nullptr), vc = d.raw(DType::F16, nkv * hd, slots, nullptr);
+      d.gpu->fill_zero(kc.g), d.gpu->fill_zero(vc.g);
+      Backend::AttnInputs a;
+      a.q = q.g, a.k = k.g, a.v = v.g, a.q_norm = qn.g, a.k_norm = kn.g, a.norm_eps = 1e-6f;
+      a.positions = pos.g, a.n_heads = nh, a.n_kv_heads = nkv, a.head_dim = hd, a.rope_dims = hd;
+      a.theta = 1e4f, a.style = RopeStyle::NeoX;
+      if (r == 0) d.gpu->norm_attention_inputs(h.g, x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc.g, vc.g}, meta);
+      else d.gpu->Backend::norm_attention_inputs(h.g, x.g, nw.g, 1e-6f, 0.0f, wq.g, wk.g, wv.g, a, {kc.g, vc.g}, meta);
+      int i = 0;
+      for (const Tensor& t : {q.g, kc.g, vc.g}) {
+        got[r][i].resize(t.bytes());
+        d.gpu->download(got[r][i].data(), t, t.bytes());
+        ++i;
+      }
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got[0][i], got[1][i]) << "q, k cache, v cache: " << i;
+  }
+}
+
 // The residual add in the matmul's epilogue (one launch less) gives add(dst, dst, matmul)'s
 // bits, through both quantized kernels and the float one.
 TEST(CudaOps, MatmulResidualGivesTheBitsOfMatmulThenAdd) {

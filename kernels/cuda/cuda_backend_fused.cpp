@@ -230,9 +230,11 @@ void CudaBackend::act_projection(const Tensor& dst, const Tensor& gate, const Te
 
 int* CudaBackend::head_counts(int64_t n) {
   const size_t bytes = sizeof(int) * static_cast<size_t>(std::max<int64_t>(n, 1));
-  const uint8_t* before = scratch_[kScratchHeadCounts].p;
+  const size_t before = scratch_[kScratchHeadCounts].size;
   uint8_t* p = scratch(kScratchHeadCounts, bytes);
-  if (p != before) rt_->zero(p, scratch_[kScratchHeadCounts].size);  // new memory: zero once
+  // New memory (which may start where the old did: the arena reuses a freed range) is zeroed
+  // once; the kernels leave it zero.
+  if (scratch_[kScratchHeadCounts].size != before) rt_->zero(p, scratch_[kScratchHeadCounts].size);
   return reinterpret_cast<int*>(p);
 }
 
