@@ -31,6 +31,16 @@ __device__ __forceinline__ void rms_norm_row(float* yr, const float* xr, const f
   for (int64_t i = threadIdx.x; i < cols; i += kNormThreads) yr[i] = rms_scaled(xr[i], inv, w[i], w_offset);
 }
 
+// The post-norm residual of one row (Gemma 3), by a block of kNormThreads threads: xr normed
+// in place by w, then added to dr with ops/binary.cu's operation once the barrier has made the
+// row whole. Callers need a barrier before `partial` is used again.
+__device__ __forceinline__ void rms_norm_add_row(float* xr, const float* w, int64_t cols, float eps, float* dr,
+                                                 double* partial /* [kNormThreads / kWarp], shared */) {
+  rms_norm_row(xr, xr, w, cols, eps, 0.0f, partial);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < cols; i += kNormThreads) dr[i] = dr[i] + xr[i];
+}
+
 // act(g) * u with the CPU backend's formulas: SiLU g / (1 + e^-g), GELU (tanh form)
 // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); expf/tanhf are the accurate library
 // functions (device: <= 2 ulp), not the __expf fast path.

@@ -300,7 +300,7 @@ void CudaBackend::reserve_scratch(const ScratchNeeds& n) {
     scratch(kScratchTile, sizeof(float) * static_cast<size_t>(floats));
   }
   if (n.n_heads > 0 && n.n_kv_heads > 0)  // per-head norms' counters (norm_attention_inputs)
-    head_counts((n.n_heads + n.n_kv_heads) * ((n.tokens + ops::kSmallMTokens - 1) / ops::kSmallMTokens));
+    head_counts(head_counters(n.n_heads + n.n_kv_heads, n.tokens));
   if (n.n_heads > 0 && n.n_kv_heads > 0 && n.head_dim > 0 && n.positions > 0) {
     ops::AttnParams a;
     a.n_tokens = 1;

@@ -18,6 +18,12 @@ inline constexpr size_t kGemmTileFloats = size_t{4} << 20;  // 16 MiB of dequant
 // Scratch slots (kScratchActQ + 3: the 256-element blocks' activations).
 enum { kScratchActQ = 0, kScratchTile = 1, kScratchAttn = 2, kScratchHeadCounts = 4 };
 
+// The per-head norms' counters a pass of `tokens` needs: one per head (q and k) and token
+// chunk of the q/k/v launch (matmul_small's, the smallest; ops::QkvEpilogue::head_counts).
+inline int64_t head_counters(int64_t heads, int64_t tokens) {
+  return heads * ((tokens + ops::kSmallMTokens - 1) / ops::kSmallMTokens);
+}
+
 // A call the backend refuses: std::logic_error naming the backend, the op and why.
 inline void require(bool ok, const char* op, const std::string& what) {
   if (!ok) throw std::logic_error(std::string(kKind) + " backend: " + op + ": " + what);

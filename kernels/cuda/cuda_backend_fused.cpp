@@ -1,7 +1,8 @@
 // CudaBackend's fused steps (kernels/backend.hpp: attention_inputs, norm_matmul_shared,
 // norm_attention_inputs, attention_residual, attention_matmul, norm_residual,
-// act_matmul_residual, act_matmul, matmul_residual): one kernel where the default takes several, built from the same device
-// functions, so the same bits; the default where a case is not fused.
+// act_matmul_residual, act_matmul, matmul_residual): one kernel where the default takes
+// several, built from the same device functions, so the same bits; the default where a case
+// is not fused.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -97,11 +98,11 @@ void CudaBackend::norm_attention_inputs(const Tensor& h, const Tensor& x, const 
   e.cache_stride = g.cache_stride, e.f16 = g.f16, e.n_slots = g.n_slots, e.slots = g.slots, e.err = err_;
   if (g.q_norm || g.k_norm) {
     // Per-head norms (Gemma 3): counters per head and token chunk of the launch find the
-    // warp that completes a head (the chunks of matmul_small, the smallest).
+    // warp that completes a head.
     e.head_norm[0] = g.q_norm, e.head_norm[1] = g.k_norm, e.norm_eps = g.norm_eps;
     e.head_base[0] = 0, e.head_base[1] = g.n_heads;
     e.count_stride = g.n_heads + g.n_kv_heads;
-    e.head_counts = head_counts(e.count_stride * ((N + ops::kSmallMTokens - 1) / ops::kSmallMTokens));
+    e.head_counts = head_counts(head_counters(g.n_heads + g.n_kv_heads, N));
   }
   const MatmulTarget qkv[] = {{a.q, wq}, {a.k, wk}, {a.v, wv}};
   QuantizedX q32, qk;

@@ -13,16 +13,11 @@ __global__ void rms_norm_kernel(float* dst, int64_t ldd, const float* x, int64_t
   dev::rms_norm_row(dst + blockIdx.x * ldd, x + blockIdx.x * ldx, w, cols, eps, w_offset, partial);
 }
 
-// The post-norm residual (Gemma 3): the row normed in place, then added to dst's row with
-// ops/binary.cu's operation once the block's barrier has made the row whole.
+// The post-norm residual (Gemma 3): the row normed in place, then added to dst's row.
 __global__ void rms_norm_add_kernel(float* x, int64_t ldx, const float* w, int64_t cols, float eps, float* dst,
                                     int64_t ldd) {
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
-  float* xr = x + blockIdx.x * ldx;
-  dev::rms_norm_row(xr, xr, w, cols, eps, 0.0f, partial);
-  __syncthreads();
-  float* d = dst + blockIdx.x * ldd;
-  for (int64_t i = threadIdx.x; i < cols; i += dev::kNormThreads) d[i] = d[i] + xr[i];
+  dev::rms_norm_add_row(x + blockIdx.x * ldx, w, cols, eps, dst + blockIdx.x * ldd, partial);
 }
 
 }  // namespace

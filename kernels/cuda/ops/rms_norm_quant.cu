@@ -1,8 +1,9 @@
 // rms_norm_quant: rms_norm of each row, then the normed row quantized to int8 blocks of 32
 // and/or 256 for the matmuls that read it (Backend::norm_matmul_shared): one launch instead
-// of two or three (four with a pending post-norm residual, added to the row first). One block of 256 threads per row: the norm as ops/rms_norm.cu computes it
-// (dev::rms_norm_row), then its 8 warps quantize the row's blocks as ops/quantize_act.cu does
-// (dev::quantize_block): the same bits.
+// of two or three (four with a pending post-norm residual, added to the row first as
+// ops/rms_norm.cu's rms_norm_add does: dev::rms_norm_add_row). One block of 256 threads per
+// row: the norm as ops/rms_norm.cu computes it (dev::rms_norm_row), then its 8 warps quantize
+// the row's blocks as ops/quantize_act.cu does (dev::quantize_block): the same bits.
 #include "kernels/cuda/act_rows.cuh"
 #include "kernels/cuda/ops.hpp"
 
@@ -14,12 +15,8 @@ __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t
                                       ops::PendingAdd pending) {
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   const int64_t t = blockIdx.x;
-  if (pending.src) {  // ops/rms_norm.cu's rms_norm_add, then the row it leaves is normed
-    float* sr = pending.src + t * pending.ld;
-    float* xr = x + t * ldx;
-    dev::rms_norm_row(sr, sr, pending.w, cols, pending.eps, 0.0f, partial);
-    __syncthreads();
-    for (int64_t i = threadIdx.x; i < cols; i += dev::kNormThreads) xr[i] = xr[i] + sr[i];
+  if (pending.src) {
+    dev::rms_norm_add_row(pending.src + t * pending.ld, pending.w, cols, pending.eps, x + t * ldx, partial);
     __syncthreads();  // the row is whole, and `partial` free again
   }
   float* yr = dst + t * ldd;
