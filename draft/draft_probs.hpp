@@ -7,6 +7,10 @@
 //
 // Rows are handed out in order during a step (begin_step resets them); the store is sized
 // for the whole step up front, so rows given earlier in the step stay valid.
+//
+// Token trees drafted greedy or coupled (draft/token_tree.hpp) take their nodes' children
+// here too (tree_children): each fed node's best tokens and their log probabilities under
+// the draft come back, a few numbers instead of the row of n_vocab logits.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +19,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
+#include "draft/token_tree.hpp"
 #include "engine/sampling/device_rows.hpp"
 #include "tandem/sampling.hpp"
 
@@ -53,11 +58,30 @@ class DraftProbs {
   // Every row of the store (verify_sampled's q).
   kernels::Tensor q() const;
 
+  // Token trees: a node's children from its row of a pass's logits, as TreeBuilder::expand
+  // chooses them on the host (kernels::DeviceDecode::top_rows).
+  struct TreeRow {
+    int32_t logits_row;                // its row of the pass's logits
+    int32_t room;                      // how many children (1..kMaxTreeNodes)
+    const SamplingParams* sampling;    // the request's transforms (coupled: q's)
+    std::span<const int32_t> history;  // context + the node's path (coupled: penalties)
+    const PositionNoise* coupled;      // null: greedy (the most likely tokens at temperature 1)
+    int64_t position;                  // absolute position of the children
+  };
+  // Each row's children, best first: the most likely tokens (greedy) or gumbel_top's under
+  // the noise at `position` (coupled), over the first `cols` tokens; fewer where fewer are
+  // possible. subset_ids / vocab as for sample.
+  std::vector<std::vector<TreeChild>> tree_children(const kernels::Tensor& logits, std::span<const TreeRow> rows,
+                                                    int64_t cols, const kernels::Tensor* subset_ids = nullptr,
+                                                    int64_t vocab = 0);
+
  private:
   DraftProbs(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
-  std::unique_ptr<kernels::Buffer> store_, side_, full_;
+  // The rows spread over the whole vocabulary (a reduced draft vocabulary), else `logits`.
+  kernels::Tensor full_rows(const kernels::Tensor& logits, const kernels::Tensor* subset_ids, int64_t vocab);
+  std::unique_ptr<kernels::Buffer> store_, side_, full_, tree_side_, tree_probs_;
   int64_t cap_rows_ = 0, cols_ = 0, next_ = 0;
 };
 

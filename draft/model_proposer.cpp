@@ -207,14 +207,16 @@ class ModelProposer::Drafting {
       ModelProposer& p = static_cast<ModelProposer&>(*j.proposer);
       const size_t common = p.keep_common_prefix(j.context);
       Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
-      // Trees are drafted on the host (the caller does not ask for a device draft with one).
+      const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
+      // Trees: greedy and coupled ones choose their nodes' children on the device (only the
+      // children come back); rejection-mode and constrained ones read the rows on the host.
       if (j.opts.tree()) {
         l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
+        l.device = dev_ && j.opts.on_device && l.tree->children_on_device() && cols <= kernels::kMaxDeviceSampleVocab;
         lanes_.push_back(std::move(l));
         continue;
       }
       if (j.opts.grammar && j.opts.grammar_state) l.grammar = *j.opts.grammar_state;
-      const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
       if (dev_ && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
           (dev_cols == 0 || cols == dev_cols)) {
         l.device = true;
@@ -292,7 +294,7 @@ class ModelProposer::Drafting {
     std::vector<Lane*> tl;
     for (Lane& l : lanes_)
       if (l.tree && l.active) {
-        l.tree->expand(-1, l.logits);
+        if (!l.device) l.tree->expand(-1, l.logits);  // a device lane's root: expanded by pass()
         tl.push_back(&l);
       }
     if (tl.empty()) return;
@@ -317,13 +319,22 @@ class ModelProposer::Drafting {
         ++p.forwards_;
       }
       if (rows.empty()) break;
-      draft_.forward(batch_, logits_);
+      const bool to_host = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return !r.first->device; });
+      draft_.forward(batch_, logits_, to_host);
       batch_.clear();
+      std::vector<std::pair<Lane*, int32_t>> on_device;
+      std::vector<size_t> device_rows;
       std::vector<float> row;
       for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].first->device) {
+          on_device.push_back(rows[i]);
+          device_rows.push_back(i);
+          continue;
+        }
         host_row(i, row);
         rows[i].first->tree->expand(rows[i].second, row);
       }
+      expand_on_device(on_device, device_rows);
     }
     for (Lane* l : tl) {
       ModelProposer& p = l->proposer();
@@ -332,7 +343,38 @@ class ModelProposer::Drafting {
       p.fed_tree_ = l->tree->fed_nodes();
       p.seq_.truncate(static_cast<int32_t>(p.cached_.size() + p.fed_tree_.size()));
       l->job->out = l->tree->take();
+      l->job->out.on_device = l->device && !l->job->out.tokens.empty();
     }
+  }
+
+  // Tree nodes (lane, node; -1: the root) expanded from rows `at` of the last pass's logits
+  // on the device: each node's children chosen there (DraftProbs::tree_children).
+  void expand_on_device(const std::vector<std::pair<Lane*, int32_t>>& nodes, const std::vector<size_t>& at) {
+    std::vector<DraftProbs::TreeRow> rows;
+    std::vector<std::vector<int32_t>> histories;
+    std::vector<std::pair<Lane*, int32_t>> wanting;
+    histories.reserve(nodes.size());
+    int64_t cols = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto [l, node] = nodes[i];
+      const int32_t room = l->tree->begin_expand(node);
+      if (room <= 0) continue;
+      const ProposeOptions& o = l->job->opts;
+      const bool coupled = !o.sampling->greedy();  // (device tree lanes are greedy or coupled)
+      histories.push_back(coupled ? l->tree->history(node) : std::vector<int32_t>{});
+      rows.push_back({static_cast<int32_t>(at[i]), room, o.sampling, histories.back(), coupled ? o.coupled : nullptr,
+                      l->tree->children_position(node)});
+      wanting.push_back(nodes[i]);
+      const int64_t width = draft_.model().config().n_vocab;
+      cols = o.vocab > 0 ? std::min<int64_t>(width, o.vocab) : width;  // one draft: the same for every lane
+    }
+    if (rows.empty()) return;
+    const OutputSubset* subset = draft_.output_subset();
+    const std::vector<std::vector<TreeChild>> kids =
+        subset ? dev_->tree_children(draft_.device_logits(), rows, cols, &subset->ids_on_backend,
+                                     draft_.model().config().n_vocab)
+               : dev_->tree_children(draft_.device_logits(), rows, cols);
+    for (size_t i = 0; i < wanting.size(); ++i) wanting[i].first->tree->add_children(wanting[i].second, kids[i]);
   }
 
   // Row i of the last pass's logits over the draft's whole vocabulary (a reduced output head's
@@ -421,9 +463,16 @@ class ModelProposer::Drafting {
     draft_.forward(batch_, logits_, to_host);
     std::vector<DraftProbs::Lane> dl;
     std::vector<Lane*> dl_of;
+    std::vector<std::pair<Lane*, int32_t>> roots;  // device tree lanes: their roots' children
+    std::vector<size_t> root_rows;
     for (size_t i = 0; i < with_logits.size(); ++i) {
       Lane& l = *with_logits[i];
       if (!l.device) continue;
+      if (l.tree) {
+        roots.push_back({&l, -1});
+        root_rows.push_back(i);
+        continue;
+      }
       const ProposeJob& j = *l.job;
       // (a run always carries its seed: SequenceRun settles it)
       dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr,
@@ -437,6 +486,7 @@ class ModelProposer::Drafting {
                  : dev_->sample(draft_.device_logits(), dl);
       for (size_t i = 0; i < drawn.size(); ++i) dl_of[i]->drawn = drawn[i];
     }
+    expand_on_device(roots, root_rows);
     for (size_t i = 0; i < with_logits.size(); ++i)
       if (!with_logits[i]->device) host_row(i, with_logits[i]->logits);
     batch_.clear();

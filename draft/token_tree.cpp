@@ -45,27 +45,45 @@ int32_t TreeBuilder::room_for_children(int32_t depth) {
   return room;
 }
 
-void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
+int32_t TreeBuilder::begin_expand(int32_t node) {
   const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
   if (node >= 0) nodes_[static_cast<size_t>(node)].expanded = true;
-  if (depth >= opts_.max_tokens) return;
-  // Constrained: children over what the node's state allows; none after the sentence ends.
-  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
-  GrammarState state;
-  std::shared_ptr<const TokenMask> mask;
-  if (grammar) {
-    state = node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar;
+  if (depth >= opts_.max_tokens) return 0;
+  // Constrained: no children after the sentence ends.
+  if (const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr) {
+    const GrammarState& state = node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar;
     if (TokenGrammar::complete(state) || (node >= 0 && grammar->vocab().is_eog(nodes_[static_cast<size_t>(node)].token)))
-      return;
-    mask = grammar->mask(state);
+      return 0;
   }
-  const int32_t room = room_for_children(depth);
+  return std::max(0, room_for_children(depth));
+}
+
+bool TreeBuilder::children_on_device() const { return !sampled() && !(opts_.grammar_state && opts_.grammar); }
+
+std::vector<int32_t> TreeBuilder::history(int32_t node) const {
+  std::vector<int32_t> h(context_.begin(), context_.end());
+  const std::vector<int32_t> path = path_tokens(node);
+  h.insert(h.end(), path.begin(), path.end());
+  return h;
+}
+
+int64_t TreeBuilder::children_position(int32_t node) const {
+  return static_cast<int64_t>(context_.size()) + (node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth);
+}
+
+void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
+  const int32_t room = begin_expand(node);
   if (room <= 0) return;
+  const int32_t depth = node < 0 ? 0 : nodes_[static_cast<size_t>(node)].depth;
+  // Constrained: children over what the node's state allows.
+  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
+  std::shared_ptr<const TokenMask> mask;
+  if (grammar) mask = grammar->mask(node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar);
   const size_t shared = opts_.vocab > 0 ? std::min(logits.size(), static_cast<size_t>(opts_.vocab)) : logits.size();
   const std::span<const float> row = logits.first(shared);
   const SamplingParams& sp = *opts_.sampling;
   const double parent_score = node < 0 ? 0.0 : nodes_[static_cast<size_t>(node)].score;
-  std::vector<std::pair<int32_t, double>> kids;  // token, log probability under the draft
+  std::vector<TreeChild> kids;
   if (sp.greedy()) {
     // The most likely tokens of the draft at temperature 1 (its final distribution is a
     // point mass), in one pass over the vocabulary (ties: the lower id); NaN never wins.
@@ -82,18 +100,18 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
     }
     if (top.empty() || !std::isfinite(top[0].first)) return;  // nothing possible
     const float mx = top[0].first;
-    float z = 0.0f;  // exp_nonpos: vectorised, exact enough for ranking the tree's nodes
+    // exp_nonpos's terms summed in double (the device's top_rows sums the same terms in
+    // another order: the same scores to ~1e-16, so the same tree).
+    double z = 0.0;
     for (size_t i = 0; i < row.size(); ++i)
-      z += row[i] > -INFINITY && allowed(i) ? kernels::exp_nonpos(row[i] - mx) : 0.0f;
-    const double log_z = std::log(static_cast<double>(z));
+      z += row[i] > -INFINITY && allowed(i) ? static_cast<double>(kernels::exp_nonpos(row[i] - mx)) : 0.0;
+    const double log_z = std::log(z);
     for (const auto& [x, id] : top) kids.push_back({id, static_cast<double>(x - mx) - log_z});
   } else {
-    const std::vector<int32_t> path = path_tokens(node);
-    std::vector<int32_t> history(context_.begin(), context_.end());
-    history.insert(history.end(), path.begin(), path.end());
+    const std::vector<int32_t> hist = history(node);
     Distribution q;
     try {
-      q = mask ? make_distribution(row, sp, history, *mask) : make_distribution(row, sp, history);
+      q = mask ? make_distribution(row, sp, hist, *mask) : make_distribution(row, sp, hist);
     } catch (const std::runtime_error&) {
       if (!mask) throw;
       return;  // nothing the grammar allows is in the draft's vocabulary: no children
@@ -116,16 +134,24 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       row_dists_[static_cast<size_t>(node + 1)] = std::move(q);
     }
   }
+  add_children(node, kids);
+}
+
+void TreeBuilder::add_children(int32_t node, std::span<const TreeChild> kids) {
+  const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
+  const double parent_score = node < 0 ? 0.0 : nodes_[static_cast<size_t>(node)].score;
+  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
+  const GrammarState state =
+      grammar ? (node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar) : GrammarState{};
   const bool on_spine = !sampled() && (node < 0 || nodes_[static_cast<size_t>(node)].spine);
   for (size_t i = 0; i < kids.size(); ++i) {
-    const auto& [t, lp] = kids[i];
     Node c;
-    c.token = t;
+    c.token = kids[i].token;
     c.parent = node;
     c.depth = depth + 1;
-    c.score = parent_score + lp;
+    c.score = parent_score + kids[i].log_prob;
     c.spine = on_spine && i == 0;  // the first child: the chain's draft
-    if (grammar) c.grammar = grammar->after(state, t);
+    if (grammar) c.grammar = grammar->after(state, c.token);
     nodes_.push_back(c);
   }
 }

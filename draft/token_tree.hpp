@@ -33,6 +33,12 @@
 
 namespace tandem {
 
+// A node's child: its token and its log probability under the draft.
+struct TreeChild {
+  int32_t token;
+  double log_prob;
+};
+
 class TreeBuilder {
  public:
   // context: the committed tokens (the root is its last); opts: the job's (max_tokens is the
@@ -42,6 +48,20 @@ class TreeBuilder {
   // The root's (node -1) or a fed node's children from the draft's logits for the position
   // after it (the draft's whole vocabulary; ids at or past opts.vocab are never proposed).
   void expand(int32_t node, std::span<const float> logits);
+  // The same in two halves, for children chosen elsewhere (on the device: DraftProbs::
+  // tree_children): how many children the node may get now (0: none; the node counts as
+  // expanded either way), then its children, best first, at most that many, chosen as
+  // expand would (greedy: the most likely tokens; coupled: gumbel_top's).
+  int32_t begin_expand(int32_t node);
+  void add_children(int32_t node, std::span<const TreeChild> kids);
+  // Whether children_on_device can choose this tree's children: greedy and coupled trees
+  // without a grammar (rejection-mode trees draw from q with the sequence's Rng and keep q
+  // for the verifier; constrained ones read the grammar's masks on the host).
+  bool children_on_device() const;
+  // What choosing a node's children needs: the context and the node's path (penalties), and
+  // the children's absolute position (the coupled noise's).
+  std::vector<int32_t> history(int32_t node) const;
+  int64_t children_position(int32_t node) const;
   // The nodes to feed to the draft next, in feed order (the best `width` of the newest
   // depth that can still grow); marks them fed. Empty: the tree is complete.
   std::vector<int32_t> take_frontier();

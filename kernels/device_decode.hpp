@@ -70,6 +70,19 @@ class DeviceDecode {
   // are out of range gets n_accepted -1 and is reported at the next synchronize/download.
   virtual void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                               const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
+  // The w best tokens of listed rows, best first: the children of token-tree nodes drafted
+  // on the device (draft/tree_rows.hpp). rows I32 [m]: which rows of src (F32 [rows_src, V]).
+  //   * keys with no buffer: src holds logits; by value, ties to the lower id, over values
+  //     > -inf (NaN counts as -inf); a row whose largest value is +inf gets none. lse F32
+  //     [2, m]: log Σ exp(x − max) over those values (exp_nonpos's terms summed in double),
+  //     as hi + lo floats; vals the chosen logits.
+  //   * keys I32 [kNoiseKeyWords, m] (NoiseKey): src holds probs (make_probs); by the key
+  //     −log u(position, v) / p_v over p_v > 0, gumbel_top's order (engine/sampling/gumbel.hpp);
+  //     vals the chosen probabilities, lse 0.
+  // ids I32 [w, m] (-1 past what is possible), vals F32 [w, m]. A row index outside src is
+  // reported at the next synchronize/download.
+  virtual void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src,
+                        const Tensor& rows, const Tensor& keys, int32_t w) = 0;
   // dst F32 [rows, V] = fill everywhere but dst[r][ids[j]] = src[r][j] (src F32 [rows, n],
   // ids I32 [n], unique, < V): a reduced draft vocabulary's logits over the whole one.
   virtual void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) = 0;

@@ -7,7 +7,8 @@
 //   * draws follow the rows (chi-square), coupled draws are the CPU's gumbel_argmax;
 //   * the batch verifier's output follows the target's distribution at each position
 //     (chi-square), for sampled and point-mass drafts; coupled verification accepts exactly
-//     the drafts equal to the target's coupled token.
+//     the drafts equal to the target's coupled token;
+//   * top_rows gives the children the host's TreeBuilder chooses (token trees).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/device_decode.hpp"
+#include "kernels/exp_nonpos.hpp"
 #include "support/stats.hpp"
 
 namespace tandem::kernels {
@@ -414,6 +416,96 @@ TEST(CudaSampling, ScatterColsSpreadsASubsetsColumnsOverTheVocabulary) {
                     d.put(DType::I32, std::vector<int32_t>{0, 7, 8, 150, 300}, 1), 0.0f);
   std::vector<float> one(1);
   EXPECT_THROW(d.be->download(one.data(), dst, 4), std::out_of_range);
+}
+
+// Token trees drafted on the device take their nodes' children from top_rows: by value over
+// logits rows (greedy trees: the host's scan, ties to the lower id, NaN and -inf never, none
+// under a +inf logit) with the row's log-sum-exp, and by Gumbel key over probs rows (coupled
+// trees: the CPU's gumbel_top). Listed rows in any order, w past what is possible.
+TEST(CudaSampling, TopRowsGiveTheHostsTreeChildren) {
+  Dev d;
+  const int vocab = 700, w = 5;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> rows;
+  for (unsigned s = 0; s < 4; ++s) {  // values on a coarse grid: many ties, at the top too
+    std::vector<float> r = random_logits(vocab, 40 + s, 2.0f);
+    for (auto& x : r) x = std::round(x * 2.0f) / 2.0f;
+    r[3] = nan, r[11] = -inf;
+    rows.push_back(r);
+  }
+  rows.push_back(std::vector<float>(static_cast<size_t>(vocab), -inf));  // nothing possible
+  rows.back()[5] = nan;
+  rows.push_back(std::vector<float>(static_cast<size_t>(vocab), -inf));  // two possible tokens
+  rows.back()[600] = 1.0f, rows.back()[2] = 1.0f;
+  rows.push_back(random_logits(vocab, 9, 1.0f));  // a +inf logit: no children
+  rows.back()[17] = inf;
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const Tensor src = d.put(DType::F32, flat, vocab);
+  const std::vector<int32_t> listed = {3, 0, 6, 5, 1, 4, 2, 3};
+  const auto m = static_cast<int64_t>(listed.size());
+  Tensor ids = d.zeros(DType::I32, w, m), vals = d.zeros(DType::F32, w, m), lse = d.zeros(DType::F32, 2, m);
+  d.dd.top_rows(ids, vals, lse, src, d.put(DType::I32, listed, 1), Tensor{}, w);
+  const auto gi = d.get<int32_t>(ids);
+  const auto gv = d.get<float>(vals);
+  const auto gl = d.get<float>(lse);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const auto& r = rows[static_cast<size_t>(listed[i])];
+    std::vector<int32_t> order;
+    for (int32_t v = 0; v < vocab; ++v)
+      if (r[static_cast<size_t>(v)] > -inf) order.push_back(v);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return r[size_t(a)] > r[size_t(b)]; });
+    if (!order.empty() && r[size_t(order[0])] == inf) order.clear();
+    double z = 0.0;
+    for (int32_t v : order) z += static_cast<double>(exp_nonpos(r[size_t(v)] - r[size_t(order[0])]));
+    for (int j = 0; j < w; ++j) {
+      const size_t at = i * w + static_cast<size_t>(j);
+      const int32_t want = j < static_cast<int>(order.size()) ? order[static_cast<size_t>(j)] : -1;
+      ASSERT_EQ(gi[at], want) << "row " << listed[i] << " rank " << j;
+      if (want >= 0) {
+        ASSERT_EQ(gv[at], r[static_cast<size_t>(want)]);
+      }
+    }
+    if (!order.empty()) {
+      EXPECT_NEAR(static_cast<double>(gl[2 * i]) + static_cast<double>(gl[2 * i + 1]), std::log(z), 1e-13)
+          << "row " << listed[i];
+    }
+  }
+
+  // By Gumbel key over make_probs rows (top-k and top-p cuts: supports smaller than w too).
+  std::vector<Row> prows;
+  const SamplingParams ps[] = {params(1.0f, 0, 1.0f, 0.0f), params(0.7f, 3, 1.0f, 0.0f), params(1.3f, 40, 0.9f, 0.0f)};
+  std::vector<float> pflat;
+  for (size_t k = 0; k < 3; ++k) {
+    prows.push_back(device_row(d, random_logits(vocab, 70 + static_cast<unsigned>(k), 1.5f), ps[k]));
+    pflat.insert(pflat.end(), prows.back().dense.begin(), prows.back().dense.end());
+  }
+  const Tensor probs = d.put(DType::F32, pflat, vocab);
+  const std::vector<int32_t> plisted = {2, 0, 1, 0};
+  std::vector<NoiseKey> keys;
+  for (size_t i = 0; i < plisted.size(); ++i) keys.push_back(NoiseKey::of(0xfeedULL + i, 300 + 7 * static_cast<int64_t>(i)));
+  const auto pm = static_cast<int64_t>(plisted.size());
+  Tensor kids = d.zeros(DType::I32, w, pm), kvals = d.zeros(DType::F32, w, pm), klse = d.zeros(DType::F32, 2, pm);
+  d.dd.top_rows(kids, kvals, klse, probs, d.put(DType::I32, plisted, 1), d.put_structs(keys), w);
+  const auto ki = d.get<int32_t>(kids);
+  const auto kv = d.get<float>(kvals);
+  for (size_t i = 0; i < plisted.size(); ++i) {
+    const Row& r = prows[static_cast<size_t>(plisted[i])];
+    const std::vector<int32_t> want =
+        gumbel_top(r.dist, PositionNoise(0xfeedULL + i), 300 + 7 * static_cast<int64_t>(i), static_cast<size_t>(w));
+    for (int j = 0; j < w; ++j) {
+      const size_t at = i * w + static_cast<size_t>(j);
+      ASSERT_EQ(ki[at], j < static_cast<int>(want.size()) ? want[static_cast<size_t>(j)] : -1) << "row " << i << " rank " << j;
+      if (ki[at] >= 0) {
+        ASSERT_EQ(kv[at], r.dense[static_cast<size_t>(ki[at])]);
+      }
+    }
+  }
+
+  // A listed row outside src is refused.
+  d.dd.top_rows(ids, vals, lse, src, d.put(DType::I32, std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}, 1), Tensor{}, w);
+  std::vector<int32_t> one(1);
+  EXPECT_THROW(d.be->download(one.data(), ids, 4), std::out_of_range);
 }
 
 }  // namespace

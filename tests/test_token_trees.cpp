@@ -203,11 +203,11 @@ TEST(TokenTrees, GreedyLogprobsAreThePlainOnes) {
   for (size_t i = 0; i < plain.logprobs.size(); ++i) EXPECT_EQ(tree.logprobs[i].chosen.logprob, plain.logprobs[i].chosen.logprob) << i;
 }
 
-// On the CUDA backend (its kernels under the emulator): trees are drafted on the host from the
-// draft's logits, their nodes attended to by the CUDA kernel, and verified on the device
-// (greedy: a walk along each row's argmax, of the penalised logits with penalties; coupled:
-// along each row's Gumbel-max token), so only ids come back; a seed's coupled text is plain
-// decoding's.
+// On the CUDA backend (its kernels under the emulator): trees are drafted with their nodes'
+// children chosen on the device, their nodes attended to by the CUDA kernel, and verified on
+// the device (greedy: a walk along each row's argmax, of the penalised logits with penalties;
+// coupled: along each row's Gumbel-max token), so only ids come back; a seed's coupled text
+// is plain decoding's.
 TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
   const auto& fx = fixture_pair();
   auto e = load(fx.target, fx.close_draft, "cuda-emulated");
@@ -233,10 +233,59 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
       ASSERT_EQ(tree.tokens, plain.tokens) << "prompt " << s << " width " << sh.width;
       EXPECT_GT(tree.speculative.tree_steps, 0);
       EXPECT_GT(tree.speculative.device_verified_steps, 0) << "greedy trees are verified on the device";
+      EXPECT_GT(tree.speculative.device_drafted_tokens, 0) << "greedy trees are drafted on the device";
+      EXPECT_GT(ptree.speculative.device_drafted_tokens, 0) << "so are greedy trees with penalties";
       const auto ktree = e->generate_tokens(prompt, with_tree(k, sh.width, sh.nodes, sh.depth));
       ASSERT_EQ(ktree.tokens, kplain.tokens) << "coupled, prompt " << s << " width " << sh.width;
       EXPECT_GT(ktree.speculative.tree_steps, 0);
       EXPECT_GT(ktree.speculative.device_verified_steps, 0) << "coupled trees are verified on the device";
+      EXPECT_GT(ktree.speculative.device_drafted_tokens, 0) << "coupled trees are drafted on the device";
+    }
+  }
+}
+
+// On the CUDA backend greedy and coupled trees choose their nodes' children on the device
+// (DraftProbs::tree_children): the same trees as the host's TreeBuilder::expand reading the
+// downloaded rows, with the whole draft vocabulary and a reduced one.
+TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
+  Transformer& draft = *EngineAccess::parts(*e).draft;
+  DraftProbs* dp = EngineAccess::parts(*e).draft_probs;
+  ASSERT_NE(dp, nullptr);
+  SamplingParams greedy_sp, coupled_sp;
+  greedy_sp.temperature = 0.0f;
+  coupled_sp.temperature = 0.9f;
+  coupled_sp.top_k = 16;
+  coupled_sp.repetition_penalty = 1.2f;  // over the context and each node's path
+  const PositionNoise noise(11);
+  Rng rng(1);
+  for (const int32_t subset : {0, 24}) {
+    e->set_draft_vocab(subset);
+    for (uint32_t s = 0; s < 3; ++s) {
+      const auto ctx = test::random_prompt(6 + static_cast<int>(s) * 7, 90 + s, 1);
+      for (const bool coupled : {false, true}) {
+        for (const Shape& sh : {Shape{3, 12, 4}, Shape{4, 20, 5}}) {
+          SCOPED_TRACE("subset " + std::to_string(subset) + " prompt " + std::to_string(s) + (coupled ? " coupled" : " greedy") +
+                       " width " + std::to_string(sh.width));
+          ProposeOptions po;
+          po.max_tokens = sh.depth;
+          po.sampling = coupled ? &coupled_sp : &greedy_sp;
+          po.coupled = coupled ? &noise : nullptr;
+          po.vocab = draft.model().config().n_vocab;
+          po.tree_width = sh.width;
+          po.tree_nodes = sh.nodes;
+          po.on_device = true;
+          ModelProposer on_device(draft, dp), on_host(draft);
+          const Proposal d = on_device.propose(ctx, po, rng);
+          const Proposal h = on_host.propose(ctx, po, rng);
+          ASSERT_TRUE(h.tree());
+          EXPECT_EQ(d.tokens, h.tokens);
+          EXPECT_EQ(d.parents, h.parents);
+          EXPECT_TRUE(d.on_device);
+          EXPECT_FALSE(h.on_device);
+        }
+      }
     }
   }
 }

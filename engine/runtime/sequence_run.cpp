@@ -239,7 +239,9 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
     po.tree_width = opts_.speculative.tree_width;
     po.tree_nodes = nodes;
     po.tree_cost = tree_cost_;
-    po.on_device = false;  // trees are drafted on the host
+    // Greedy and coupled trees choose their children on the device; rejection-mode ones draw
+    // them on the host (their q is verified there).
+    po.on_device = po.on_device && (opts_.sampling.greedy() || coupled_);
   }
   return po;
 }

@@ -146,6 +146,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
                       const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
+  void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src, const Tensor& rows,
+                const Tensor& keys, int32_t w) override;
 
   // GraphCapture (kernels/graph_capture.hpp): the runtime's stream capture. Allocation from
   // the arena and the GEMM path throw during a capture, in both builds (CUDA would not see

@@ -1,5 +1,6 @@
 // CudaBackend's sampled decoding (kernels/device_decode.hpp: make_probs, sample_probs,
-// verify_sampled): shape checks, then one launch each (kernels/cuda/ops/sampling.cu).
+// verify_sampled; top_rows for token trees): shape checks, then one launch each
+// (kernels/cuda/ops/sampling.cu, top_rows.cu).
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -7,6 +8,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_backend_detail.hpp"
 #include "kernels/cuda/ops.hpp"
+#include "kernels/tree_keys.hpp"
 
 namespace tandem::kernels::TANDEM_CUDA_NS {
 using namespace backend_detail;
@@ -84,6 +86,27 @@ void CudaBackend::scatter_cols(const Tensor& dst, const Tensor& src, const Tenso
   ops::scatter_cols(rt_->stream(), reinterpret_cast<float*>(ptr(dst, op)), ld_of(dst), dst.cols(),
                     reinterpret_cast<const float*>(ptr(src, op)), ld_of(src), src.rows(),
                     reinterpret_cast<const int32_t*>(ptr(ids, op)), ids.numel(), fill, err_);
+  launched(op);
+}
+
+void CudaBackend::top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src,
+                           const Tensor& rows, const Tensor& keys, int32_t w) {
+  const char* op = "top_rows";
+  require(src.type == DType::F32 && vals.type == DType::F32 && lse.type == DType::F32 && ids.type == DType::I32 &&
+              rows.type == DType::I32,
+          op, "src, vals and lse F32, ids and rows I32");
+  require(w >= 1 && w <= kMaxTreeNodes, op, "w in 1..64 (a tree's width at most)");
+  require(src.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  const int64_t m = rows.numel();
+  require(ids.nb1 == 0 && vals.nb1 == 0 && lse.nb1 == 0 && rows.nb1 == 0, op, "packed ids, vals, lse and rows");
+  require(ids.numel() == m * w && vals.numel() == m * w && lse.numel() == 2 * m, op, "ids, vals [w, m], lse [2, m]");
+  const bool with_keys = keys.buf != nullptr;
+  require(!with_keys || (packed_i32(keys, kNoiseKeyWords) && keys.rows() == m), op, "keys: I32 [4, m]");
+  ops::top_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(src, op)), ld_of(src), src.rows(), src.cols(),
+                reinterpret_cast<const int32_t*>(ptr(rows, op)), m,
+                with_keys ? reinterpret_cast<const NoiseKey*>(ptr(keys, op)) : nullptr, w,
+                reinterpret_cast<int32_t*>(ptr(ids, op)), reinterpret_cast<float*>(ptr(vals, op)),
+                reinterpret_cast<float*>(ptr(lse, op)), err_);
   launched(op);
 }
 

@@ -229,4 +229,13 @@ void verify_sampled(Stream s, const float* p, int64_t ldp, int64_t p_rows, int64
                     const int32_t* q_rows_of, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
                     int* err);
 
+// ---- token trees drafted on the device (ops/top_rows.cu; kernels/device_decode.hpp) -------
+// For each listed row rows[i] of src [src_rows, vocab] (ld lds): the w best tokens, best
+// first, into ids[i * w ..] and their values into vals[i * w ..] (-1 and 0 past what is
+// possible): by value (keys null; lse[2i], lse[2i + 1]: log Σ exp(x − max) as hi + lo floats)
+// or by the Gumbel key of keys[i] over probabilities. A row index outside src sets
+// kErrVerify.
+void top_rows(Stream s, const float* src, int64_t lds, int64_t src_rows, int64_t vocab, const int32_t* rows,
+              int64_t n_rows, const NoiseKey* keys, int w, int32_t* ids, float* vals, float* lse, int* err);
+
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::ops
