@@ -45,6 +45,8 @@ double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps = 20);
 // Kernels a CUDA backend (real or emulated) has launched directly so far (a graph's replay
 // counts once per kernel when it is captured, not per replay); -1 for other backends.
 int64_t cuda_launch_count(const Backend& be);
+// Bytes a CUDA backend (real or emulated) has downloaded to the host so far; -1 for others.
+int64_t cuda_bytes_to_host(const Backend& be);
 
 // Whether this build contains the real (nvcc) CUDA backend.
 bool cuda_backend_built();

@@ -17,6 +17,7 @@
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/sequence_grammar.hpp"
 #include "engine/runtime/scheduler.hpp"
+#include "kernels/backend_factory.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
@@ -277,13 +278,22 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
           po.tree_nodes = sh.nodes;
           po.on_device = true;
           ModelProposer on_device(draft, dp), on_host(draft);
+          const int64_t b0 = kernels::cuda_bytes_to_host(draft.backend());
           const Proposal d = on_device.propose(ctx, po, rng);
+          const int64_t b1 = kernels::cuda_bytes_to_host(draft.backend());
           const Proposal h = on_host.propose(ctx, po, rng);
+          const int64_t b2 = kernels::cuda_bytes_to_host(draft.backend());
           ASSERT_TRUE(h.tree());
           EXPECT_EQ(d.tokens, h.tokens);
           EXPECT_EQ(d.parents, h.parents);
           EXPECT_TRUE(d.on_device);
           EXPECT_FALSE(h.on_device);
+          // What crossed: a few ids and values per expanded node, not its row of logits.
+          if (subset == 0) {
+            const int64_t row = static_cast<int64_t>(draft.n_logits()) * 4;
+            EXPECT_LT(b1 - b0, row) << "the device's tree: less than one row of logits in all";
+            EXPECT_GE(b2 - b1, 2 * row) << "the host's: a row per expanded node";
+          }
         }
       }
     }

@@ -55,6 +55,7 @@ class Transformer {
   }
 
   const Model& model() const { return model_; }
+  kernels::Backend& backend() const { return be_; }
   KVCache& cache() { return cache_; }
 
   // The most one pass will hold, so that the scratch (this class's and the backend's) is

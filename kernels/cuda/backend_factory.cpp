@@ -36,6 +36,14 @@ int64_t cuda_launch_count(const Backend& be) {
   return n;
 }
 
+int64_t cuda_bytes_to_host(const Backend& be) {
+  int64_t n = cuda_entry::bytes_to_host_emulated(be);
+#if TANDEM_WITH_CUDA_DEVICE
+  if (n < 0) n = cuda_entry::bytes_to_host_device(be);
+#endif
+  return n;
+}
+
 BackendChoice choose_backend(const BackendOptions& opt) {
   BackendChoice c;
   if (opt.device == "cpu") {

@@ -250,6 +250,7 @@ void CudaBackend::download(void* dst, const Tensor& src, size_t bytes) {
   require(db && db->pool() == pool_.get(), "download", "from a foreign buffer");
   require(src.offset + bytes <= db->size(), "download", "past the end of the buffer");
   rt_->copy_to_host(dst, db->data() + src.offset, bytes);
+  bytes_to_host_.fetch_add(bytes, std::memory_order_relaxed);
   check_errors();
 }
 

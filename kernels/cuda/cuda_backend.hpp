@@ -162,6 +162,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
 
   const cuda_arena::Arena& arena() const { return pool_->arena; }
   uint64_t launches() const { return launches_.load(std::memory_order_relaxed); }
+  // Bytes downloaded to the host so far (what a step makes cross the bus).
+  uint64_t bytes_to_host() const { return bytes_to_host_.load(std::memory_order_relaxed); }
   // Whether a matmul of this many tokens takes the opt-in dequantize + GEMM path.
   bool gemm_on(int64_t tokens) const;
   // Device-to-device copy bandwidth (GB/s, read + write counted once: bytes / time) over
@@ -226,6 +228,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
     uint8_t* p = nullptr;
   };
   ScratchSlot scratch_[5];
+  std::atomic<uint64_t> bytes_to_host_{0};
   std::atomic<uint64_t> launches_{0};  // kernels launched (or recorded into a graph) through launched()
   uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
 };

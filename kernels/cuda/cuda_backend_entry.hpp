@@ -16,4 +16,7 @@ double copy_gbps_device(Backend& be, size_t bytes, int reps);
 // Kernels launched by a backend of that build so far; -1 when `be` is not one.
 int64_t launches_emulated(const Backend& be);
 int64_t launches_device(const Backend& be);
+// Bytes a backend of that build has downloaded to the host so far; -1 when `be` is not one.
+int64_t bytes_to_host_emulated(const Backend& be);
+int64_t bytes_to_host_device(const Backend& be);
 }  // namespace tandem::kernels::cuda_entry

@@ -18,6 +18,10 @@ int64_t launches_emulated(const Backend& be) {
   auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->launches()) : -1;
 }
+int64_t bytes_to_host_emulated(const Backend& be) {
+  auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->bytes_to_host()) : -1;
+}
 #else
 std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double arena_fraction, int64_t gemm_min_tokens) {
   TANDEM_CUDA_NS::CudaOptions o;
@@ -34,6 +38,10 @@ double copy_gbps_device(Backend& be, size_t bytes, int reps) {
 int64_t launches_device(const Backend& be) {
   auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->launches()) : -1;
+}
+int64_t bytes_to_host_device(const Backend& be) {
+  auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
+  return c ? static_cast<int64_t>(c->bytes_to_host()) : -1;
 }
 #endif
 }  // namespace tandem::kernels::cuda_entry
