@@ -114,32 +114,38 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   return out;
 }
 
-std::vector<std::vector<TreeChild>> DraftProbs::tree_children(const kernels::Tensor& logits,
-                                                              std::span<const TreeRow> rows, int64_t cols,
-                                                              const kernels::Tensor* subset_ids, int64_t vocab) {
-  std::vector<std::vector<TreeChild>> out(rows.size());
+std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::Tensor& logits,
+                                                                std::span<const TreeRow> rows, int64_t cols,
+                                                                const kernels::Tensor* subset_ids, int64_t vocab) {
+  std::vector<TreeChildren> out(rows.size());
   if (rows.empty()) return out;
   kernels::Tensor view = full_rows(logits, subset_ids, vocab);
   if (view.cols() < cols || cols <= 0) throw std::logic_error("DraftProbs: logits narrower than the tree's vocabulary");
   view.nb1 = view.row_stride();
   view.ne[0] = cols;
   const int64_t n_rows = view.rows();
-  // Greedy rows read the logits; coupled ones q's rows (make_probs, into tree_probs_).
-  std::vector<size_t> greedy, coupled;
+  // Greedy rows read the logits; coupled and drawn ones q's rows (make_probs): coupled ones
+  // in a scratch, drawn ones in the store (the verifier reads them).
+  std::vector<size_t> by_mode[3];
   int32_t w = 1;
   for (size_t i = 0; i < rows.size(); ++i) {
     const TreeRow& r = rows[i];
     if (r.logits_row < 0 || r.logits_row >= n_rows) throw std::logic_error("DraftProbs: a tree row is outside the logits");
     if (r.room < 1 || r.room > kernels::kMaxTreeNodes) throw std::logic_error("DraftProbs: a tree node's room is out of range");
-    (r.coupled ? coupled : greedy).push_back(i);
+    by_mode[static_cast<int>(r.mode)].push_back(i);
     w = std::max(w, r.room);
   }
-  std::vector<kernels::RowSampling> params;
+  const std::vector<size_t>&greedy = by_mode[0], &coupled = by_mode[1], &drawn = by_mode[2];
+  if (!drawn.empty() && (cols != cols_ || next_ + n_rows > cap_rows_))
+    throw std::logic_error("DraftProbs: more rows than begin_step reserved");
+
+  // Side buffer (I32 words): per row: its row, ids [w], vals [w], lse [2], key [4], count, tag;
+  // per logits row, twice (coupled, drawn): make_probs' params, top and conf; the penalties.
   std::vector<int32_t> pens;
-  if (!coupled.empty()) {
-    params.resize(static_cast<size_t>(n_rows));
+  auto params_of = [&](const std::vector<size_t>& at) {
+    std::vector<kernels::RowSampling> params(static_cast<size_t>(n_rows));
     for (auto& p : params) p.skip = 1;
-    for (size_t i : coupled) {
+    for (size_t i : at) {
       const TreeRow& r = rows[i];
       kernels::RowSampling rs = row_sampling(*r.sampling);
       rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
@@ -147,34 +153,63 @@ std::vector<std::vector<TreeChild>> DraftProbs::tree_children(const kernels::Ten
       rs.pen_end = static_cast<int32_t>(pens.size() / 2);
       params[static_cast<size_t>(r.logits_row)] = rs;
     }
-  }
-  // Side buffer (I32 words): per group of m rows: rows | ids [w, m] | vals [w, m] | lse [2, m]
-  // (| keys [4, m]); then make_probs' params | penalties | top | conf.
-  const auto m_all = static_cast<size_t>(rows.size());
+    return params;
+  };
+  const std::vector<kernels::RowSampling> pc = coupled.empty() ? std::vector<kernels::RowSampling>{} : params_of(coupled);
+  const std::vector<kernels::RowSampling> pd = drawn.empty() ? std::vector<kernels::RowSampling>{} : params_of(drawn);
   const size_t n_pen = std::max<size_t>(pens.size(), 2);
   kernels::WordViews words(be_, tree_side_,
-                           m_all * (3 + 2 * static_cast<size_t>(w) + kernels::kNoiseKeyWords) + params.size() *
-                               (kernels::kRowSamplingWords + 2) + n_pen);
-  struct Group {
-    const std::vector<size_t>* at;
-    kernels::Tensor rows, ids, vals, lse, keys;
+                           rows.size() * (1 + 2 * static_cast<size_t>(w) + 2 + kernels::kNoiseKeyWords + 2) +
+                               2 * static_cast<size_t>(n_rows) * (kernels::kRowSamplingWords + 2) + n_pen);
+  const kernels::Tensor tpen = words.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
+  if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
+  auto probs_into = [&](const kernels::Tensor& probs, const std::vector<kernels::RowSampling>& params) {
+    const kernels::Tensor tp = words.take(DType::I32, kernels::kRowSamplingWords, n_rows);
+    const kernels::Tensor top = words.take(DType::I32, n_rows), conf = words.take(DType::F32, n_rows);
+    be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
+    dd_.make_probs(probs, top, conf, view, tp, pens.empty() ? kernels::Tensor{} : tpen);
   };
-  std::vector<Group> groups;
-  for (const std::vector<size_t>* g : {&greedy, &coupled}) {
-    if (g->empty()) continue;
-    const auto m = static_cast<int64_t>(g->size());
-    Group gr{g, words.take(DType::I32, m), words.take(DType::I32, w, m), words.take(DType::F32, w, m),
-             words.take(DType::F32, 2, m), {}};
+  struct Group {
+    const std::vector<size_t>* at = nullptr;
+    kernels::Tensor rows, ids, vals, lse, keys;
+    std::vector<int32_t> h_ids;
+    std::vector<float> h_vals, h_lse;
+  };
+  auto group = [&](const std::vector<size_t>& at, bool keyed, auto&& row_of) {
+    const auto m = static_cast<int64_t>(at.size());
+    Group g{&at, words.take(DType::I32, m), words.take(DType::I32, w, m), words.take(DType::F32, w, m),
+            words.take(DType::F32, 2, m), {}, {}, {}, {}};
     std::vector<int32_t> h_rows;
-    for (size_t i : *g) h_rows.push_back(rows[i].logits_row);
-    be_.upload(gr.rows, h_rows.data(), h_rows.size() * 4);
-    if (g == &coupled) {
-      std::vector<kernels::NoiseKey> keys;
-      for (size_t i : *g) keys.push_back(kernels::NoiseKey::of(rows[i].coupled->seed(), rows[i].position));
-      gr.keys = words.take(DType::I32, kernels::kNoiseKeyWords, m);
-      be_.upload(gr.keys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
+    std::vector<kernels::NoiseKey> keys;
+    for (size_t i : at) {
+      h_rows.push_back(row_of(rows[i]));
+      keys.push_back(kernels::NoiseKey::of(rows[i].seed, rows[i].position));
     }
-    groups.push_back(gr);
+    be_.upload(g.rows, h_rows.data(), h_rows.size() * 4);
+    if (keyed) {
+      g.keys = words.take(DType::I32, kernels::kNoiseKeyWords, m);
+      be_.upload(g.keys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
+    }
+    return g;
+  };
+  auto fetch = [&](Group& g, bool lse) {
+    const size_t m = g.at->size();
+    g.h_ids.resize(m * static_cast<size_t>(w));
+    g.h_vals.resize(m * static_cast<size_t>(w));
+    be_.download(g.h_ids.data(), g.ids, g.h_ids.size() * 4);
+    be_.download(g.h_vals.data(), g.vals, g.h_vals.size() * 4);
+    if (lse) {
+      g.h_lse.resize(2 * m);
+      be_.download(g.h_lse.data(), g.lse, g.h_lse.size() * 4);
+    }
+  };
+  auto own_row = [](const TreeRow& r) { return r.logits_row; };
+  std::vector<Group> done;  // greedy, coupled, drawn (those present)
+  if (!greedy.empty()) {
+    Group g = group(greedy, false, own_row);
+    dd_.top_rows(g.ids, g.vals, g.lse, view, g.rows, kernels::Tensor{}, w);
+    fetch(g, true);
+    done.push_back(std::move(g));
   }
   if (!coupled.empty()) {
     const size_t bytes = static_cast<size_t>(n_rows * cols) * sizeof(float);
@@ -183,46 +218,56 @@ std::vector<std::vector<TreeChild>> DraftProbs::tree_children(const kernels::Ten
       tree_probs_ = be_.alloc(bytes);
     }
     const kernels::Tensor probs = kernels::make_tensor(tree_probs_.get(), DType::F32, cols, n_rows);
-    const kernels::Tensor tp = words.take(DType::I32, kernels::kRowSamplingWords, n_rows);
-    const kernels::Tensor tpen = words.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
-    const kernels::Tensor top = words.take(DType::I32, n_rows), conf = words.take(DType::F32, n_rows);
-    be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
-    if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
-    dd_.make_probs(probs, top, conf, view, tp, pens.empty() ? kernels::Tensor{} : tpen);
-    const Group& g = groups.back();
+    probs_into(probs, pc);
+    Group g = group(coupled, true, own_row);
     dd_.top_rows(g.ids, g.vals, g.lse, probs, g.rows, g.keys, w);
+    fetch(g, false);
+    done.push_back(std::move(g));
   }
-  if (!greedy.empty()) {
-    const Group& g = groups.front();
-    dd_.top_rows(g.ids, g.vals, g.lse, view, g.rows, kernels::Tensor{}, w);
-  }
-  struct Host {
-    std::vector<int32_t> ids;
-    std::vector<float> vals, lse;
-  };
-  std::vector<Host> host(groups.size());
-  for (size_t k = 0; k < groups.size(); ++k) {
-    const size_t m = groups[k].at->size();
-    host[k] = {std::vector<int32_t>(m * static_cast<size_t>(w)), std::vector<float>(m * static_cast<size_t>(w)),
-               std::vector<float>(2 * m)};
-    be_.download(host[k].ids.data(), groups[k].ids, host[k].ids.size() * 4);
-    be_.download(host[k].vals.data(), groups[k].vals, host[k].vals.size() * 4);
-    be_.download(host[k].lse.data(), groups[k].lse, host[k].lse.size() * 4);
+  if (!drawn.empty()) {
+    const int64_t first = next_;
+    next_ += n_rows;
+    const kernels::Tensor store = q();
+    probs_into(kernels::make_tensor(store_.get(), DType::F32, cols_, n_rows, static_cast<size_t>(first * cols_) * 4), pd);
+    Group g = group(drawn, true, [&](const TreeRow& r) { return static_cast<int32_t>(first) + r.logits_row; });
+    // How many each draws: its room, or what the cost model says of q's largest probabilities.
+    std::vector<int32_t> counts, tags;
+    for (size_t i : drawn) counts.push_back(rows[i].room), tags.push_back(rows[i].tag);
+    if (std::any_of(drawn.begin(), drawn.end(), [&](size_t i) { return static_cast<bool>(rows[i].how_many); })) {
+      dd_.top_rows(g.ids, g.vals, g.lse, store, g.rows, kernels::Tensor{}, w);
+      fetch(g, false);
+      be_.synchronize();
+      for (size_t j = 0; j < drawn.size(); ++j) {
+        const TreeRow& r = rows[drawn[j]];
+        if (!r.how_many) continue;
+        size_t n = 0;
+        while (n < static_cast<size_t>(r.room) && g.h_ids[j * static_cast<size_t>(w) + n] >= 0) ++n;
+        counts[j] = r.how_many(std::span<const float>(&g.h_vals[j * static_cast<size_t>(w)], n));
+      }
+    }
+    const kernels::Tensor tc = words.take(DType::I32, static_cast<int64_t>(counts.size()));
+    const kernels::Tensor tt = words.take(DType::I32, static_cast<int64_t>(tags.size()));
+    be_.upload(tc, counts.data(), counts.size() * 4);
+    be_.upload(tt, tags.data(), tags.size() * 4);
+    dd_.draw_rows(g.ids, g.vals, store, g.rows, tc, g.keys, tt, w);
+    fetch(g, false);
+    for (size_t j = 0; j < drawn.size(); ++j) out[drawn[j]].q_row = static_cast<int32_t>(first) + rows[drawn[j]].logits_row;
+    done.push_back(std::move(g));
   }
   be_.synchronize();
-  for (size_t k = 0; k < groups.size(); ++k) {
-    const Host& h = host[k];
-    for (size_t j = 0; j < groups[k].at->size(); ++j) {
-      const size_t i = (*groups[k].at)[j];
+  for (const Group& g : done) {
+    for (size_t j = 0; j < g.at->size(); ++j) {
+      const size_t i = (*g.at)[j];
       const TreeRow& r = rows[i];
-      const int32_t* id = &h.ids[j * static_cast<size_t>(w)];
-      const float* val = &h.vals[j * static_cast<size_t>(w)];
+      const int32_t* id = &g.h_ids[j * static_cast<size_t>(w)];
+      const float* val = &g.h_vals[j * static_cast<size_t>(w)];
       // Greedy: log softmax at temperature 1, (x - max) - log Σ exp, as the host's expand;
-      // coupled: log q.
-      const double log_z = static_cast<double>(h.lse[2 * j]) + static_cast<double>(h.lse[2 * j + 1]);
+      // coupled and drawn: log q.
+      const double log_z =
+          g.h_lse.empty() ? 0.0 : static_cast<double>(g.h_lse[2 * j]) + static_cast<double>(g.h_lse[2 * j + 1]);
       for (int32_t c = 0; c < r.room && id[c] >= 0; ++c)
-        out[i].push_back({id[c], r.coupled ? std::log(static_cast<double>(val[c]))
-                                           : static_cast<double>(val[c] - val[0]) - log_z});
+        out[i].kids.push_back({id[c], r.mode == TreeMode::Greedy ? static_cast<double>(val[c] - val[0]) - log_z
+                                                                  : std::log(static_cast<double>(val[c]))});
     }
   }
   return out;

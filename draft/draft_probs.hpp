@@ -8,11 +8,13 @@
 // Rows are handed out in order during a step (begin_step resets them); the store is sized
 // for the whole step up front, so rows given earlier in the step stay valid.
 //
-// Token trees drafted greedy or coupled (draft/token_tree.hpp) take their nodes' children
-// here too (tree_children): each fed node's best tokens and their log probabilities under
+// Token trees (draft/token_tree.hpp) take their nodes' children here too (tree_children):
+// each fed node's best tokens (greedy, coupled) or its draws without replacement from q
+// (rejection mode, q left in the store for the verifier) and their log probabilities under
 // the draft come back, a few numbers instead of the row of n_vocab logits.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -59,21 +61,31 @@ class DraftProbs {
   kernels::Tensor q() const;
 
   // Token trees: a node's children from its row of a pass's logits, as TreeBuilder::expand
-  // chooses them on the host (kernels::DeviceDecode::top_rows).
+  // chooses them on the host (kernels::DeviceDecode::top_rows, draw_rows).
+  enum class TreeMode { Greedy, Coupled, Drawn };
   struct TreeRow {
     int32_t logits_row;                // its row of the pass's logits
-    int32_t room;                      // how many children (1..kMaxTreeNodes)
-    const SamplingParams* sampling;    // the request's transforms (coupled: q's)
-    std::span<const int32_t> history;  // context + the node's path (coupled: penalties)
-    const PositionNoise* coupled;      // null: greedy (the most likely tokens at temperature 1)
+    int32_t room;                      // how many children at most (1..kMaxTreeNodes)
+    const SamplingParams* sampling;    // the request's transforms (q's)
+    std::span<const int32_t> history;  // context + the node's path (coupled, drawn: penalties)
+    TreeMode mode;                     // greedy: the most likely tokens at temperature 1
+    uint64_t seed;                     // coupled: the target's noise; drawn: the request's
     int64_t position;                  // absolute position of the children
+    int32_t tag = 0;                   // drawn: the first draw's tag (kernels::tree_draw_tag)
+    // Drawn, sized by cost: how many to draw, from q's largest probabilities (descending).
+    std::function<int32_t(std::span<const float>)> how_many = {};
   };
-  // Each row's children, best first: the most likely tokens (greedy) or gumbel_top's under
-  // the noise at `position` (coupled), over the first `cols` tokens; fewer where fewer are
-  // possible. subset_ids / vocab as for sample.
-  std::vector<std::vector<TreeChild>> tree_children(const kernels::Tensor& logits, std::span<const TreeRow> rows,
-                                                    int64_t cols, const kernels::Tensor* subset_ids = nullptr,
-                                                    int64_t vocab = 0);
+  struct TreeChildren {
+    std::vector<TreeChild> kids;  // best first (drawn: in the order drawn)
+    int32_t q_row = -1;           // drawn: q's row in q()
+  };
+  // Each row's children: the most likely tokens (greedy), gumbel_top's under the noise at
+  // `position` (coupled), or draws without replacement from q (drawn: noise keyed by the
+  // seed, the position and the tag, one tag a draw), over the first `cols` tokens; fewer
+  // where fewer are possible. subset_ids / vocab as for sample. Drawn rows take rows of the
+  // store, as sample does (begin_step sizes it for them too).
+  std::vector<TreeChildren> tree_children(const kernels::Tensor& logits, std::span<const TreeRow> rows, int64_t cols,
+                                          const kernels::Tensor* subset_ids = nullptr, int64_t vocab = 0);
 
  private:
   DraftProbs(kernels::Backend& be, kernels::DeviceDecode& dd) : be_(be), dd_(dd) {}

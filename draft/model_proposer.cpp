@@ -199,7 +199,7 @@ class ModelProposer::Drafting {
     for (ProposeJob& j : jobs_)
       if (DraftProbs* d = static_cast<ModelProposer&>(*j.proposer).device_probs_) dev_ = d;
     const int64_t width_all = draft_.model().config().n_vocab;
-    int64_t dev_cols = 0, all_rows = 0;
+    int64_t dev_cols = 0, all_rows = 0, tree_rows = 0;
     for (ProposeJob& j : jobs_) {
       j.out = Proposal{};
       j.kv_full = false;
@@ -208,11 +208,18 @@ class ModelProposer::Drafting {
       const size_t common = p.keep_common_prefix(j.context);
       Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
       const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
-      // Trees: greedy and coupled ones choose their nodes' children on the device (only the
-      // children come back); rejection-mode and constrained ones read the rows on the host.
+      // Trees choose their nodes' children on the device (only the children come back; a
+      // rejection-mode tree's q stays there for the verifier); constrained ones read the rows
+      // on the host.
       if (j.opts.tree()) {
         l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
-        l.device = dev_ && j.opts.on_device && l.tree->children_on_device() && cols <= kernels::kMaxDeviceSampleVocab;
+        l.device = dev_ && j.opts.on_device && l.tree->children_on_device() && cols <= kernels::kMaxDeviceSampleVocab &&
+                   (!l.tree->sampled() || dev_cols == 0 || cols == dev_cols);
+        if (l.device && l.tree->sampled()) {
+          // q rows: one a fed node and the root's, in passes whose other lanes' rows take rows too.
+          dev_cols = cols;
+          tree_rows += j.opts.tree_nodes + 2;
+        }
         lanes_.push_back(std::move(l));
         continue;
       }
@@ -226,8 +233,9 @@ class ModelProposer::Drafting {
       lanes_.push_back(std::move(l));
     }
     // Every logits row of a pass with a device lane takes a row of the store (host lanes' are
-    // skipped), so the store is sized for every lane.
-    if (dev_cols > 0) dev_->begin_step(all_rows, dev_cols);
+    // skipped), so the store is sized for every lane; a rejection-mode tree's catch-up pass
+    // may take its rows twice (its own draws and the chains' of the same pass).
+    if (dev_cols > 0) dev_->begin_step(all_rows + tree_rows + (tree_rows > 0 ? static_cast<int64_t>(lanes_.size()) : 0), dev_cols);
     return !lanes_.empty();
   }
 
@@ -348,33 +356,44 @@ class ModelProposer::Drafting {
   }
 
   // Tree nodes (lane, node; -1: the root) expanded from rows `at` of the last pass's logits
-  // on the device: each node's children chosen there (DraftProbs::tree_children).
+  // on the device: each node's children chosen there (DraftProbs::tree_children). Every node
+  // is begun before any gets its children, in order, as the host's expand would take them.
   void expand_on_device(const std::vector<std::pair<Lane*, int32_t>>& nodes, const std::vector<size_t>& at) {
     std::vector<DraftProbs::TreeRow> rows;
     std::vector<std::vector<int32_t>> histories;
     std::vector<std::pair<Lane*, int32_t>> wanting;
     histories.reserve(nodes.size());
-    int64_t cols = 0;
+    const int64_t width = draft_.model().config().n_vocab;
+    int64_t cols = width;
     for (size_t i = 0; i < nodes.size(); ++i) {
       auto [l, node] = nodes[i];
-      const int32_t room = l->tree->begin_expand(node);
+      TreeBuilder& tb = *l->tree;
+      const int32_t slot = tb.next_slot();
+      const int32_t room = tb.begin_expand(node);
       if (room <= 0) continue;
       const ProposeOptions& o = l->job->opts;
-      const bool coupled = !o.sampling->greedy();  // (device tree lanes are greedy or coupled)
-      histories.push_back(coupled ? l->tree->history(node) : std::vector<int32_t>{});
-      rows.push_back({static_cast<int32_t>(at[i]), room, o.sampling, histories.back(), coupled ? o.coupled : nullptr,
-                      l->tree->children_position(node)});
+      using Mode = DraftProbs::TreeMode;
+      const Mode mode = o.sampling->greedy() ? Mode::Greedy : o.coupled ? Mode::Coupled : Mode::Drawn;
+      histories.push_back(mode == Mode::Greedy ? std::vector<int32_t>{} : tb.history(node));
+      DraftProbs::TreeRow r{static_cast<int32_t>(at[i]), room, o.sampling, histories.back(), mode,
+                            mode == Mode::Coupled ? o.coupled->seed() : o.sampling->seed.value_or(0),
+                            tb.children_position(node)};
+      if (mode == Mode::Drawn) {
+        r.tag = kernels::tree_draw_tag(tb.children_depth(node), slot);
+        if (!o.tree_cost.empty())
+          r.how_many = [&tb, node, room](std::span<const float> top) { return tb.children_to_draw(node, room, top); };
+      }
+      rows.push_back(std::move(r));
       wanting.push_back(nodes[i]);
-      const int64_t width = draft_.model().config().n_vocab;
       cols = o.vocab > 0 ? std::min<int64_t>(width, o.vocab) : width;  // one draft: the same for every lane
     }
     if (rows.empty()) return;
     const OutputSubset* subset = draft_.output_subset();
-    const std::vector<std::vector<TreeChild>> kids =
-        subset ? dev_->tree_children(draft_.device_logits(), rows, cols, &subset->ids_on_backend,
-                                     draft_.model().config().n_vocab)
+    const std::vector<DraftProbs::TreeChildren> kids =
+        subset ? dev_->tree_children(draft_.device_logits(), rows, cols, &subset->ids_on_backend, width)
                : dev_->tree_children(draft_.device_logits(), rows, cols);
-    for (size_t i = 0; i < wanting.size(); ++i) wanting[i].first->tree->add_children(wanting[i].second, kids[i]);
+    for (size_t i = 0; i < wanting.size(); ++i)
+      wanting[i].first->tree->add_children(wanting[i].second, kids[i].kids, kids[i].q_row);
   }
 
   // Row i of the last pass's logits over the draft's whole vocabulary (a reduced output head's

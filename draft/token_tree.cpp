@@ -35,7 +35,7 @@ bool TreeBuilder::sampled() const { return !opts_.sampling->greedy() && !opts_.c
 int32_t TreeBuilder::room_for_children(int32_t depth) {
   const bool first = depth != last_depth_;  // the best node of its depth: expanded first
   last_depth_ = depth;
-  const int32_t size = static_cast<int32_t>(nodes_.size());
+  const int32_t size = next_slot();
   if (!sampled()) return std::min(opts_.tree_width, kernels::kMaxTreeNodes - size);  // pruned in take()
   // Sampled: nothing drawn is dropped, so the budget is spent as it is drawn; the nodes the
   // best path needs to reach max_tokens stay reserved.
@@ -55,10 +55,20 @@ int32_t TreeBuilder::begin_expand(int32_t node) {
     if (TokenGrammar::complete(state) || (node >= 0 && grammar->vocab().is_eog(nodes_[static_cast<size_t>(node)].token)))
       return 0;
   }
-  return std::max(0, room_for_children(depth));
+  const int32_t room = std::max(0, room_for_children(depth));
+  reserved_.resize(std::max(reserved_.size(), static_cast<size_t>(node + 2)), 0);
+  reserved_[static_cast<size_t>(node + 1)] += room;
+  pending_ += room;
+  return room;
 }
 
-bool TreeBuilder::children_on_device() const { return !sampled() && !(opts_.grammar_state && opts_.grammar); }
+int32_t TreeBuilder::children_to_draw(int32_t node, int32_t room, std::span<const float> top_probs) const {
+  return sized_by_cost(room, top_probs, node < 0 ? 0.0 : nodes_.at(static_cast<size_t>(node)).score);
+}
+
+int32_t TreeBuilder::children_depth(int32_t node) const {
+  return node < 0 ? 1 : nodes_.at(static_cast<size_t>(node)).depth + 1;
+}
 
 std::vector<int32_t> TreeBuilder::history(int32_t node) const {
   std::vector<int32_t> h(context_.begin(), context_.end());
@@ -68,12 +78,15 @@ std::vector<int32_t> TreeBuilder::history(int32_t node) const {
 }
 
 int64_t TreeBuilder::children_position(int32_t node) const {
-  return static_cast<int64_t>(context_.size()) + (node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth);
+  return static_cast<int64_t>(context_.size()) + children_depth(node) - 1;
 }
 
 void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
   const int32_t room = begin_expand(node);
-  if (room <= 0) return;
+  add_children(node, room > 0 ? host_children(node, room, logits) : std::vector<TreeChild>{});
+}
+
+std::vector<TreeChild> TreeBuilder::host_children(int32_t node, int32_t room, std::span<const float> logits) {
   const int32_t depth = node < 0 ? 0 : nodes_[static_cast<size_t>(node)].depth;
   // Constrained: children over what the node's state allows.
   const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
@@ -98,7 +111,7 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       top.insert(at, {x, static_cast<int32_t>(i)});
       if (top.size() > n) top.pop_back();
     }
-    if (top.empty() || !std::isfinite(top[0].first)) return;  // nothing possible
+    if (top.empty() || !std::isfinite(top[0].first)) return kids;  // nothing possible
     const float mx = top[0].first;
     // exp_nonpos's terms summed in double (the device's top_rows sums the same terms in
     // another order: the same scores to ~1e-16, so the same tree).
@@ -114,14 +127,14 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       q = mask ? make_distribution(row, sp, hist, *mask) : make_distribution(row, sp, hist);
     } catch (const std::runtime_error&) {
       if (!mask) throw;
-      return;  // nothing the grammar allows is in the draft's vocabulary: no children
+      return kids;  // nothing the grammar allows is in the draft's vocabulary: no children
     }
     auto logq = [&](int32_t t) { return std::log(static_cast<double>(q.prob(t))); };
     if (opts_.coupled) {
       const int64_t position = static_cast<int64_t>(context_.size()) + depth;
       for (int32_t t : gumbel_top(q, *opts_.coupled, position, static_cast<size_t>(room))) kids.push_back({t, logq(t)});
     } else {
-      const int32_t drawn = sized_by_cost(room, q, parent_score);
+      const int32_t drawn = sized_by_cost(room, q.probs, parent_score);
       Distribution left = q;  // children drawn without replacement
       for (int32_t j = 0; j < drawn && !left.ids.empty(); ++j) {
         const int32_t t = sample(left, *rng_);
@@ -134,11 +147,19 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
       row_dists_[static_cast<size_t>(node + 1)] = std::move(q);
     }
   }
-  add_children(node, kids);
+  return kids;
 }
 
-void TreeBuilder::add_children(int32_t node, std::span<const TreeChild> kids) {
+void TreeBuilder::add_children(int32_t node, std::span<const TreeChild> kids, int32_t q_row) {
   const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
+  if (static_cast<size_t>(node + 1) < reserved_.size()) {
+    pending_ -= reserved_[static_cast<size_t>(node + 1)];
+    reserved_[static_cast<size_t>(node + 1)] = 0;
+  }
+  if (q_row >= 0) {
+    row_q_rows_.resize(std::max(row_q_rows_.size(), static_cast<size_t>(node + 2)), -1);
+    row_q_rows_[static_cast<size_t>(node + 1)] = q_row;
+  }
   const double parent_score = node < 0 ? 0.0 : nodes_[static_cast<size_t>(node)].score;
   const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
   const GrammarState state =
@@ -156,7 +177,7 @@ void TreeBuilder::add_children(int32_t node, std::span<const TreeChild> kids) {
   }
 }
 
-int32_t TreeBuilder::sized_by_cost(int32_t room, const Distribution& q, double parent_score) const {
+int32_t TreeBuilder::sized_by_cost(int32_t room, std::span<const float> top_probs, double parent_score) const {
   const std::span<const double> cost = opts_.tree_cost;
   if (cost.empty() || room <= 0) return room;
   // A child is accepted about as often as its path reaches it times its own probability:
@@ -169,8 +190,8 @@ int32_t TreeBuilder::sized_by_cost(int32_t room, const Distribution& q, double p
   const double reach = std::exp(parent_score);
   auto at = [&](int32_t n) { return std::max(cost[static_cast<size_t>(std::min<int32_t>(n, static_cast<int32_t>(cost.size()) - 1))], 1e-9); };
   int32_t m = 0;
-  while (m < room && static_cast<size_t>(m) < q.probs.size()) {
-    const double gain = reach * static_cast<double>(q.probs[static_cast<size_t>(m)]);
+  while (m < room && static_cast<size_t>(m) < top_probs.size()) {
+    const double gain = reach * static_cast<double>(top_probs[static_cast<size_t>(m)]);
     if ((expected + gain) / at(size + m + 1) <= expected / at(size + m)) break;
     expected += gain;
     ++m;
@@ -294,7 +315,13 @@ Proposal TreeBuilder::take() {
     p.dists = std::move(row_dists_);
     p.dists.resize(nodes_.size() + 1);
   }
+  if (!row_q_rows_.empty()) {  // (sampled trees keep every node: parents are nodes' own)
+    for (int32_t par : p.parents) p.q_rows.push_back(row_q_rows_.at(static_cast<size_t>(par + 1)));
+  }
   nodes_.clear();
+  row_q_rows_.clear();
+  reserved_.clear();
+  pending_ = 0;
   return p;
 }
 

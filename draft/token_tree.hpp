@@ -50,17 +50,28 @@ class TreeBuilder {
   void expand(int32_t node, std::span<const float> logits);
   // The same in two halves, for children chosen elsewhere (on the device: DraftProbs::
   // tree_children): how many children the node may get now (0: none; the node counts as
-  // expanded either way), then its children, best first, at most that many, chosen as
-  // expand would (greedy: the most likely tokens; coupled: gumbel_top's).
+  // expanded either way; the room stays reserved until its children come, so that several
+  // nodes of a pass can be begun before any is finished, as one device call serves them),
+  // then its children, best first, at most that many, chosen as expand would (greedy: the
+  // most likely tokens; coupled: gumbel_top's; rejection mode: drawn from q without
+  // replacement, q being row q_row of the step's DraftProbs store, which the proposal carries
+  // for the verifier).
   int32_t begin_expand(int32_t node);
-  void add_children(int32_t node, std::span<const TreeChild> kids);
-  // Whether children_on_device can choose this tree's children: greedy and coupled trees
-  // without a grammar (rejection-mode trees draw from q with the sequence's Rng and keep q
-  // for the verifier; constrained ones read the grammar's masks on the host).
-  bool children_on_device() const;
+  void add_children(int32_t node, std::span<const TreeChild> kids, int32_t q_row = -1);
+  // The slot of the next node begun (node count + rooms reserved): the first child of the
+  // next begin_expand takes it, the j-th slot + j (below kMaxTreeNodes for sampled trees).
+  int32_t next_slot() const { return static_cast<int32_t>(nodes_.size()) + pending_; }
+  // Rejection mode, with the cost model: how many of `room` children to draw, from q's most
+  // likely probabilities (descending; all of them when fewer than room): sized_by_cost.
+  int32_t children_to_draw(int32_t node, int32_t room, std::span<const float> top_probs) const;
+  // Whether a tree's children may be chosen on the device: not under a grammar (its masks
+  // are read on the host).
+  bool children_on_device() const { return !(opts_.grammar_state && opts_.grammar); }
+  bool sampled() const;  // rejection mode: children drawn from q, kept as drawn
   // What choosing a node's children needs: the context and the node's path (penalties), and
-  // the children's absolute position (the coupled noise's).
+  // the children's depth and absolute position (the noise's).
   std::vector<int32_t> history(int32_t node) const;
+  int32_t children_depth(int32_t node) const;
   int64_t children_position(int32_t node) const;
   // The nodes to feed to the draft next, in feed order (the best `width` of the newest
   // depth that can still grow); marks them fed. Empty: the tree is complete.
@@ -92,14 +103,15 @@ class TreeBuilder {
     GrammarState grammar = {};  // constrained: the state after the node's path
   };
   std::vector<int32_t> path_tokens(int32_t node) const;  // context's continuation up to node
-  bool sampled() const;  // rejection mode: children drawn from q, kept as drawn
+  // expand's children of a begun node, from its row of logits on the host.
+  std::vector<TreeChild> host_children(int32_t node, int32_t room, std::span<const float> logits);
   // How many children the next node expanded at `depth` may get (expansions come best first
   // within a depth).
   int32_t room_for_children(int32_t depth);
   // Sampled trees with the cost model's T(n) (ProposeOptions::tree_cost): how many of `room`
   // children to draw from q, decided from q and the tree so far before any is drawn (so the
   // siblings stay plain draws without replacement).
-  int32_t sized_by_cost(int32_t room, const Distribution& q, double parent_score) const;
+  int32_t sized_by_cost(int32_t room, std::span<const float> top_probs, double parent_score) const;
   // Deterministic trees: the node indices in the order take() keeps them (the spine, then the
   // others most probable first), and how many of them it keeps (up to tree_nodes; with the
   // cost model, the count from the spine up with the most expected tokens per cost, whose
@@ -112,6 +124,9 @@ class TreeBuilder {
   Rng* rng_;
   std::vector<Node> nodes_;
   std::vector<Distribution> row_dists_;  // rejection mode: q of each row's children
+  std::vector<int32_t> row_q_rows_;      // or its row in the DraftProbs store (on the device)
+  std::vector<int32_t> reserved_;        // rooms begun, not yet filled, by row (node + 1)
+  int32_t pending_ = 0;                  // their sum
   int32_t fed_ = 0;
   int32_t grown_depth_ = 0;  // the deepest depth whose frontier was taken
   int32_t last_depth_ = -1;  // the depth of the last expansion

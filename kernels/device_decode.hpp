@@ -68,8 +68,20 @@ class DeviceDecode {
   // sequences with_q); writes n_accepted I32 [n] and out_tokens I32 [max_drafts + 1, n]
   // (the accepted drafts, then the next token, then -1). A sequence whose rows or counts
   // are out of range gets n_accepted -1 and is reported at the next synchronize/download.
+  //
+  // parents I32 [max_drafts, n] (a tensor with no buffer: chains): every sequence's drafts are
+  // a token tree (parents[i] < i, -1: the root; node i verified by row first_row + 1 + i, its
+  // q row q_rows[i] the one its siblings were drawn from, without replacement), walked from
+  // the root with recursive rejection sampling over each node's children (not coupled):
+  // with W the row's weights in 2^-44 fixed point (S their sum) and Q_j q's weights left
+  // after the siblings before child j, child j's token x is accepted when
+  // u_j · fx(q(x)) / Q_j < fx(W(x)) / S (u_0 keyed kTagAccept, u_j kTagSiblingAccept - j;
+  // point masses: q_j(x) = 1); on rejection W becomes max(0, W/S − q_j) rounded to float
+  // (W itself when that has no mass; a point mass: x's weight dropped); after the last
+  // child, or at a leaf, the token is drawn from W (kTagSample). p's rows are overwritten.
   virtual void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
-                              const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) = 0;
+                              const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens,
+                              const Tensor& parents = {}) = 0;
   // The w best tokens of listed rows, best first: the children of token-tree nodes drafted
   // on the device (draft/tree_rows.hpp). rows I32 [m]: which rows of src (F32 [rows_src, V]).
   //   * keys with no buffer: src holds logits; by value, ties to the lower id, over values
@@ -83,6 +95,13 @@ class DeviceDecode {
   // reported at the next synchronize/download.
   virtual void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src,
                         const Tensor& rows, const Tensor& keys, int32_t w) = 0;
+  // Rejection-mode token trees: for each listed row rows[i] of q (F32 [rows_q, V], make_probs),
+  // counts[i] tokens drawn without replacement, each by inverse CDF in id order over the 2^-44
+  // fixed-point weights of the tokens not drawn yet, the j-th with the uniform of keys[i]
+  // (NoiseKey) at tag tags[i] - j; fewer when no weight is left. ids I32 [w, m] (-1 past
+  // the draws), vals F32 [w, m] (q of each drawn token); rows, counts, tags I32 [m].
+  virtual void draw_rows(const Tensor& ids, const Tensor& vals, const Tensor& q, const Tensor& rows,
+                         const Tensor& counts, const Tensor& keys, const Tensor& tags, int32_t w) = 0;
   // dst F32 [rows, V] = fill everywhere but dst[r][ids[j]] = src[r][j] (src F32 [rows, n],
   // ids I32 [n], unique, < V): a reduced draft vocabulary's logits over the whole one.
   virtual void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) = 0;
@@ -133,6 +152,15 @@ static_assert(sizeof(NoiseKey) == kNoiseKeyWords * 4);
 constexpr int32_t kTagAccept = -1;
 constexpr int32_t kTagSample = -2;
 constexpr int32_t kTagDraft = -3;
+// Rejection-mode token trees (verify_sampled with parents, draw_rows): the acceptance test of
+// a node's j-th child, j >= 1 (the first child's is kTagAccept, as a chain draft's); and the
+// draft's draw of the node it creates in slot s (0..kMaxTreeNodes - 1, unique in the step's
+// tree) at depth d: kTagTreeDraw - (d * 64 + s). One node is visited per depth, so the
+// verifier's tags need no node; the draws' depth keeps a position drafted again in a later
+// step (at a smaller depth) on fresh noise.
+constexpr int32_t kTagSiblingAccept = -(1 << 20);
+constexpr int32_t kTagTreeDraw = -(1 << 21);
+inline int32_t tree_draw_tag(int32_t depth, int32_t slot) { return kTagTreeDraw - (depth * 64 + slot); }
 // Vocabularies the device sampling takes (its fixed-point sums stay below 2^63); larger
 // ones are sampled on the host.
 constexpr int64_t kMaxDeviceSampleVocab = int64_t{1} << 19;

@@ -147,7 +147,8 @@ if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ] && within_budget tsan 12; then
   # verification graphs and their padding lanes), blocks on two OS threads.
   ctest --test-dir build/tsan -R '^simt_races\.' --output-on-failure
   TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_ops
-  TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_sampling
+  # (The sampling tests' statistics need thousands of trials; a few hundred show the races.)
+  TANDEM_SIMT_WORKERS=2 TANDEM_CUDA_SAMPLING_TRIALS=300 build/tsan/tests/test_cuda_sampling
   TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_greedy
   TANDEM_SIMT_WORKERS=2 build/tsan/tests/test_cuda_forward --gtest_filter='CudaForward.LogitsMatchTheCpuBackend'
   # Not the other forward tests nor the scheduler on the emulated CUDA backend: they run the

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -39,6 +40,7 @@
 #include "tests/support/stats.hpp"
 #include "tests/support/tiny_hf.hpp"
 #include "tests/support/tiny_model.hpp"
+#include "draft/token_tree.hpp"
 #include "kernels/device_decode.hpp"
 #include "verify/verifier.hpp"
 
@@ -438,6 +440,14 @@ test::Chi2Result cell_test(const std::map<int32_t, int64_t>& seen, const std::ma
 // token drawn from p, and coupled output the Gumbel-max argmin -log u / p (ties to the larger
 // p, then the lower id). Its p and q are make_distribution's over the backend's own logits.
 //
+// Rejection-mode token trees: the draft's tree grown as the device grows it (TreeBuilder: each
+// pass's nodes begun in order, then their children), each node's children drawn without
+// replacement over the fixed-point weights left (tag tree_draw_tag(depth, slot) - j), and the
+// walk with recursive rejection over the visited node's children: child j accepted when
+// u · fx(q(x)) / Q_j < fx(W(x)) / S (u keyed kTagAccept, then kTagSiblingAccept - j), else W
+// becomes max(0, W/S − q_j) rounded to float where that has mass; the token after the last
+// child or at a leaf drawn from W.
+//
 // The CUDA configurations check the device against it seed by seed (exact: a bias the
 // device's verification picks up changes outputs, whatever their number), and check the
 // twin's outputs over kRuns seeds, which the emulator could not generate in CI's time, with
@@ -447,10 +457,11 @@ class DeviceTwin {
  public:
   // k: the drafts per step (fixed policy; rejection mode only: coupled output ignores drafts).
   // bias: the verifier's injected bias (verify/verifier.hpp), applied to p as the device does.
+  // tree_width > 1: rejection-mode token trees of tree_nodes nodes (SpeculativeOptions' budget).
   DeviceTwin(Engine& e, const SamplingParams& sp, std::vector<int32_t> prompt, bool rejection, int32_t k,
-             int32_t max_tokens, InjectedBias bias = {})
+             int32_t max_tokens, InjectedBias bias = {}, int32_t tree_width = 1, int32_t tree_nodes = 0)
       : e_(e), sp_(sp), prompt_(std::move(prompt)), rejection_(rejection), k_(k), max_tokens_(max_tokens),
-        bias_(bias) {}
+        bias_(bias), tree_width_(tree_width), tree_nodes_(tree_nodes) {}
 
   // Fills the cache of p along an output (one pass gives every prefix's row): what run() will
   // ask for when it follows that output.
@@ -474,6 +485,12 @@ class DeviceTwin {
       }
       // The first token is plain; then k drafts a step, within the token budget.
       const int32_t k = out.empty() ? 0 : std::min(k_, max_tokens_ - static_cast<int32_t>(out.size()) - 1);
+      if (tree_width_ > 1 && k > 0) {
+        const std::vector<int32_t> got = tree_step(seq, k, noise);
+        out.insert(out.end(), got.begin(), got.end());
+        seq.insert(seq.end(), got.begin(), got.end());
+        continue;
+      }
       std::vector<int32_t> drafts, ctx = seq;
       for (int32_t i = 0; i < k; ++i) {
         const std::vector<float>& q = q_at(ctx);
@@ -514,6 +531,93 @@ class DeviceTwin {
 
  private:
   static uint64_t fx(double w) { return w > 0.0 ? static_cast<uint64_t>(w * 17592186044416.0) : 0; }  // 2^44
+
+  // One rejection-mode tree step after seq, k deep: the accepted tokens and the next one.
+  std::vector<int32_t> tree_step(const std::vector<int32_t>& seq, int32_t k, const PositionNoise& noise) {
+    SpeculativeOptions so;
+    so.draft_max = k_;
+    so.tree_width = tree_width_;
+    so.tree_nodes = tree_nodes_;
+    ProposeOptions po;
+    po.max_tokens = k;
+    po.sampling = &sp_;
+    po.vocab = static_cast<int32_t>(q_at(seq).size());
+    po.tree_width = tree_width_;
+    po.tree_nodes = so.tree_budget();
+    Rng unused(0);
+    TreeBuilder tb(seq, po, &unused);
+    // A pass's nodes: all begun, then each one's draws.
+    auto grow = [&](const std::vector<int32_t>& nodes) {
+      std::vector<std::vector<TreeChild>> kids(nodes.size());
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        const int32_t slot = tb.next_slot(), room = tb.begin_expand(nodes[i]);
+        if (room <= 0) continue;
+        const std::vector<float>& q = q_at(tb.history(nodes[i]));  // after the node's path
+        const int32_t tag = kernels::tree_draw_tag(tb.children_depth(nodes[i]), slot);
+        std::vector<int32_t> drawn;
+        for (int32_t j = 0; j < room; ++j) {
+          const int32_t t = draw([&](size_t v) { return std::find(drawn.begin(), drawn.end(), static_cast<int32_t>(v)) == drawn.end() ? fx(q[v]) : 0; },
+                                 q.size(), noise.uniform(tb.children_position(nodes[i]), tag - j));
+          if (t < 0) break;
+          drawn.push_back(t);
+          kids[i].push_back({t, std::log(static_cast<double>(q[static_cast<size_t>(t)]))});
+        }
+      }
+      for (size_t i = 0; i < nodes.size(); ++i) tb.add_children(nodes[i], kids[i], 0);
+    };
+    grow({-1});
+    for (std::vector<int32_t> f = tb.take_frontier(); !f.empty(); f = tb.take_frontier()) grow(f);
+    const Proposal prop = tb.take();
+    // The walk.
+    std::vector<int32_t> out, ctx = seq;
+    const int64_t base = static_cast<int64_t>(seq.size());
+    for (int32_t node = -1;;) {
+      std::vector<float> w = p_at(ctx);
+      const int64_t pos = base + static_cast<int64_t>(out.size());
+      uint64_t sw = 0;
+      for (float x : w) sw += fx(x);
+      std::vector<int32_t> children;
+      for (size_t c = 0; c < prop.parents.size(); ++c)
+        if (prop.parents[c] == node) children.push_back(static_cast<int32_t>(c));
+      int32_t chosen = -1;
+      if (!children.empty()) {
+        const std::vector<float>& q = q_at(ctx);
+        uint64_t qj = 0;
+        for (float x : q) qj += fx(x);
+        std::vector<int32_t> tried;
+        for (size_t j = 0; j < children.size(); ++j) {
+          const int32_t x = prop.tokens[static_cast<size_t>(children[j])];
+          const double px = static_cast<double>(fx(w[static_cast<size_t>(x)])) / static_cast<double>(sw);
+          const uint64_t qx_fx = fx(q[static_cast<size_t>(x)]);
+          const double qx = static_cast<double>(qx_fx) / static_cast<double>(qj);
+          const double u = noise.uniform(pos, j == 0 ? kernels::kTagAccept : kernels::kTagSiblingAccept - static_cast<int32_t>(j));
+          if (u * qx < px) {
+            chosen = children[j];
+            break;
+          }
+          std::vector<float> r(w.size());
+          uint64_t s2 = 0;
+          for (size_t v = 0; v < w.size(); ++v) {
+            const double pv = static_cast<double>(fx(w[v])) / static_cast<double>(sw);
+            const bool out_of_q = std::find(tried.begin(), tried.end(), static_cast<int32_t>(v)) != tried.end();
+            const double qv = out_of_q ? 0.0 : static_cast<double>(fx(q[v])) / static_cast<double>(qj);
+            r[v] = static_cast<float>(pv > qv ? pv - qv : 0.0);
+            s2 += fx(r[v]);
+          }
+          if (s2 > 0) w = std::move(r), sw = s2;
+          qj -= qx_fx;
+          tried.push_back(x);
+        }
+      }
+      if (chosen < 0) {
+        out.push_back(draw([&](size_t v) { return fx(w[v]); }, w.size(), noise.uniform(pos, kernels::kTagSample)));
+        return out;
+      }
+      out.push_back(prop.tokens[static_cast<size_t>(chosen)]);
+      ctx.push_back(out.back());
+      node = chosen;
+    }
+  }
   // The first id whose cumulative weight exceeds u times the total; -1 without weight.
   template <class W>
   static int32_t draw(const W& w, size_t n, double u) {
@@ -608,6 +712,7 @@ class DeviceTwin {
   bool rejection_;
   int32_t k_, max_tokens_;
   InjectedBias bias_;
+  int32_t tree_width_, tree_nodes_;
   std::map<std::vector<int32_t>, std::vector<float>> p_, q_;
 };
 
@@ -725,7 +830,7 @@ void check_on_device(const Config& c, int biased, bool inject) {
   // Each run on the device (with the bias where injected), then its twin (never biased here).
   // With the bias, the first run that differs shows it was caught, and the runs stop there:
   // the unbiased configuration checks every run and what they exercised.
-  DeviceTwin twin(dev, s.sp, prompt, rejection, c.k, kPositions);
+  DeviceTwin twin(dev, s.sp, prompt, rejection, c.k, kPositions, {}, c.tree_width, c.tree_nodes);
   GenerateOptions gr = g;
   int mismatches = 0, runs = 0;
   std::string first;
@@ -753,7 +858,7 @@ void check_on_device(const Config& c, int biased, bool inject) {
     // The device's sampling and verification (verify/device_verifier.hpp, draft/draft_probs.hpp),
     // not a host fallback.
     EXPECT_EQ(m.device_verified_steps, m.target_passes) << "steps verified on the host";
-    if (c.mode == DraftMode::Model && c.tree_width == 1) {  // (trees are drafted on the host)
+    if (c.mode == DraftMode::Model) {
       EXPECT_EQ(m.device_drafted_tokens + m.lookup_drafted_tokens, m.drafted_tokens) << "drafts drawn on the host";
     }
     EXPECT_EQ(mismatches, 0) << mismatches << " of " << kDeviceRuns << " runs differ from the twin; " << first;
@@ -763,7 +868,8 @@ void check_on_device(const Config& c, int biased, bool inject) {
 
   // The twin's distribution: over kRuns seeds, on the CPU backend's distributions (those of
   // the exact reference), with the bias where injected.
-  DeviceTwin host_twin(host, s.sp, prompt, rejection, c.k, kPositions, inject ? bias : InjectedBias{});
+  DeviceTwin host_twin(host, s.sp, prompt, rejection, c.k, kPositions, inject ? bias : InjectedBias{}, c.tree_width,
+                       c.tree_nodes);
   const Reference exact = exact_reference(host, prompt, s.sp);
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   for (int r = 0; r < kRuns; ++r) {
@@ -1051,6 +1157,10 @@ const std::vector<Config> kConfigs = {
         // along its node's path, then the walk.
         Config{"cuda_tree_coupled_model_penalties_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
                V::Coupled, false, "cuda-emulated", "", 0, "keep", 0, "", false, 3, 8},
+        // Rejection-mode trees on the device: children drawn from q without replacement there,
+        // recursive rejection over siblings there.
+        Config{"cuda_tree_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_penalties",
+               V::Rejection, false, "cuda-emulated", "", 0, "keep", 0, "", false, 3, 8},
         // Sampled trees sized by the cost model (the goodput policy's T(n)): how many children
         // a node gets depends on q and the tree so far, never on the children's own draws.
         Config{"tree_model_goodput_w3", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,

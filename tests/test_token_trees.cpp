@@ -300,6 +300,58 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
   }
 }
 
+// Rejection-mode trees on the CUDA backend: each node's children drawn from q without
+// replacement on the device (q left there), verified there with recursive rejection over
+// siblings; prompt lookup's trees as point masses. Nothing falls back to the host, and a
+// seed's output is the same every time (every draw is keyed by the seed). Their outputs'
+// distribution: test_cuda_sampling (RejectionTreesFollowTheTargetAtEveryDepth) and the
+// losslessness suite (cuda_tree_model_fixed_w3).
+TEST(TokenTrees, RejectionTreesAreDrawnAndVerifiedOnTheCudaBackend) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
+  auto lookup = load(fx.target, "", "cuda-emulated");
+  for (uint32_t s = 0; s < 2; ++s) {
+    const auto prompt = test::random_prompt(8 + static_cast<int>(s) * 5, 30 + s, 1);
+    GenerateOptions r = greedy(20);
+    r.sampling.temperature = 0.8f;
+    r.sampling.top_k = 12;
+    r.sampling.repetition_penalty = 1.1f;
+    r.sampling.seed = 5 + s;
+    r.speculative.verify = VerifyMode::Rejection;
+    for (const Shape& sh : {Shape{3, 9, 3}, Shape{2, 10, 5}}) {
+      SCOPED_TRACE("prompt " + std::to_string(s) + " width " + std::to_string(sh.width));
+      const GenerateOptions t = with_tree(r, sh.width, sh.nodes, sh.depth);
+      const auto a = e->generate_tokens(prompt, t), b = e->generate_tokens(prompt, t);
+      EXPECT_EQ(a.tokens, b.tokens) << "a seed's output";
+      EXPECT_EQ(a.tokens.size(), 20u);
+      EXPECT_GT(a.speculative.tree_steps, 0);
+      EXPECT_EQ(a.speculative.device_drafted_tokens, a.speculative.drafted_tokens) << "drawn on the host";
+      EXPECT_GT(a.speculative.device_verified_steps, 0);
+      EXPECT_EQ(a.speculative.device_verified_steps, a.speculative.target_passes) << "verified on the host";
+    }
+  }
+  // Prompt lookup's trees (point masses), in rejection mode.
+  std::vector<int32_t> prompt;
+  const auto x = test::random_prompt(5, 71, 1), y = test::random_prompt(5, 72, 1);
+  for (int rep = 0; rep < 3; ++rep)
+    for (const auto* tail : {&x, &y}) {
+      prompt.insert(prompt.end(), {7, 9});
+      prompt.insert(prompt.end(), tail->begin(), tail->end());
+    }
+  GenerateOptions g = greedy(24);
+  g.sampling.temperature = 0.7f;
+  g.sampling.seed = 3;
+  g.speculative.verify = VerifyMode::Rejection;
+  g.speculative.mode = DraftMode::Ngram;
+  g.speculative.draft_max = 4;
+  g.speculative.tree_width = 3;
+  g.speculative.tree_nodes = 10;
+  const auto a = lookup->generate_tokens(prompt, g), b = lookup->generate_tokens(prompt, g);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_GT(a.speculative.tree_steps, 0);
+  EXPECT_EQ(a.speculative.device_verified_steps, a.speculative.target_passes);
+}
+
 // Constrained requests draft trees too: each node from q over what the grammar allows after
 // its path, none after a node that ends the sentence. Greedy output and a seed's coupled
 // output are plain constrained decoding's, for a grammar that never ends and one that ends

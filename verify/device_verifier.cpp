@@ -63,33 +63,38 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
                                                  const kernels::Tensor* q) {
   std::vector<VerifyResult> out(seqs.size());
   const int64_t rows = logits.rows();
-  std::vector<Sequence> argmax, sampled, trees;
-  std::vector<size_t> argmax_at, sampled_at, trees_at;
+  std::vector<Sequence> argmax, sampled, trees, rtrees;
+  std::vector<size_t> argmax_at, sampled_at, trees_at, rtrees_at;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     if (s.first_row < 0 || s.first_row + static_cast<int64_t>(s.drafts.size()) >= rows)
       throw std::logic_error("device verification: a sequence's rows lie outside the logits");
     if (!s.q_rows.empty() && (s.q_rows.size() != s.drafts.size() || !q))
       throw std::logic_error("device verification: q rows do not match the drafts");
-    if (!s.parents.empty()) {
-      if (s.parents.size() != s.drafts.size() ||
-          (s.sampling && ((!s.coupled && !s.sampling->greedy()) || !s.q_rows.empty())))
-        throw std::logic_error("device verification: a token tree is verified greedy or coupled, with its parents");
+    const bool tree = !s.parents.empty();
+    const bool rejection = s.sampling && !s.coupled && !s.sampling->greedy();
+    if (tree) {
+      if (s.parents.size() != s.drafts.size() || (!rejection && !s.q_rows.empty()))
+        throw std::logic_error("device verification: a token tree comes with its parents (and q rows in rejection mode only)");
       for (size_t n = 0; n < s.parents.size(); ++n)
         if (s.parents[n] < -1 || s.parents[n] >= static_cast<int32_t>(n))
           throw std::logic_error("device verification: a tree node's parent does not come before it");
     }
-    const bool tree_transformed = !s.parents.empty() && s.sampling;
-    (tree_transformed ? trees : s.sampling ? sampled : argmax).push_back(s);
-    (tree_transformed ? trees_at : s.sampling ? sampled_at : argmax_at).push_back(i);
+    // Chains by their verdict's kind; trees apart, so that a chain's bits never depend on a
+    // tree in its batch.
+    const int group = !s.sampling ? 0 : !tree ? 1 : rejection ? 3 : 2;
+    (group == 0 ? argmax : group == 1 ? sampled : group == 2 ? trees : rtrees).push_back(s);
+    (group == 0 ? argmax_at : group == 1 ? sampled_at : group == 2 ? trees_at : rtrees_at).push_back(i);
   }
-  std::vector<VerifyResult> a(argmax.size()), b(sampled.size()), c(trees.size());
+  std::vector<VerifyResult> a(argmax.size()), b(sampled.size()), c(trees.size()), d(rtrees.size());
   if (!argmax.empty()) verify_argmax(logits, argmax, a);
   if (!sampled.empty()) verify_sampled(logits, sampled, q, b);
   if (!trees.empty()) verify_transformed_trees(logits, trees, c);
+  if (!rtrees.empty()) verify_sampled(logits, rtrees, q, d);
   for (size_t i = 0; i < a.size(); ++i) out[argmax_at[i]] = std::move(a[i]);
   for (size_t i = 0; i < b.size(); ++i) out[sampled_at[i]] = std::move(b[i]);
   for (size_t i = 0; i < c.size(); ++i) out[trees_at[i]] = std::move(c[i]);
+  for (size_t i = 0; i < d.size(); ++i) out[rtrees_at[i]] = std::move(d[i]);
   return out;
 }
 
@@ -203,10 +208,14 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
   const auto n = static_cast<int64_t>(seqs.size());
   int64_t max_d = 1;
   for (const Sequence& s : seqs) max_d = std::max<int64_t>(max_d, static_cast<int64_t>(s.drafts.size()));
+  // All chains, or all trees (rejection mode: recursive rejection over each node's children).
+  const bool trees = !seqs.front().parents.empty();
   // Each row's transform (rows of other sequences: skipped), with the
-  // penalties of its history: the committed tokens and the drafts before it. The verifier's
-  // fault injection (tests) moves mass at its position, as verify/verifier.cpp does.
+  // penalties of its history: the committed tokens and the drafts before it (a tree node's:
+  // its path). The verifier's fault injection (tests) moves mass at its position, as
+  // verify/verifier.cpp does.
   const InjectedBias bias = injected_verifier_bias();
+  std::vector<int32_t> path, h_par(trees ? static_cast<size_t>(n * max_d) : 0, -1);
   std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
   for (auto& r : params) r.skip = 1;
   std::vector<int32_t> pens, hist;
@@ -217,15 +226,21 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
     const auto k = static_cast<int32_t>(s.drafts.size());
     for (int32_t r = 0; r <= k; ++r) {
       kernels::RowSampling rs = row_sampling(*s.sampling);
+      const int32_t depth = trees ? path_of(s, r - 1, &path) : r;
       if (s.sampling->has_penalties()) {
         hist.assign(s.history.begin(), s.history.end());
-        hist.insert(hist.end(), s.drafts.begin(), s.drafts.begin() + r);
+        if (trees) hist.insert(hist.end(), path.begin(), path.end());
+        else hist.insert(hist.end(), s.drafts.begin(), s.drafts.begin() + r);
         rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
         append_penalty_entries(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
         rs.pen_end = static_cast<int32_t>(pens.size() / 2);
       }
-      if (bias.position >= 0 && bias.position == s.position + r) rs.bias_mass = bias.mass;
+      if (bias.position >= 0 && bias.position == s.position + depth) rs.bias_mass = bias.mass;
       params[static_cast<size_t>(s.first_row + r)] = rs;
+    }
+    if (trees) {
+      if (s.parents.empty()) throw std::logic_error("device verification: a chain among trees");
+      std::copy(s.parents.begin(), s.parents.end(), h_par.begin() + i * max_d);
     }
     kernels::SeqVerify& v = sv[static_cast<size_t>(i)];
     v.first_row = s.first_row;
@@ -239,28 +254,33 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
   const size_t pen_words = std::max<size_t>(pens.size(), 2);
   kernels::WordViews w(be_, side_,
           static_cast<size_t>(rows) * (kernels::kRowSamplingWords + 2) + pen_words +
-              static_cast<size_t>(n) * (kernels::kSeqVerifyWords + 2 * max_d + 1 + max_d + 1));
+              static_cast<size_t>(n) * (kernels::kSeqVerifyWords + 3 * max_d + 1 + max_d + 1));
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
   const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
   const kernels::Tensor tsv = w.take(DType::I32, kernels::kSeqVerifyWords, n);
   const kernels::Tensor tdr = w.take(DType::I32, max_d, n), tqr = w.take(DType::I32, max_d, n);
   const kernels::Tensor n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);
+  const kernels::Tensor tpar = trees ? w.take(DType::I32, max_d, n) : kernels::Tensor{};
   const kernels::Tensor probs = probs_rows(rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tsv, sv.data(), sv.size() * sizeof(kernels::SeqVerify));
   be_.upload(tdr, h_drafts.data(), h_drafts.size() * 4);
   be_.upload(tqr, h_qrows.data(), h_qrows.size() * 4);
+  if (trees) be_.upload(tpar, h_par.data(), h_par.size() * 4);
   dd_.make_probs(probs, top, conf, logits, tp, pens.empty() ? kernels::Tensor{} : tpen);
-  dd_.verify_sampled(probs, q ? *q : kernels::Tensor{}, tsv, tdr, tqr, n_acc, out);
+  dd_.verify_sampled(probs, q ? *q : kernels::Tensor{}, tsv, tdr, tqr, n_acc, out, tpar);
   std::vector<int32_t> h_acc(static_cast<size_t>(n)), h_out(static_cast<size_t>(n * (max_d + 1)));
   be_.download(h_acc.data(), n_acc, h_acc.size() * 4);
   be_.download(h_out.data(), out, h_out.size() * 4);
   be_.synchronize();
-  for (int64_t i = 0; i < n; ++i)
-    verdicts[static_cast<size_t>(i)] = verdict_of(h_acc[static_cast<size_t>(i)], &h_out[static_cast<size_t>(i * (max_d + 1))],
-                                                  static_cast<int32_t>(seqs[static_cast<size_t>(i)].drafts.size()));
+  for (int64_t i = 0; i < n; ++i) {
+    const Sequence& s = seqs[static_cast<size_t>(i)];
+    const int32_t* o = &h_out[static_cast<size_t>(i * (max_d + 1))];
+    verdicts[static_cast<size_t>(i)] = trees ? tree_verdict(s, h_acc[static_cast<size_t>(i)], o)
+                                             : verdict_of(h_acc[static_cast<size_t>(i)], o, static_cast<int32_t>(s.drafts.size()));
+  }
 }
 
 }  // namespace tandem

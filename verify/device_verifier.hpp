@@ -10,7 +10,9 @@
 //     position), or coupled verification (Gumbel-max with the request's noise).
 // Token trees (Sequence::parents), greedy or coupled: each row's target token (the argmax, of
 // the penalised logits where there are penalties, or the Gumbel-max token at the row's depth),
-// then a walk from the root along them.
+// then a walk from the root along them; in rejection mode, each row's final distribution, then
+// a walk with recursive rejection over each visited node's children (their q rows, drawn
+// without replacement on the device, or point masses).
 // Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
 // position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
 // stream: the output follows the target's distribution exactly as on the host, but a seed
@@ -43,8 +45,8 @@ class DeviceVerifier {
     bool coupled = false;
     int64_t position = 0;              // absolute position of the first verified token
     std::span<const int32_t> q_rows;   // the drafts' q in `q` (empty: point masses)
-    // A token tree's parents (drafts are its nodes, node i verified by row first_row + 1 + i);
-    // empty: a chain. Greedy or coupled only (rejection over siblings stays on the host).
+    // A token tree's parents (drafts are its nodes, node i verified by row first_row + 1 + i,
+    // q_rows[i] the q its siblings were drawn from); empty: a chain.
     std::span<const int32_t> parents;
   };
   // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the

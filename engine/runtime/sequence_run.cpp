@@ -239,9 +239,6 @@ ProposeOptions SequenceRun::propose_options(int32_t k) const {
     po.tree_width = opts_.speculative.tree_width;
     po.tree_nodes = nodes;
     po.tree_cost = tree_cost_;
-    // Greedy and coupled trees choose their children on the device; rejection-mode ones draw
-    // them on the host (their q is verified there).
-    po.on_device = po.on_device && (opts_.sampling.greedy() || coupled_);
   }
   return po;
 }
@@ -385,7 +382,8 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
     throw std::logic_error("SequenceRun::finish_step: wrong number of logits");
   const auto tv = Clock::now();
   step_.accepted_rows.clear();
-  if (step_.prop.tree()) {
+  // (A tree whose q stayed on the device is dropped by verify, as a chain's would be.)
+  if (step_.prop.tree() && step_.prop.q_rows.empty()) {
     const TreeVerdict t = verify_tree(logits);
     VerifyResult r;
     r.n_accepted = static_cast<int32_t>(t.path.size());

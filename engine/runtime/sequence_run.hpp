@@ -116,13 +116,9 @@ class SequenceRun {
   }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
   // (verify/device_verifier.hpp): no grammar (its masks apply on the host), no
-  // logprobs (they need the rows), and no draft distributions held on the host.
-  // A token tree's verdict is reached there when it is greedy or coupled (recursive rejection
-  // over siblings stays on the host).
-  bool verdict_on_device() const {
-    return device_eligible() && step_.prop.dists.empty() &&
-           (!step_.prop.tree() || opts_.sampling.greedy() || coupled_);
-  }
+  // logprobs (they need the rows), and no draft distributions held on the host. Token trees
+  // too, in every mode.
+  bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty(); }
   // This step as the device verifier takes it (first_row: the pending token's row).
   DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next

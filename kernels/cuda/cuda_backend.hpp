@@ -143,8 +143,11 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
                   const Tensor& params, const Tensor& penalties) override;
   void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys, int32_t tag,
                     bool coupled) override;
+  void draw_rows(const Tensor& ids, const Tensor& vals, const Tensor& q, const Tensor& rows, const Tensor& counts,
+                 const Tensor& keys, const Tensor& tags, int32_t w) override;
   void verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
-                      const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) override;
+                      const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens,
+                      const Tensor& parents) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
   void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src, const Tensor& rows,
                 const Tensor& keys, int32_t w) override;

@@ -54,7 +54,8 @@ void CudaBackend::sample_probs(const Tensor& ids, const Tensor& probs, const Ten
 }
 
 void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor& seqs, const Tensor& drafts,
-                                 const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens) {
+                                 const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens,
+                                 const Tensor& parents) {
   const char* op = "verify_sampled";
   require(p.type == DType::F32, op, "p F32");
   require(p.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
@@ -69,12 +70,36 @@ void CudaBackend::verify_sampled(const Tensor& p, const Tensor& q, const Tensor&
   require(drafts.nb1 == 0 && out_tokens.nb1 == 0, op, "packed drafts and out_tokens");
   require(q_rows.type == DType::I32 && q_rows.nb1 == 0 && q_rows.cols() == drafts.cols() && q_rows.rows() == n, op,
         "q_rows: I32 shaped like drafts");
+  const bool trees = parents.buf != nullptr;
+  require(!trees || (parents.type == DType::I32 && parents.nb1 == 0 && parents.cols() == drafts.cols() &&
+                     parents.rows() == n),
+          op, "parents: I32 shaped like drafts");
   auto i32 = [&](const Tensor& t) { return reinterpret_cast<int32_t*>(ptr(t, op)); };
-  ops::verify_sampled(rt_->stream(), reinterpret_cast<const float*>(ptr(p, op)), ld_of(p), p.rows(),
+  ops::verify_sampled(rt_->stream(), reinterpret_cast<float*>(ptr(p, op)), ld_of(p), p.rows(),
                       p.cols(), with_q ? reinterpret_cast<const float*>(ptr(q, op)) : nullptr,
                       with_q ? ld_of(q) : 0, with_q ? q.rows() : 0, with_q ? q.cols() : 0,
                       reinterpret_cast<const SeqVerify*>(ptr(seqs, op)), i32(drafts), i32(q_rows), static_cast<int>(drafts.cols()),
-                      static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_);
+                      static_cast<int>(n), i32(n_accepted), i32(out_tokens), err_, trees ? i32(parents) : nullptr);
+  launched(op);
+}
+
+void CudaBackend::draw_rows(const Tensor& ids, const Tensor& vals, const Tensor& q, const Tensor& rows,
+                            const Tensor& counts, const Tensor& keys, const Tensor& tags, int32_t w) {
+  const char* op = "draw_rows";
+  require(q.type == DType::F32 && vals.type == DType::F32 && ids.type == DType::I32 && rows.type == DType::I32 &&
+              counts.type == DType::I32 && tags.type == DType::I32,
+          op, "q and vals F32, ids, rows, counts and tags I32");
+  require(w >= 1 && w <= kMaxTreeNodes, op, "w in 1..64 (a node's children at most)");
+  require(q.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  const int64_t m = rows.numel();
+  require(ids.nb1 == 0 && vals.nb1 == 0 && rows.nb1 == 0 && counts.nb1 == 0 && tags.nb1 == 0, op, "packed tensors");
+  require(ids.numel() == m * w && vals.numel() == m * w && counts.numel() == m && tags.numel() == m, op,
+          "ids, vals [w, m], counts and tags [m]");
+  require(packed_i32(keys, kNoiseKeyWords) && keys.rows() == m, op, "keys: I32 [4, m]");
+  ops::draw_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(q, op)), ld_of(q), q.rows(), q.cols(),
+                 reinterpret_cast<const int32_t*>(ptr(rows, op)), m, reinterpret_cast<const int32_t*>(ptr(counts, op)),
+                 reinterpret_cast<const NoiseKey*>(ptr(keys, op)), reinterpret_cast<const int32_t*>(ptr(tags, op)), w,
+                 reinterpret_cast<int32_t*>(ptr(ids, op)), reinterpret_cast<float*>(ptr(vals, op)), err_);
   launched(op);
 }
 

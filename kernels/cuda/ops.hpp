@@ -223,11 +223,18 @@ void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int
                   const NoiseKey* keys, int32_t tag, bool coupled, int32_t* out);
 // Rejection / coupled verification of n_seqs sequences (SeqVerify) against p rows, with q
 // rows [q_rows, q_cols] (may be null when no sequence has them); q_rows_of [n_seqs,
-// max_drafts]: each draft's q row.
-void verify_sampled(Stream s, const float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q, int64_t ldq,
+// max_drafts]: each draft's q row. parents [n_seqs, max_drafts] (null: chains): token trees
+// in rejection mode, whose visited rows of p are overwritten by their residuals.
+void verify_sampled(Stream s, float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q, int64_t ldq,
                     int64_t q_rows, int64_t q_cols, const SeqVerify* seqs, const int32_t* drafts,
                     const int32_t* q_rows_of, int max_drafts, int n_seqs, int32_t* n_accepted, int32_t* out_tokens,
-                    int* err);
+                    int* err, const int32_t* parents = nullptr);
+// For each listed row rows[i] of q [q_rows, vocab]: counts[i] (at most w) draws without
+// replacement, the j-th with the uniform of keys[i] at tag tags[i] - j; ids / vals [n_rows, w]
+// (-1 / 0 past them). A row or count out of range sets kErrVerify.
+void draw_rows(Stream s, const float* q, int64_t ldq, int64_t q_rows, int64_t vocab, const int32_t* rows,
+               int64_t n_rows, const int32_t* counts, const NoiseKey* keys, const int32_t* tags, int w,
+               int32_t* ids, float* vals, int* err);
 
 // ---- token trees drafted on the device (ops/top_rows.cu; kernels/device_decode.hpp) -------
 // For each listed row rows[i] of src [src_rows, vocab] (ld lds): the w best tokens, best

@@ -499,6 +499,192 @@ __global__ void verify_sampled_kernel(const float* p, int64_t ldp, int64_t p_row
   }
 }
 
+// ---- token trees, rejection mode ------------------------------------------------------------
+
+constexpr int kMaxChildren = 64;  // kMaxTreeNodes: a node's children, a row's draws
+
+// Whether v is one of the first `m` ids of `list` (shared memory; m is small).
+__device__ __forceinline__ bool listed(const int32_t* list, int m, int64_t v) {
+  for (int i = 0; i < m; ++i)
+    if (list[i] == v) return true;
+  return false;
+}
+struct LeftWeight {  // q's fixed-point weight, 0 for the tokens drawn (or tried) already
+  const float* q;
+  int64_t q_cols;
+  const int32_t* out;
+  int m;
+  __device__ ull operator()(int64_t v) const { return v < q_cols && !listed(out, m, v) ? fx(q[v]) : 0ull; }
+};
+
+// One block per listed row: counts[i] draws without replacement from q's row.
+__global__ void draw_rows_kernel(const float* q, int64_t ldq, int64_t q_rows, int64_t n, const int32_t* rows,
+                                 const int32_t* counts, const NoiseKey* keys, const int32_t* tags, int w,
+                                 int32_t* ids, float* vals, int* err) {
+  __shared__ int32_t drawn[kMaxChildren];
+  const int64_t i = blockIdx.x;
+  const int32_t r = rows[i];
+  int m = counts[i] < w ? counts[i] : w;
+  if (r < 0 || r >= q_rows || m < 0 || m > kMaxChildren) {
+    if (threadIdx.x == 0) atomicOr(err, static_cast<int>(dev::kErrVerify));
+    m = 0;
+  }
+  const float* qrow = q + static_cast<int64_t>(r < 0 ? 0 : r) * ldq;
+  const NoiseKey k = keys[i];
+  int j = 0;
+  for (; j < m; ++j) {
+    const int32_t id = block_draw(n, LeftWeight{qrow, n, drawn, j}, dev::noise_uniform(seed_of(k), position_of(k), tags[i] - j));
+    if (id < 0) break;  // no weight left
+    if (threadIdx.x == 0) drawn[j] = id, ids[i * w + j] = id, vals[i * w + j] = qrow[id];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    for (int c = j; c < w; ++c) ids[i * w + c] = -1, vals[i * w + c] = 0.0f;
+}
+
+// A row's weights W as a distribution: fx(W(v)) / S.
+struct RowWeight {
+  const float* w;
+  __device__ ull operator()(int64_t v) const { return fx(w[v]); }
+};
+__device__ ull block_weight(const float* w, int64_t n) {
+  ull t = 0;
+  for (int64_t v = threadIdx.x; v < n; v += kT) t += fx(w[v]);
+  return block_sum_ull(t);
+}
+// The residual after child x_j's rejection, max(0, W/S − q_j) rounded to float (q_j: q's
+// weights but those of `tried`, over Qj), into W unless it has no mass. Returns its weight
+// (S again when W stays).
+__device__ ull residual_in_place(float* w, int64_t n, ull S, const float* q, int64_t q_cols, const int32_t* tried,
+                                 int m, ull Qj) {
+  auto value = [&](int64_t v) {
+    const double pv = static_cast<double>(fx(w[v])) / static_cast<double>(S);
+    const double qv = v < q_cols && !listed(tried, m, v) ? static_cast<double>(fx(q[v])) / static_cast<double>(Qj) : 0.0;
+    return static_cast<float>(pv > qv ? pv - qv : 0.0);
+  };
+  ull t = 0;
+  for (int64_t v = threadIdx.x; v < n; v += kT) t += fx(value(v));
+  const ull S2 = block_sum_ull(t);
+  if (S2 == 0) return S;
+  // Each thread rewrites the ids it read: the new values are those just summed.
+  for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = value(v);
+  __syncthreads();
+  return S2;
+}
+
+// One block per sequence: its token tree walked from the root with recursive rejection over
+// each visited node's children; p's rows of the visited nodes become the residuals.
+__global__ void verify_tree_sampled_kernel(float* p, int64_t ldp, int64_t p_rows, int64_t n, const float* q, int64_t ldq,
+                                           int64_t q_rows, int64_t q_cols, const SeqVerify* seqs, const int32_t* drafts,
+                                           const int32_t* qr, const int32_t* parents, int max_drafts,
+                                           int32_t* n_accepted, int32_t* out_tokens, int* err) {
+  __shared__ int32_t tried[kMaxChildren];
+  const int s = blockIdx.x;
+  const SeqVerify S = seqs[s];
+  const int32_t* dr = drafts + static_cast<int64_t>(s) * max_drafts;
+  const int32_t* q_of = qr + static_cast<int64_t>(s) * max_drafts;
+  const int32_t* par = parents + static_cast<int64_t>(s) * max_drafts;
+  int32_t* out = out_tokens + static_cast<int64_t>(s) * (max_drafts + 1);
+  const int k = S.n_drafts;
+  const bool with_q = S.with_q != 0;
+  bool ok = k >= 0 && k <= max_drafts && S.first_row >= 0 && S.first_row + k < p_rows && !S.coupled &&
+            (!with_q || q != nullptr);
+  for (int c = 0; ok && c < k; ++c)
+    ok = par[c] >= -1 && par[c] < c && (!with_q || (q_of[c] >= 0 && q_of[c] < q_rows));
+  // Siblings share the q row they were drawn from.
+  for (int c = 0; ok && with_q && c < k; ++c)
+    for (int b = 0; b < c; ++b)
+      if (par[b] == par[c] && q_of[b] != q_of[c]) ok = false;
+  if (!ok) {
+    if (threadIdx.x == 0) {
+      atomicOr(err, static_cast<int>(dev::kErrVerify));
+      for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
+      n_accepted[s] = -1;
+    }
+    return;
+  }
+  const uint64_t seed = seed_of(S.key);
+  const int64_t pos0 = position_of(S.key);
+  int node = -1, a = 0;
+  int32_t next = -1;
+  bool bad = false;
+  for (;; ++a) {
+    float* W = p + (S.first_row + node + 1) * ldp;
+    const int64_t pos = pos0 + a;
+    ull Sw = block_weight(W, n);
+    int first = -1;
+    for (int c = node + 1; c < k && first < 0; ++c)
+      if (par[c] == node) first = c;
+    if (first < 0) {  // a leaf: the bonus token
+      next = block_draw(n, RowWeight{W}, dev::noise_uniform(seed, pos, kTagSample));
+      break;
+    }
+    const float* qrow = with_q ? q + static_cast<int64_t>(q_of[first]) * ldq : nullptr;
+    ull Qj = 0;
+    if (with_q) {
+      ull t = 0;
+      for (int64_t v = threadIdx.x; v < q_cols && v < n; v += kT) t += fx(qrow[v]);
+      Qj = block_sum_ull(t);
+    }
+    int chosen = -1, j = 0;
+    for (int c = first; c < k; ++c) {
+      if (par[c] != node) continue;
+      const int32_t x = dr[c];
+      const bool in_vocab = x >= 0 && x < n;
+      const double px = in_vocab && Sw > 0 ? static_cast<double>(fx(W[x])) / static_cast<double>(Sw) : 0.0;
+      double qx = 1.0;
+      ull qx_fx = 0;
+      if (with_q) {
+        qx_fx = in_vocab && x < q_cols ? fx(qrow[x]) : 0ull;
+        qx = Qj > 0 ? static_cast<double>(qx_fx) / static_cast<double>(Qj) : 0.0;
+      }
+      if (!(qx > 0.0) || j >= kMaxChildren) {  // a child the draft could not have drawn: the caller's bug
+        if (threadIdx.x == 0) atomicOr(err, static_cast<int>(dev::kErrVerify));
+        bad = true;
+        break;
+      }
+      const double u = dev::noise_uniform(seed, pos, j == 0 ? kTagAccept : kTagSiblingAccept - j);
+      if (u * qx < px) {
+        chosen = c;
+        break;
+      }
+      if (with_q) {
+        Sw = residual_in_place(W, n, Sw, qrow, q_cols, tried, j, Qj);
+        Qj -= qx_fx;
+      } else if (in_vocab) {  // q_j = δ(x): x's weight dropped, unless nothing else is left
+        const ull wx = fx(W[x]);
+        __syncthreads();  // every thread has read W[x]
+        if (wx > 0 && Sw > wx) {
+          if (threadIdx.x == 0) W[x] = 0.0f;
+          Sw -= wx;
+        }
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) tried[j] = x;
+      __syncthreads();
+      ++j;
+    }
+    if (bad) break;
+    if (chosen >= 0) {
+      if (threadIdx.x == 0) out[a] = dr[chosen];
+      node = chosen;
+      continue;
+    }
+    next = block_draw(n, RowWeight{W}, dev::noise_uniform(seed, pos, kTagSample));
+    break;
+  }
+  if (threadIdx.x == 0) {
+    if (bad) {
+      for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
+      n_accepted[s] = -1;
+      return;
+    }
+    out[a] = next;
+    for (int i = a + 1; i <= max_drafts; ++i) out[i] = -1;
+    n_accepted[s] = a;
+  }
+}
+
 }  // namespace
 
 void ops::make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows,
@@ -515,13 +701,27 @@ void ops::sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows
   (probs, ldp, vocab, top, keys, tag, coupled ? 1 : 0, out);
 }
 
-void ops::verify_sampled(Stream s, const float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q,
+void ops::verify_sampled(Stream s, float* p, int64_t ldp, int64_t p_rows, int64_t vocab, const float* q,
                          int64_t ldq, int64_t q_rows, int64_t q_cols, const SeqVerify* seqs, const int32_t* drafts,
                          const int32_t* q_rows_of, int max_drafts, int n_seqs, int32_t* n_accepted,
-                         int32_t* out_tokens, int* err) {
+                         int32_t* out_tokens, int* err, const int32_t* parents) {
   if (n_seqs == 0) return;
+  if (parents) {
+    TANDEM_LAUNCH(verify_tree_sampled_kernel, static_cast<unsigned>(n_seqs), kT, 0, static_cast<cudaStream_t>(s))
+    (p, ldp, p_rows, vocab, q, ldq, q_rows, q_cols, seqs, drafts, q_rows_of, parents, max_drafts,
+     n_accepted, out_tokens, err);
+    return;
+  }
   TANDEM_LAUNCH(verify_sampled_kernel, static_cast<unsigned>(n_seqs), kT, 0, static_cast<cudaStream_t>(s))
   (p, ldp, p_rows, vocab, q, ldq, q_rows, q_cols, seqs, drafts, q_rows_of, max_drafts, n_accepted, out_tokens, err);
+}
+
+void ops::draw_rows(Stream s, const float* q, int64_t ldq, int64_t q_rows, int64_t vocab, const int32_t* rows,
+                    int64_t n_rows, const int32_t* counts, const NoiseKey* keys, const int32_t* tags, int w,
+                    int32_t* ids, float* vals, int* err) {
+  if (n_rows == 0 || w <= 0) return;
+  TANDEM_LAUNCH(draw_rows_kernel, static_cast<unsigned>(n_rows), kT, 0, static_cast<cudaStream_t>(s))
+  (q, ldq, q_rows, vocab, rows, counts, keys, tags, w, ids, vals, err);
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS
