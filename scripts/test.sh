@@ -118,8 +118,9 @@ if [ "${TANDEM_SKIP_ASAN:-0}" != "1" ]; then
   # run under ASan).
   # Every emulated CUDA buffer is its own heap allocation here (TANDEM_CUDA_SEPARATE_BUFFERS),
   # so ASan's redzones border each one: a kernel running past its buffer is caught.
+  # The CUDA sampling tests likewise run a few hundred trials, without their χ².
   TANDEM_TEST_CACHE_SEED=$CAL_CACHE TANDEM_TEST_MODELS=$asan_models TANDEM_TEST_TIME_SCALE=4 TANDEM_LOSSLESS_RUNS=500 \
-    TANDEM_CUDA_SEPARATE_BUFFERS=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_|CudaGraphForward'
+    TANDEM_CUDA_SAMPLING_TRIALS=600 TANDEM_CUDA_SEPARATE_BUFFERS=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -j "$JOBS" -E 'injected_bias|Lossless.*/cuda_|CudaGraphForward'
   stage_end
 fi
 

@@ -1,7 +1,9 @@
 // Sampled decoding on the device: the engine's make_distribution row by row (make_probs),
 // one draw per row (sample_probs) and speculative verification of a whole batch
 // (verify_sampled), so that a sampled request's logits never leave the device: only token
-// ids, accepted counts and a confidence per draft row cross to the host.
+// ids, accepted counts and a confidence per draft row cross to the host. Rejection-mode
+// token trees too: a node's children drawn without replacement (draw_rows), and the walk
+// with recursive rejection over each visited node's children (verify_sampled with parents).
 //
 // One block of kT threads per row (or per sequence). Everything a decision depends on is
 // computed deterministically, whatever the order threads run in:
