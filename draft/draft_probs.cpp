@@ -136,7 +136,7 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     w = std::max(w, r.room);
   }
   const std::vector<size_t>&greedy = by_mode[0], &coupled = by_mode[1], &drawn = by_mode[2];
-  if (!drawn.empty() && (cols != cols_ || next_ + n_rows > cap_rows_))
+  if (!drawn.empty() && (cols != cols_ || next_ + static_cast<int64_t>(drawn.size()) > cap_rows_))
     throw std::logic_error("DraftProbs: more rows than begin_step reserved");
 
   // Side buffer (I32 words): per row: its row, ids [w], vals [w], lse [2], key [4], count, tag;
@@ -156,18 +156,43 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     return params;
   };
   const std::vector<kernels::RowSampling> pc = coupled.empty() ? std::vector<kernels::RowSampling>{} : params_of(coupled);
-  const std::vector<kernels::RowSampling> pd = drawn.empty() ? std::vector<kernels::RowSampling>{} : params_of(drawn);
+  // Drawn rows: q of each run of consecutive logits rows (a lane's nodes of one pass) goes to
+  // the next rows of the store, so that only they take rows there.
+  struct Run {
+    int32_t first, count;
+    std::vector<kernels::RowSampling> params;
+  };
+  std::vector<Run> runs;
+  std::vector<int32_t> store_row(rows.size(), -1);
+  {
+    std::vector<size_t> order(drawn);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rows[a].logits_row < rows[b].logits_row; });
+    int64_t at = next_;
+    for (size_t i : order) {
+      const TreeRow& r = rows[i];
+      if (runs.empty() || r.logits_row != runs.back().first + runs.back().count) runs.push_back({r.logits_row, 0, {}});
+      kernels::RowSampling rs = row_sampling(*r.sampling);
+      rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
+      append_penalty_entries(*r.sampling, r.history, static_cast<int32_t>(cols), pens);
+      rs.pen_end = static_cast<int32_t>(pens.size() / 2);
+      runs.back().params.push_back(rs);
+      ++runs.back().count;
+      store_row[i] = static_cast<int32_t>(at++);
+    }
+  }
   const size_t n_pen = std::max<size_t>(pens.size(), 2);
   kernels::WordViews words(be_, tree_side_,
                            rows.size() * (1 + 2 * static_cast<size_t>(w) + 2 + kernels::kNoiseKeyWords + 2) +
                                2 * static_cast<size_t>(n_rows) * (kernels::kRowSamplingWords + 2) + n_pen);
   const kernels::Tensor tpen = words.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
-  auto probs_into = [&](const kernels::Tensor& probs, const std::vector<kernels::RowSampling>& params) {
-    const kernels::Tensor tp = words.take(DType::I32, kernels::kRowSamplingWords, n_rows);
-    const kernels::Tensor top = words.take(DType::I32, n_rows), conf = words.take(DType::F32, n_rows);
+  auto probs_into = [&](const kernels::Tensor& probs, const kernels::Tensor& from,
+                        const std::vector<kernels::RowSampling>& params) {
+    const auto m = static_cast<int64_t>(params.size());
+    const kernels::Tensor tp = words.take(DType::I32, kernels::kRowSamplingWords, m);
+    const kernels::Tensor top = words.take(DType::I32, m), conf = words.take(DType::F32, m);
     be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
-    dd_.make_probs(probs, top, conf, view, tp, pens.empty() ? kernels::Tensor{} : tpen);
+    dd_.make_probs(probs, top, conf, from, tp, pens.empty() ? kernels::Tensor{} : tpen);
   };
   struct Group {
     const std::vector<size_t>* at = nullptr;
@@ -175,14 +200,14 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     std::vector<int32_t> h_ids;
     std::vector<float> h_vals, h_lse;
   };
-  auto group = [&](const std::vector<size_t>& at, bool keyed, auto&& row_of) {
+  auto group = [&](const std::vector<size_t>& at, bool keyed, auto&& row_of) {  // row_of(i): its row of src
     const auto m = static_cast<int64_t>(at.size());
     Group g{&at, words.take(DType::I32, m), words.take(DType::I32, w, m), words.take(DType::F32, w, m),
             words.take(DType::F32, 2, m), {}, {}, {}, {}};
     std::vector<int32_t> h_rows;
     std::vector<kernels::NoiseKey> keys;
     for (size_t i : at) {
-      h_rows.push_back(row_of(rows[i]));
+      h_rows.push_back(row_of(i));
       keys.push_back(kernels::NoiseKey::of(rows[i].seed, rows[i].position));
     }
     be_.upload(g.rows, h_rows.data(), h_rows.size() * 4);
@@ -203,7 +228,7 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
       be_.download(g.h_lse.data(), g.lse, g.h_lse.size() * 4);
     }
   };
-  auto own_row = [](const TreeRow& r) { return r.logits_row; };
+  auto own_row = [&](size_t i) { return rows[i].logits_row; };
   std::vector<Group> done;  // greedy, coupled, drawn (those present)
   if (!greedy.empty()) {
     Group g = group(greedy, false, own_row);
@@ -218,18 +243,19 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
       tree_probs_ = be_.alloc(bytes);
     }
     const kernels::Tensor probs = kernels::make_tensor(tree_probs_.get(), DType::F32, cols, n_rows);
-    probs_into(probs, pc);
+    probs_into(probs, view, pc);
     Group g = group(coupled, true, own_row);
     dd_.top_rows(g.ids, g.vals, g.lse, probs, g.rows, g.keys, w);
     fetch(g, false);
     done.push_back(std::move(g));
   }
   if (!drawn.empty()) {
-    const int64_t first = next_;
-    next_ += n_rows;
     const kernels::Tensor store = q();
-    probs_into(kernels::make_tensor(store_.get(), DType::F32, cols_, n_rows, static_cast<size_t>(first * cols_) * 4), pd);
-    Group g = group(drawn, true, [&](const TreeRow& r) { return static_cast<int32_t>(first) + r.logits_row; });
+    for (const Run& run : runs) {
+      probs_into(store.slice_rows(next_, run.count), view.slice_rows(run.first, run.count), run.params);
+      next_ += run.count;
+    }
+    Group g = group(drawn, true, [&](size_t i) { return store_row[i]; });
     // How many each draws: its room, or what the cost model says of q's largest probabilities.
     std::vector<int32_t> counts, tags;
     for (size_t i : drawn) counts.push_back(rows[i].room), tags.push_back(rows[i].tag);
@@ -251,7 +277,7 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     be_.upload(tt, tags.data(), tags.size() * 4);
     dd_.draw_rows(g.ids, g.vals, store, g.rows, tc, g.keys, tt, w);
     fetch(g, false);
-    for (size_t j = 0; j < drawn.size(); ++j) out[drawn[j]].q_row = static_cast<int32_t>(first) + rows[drawn[j]].logits_row;
+    for (size_t i : drawn) out[i].q_row = store_row[i];
     done.push_back(std::move(g));
   }
   be_.synchronize();

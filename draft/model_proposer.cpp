@@ -199,7 +199,7 @@ class ModelProposer::Drafting {
     for (ProposeJob& j : jobs_)
       if (DraftProbs* d = static_cast<ModelProposer&>(*j.proposer).device_probs_) dev_ = d;
     const int64_t width_all = draft_.model().config().n_vocab;
-    int64_t dev_cols = 0, all_rows = 0, tree_rows = 0;
+    int64_t dev_cols = 0, all_rows = 0;
     for (ProposeJob& j : jobs_) {
       j.out = Proposal{};
       j.kv_full = false;
@@ -215,10 +215,12 @@ class ModelProposer::Drafting {
         l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
         l.device = dev_ && j.opts.on_device && l.tree->children_on_device() && cols <= kernels::kMaxDeviceSampleVocab &&
                    (!l.tree->sampled() || dev_cols == 0 || cols == dev_cols);
+        // Store rows: a chain's draws take a row for this lane's catch-up row too; a
+        // rejection-mode tree's q takes one for its root and one a fed node (at most its nodes).
+        ++all_rows;
         if (l.device && l.tree->sampled()) {
-          // q rows: one a fed node and the root's, in passes whose other lanes' rows take rows too.
           dev_cols = cols;
-          tree_rows += j.opts.tree_nodes + 2;
+          all_rows += j.opts.tree_nodes + 1;
         }
         lanes_.push_back(std::move(l));
         continue;
@@ -232,10 +234,9 @@ class ModelProposer::Drafting {
       all_rows += j.opts.max_tokens + 1;  // logits rows a lane may take: catch-up + one per draft
       lanes_.push_back(std::move(l));
     }
-    // Every logits row of a pass with a device lane takes a row of the store (host lanes' are
-    // skipped), so the store is sized for every lane; a rejection-mode tree's catch-up pass
-    // may take its rows twice (its own draws and the chains' of the same pass).
-    if (dev_cols > 0) dev_->begin_step(all_rows + tree_rows + (tree_rows > 0 ? static_cast<int64_t>(lanes_.size()) : 0), dev_cols);
+    // Every logits row of a pass with a device chain lane takes a row of the store (host
+    // lanes' are skipped), so the store is sized for every lane.
+    if (dev_cols > 0) dev_->begin_step(all_rows, dev_cols);
     return !lanes_.empty();
   }
 

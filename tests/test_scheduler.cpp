@@ -319,12 +319,39 @@ void check_trees_batched(const std::string& device) {
       }
       reqs.emplace_back(prompt_of(4 + i * 3, 40 + i), g);
     }
+    if (emulated) {
+      // Rejection mode, drawn and verified on the device: a tree and a chain, whose q rows
+      // share the draft's store in the same passes. Their outputs are samples (when a
+      // stream's first drafts come differs in a batch, so do its draws): each is checked
+      // for being the device's, not for its tokens.
+      for (int32_t width : {3, 1}) {
+        GenerateOptions g = greedy(12, DraftMode::Model);
+        g.sampling.temperature = 0.8f;
+        g.sampling.top_k = 10;
+        g.sampling.seed = 23 + width;
+        g.speculative.verify = VerifyMode::Rejection;
+        g.speculative.policy = "fixed";
+        g.speculative.draft_max = 3;
+        g.speculative.tree_width = width;
+        g.speculative.tree_nodes = width > 1 ? 8 : 0;
+        g.speculative.lookup = false;
+        reqs.emplace_back(prompt_of(6 + width, 90 + width), g);
+      }
+    }
     const auto alone = without_speculation(*e, reqs);
     Scheduler s(*e, SchedulerOptions{});
     const auto batched = run_all(s, reqs);
     int64_t trees = 0;
     for (size_t i = 0; i < reqs.size(); ++i) {
       EXPECT_EQ(batched[i].error, "");
+      if (reqs[i].second.speculative.verify == VerifyMode::Rejection) {
+        const SpeculativeMetrics& m = batched[i].result.speculative;
+        EXPECT_EQ(batched[i].result.tokens.size(), 12u) << "request " << i;
+        EXPECT_GT(m.drafted_tokens, 0) << "request " << i;
+        EXPECT_EQ(m.device_drafted_tokens, m.drafted_tokens) << "request " << i;
+        EXPECT_EQ(m.device_verified_steps, m.target_passes) << "request " << i;
+        continue;
+      }
       EXPECT_EQ(batched[i].result.tokens, alone[i].tokens) << "request " << i;
       trees += batched[i].result.speculative.tree_steps;
     }
