@@ -367,7 +367,8 @@ class ModelProposer::Drafting {
     const int64_t width = draft_.model().config().n_vocab;
     int64_t cols = width;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      auto [l, node] = nodes[i];
+      Lane* l = nodes[i].first;
+      const int32_t node = nodes[i].second;
       TreeBuilder& tb = *l->tree;
       const int32_t slot = tb.next_slot();
       const int32_t room = tb.begin_expand(node);

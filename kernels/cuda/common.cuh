@@ -111,6 +111,19 @@ __device__ __forceinline__ double warp_sum(double v) {
   for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// The sum over a block of kThreads threads (every thread gets it): the warps' butterflies,
+// then the warps' sums in warp order, so the same bits every run.
+template <int kThreads>
+__device__ double block_sum_double(double v) {
+  __shared__ double sh[kThreads / kWarp];
+  v = warp_sum(v);
+  if (threadIdx.x % kWarp == 0) sh[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  double r = sh[0];
+  for (int w = 1; w < kThreads / kWarp; ++w) r += sh[w];
+  __syncthreads();  // sh may be written again by the next call
+  return r;
+}
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o >= 1; o /= 2) v = fmax2(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;

@@ -76,16 +76,7 @@ __device__ ull block_sum_ull(ull v) {
   __syncthreads();
   return r;
 }
-__device__ double block_sum_double(double v) {
-  __shared__ double sh[kWarps];
-  v = dev::warp_sum(v);
-  if (threadIdx.x % dev::kWarp == 0) sh[threadIdx.x / dev::kWarp] = v;
-  __syncthreads();
-  double r = sh[0];
-  for (int w = 1; w < kWarps; ++w) r += sh[w];
-  __syncthreads();
-  return r;
-}
+__device__ double block_sum_double(double v) { return dev::block_sum_double<kT>(v); }
 
 // ---- selection ----------------------------------------------------------------------------------
 
@@ -436,6 +427,15 @@ __global__ void sample_probs_kernel(const float* probs, int64_t ldp, int64_t n, 
   if (threadIdx.x == 0) out[r] = id;
 }
 
+// A sequence the verifier cannot take (rows, counts or drafts out of range: the caller's
+// bug): no tokens, n_accepted -1, and the error bit unless it was set already (err null).
+__device__ void refuse(int32_t* out, int max_drafts, int32_t* n_accepted, int* err) {
+  if (threadIdx.x != 0) return;
+  if (err) atomicOr(err, static_cast<int>(dev::kErrVerify));
+  for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
+  *n_accepted = -1;
+}
+
 // One block per sequence: rejection sampling or coupled verification of its drafts.
 __global__ void verify_sampled_kernel(const float* p, int64_t ldp, int64_t p_rows, int64_t n, const float* q,
                                       int64_t ldq, int64_t q_rows, int64_t q_cols, const SeqVerify* seqs,
@@ -452,11 +452,7 @@ __global__ void verify_sampled_kernel(const float* p, int64_t ldp, int64_t p_row
   if (with_q && q_ok && k >= 0 && k <= max_drafts)
     for (int i = 0; i < k; ++i) q_ok = q_ok && q_of[i] >= 0 && q_of[i] < q_rows;
   if (k < 0 || k > max_drafts || S.first_row < 0 || S.first_row + k >= p_rows || !q_ok) {
-    if (threadIdx.x == 0) {
-      atomicOr(err, static_cast<int>(dev::kErrVerify));
-      for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
-      n_accepted[s] = -1;
-    }
+    refuse(out, max_drafts, n_accepted + s, err);
     return;
   }
   const uint64_t seed = seed_of(S.key);
@@ -598,11 +594,7 @@ __global__ void verify_tree_sampled_kernel(float* p, int64_t ldp, int64_t p_rows
     for (int b = 0; b < c; ++b)
       if (par[b] == par[c] && q_of[b] != q_of[c]) ok = false;
   if (!ok) {
-    if (threadIdx.x == 0) {
-      atomicOr(err, static_cast<int>(dev::kErrVerify));
-      for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
-      n_accepted[s] = -1;
-    }
+    refuse(out, max_drafts, n_accepted + s, err);
     return;
   }
   const uint64_t seed = seed_of(S.key);
@@ -675,12 +667,11 @@ __global__ void verify_tree_sampled_kernel(float* p, int64_t ldp, int64_t p_rows
     next = block_draw(n, RowWeight{W}, dev::noise_uniform(seed, pos, kTagSample));
     break;
   }
+  if (bad) {  // (its error bit is set)
+    refuse(out, max_drafts, n_accepted + s, nullptr);
+    return;
+  }
   if (threadIdx.x == 0) {
-    if (bad) {
-      for (int i = 0; i <= max_drafts; ++i) out[i] = -1;
-      n_accepted[s] = -1;
-      return;
-    }
     out[a] = next;
     for (int i = a + 1; i <= max_drafts; ++i) out[i] = -1;
     n_accepted[s] = a;

@@ -70,16 +70,6 @@ __device__ E block_best(E v) {
   __syncthreads();  // sh may be written again by the next round
   return r;
 }
-__device__ double block_sum(double v) {
-  __shared__ double sh[kWarps];
-  v = dev::warp_sum(v);
-  if (threadIdx.x % dev::kWarp == 0) sh[threadIdx.x / dev::kWarp] = v;
-  __syncthreads();
-  double r = sh[0];
-  for (int w = 1; w < kWarps; ++w) r += sh[w];
-  __syncthreads();
-  return r;
-}
 
 __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows, int64_t n, const int32_t* rows,
                                 const NoiseKey* keys, int w, int32_t* ids, float* vals, float* lse, int* err) {
@@ -119,7 +109,7 @@ __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows,
     if (found > 0)
       for (int64_t v = threadIdx.x; v < n; v += kT)
         if (x[v] > -INFINITY) z += static_cast<double>(exp_nonpos(x[v] - mx));
-    z = block_sum(z);
+    z = dev::block_sum_double<kT>(z);
     if (threadIdx.x == 0) {
       // As two floats (hi + lo): the host's scores keep double precision.
       const double l = found > 0 ? log(z) : 0.0;
