@@ -66,11 +66,7 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   for (const Lane& l : lanes) {
     if (l.draft_index != draft_index) throw std::logic_error("DraftProbs: lanes of one pass at different draft indices");
     if (l.logits_row < 0 || l.logits_row >= rows) throw std::logic_error("DraftProbs: a lane's row is outside the logits");
-    kernels::RowSampling r = row_sampling(*l.sampling);
-    r.pen_begin = static_cast<int32_t>(pens.size() / 2);
-    append_penalty_entries(*l.sampling, l.history, static_cast<int32_t>(cols_), pens);
-    r.pen_end = static_cast<int32_t>(pens.size() / 2);
-    params[static_cast<size_t>(l.logits_row)] = r;
+    params[static_cast<size_t>(l.logits_row)] = row_sampling(*l.sampling, l.history, static_cast<int32_t>(cols_), pens);
     keys[static_cast<size_t>(l.logits_row)] = kernels::NoiseKey::of(l.seed, l.position);
     any_coupled = any_coupled || (l.coupled && !l.sampling->greedy());
     any_drawn = any_drawn || (!l.coupled && !l.sampling->greedy());
@@ -147,11 +143,7 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     for (auto& p : params) p.skip = 1;
     for (size_t i : at) {
       const TreeRow& r = rows[i];
-      kernels::RowSampling rs = row_sampling(*r.sampling);
-      rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
-      append_penalty_entries(*r.sampling, r.history, static_cast<int32_t>(cols), pens);
-      rs.pen_end = static_cast<int32_t>(pens.size() / 2);
-      params[static_cast<size_t>(r.logits_row)] = rs;
+      params[static_cast<size_t>(r.logits_row)] = row_sampling(*r.sampling, r.history, static_cast<int32_t>(cols), pens);
     }
     return params;
   };
@@ -171,11 +163,7 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     for (size_t i : order) {
       const TreeRow& r = rows[i];
       if (runs.empty() || r.logits_row != runs.back().first + runs.back().count) runs.push_back({r.logits_row, 0, {}});
-      kernels::RowSampling rs = row_sampling(*r.sampling);
-      rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
-      append_penalty_entries(*r.sampling, r.history, static_cast<int32_t>(cols), pens);
-      rs.pen_end = static_cast<int32_t>(pens.size() / 2);
-      runs.back().params.push_back(rs);
+      runs.back().params.push_back(row_sampling(*r.sampling, r.history, static_cast<int32_t>(cols), pens));
       ++runs.back().count;
       store_row[i] = static_cast<int32_t>(at++);
     }

@@ -58,8 +58,11 @@ int32_t TreeBuilder::begin_expand(int32_t node) {
   const int32_t room = std::max(0, room_for_children(depth));
   reserved_.resize(std::max(reserved_.size(), static_cast<size_t>(node + 2)), 0);
   reserved_[static_cast<size_t>(node + 1)] += room;
-  pending_ += room;
   return room;
+}
+
+int32_t TreeBuilder::next_slot() const {
+  return static_cast<int32_t>(nodes_.size()) + std::accumulate(reserved_.begin(), reserved_.end(), 0);
 }
 
 int32_t TreeBuilder::children_to_draw(int32_t node, int32_t room, std::span<const float> top_probs) const {
@@ -152,10 +155,7 @@ std::vector<TreeChild> TreeBuilder::host_children(int32_t node, int32_t room, st
 
 void TreeBuilder::add_children(int32_t node, std::span<const TreeChild> kids, int32_t q_row) {
   const int32_t depth = node < 0 ? 0 : nodes_.at(static_cast<size_t>(node)).depth;
-  if (static_cast<size_t>(node + 1) < reserved_.size()) {
-    pending_ -= reserved_[static_cast<size_t>(node + 1)];
-    reserved_[static_cast<size_t>(node + 1)] = 0;
-  }
+  if (static_cast<size_t>(node + 1) < reserved_.size()) reserved_[static_cast<size_t>(node + 1)] = 0;
   if (q_row >= 0) {
     row_q_rows_.resize(std::max(row_q_rows_.size(), static_cast<size_t>(node + 2)), -1);
     row_q_rows_[static_cast<size_t>(node + 1)] = q_row;
@@ -321,7 +321,6 @@ Proposal TreeBuilder::take() {
   nodes_.clear();
   row_q_rows_.clear();
   reserved_.clear();
-  pending_ = 0;
   return p;
 }
 

@@ -60,7 +60,7 @@ class TreeBuilder {
   void add_children(int32_t node, std::span<const TreeChild> kids, int32_t q_row = -1);
   // The slot of the next node begun (node count + rooms reserved): the first child of the
   // next begin_expand takes it, the j-th slot + j (below kMaxTreeNodes for sampled trees).
-  int32_t next_slot() const { return static_cast<int32_t>(nodes_.size()) + pending_; }
+  int32_t next_slot() const;
   // Rejection mode, with the cost model: how many of `room` children to draw, from q's most
   // likely probabilities (descending; all of them when fewer than room): sized_by_cost.
   int32_t children_to_draw(int32_t node, int32_t room, std::span<const float> top_probs) const;
@@ -126,7 +126,6 @@ class TreeBuilder {
   std::vector<Distribution> row_dists_;  // rejection mode: q of each row's children
   std::vector<int32_t> row_q_rows_;      // or its row in the DraftProbs store (on the device)
   std::vector<int32_t> reserved_;        // rooms begun, not yet filled, by row (node + 1)
-  int32_t pending_ = 0;                  // their sum
   int32_t fed_ = 0;
   int32_t grown_depth_ = 0;  // the deepest depth whose frontier was taken
   int32_t last_depth_ = -1;  // the depth of the last expansion

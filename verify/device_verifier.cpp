@@ -63,8 +63,11 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
                                                  const kernels::Tensor* q) {
   std::vector<VerifyResult> out(seqs.size());
   const int64_t rows = logits.rows();
-  std::vector<Sequence> argmax, sampled, trees, rtrees;
-  std::vector<size_t> argmax_at, sampled_at, trees_at, rtrees_at;
+  // Chains by their verdict's kind; trees apart, so that a chain's bits never depend on a
+  // tree in its batch.
+  enum { kArgmax, kSampled, kTrees, kRejectionTrees, kGroups };
+  std::vector<Sequence> group[kGroups];
+  std::vector<size_t> group_at[kGroups];
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     if (s.first_row < 0 || s.first_row + static_cast<int64_t>(s.drafts.size()) >= rows)
@@ -80,21 +83,18 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
         if (s.parents[n] < -1 || s.parents[n] >= static_cast<int32_t>(n))
           throw std::logic_error("device verification: a tree node's parent does not come before it");
     }
-    // Chains by their verdict's kind; trees apart, so that a chain's bits never depend on a
-    // tree in its batch.
-    const int group = !s.sampling ? 0 : !tree ? 1 : rejection ? 3 : 2;
-    (group == 0 ? argmax : group == 1 ? sampled : group == 2 ? trees : rtrees).push_back(s);
-    (group == 0 ? argmax_at : group == 1 ? sampled_at : group == 2 ? trees_at : rtrees_at).push_back(i);
+    const int g = !s.sampling ? kArgmax : !tree ? kSampled : rejection ? kRejectionTrees : kTrees;
+    group[g].push_back(s);
+    group_at[g].push_back(i);
   }
-  std::vector<VerifyResult> a(argmax.size()), b(sampled.size()), c(trees.size()), d(rtrees.size());
-  if (!argmax.empty()) verify_argmax(logits, argmax, a);
-  if (!sampled.empty()) verify_sampled(logits, sampled, q, b);
-  if (!trees.empty()) verify_transformed_trees(logits, trees, c);
-  if (!rtrees.empty()) verify_sampled(logits, rtrees, q, d);
-  for (size_t i = 0; i < a.size(); ++i) out[argmax_at[i]] = std::move(a[i]);
-  for (size_t i = 0; i < b.size(); ++i) out[sampled_at[i]] = std::move(b[i]);
-  for (size_t i = 0; i < c.size(); ++i) out[trees_at[i]] = std::move(c[i]);
-  for (size_t i = 0; i < d.size(); ++i) out[rtrees_at[i]] = std::move(d[i]);
+  for (int g = 0; g < kGroups; ++g) {
+    if (group[g].empty()) continue;
+    std::vector<VerifyResult> v(group[g].size());
+    if (g == kArgmax) verify_argmax(logits, group[g], v);
+    else if (g == kTrees) verify_transformed_trees(logits, group[g], v);
+    else verify_sampled(logits, group[g], q, v);  // chains, or rejection-mode trees
+    for (size_t i = 0; i < v.size(); ++i) out[group_at[g][i]] = std::move(v[i]);
+  }
   return out;
 }
 
@@ -175,9 +175,7 @@ void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std
       if (s.sampling->has_penalties()) {
         hist.assign(s.history.begin(), s.history.end());
         hist.insert(hist.end(), path.begin(), path.end());
-        rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
-        append_penalty_entries(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
-        rs.pen_end = static_cast<int32_t>(pens.size() / 2);
+        rs = row_sampling(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
       }
       if (bias.position >= 0 && bias.position == s.position + depth) rs.bias_mass = bias.mass;
       params[static_cast<size_t>(s.first_row + r)] = rs;
@@ -231,9 +229,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
         hist.assign(s.history.begin(), s.history.end());
         if (trees) hist.insert(hist.end(), path.begin(), path.end());
         else hist.insert(hist.end(), s.drafts.begin(), s.drafts.begin() + r);
-        rs.pen_begin = static_cast<int32_t>(pens.size() / 2);
-        append_penalty_entries(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
-        rs.pen_end = static_cast<int32_t>(pens.size() / 2);
+        rs = row_sampling(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
       }
       if (bias.position >= 0 && bias.position == s.position + depth) rs.bias_mass = bias.mass;
       params[static_cast<size_t>(s.first_row + r)] = rs;

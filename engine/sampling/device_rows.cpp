@@ -17,6 +17,15 @@ kernels::RowSampling row_sampling(const SamplingParams& p) {
   return r;
 }
 
+kernels::RowSampling row_sampling(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
+                                  std::vector<int32_t>& penalties) {
+  kernels::RowSampling r = row_sampling(p);
+  r.pen_begin = static_cast<int32_t>(penalties.size() / 2);
+  append_penalty_entries(p, history, vocab, penalties);
+  r.pen_end = static_cast<int32_t>(penalties.size() / 2);
+  return r;
+}
+
 void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
                             std::vector<int32_t>& out) {
   const bool rep = p.repetition_penalty != 1.0f;

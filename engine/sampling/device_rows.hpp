@@ -20,5 +20,8 @@ void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> hi
                             std::vector<int32_t>& out);
 // A request's transforms as a row of make_probs.
 kernels::RowSampling row_sampling(const SamplingParams& p);
+// The same with its history's penalty entries appended to `penalties` (the row's range of them).
+kernels::RowSampling row_sampling(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
+                                  std::vector<int32_t>& penalties);
 
 }  // namespace tandem

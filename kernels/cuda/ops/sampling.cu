@@ -76,7 +76,6 @@ __device__ ull block_sum_ull(ull v) {
   __syncthreads();
   return r;
 }
-__device__ double block_sum_double(double v) { return dev::block_sum_double<kT>(v); }
 
 // ---- selection ----------------------------------------------------------------------------------
 
@@ -322,7 +321,7 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
     const float rm = from_key(raw.key);
     double z = 0.0;
     for (int64_t v = threadIdx.x; v < n; v += kT) z += exp(static_cast<double>(scrub_nan(x[v]) - rm));
-    z = block_sum_double(z);
+    z = dev::block_sum_double<kT>(z);
     for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = v == mx.id ? 1.0f : 0.0f;
     if (threadIdx.x == 0) top[r] = mx.id, conf[r] = static_cast<float>(1.0 / z);
     return;
@@ -391,7 +390,7 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   // Renormalise the kept weights.
   double kept = 0.0;
   for (int64_t v = threadIdx.x; v < n; v += kT) kept += static_cast<double>(w[v]);
-  kept = block_sum_double(kept);
+  kept = dev::block_sum_double<kT>(kept);
   for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = static_cast<float>(static_cast<double>(w[v]) / kept);
   __syncthreads();
   KeyId b{dev::kNegInfKey, 0x7fffffff};
@@ -507,12 +506,12 @@ __device__ __forceinline__ bool listed(const int32_t* list, int m, int64_t v) {
     if (list[i] == v) return true;
   return false;
 }
-struct LeftWeight {  // q's fixed-point weight, 0 for the tokens drawn (or tried) already
+struct LeftWeight {  // q's fixed-point weight, 0 for the m tokens drawn already
   const float* q;
   int64_t q_cols;
-  const int32_t* out;
+  const int32_t* taken;
   int m;
-  __device__ ull operator()(int64_t v) const { return v < q_cols && !listed(out, m, v) ? fx(q[v]) : 0ull; }
+  __device__ ull operator()(int64_t v) const { return v < q_cols && !listed(taken, m, v) ? fx(q[v]) : 0ull; }
 };
 
 // One block per listed row: counts[i] draws without replacement from q's row.
