@@ -20,6 +20,14 @@
 #define TANDEM_DEVICE_NOINLINE __noinline__
 #endif
 
+// A loop over a kernel's register tiles unrolled: indexed by a variable, a thread's array
+// lives in local memory (global memory behind L1), not in registers.
+#if TANDEM_SIMT_EMULATED && !defined(__clang__)
+#define TANDEM_UNROLL _Pragma("GCC unroll 16")
+#else
+#define TANDEM_UNROLL _Pragma("unroll")
+#endif
+
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
 
 // Bits of the device error word (see CudaBackend::check_errors): a kernel that meets a bad

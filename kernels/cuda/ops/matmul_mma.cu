@@ -78,7 +78,8 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
       dev::q32_words<T>(blk[1], tid, lo1, hi1);
       const uint32_t af[4] = {uint32_t(lo0), uint32_t(lo1), uint32_t(hi0), uint32_t(hi1)};
       const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
-      for (int j = 0; j < n_tiles; ++j) {
+      for (int j = 0; j < kTiles; ++j) {  // constant trip counts: the sums stay in registers
+        if (j >= n_tiles) break;
         const int64_t tb = t0 + 8 * j + gid;  // this lane's B-fragment token
         uint32_t bf[2] = {0u, 0u};
         if (tb < a.n) {
@@ -89,7 +90,7 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
         dev::mma_s8_k32(msum[j], ones, bf, zero);
       }
     } else {
-      for (int j = 0; j < n_tiles; ++j)
+      for (int j = 0; j < kTiles; ++j)
         for (int i = 0; i < 4; ++i) isum[j][i] = 0, msum[j][i] = 0;
       constexpr int step = kScalePer16<T> ? 16 : 32;  // elements per scale group
       for (int e0 = 0; e0 < qk; e0 += step) {
@@ -98,7 +99,8 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
           float d, dm;
           dev::k_scales<T>(blk[h], e0 / 16, d, dm, sc[h], mn[h]);
         }
-        for (int j = 0; j < n_tiles; ++j) {
+        for (int j = 0; j < kTiles; ++j) {
+          if (j >= n_tiles) break;
           const int64_t tb = t0 + 8 * j + gid;
           const int8_t* xq = a.q + (tb < a.n ? tb : 0) * a.cols + qk * b + e0;
           int dot[4], bs[4];
@@ -141,7 +143,8 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
         dev::k_scales<T>(blk[h], 0, d[h], c[h], sc, mn);  // d and dm
       }
     }
-    for (int j = 0; j < n_tiles; ++j)
+    for (int j = 0; j < kTiles; ++j) {
+      if (j >= n_tiles) break;
       for (int i = 0; i < 4; ++i) {
         const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
         if (t >= a.n) continue;
@@ -154,18 +157,21 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
           acc[j][i] += xd * (d[h] * static_cast<float>(isum[j][i]) - c[h] * static_cast<float>(msum[j][i]));
         }
       }
+    }
   }
-  for (int j = 0; j < n_tiles; ++j)
+  for (int j = 0; j < kTiles; ++j) {
+    if (j >= n_tiles) break;
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
       // Slot s ^ 1 is lane ^ 4's, for the same tokens.
       dev::store_tile_result(a.g, epi, m_of, slot[i / 2], rows, t, a.n, qk == 32 ? acc[j][i] + off[j][i] : acc[j][i]);
     }
+  }
   if (epi) dev::tile_head_norm_arrive(a.g, *epi, m_of, r0, rows, blockIdx.y, t0, t0 + kBlockTokens, a.n);
 }
 
 template <int T>
-__global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(const __grid_constant__ MmaArgs a) {
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   mma_rows<T>(a, m_of, bx);
@@ -173,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(MmaArgs a) {
 
 // A launch of two weight types (ops::matmul_pair): each matrix's rows with its own type's code.
 template <int T1, int T2>
-__global__ void __launch_bounds__(kWarps * 32) matmul_mma_pair_kernel(MmaArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) matmul_mma_pair_kernel(const __grid_constant__ MmaArgs a) {
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   if (a.g.second[m_of]) mma_rows<T2>(a, m_of, bx);

@@ -81,7 +81,7 @@ __device__ __forceinline__ void load_x8(const float* xr, int64_t c, int64_t cols
 }
 
 template <int T, bool Vec>
-__global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
+__global__ void __launch_bounds__(32) matmul_mma_float_kernel(const __grid_constant__ FloatMmaArgs a) {
   constexpr int kWParts = T == dev::kF32 ? 3 : 1;  // F16 and BF16 weights are TF32 values
   const int lane = threadIdx.x, gid = lane / 4, tid = lane % 4;
   unsigned bx;
@@ -133,7 +133,9 @@ __global__ void __launch_bounds__(32) matmul_mma_float_kernel(FloatMmaArgs a) {
       for (int i = 0; i < 4; ++i) total[j][i] = total[j][i] + chunk[i];
     }
   }
+  TANDEM_UNROLL
   for (int j = 0; j < kTiles; ++j)
+    TANDEM_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int64_t t = t0 + 8 * j + 2 * tid + i % 2;
       // Slot s ^ 1 is lane ^ 4's, for the same tokens.

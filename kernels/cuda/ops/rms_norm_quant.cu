@@ -11,8 +11,8 @@ namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
 __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t ldx, const float* w, int64_t cols,
-                                      float eps, float w_offset, ops::ActQuant q32, ops::ActQuant qk,
-                                      ops::PendingAdd pending) {
+                                      float eps, float w_offset, const __grid_constant__ ops::ActQuant q32,
+                                      const __grid_constant__ ops::ActQuant qk, ops::PendingAdd pending) {
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   const int64_t t = blockIdx.x;
   if (pending.src) {

@@ -161,9 +161,17 @@ struct Fiber {
 #endif
 };
 
+// A whole warp's exchanges use two sets of slots, by the parity of the barrier they meet at:
+// a lane reads set p after barrier p is released and before it arrives at p + 1, and set p is
+// written again only at barrier p + 2, which no lane reaches before every lane has passed
+// p + 1. So one barrier an exchange is enough. An exchange over part of a warp waits a second
+// time (the other lanes may meet barriers of their own in between, and the parity would not
+// say which set is whose).
 struct Warp {
-  uint64_t slots[32] = {};
-  uint32_t frags[32][kMaxGatherWords] = {};  // warp_gather's exchange (mma fragments)
+  uint64_t slots[2][32] = {};
+  uint32_t frags[2][32][kMaxGatherWords] = {};  // warp_share's exchange (mma fragments)
+  unsigned took_part[2] = {};  // the lanes released together from a barrier, by parity (a
+                               // lane may exit before the others read its slot)
   unsigned live = 0;     // lanes not exited
   unsigned arrived = 0;  // lanes waiting at the current warp barrier
   unsigned mask = 0;     // the mask they wait on
@@ -259,6 +267,7 @@ bool try_release_warp(Runner& r, unsigned w) {
     if (i < r.n_threads && (wp.arrived >> l & 1u) && r.fibers[i].state == State::AtWarpBarrier)
       r.fibers[i].state = State::Runnable;
   }
+  wp.took_part[wp.phase & 1] = need;
   wp.arrived = 0;
   ++wp.phase;
   return true;
@@ -547,21 +556,35 @@ void threadfence() {
   tsan_acquire(&g_fence_sync);
 }
 
+namespace {
+// The barrier a lane met at `phase` was the one released next: the warp's lanes met their
+// barriers in one sequence, so the slots' parity names the exchange.
+void check_one_release(const Warp& wp, unsigned phase) {
+  if (wp.phase != phase + 1)
+    throw std::logic_error("simt: a warp's lanes met different warp barriers at once (divergent shuffles or syncs)");
+}
+}  // namespace
+
 uint64_t warp_exchange(unsigned mask, uint64_t value, int src) {
   Runner& r = runner();
   const unsigned linear = r.current->ctx.linear;
   Warp& wp = r.warps[linear / 32];
-  wp.slots[linear % 32] = value;
+  const bool whole = (mask & wp.live) == wp.live;  // every live lane takes part
+  const unsigned phase = wp.phase;
+  const uint64_t* slots = wp.slots[phase & 1];
+  wp.slots[phase & 1][linear % 32] = value;
   warp_barrier(mask, false);
+  if (whole) check_one_release(wp, phase);
   uint64_t out;
+  const unsigned present = whole ? wp.took_part[phase & 1] : mask & wp.live;
   if (src < 0) {
     out = 0;
     for (unsigned l = 0; l < 32; ++l)
-      if ((mask & wp.live) >> l & 1u) out |= (wp.slots[l] != 0 ? 1ull : 0ull) << l;
+      if (present >> l & 1u) out |= (slots[l] != 0 ? 1ull : 0ull) << l;
   } else {
-    out = ((mask & wp.live) >> src & 1u) ? wp.slots[src] : value;  // an absent lane: own value
+    out = (present >> src & 1u) ? slots[src] : value;  // an absent lane: own value
   }
-  warp_barrier(mask, false);
+  if (!whole) warp_barrier(mask, false);
   return out;
 }
 
@@ -574,19 +597,18 @@ const uint32_t* warp_share(const uint32_t* mine, int n) {
   // The .aligned warp-wide instructions this models need every lane of the warp.
   if (wp.live != 0xffffffffu)
     throw std::logic_error("simt: a warp-wide matrix instruction in a warp with exited or missing lanes");
-  std::memcpy(wp.frags[linear % 32], mine, sizeof(uint32_t) * static_cast<size_t>(n));
+  const unsigned phase = wp.phase;
+  uint32_t(&frags)[32][kMaxGatherWords] = wp.frags[phase & 1];
+  std::memcpy(frags[linear % 32], mine, sizeof(uint32_t) * static_cast<size_t>(n));
   warp_barrier(0xffffffffu, false);
-  return &wp.frags[0][0];
+  check_one_release(wp, phase);
+  return &frags[0][0];
 }
-
-// Every lane has read the slots: they may be written again.
-void warp_unshare() { warp_barrier(0xffffffffu, false); }
 
 void warp_gather(const uint32_t* mine, int n, uint32_t* all) {
   const uint32_t* shared = warp_share(mine, n);
   for (int l = 0; l < 32; ++l)
     std::memcpy(all + l * n, shared + l * kMaxGatherWords, sizeof(uint32_t) * static_cast<size_t>(n));
-  warp_unshare();
 }
 
 namespace {

@@ -49,6 +49,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__ static thread_local
 #define TANDEM_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::tandem::simt::detail::dynamic_shared())
 
@@ -96,9 +97,9 @@ unsigned lane_id();
 constexpr int kMaxGatherWords = 18;
 void warp_gather(const uint32_t* mine, int n, uint32_t* all);
 // The same exchange without the copies: the result is the warp's exchange slots, lane l's
-// words at [l * kMaxGatherWords ..], readable until every lane has called warp_unshare().
+// words at [l * kMaxGatherWords ..], readable until this lane meets its next warp barrier
+// (shuffle, vote, __syncwarp or exchange).
 const uint32_t* warp_share(const uint32_t* mine, int n);
-void warp_unshare();
 
 struct LaunchConfig {
   dim3 grid, block;
@@ -315,29 +316,40 @@ inline uint32_t tf32_rna(float x) {
 // own (one fixed way per element, whatever the other columns hold), so a GPU's results differ
 // from these in the last bits.
 namespace detail {
-// One lane's four results of an m16n8k8 TF32 product from the warp's gathered registers
-// (`all`: n words a lane; A's four at a_off, B's two at b_off).
-inline void tf32_product(float (&d)[4], const uint32_t* all, int n, int a_off, int b_off, const float (&c)[4]) {
-  auto as_float = [](uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  };
-  const int lane = static_cast<int>(lane_id()), gid = lane / 4, tid = lane % 4;
-  float out[4];
-  for (int i = 0; i < 4; ++i) {
-    const int row = gid + 8 * (i / 2), col = 2 * tid + (i % 2);
-    float s = c[i];
-    for (int k = 0; k < 8; ++k) {
-      // A[row][k]: lane 4 (row % 8) + k % 4, register (row >= 8) + 2 (k >= 4);
-      // B[k][col]: lane 4 col + k % 4, register (k >= 4).
-      const float av = as_float(all[(4 * (row % 8) + k % 4) * n + a_off + (row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
-      const float bv = as_float(all[(4 * col + k % 4) * n + b_off + (k >= 4 ? 1 : 0)]);
-      s = s + av * bv;
-    }
-    out[i] = s;
-  }
-  for (int i = 0; i < 4; ++i) d[i] = out[i];
+inline float word_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// This lane's operands of an m16n8k8 TF32 product from the warp's gathered registers (`all`:
+// n words a lane): its rows' A[gid + 8h][k] (A's four registers at a_off) and its columns'
+// B[k][2tid + h] (B's two at b_off), k = 0..7.
+//   A[row][k]: lane 4 (row % 8) + k % 4, register (row >= 8) + 2 (k >= 4);
+//   B[k][col]: lane 4 col + k % 4, register (k >= 4).
+struct Tf32Rows {
+  float v[2][8];
+};
+inline Tf32Rows tf32_a_rows(const uint32_t* all, int n, int a_off) {
+  const int gid = static_cast<int>(lane_id()) / 4;
+  Tf32Rows a;
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 8; ++k) a.v[h][k] = word_as_float(all[(4 * gid + k % 4) * n + a_off + h + (k >= 4 ? 2 : 0)]);
+  return a;
+}
+inline Tf32Rows tf32_b_cols(const uint32_t* all, int n, int b_off) {
+  const int tid = static_cast<int>(lane_id()) % 4;
+  Tf32Rows b;
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 8; ++k) b.v[h][k] = word_as_float(all[(4 * (2 * tid + h) + k % 4) * n + b_off + (k >= 4 ? 1 : 0)]);
+  return b;
+}
+// One lane's four results (d[i] at row gid + 8 (i / 2), column 2 tid + i % 2): c plus the
+// eight products in k order, each sum rounded to float.
+inline void tf32_product(float (&d)[4], const Tf32Rows& a, const Tf32Rows& b, const float (&c)[4]) {
+  float s[4] = {c[0], c[1], c[2], c[3]};
+  for (int k = 0; k < 8; ++k)  // the four sums side by side (one vector), each in k order
+    for (int i = 0; i < 4; ++i) s[i] = s[i] + a.v[i / 2][k] * b.v[i % 2][k];
+  for (int i = 0; i < 4; ++i) d[i] = s[i];
 }
 }  // namespace detail
 
@@ -346,8 +358,8 @@ inline void mma_tf32(float (&d)[4], const uint32_t* a, const uint32_t* b, const 
   for (int i = 0; i < 4; ++i) mine[i] = a[i];
   for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
   const uint32_t* all = detail::warp_share(mine, 6);
-  detail::tf32_product(d, all, detail::kMaxGatherWords, 0, 4, c);
-  detail::warp_unshare();
+  constexpr int stride = detail::kMaxGatherWords;
+  detail::tf32_product(d, detail::tf32_a_rows(all, stride, 0), detail::tf32_b_cols(all, stride, 4), c);
 }
 
 // The products of one step of a split-TF32 product (kernels/cuda/mma.cuh mma_tf32_split),
@@ -366,10 +378,12 @@ inline void mma_tf32_split(float (&main)[4], float (&small)[4], const uint32_t (
   for (int p = 0; p < BParts; ++p)
     for (int i = 0; i < 2; ++i) mine[4 * AParts + 2 * p + i] = b[p][i];
   const uint32_t* all = detail::warp_share(mine, n);
-  detail::tf32_product(main, all, stride, 0, 4 * AParts, main);
+  detail::Tf32Rows ar[AParts], bc[BParts];
+  for (int p = 0; p < AParts; ++p) ar[p] = detail::tf32_a_rows(all, stride, 4 * p);
+  for (int p = 0; p < BParts; ++p) bc[p] = detail::tf32_b_cols(all, stride, 4 * AParts + 2 * p);
+  detail::tf32_product(main, ar[0], bc[0], main);
   for (auto [i, j] : {std::pair{0, 1}, {0, 2}, {1, 0}, {1, 1}, {2, 0}})
-    if (i < AParts && j < BParts) detail::tf32_product(small, all, stride, 4 * i, 4 * AParts + 2 * j, small);
-  detail::warp_unshare();
+    if (i < AParts && j < BParts) detail::tf32_product(small, ar[i], bc[j], small);
 }
 }  // namespace tandem::simt
 
