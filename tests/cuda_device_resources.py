@@ -10,7 +10,7 @@ slower on a GPU. This compiles the kernel files for sm_90 with ptxas' report (-X
 device code only, -cubin) and holds every kernel to a ceiling on its stack frame and
 spills. The ceilings leave room for what the kernels keep there on purpose: a tile's
 results on their way out through the q/k/v epilogue (at most 176 bytes), double-precision
-sin/cos's reduction (40 bytes).
+sin/cos's reduction (40 bytes). The files whose kernels need none are held to none.
 
   cuda_device_resources.py --nvcc NVCC --source SRC --out DIR
 """
@@ -26,6 +26,10 @@ FILES = ["matmul_small.cu", "matmul_mma.cu", "matmul_mma_float.cu", "paged_atten
          "top_rows.cu"]
 MAX_STACK = 192  # bytes of local memory a thread
 MAX_SPILL = 64   # bytes of spill stores plus loads
+# Files whose kernels keep nothing in local memory on purpose: any stack there is an array
+# indexed at run time (attention's staged loads unpacked by a variable index were one).
+NO_STACK = {"paged_attention.cu", "gated_act.cu", "kv_store.cu", "get_rows.cu", "greedy.cu", "sampling.cu",
+            "top_rows.cu"}
 
 
 def compile_report(nvcc, src, path, out):
@@ -84,19 +88,21 @@ def main():
         worst = max(rows, key=lambda r: (r[2], r[3] + r[4]))
         print(f"{f:22s} {len(rows):4d} kernels; largest stack {worst[2]:4d} B, spills {worst[3]}+{worst[4]} B "
               f"({short(worst[0])}, {worst[1]} registers)")
+        max_stack = 0 if f in NO_STACK else MAX_STACK
         for name, regs, stack, st, ld in rows:
             n += 1
-            if stack > MAX_STACK or st + ld > MAX_SPILL:
+            if stack > max_stack or st + ld > MAX_SPILL:
                 bad.append(f"{f}: {short(name)}: {stack} B stack frame, {st} B spill stores, {ld} B spill loads, "
                            f"{regs} registers")
     if bad:
-        print(f"\n{len(bad)} kernels over the ceilings ({MAX_STACK} B of stack, {MAX_SPILL} B of spills):")
+        print(f"\n{len(bad)} kernels over the ceilings ({MAX_STACK} B of stack, none in {', '.join(sorted(NO_STACK))}; "
+              f"{MAX_SPILL} B of spills):")
         for b in bad:
             print("  " + b)
         print("A thread array indexed by a variable (a loop over tiles whose trip count is not a constant), or "
               "an argument struct indexed by a variable without const __grid_constant__, is the usual cause.")
         return 1
-    print(f"{n} kernels within {MAX_STACK} B of stack and {MAX_SPILL} B of spills")
+    print(f"{n} kernels within {MAX_STACK} B of stack (none where none is needed) and {MAX_SPILL} B of spills")
     return 0
 
 

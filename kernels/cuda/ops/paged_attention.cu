@@ -212,10 +212,14 @@ __device__ __forceinline__ void stage_rows(const ops::AttnParams& a, const Ctx& 
     if (vec == 16) dev::ld_u128_a16(src, words);
     else if (vec == 4) words[0] = dev::ld_u32_a4(src);
     else words[0] = dev::ld_u16(src);  // one f16 element (odd head_dim)
-    if (a.kv_f16)
-      for (int e = 0; e < per_load; ++e) dst[e] = dev::f16_to_f32((words[e / 2] >> (16 * (e % 2))) & 0xFFFFu);
-    else
-      for (int e = 0; e < per_load; ++e) dst[e] = __uint_as_float(words[e]);
+    // Unrolled over the most a load holds (8 f16 values), so every index into words is a
+    // constant and the words stay in registers (an index known only at run time puts the
+    // array in local memory).
+    TANDEM_UNROLL
+    for (int e = 0; e < 8; ++e) {
+      if (e >= per_load) break;
+      dst[e] = a.kv_f16 ? dev::f16_to_f32((words[e / 2] >> (16 * (e % 2))) & 0xFFFFu) : __uint_as_float(words[e % 4]);
+    }
   }
 }
 

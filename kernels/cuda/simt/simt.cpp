@@ -191,6 +191,7 @@ struct Runner {
   ucontext_t sched;
 #endif
   const void* sched_stack = nullptr;  // the scheduler's stack (ASan annotations)
+  bool from_scheduler = false;        // the running fiber was resumed by the scheduler
 #ifdef TANDEM_SIMT_TSAN
   void* sched_tsan = nullptr;  // the scheduler's TSan fiber (the launching thread's)
 #endif
@@ -213,15 +214,28 @@ Runner& runner() {
   return *t_runner;
 }
 
+// A fiber resumed (in park, or at its start): ASan learns that its stack is the one in use
+// again; the stack it came from is the scheduler's when the scheduler resumed it (the
+// bounds the switches back to the scheduler name).
+void resumed(Runner& r, void* fake) {
+#ifdef TANDEM_SIMT_ASAN
+  const void* from = nullptr;
+  size_t from_size = 0;
+  __sanitizer_finish_switch_fiber(fake, &from, &from_size);
+  if (r.from_scheduler) r.sched_stack = from, r.sched_stack_size = from_size;
+#else
+  (void)r, (void)fake;
+#endif
+}
+
 // Fiber -> the next fiber of the round, or the scheduler, and back. The scheduler's loop
 // (run_block) resumes the runnable fibers in the round's order; a parking fiber resumes the
 // next of them itself, which is what the scheduler would do, in one switch instead of two
-// (the switches are most of the emulator's time in warp-synchronous kernels). Under the
-// sanitizers, whose fiber annotations name the scheduler's stack, every switch goes through
-// the scheduler.
+// (the switches are most of the emulator's time in warp-synchronous kernels). The switches
+// are told to the sanitizers either way (ASan: the stack switched to; TSan: the fiber).
 void park(Runner& r, Fiber& f, State s) {
   f.state = s;
-#if defined(TANDEM_SIMT_ASM_SWITCH) && !defined(TANDEM_SIMT_ASAN) && !defined(TANDEM_SIMT_TSAN)
+#ifdef TANDEM_SIMT_ASM_SWITCH
   if (!r.error)
     for (unsigned oi = r.pos + 1; oi < r.n_threads; ++oi) {
       Fiber& next = r.fibers[r.order[oi]];
@@ -229,7 +243,15 @@ void park(Runner& r, Fiber& f, State s) {
       r.pos = oi;
       r.current = &next;
       t_thread = &next.ctx;
+      r.from_scheduler = false;
+#ifdef TANDEM_SIMT_ASAN
+      __sanitizer_start_switch_fiber(&f.asan_fake, next.stack.get(), kStackBytes);
+#endif
+#ifdef TANDEM_SIMT_TSAN
+      tsan_switch(next.tsan.handle);
+#endif
       tandem_simt_switch(&f.sp, next.sp);
+      resumed(r, f.asan_fake);
       return;  // resumed: by the scheduler or another fiber, which made this one current
     }
   r.pos = r.n_threads;  // the round is over: the scheduler starts the next
@@ -245,9 +267,7 @@ void park(Runner& r, Fiber& f, State s) {
 #else
   swapcontext(&f.uc, &r.sched);
 #endif
-#ifdef TANDEM_SIMT_ASAN
-  __sanitizer_finish_switch_fiber(f.asan_fake, &r.sched_stack, &r.sched_stack_size);
-#endif
+  resumed(r, f.asan_fake);
 }
 
 void release_block(Runner& r) {
@@ -302,9 +322,7 @@ __attribute__((no_sanitize("thread")))
 void fiber_entry() {
   Runner& r = *t_runner;
   Fiber& f = *r.current;
-#ifdef TANDEM_SIMT_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &r.sched_stack, &r.sched_stack_size);
-#endif
+  resumed(r, nullptr);
   tsan_acquire(&r.sync_start);
   try {
     (*r.body)();
@@ -420,6 +438,7 @@ void run_block(Runner& r, const LaunchConfig& cfg, uint3 bidx) {
       ran = true;
       r.current = &f;
       t_thread = &f.ctx;
+      r.from_scheduler = true;
 #ifdef TANDEM_SIMT_ASAN
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, f.stack.get(), kStackBytes);
