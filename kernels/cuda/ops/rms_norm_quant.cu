@@ -24,13 +24,16 @@ __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t
   __syncthreads();  // the normed row (global memory) is complete for every warp of the block
   const int warp = threadIdx.x / dev::kWarp;
   constexpr int warps = dev::kNormThreads / dev::kWarp;
-  const ops::ActQuant* outs[2] = {&q32, &qk};
-  for (const ops::ActQuant* aq : outs) {
-    if (!aq->q) continue;
-    const int64_t nb = cols / aq->block;
+  // Each output in turn (not through an array of their addresses, which would live in local
+  // memory).
+  const auto quantize = [&](const ops::ActQuant& aq) {
+    if (!aq.q) return;
+    const int64_t nb = cols / aq.block;
     for (int64_t b = warp; b < nb; b += warps)
-      dev::quantize_block(yr + b * aq->block, aq->block, aq->q + t * cols + b * aq->block, aq->d + t * nb + b);
-  }
+      dev::quantize_block(yr + b * aq.block, aq.block, aq.q + t * cols + b * aq.block, aq.d + t * nb + b);
+  };
+  quantize(q32);
+  quantize(qk);
 }
 
 }  // namespace
