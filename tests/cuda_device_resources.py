@@ -12,7 +12,10 @@ spills. The ceilings leave room for what the kernels keep there on purpose: a ti
 results on their way out through the q/k/v epilogue (at most 176 bytes), double-precision
 sin/cos's reduction (40 bytes). The files whose kernels need none are held to none.
 
-  cuda_device_resources.py --nvcc NVCC --source SRC --out DIR
+  cuda_device_resources.py --nvcc NVCC --source SRC --out DIR --flags="FLAG;FLAG"
+
+--flags: the build's nvcc flags that shape the device code (CMake's TANDEM_CUDA_CODE_FLAGS,
+a CMake list), so that the kernels are compiled here as the build compiles them.
 """
 import argparse
 import os
@@ -32,8 +35,8 @@ NO_STACK = {"paged_attention.cu", "rms_norm_quant.cu", "gated_act.cu", "kv_store
             "sampling.cu", "top_rows.cu"}
 
 
-def compile_report(nvcc, src, path, out):
-    cmd = [nvcc, "-cubin", "-arch=sm_90", "-O3", "-DNDEBUG", "-std=c++17", "--fmad=false", "--expt-relaxed-constexpr",
+def compile_report(nvcc, flags, src, path, out):
+    cmd = [nvcc, "-cubin", "-arch=sm_90", "-O3", "-DNDEBUG", "-std=c++17", *flags,
            f"-I{src}", "-DTANDEM_CUDA_EMULATED_BUILD=0", "-DTANDEM_CUDA_NS=cuda_dev", "-Xptxas", "-v",
            path, "-o", os.path.join(out, os.path.basename(path) + ".cubin")]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -78,11 +81,13 @@ def main():
     ap.add_argument("--nvcc", required=True)
     ap.add_argument("--source", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--flags", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     bad, n = [], 0
     for f in FILES:
-        rows = kernels(compile_report(args.nvcc, args.source, os.path.join(args.source, "kernels/cuda/ops", f), args.out))
+        rows = kernels(compile_report(args.nvcc, [x for x in args.flags.split(";") if x], args.source,
+                                      os.path.join(args.source, "kernels/cuda/ops", f), args.out))
         if not rows:
             sys.exit(f"no kernels reported for {f}: did ptxas' report change its wording?")
         worst = max(rows, key=lambda r: (r[2], r[3] + r[4]))
