@@ -163,8 +163,10 @@ else
 fi
 unset TANDEM_CUDA_TEST_DEVICE GTEST_TOTAL_SHARDS GTEST_SHARD_INDEX
 
-# 5. benchmarks
-step bench_ops 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --ops --reps 20 "${SIZE_ARGS[@]}"
+# 5. benchmarks (the dry run proves each with a few repetitions: its times mean nothing)
+OPS_REPS=20
+[ "$DRY" = 1 ] && OPS_REPS=3
+step bench_ops 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 8G --ops --reps "$OPS_REPS" "${SIZE_ARGS[@]}"
 cp "$OUT/bench_ops.out" "$OUT/bench_ops.json" 2>/dev/null || true
 # The quantized matmul from 1 to 512 tokens: tensor cores (the default, batch invariant) and
 # the opt-in dequantize + cuBLAS SGEMM path for every M, side by side.

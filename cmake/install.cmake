@@ -26,7 +26,10 @@ endforeach()
 # visibility only matters to the dynamic symbol table.
 get_property(_tandem_components GLOBAL PROPERTY TANDEM_COMPONENTS)
 # The backends: the CPU one (tandem_kernels) and the CUDA one's libraries (kernels/cuda/).
-set(_tandem_library_targets tandem_kernels tandem_backends tandem_cuda_arena tandem_cuda_emulated)
+set(_tandem_library_targets tandem_kernels tandem_backends tandem_cuda_arena)
+if(TARGET tandem_cuda_emulated)
+  list(APPEND _tandem_library_targets tandem_cuda_emulated)
+endif()
 if(TARGET tandem_cuda_device)
   list(APPEND _tandem_library_targets tandem_cuda_device)
 endif()
@@ -131,9 +134,15 @@ target_link_libraries(tandem_static PRIVATE ${TANDEM_LIB_DEPENDENCIES})
 # An instrumented library needs the sanitizer runtimes in every program that links it.
 set(TANDEM_PC_EXTRA_LIBS "")
 if(TANDEM_SANITIZE)
-  target_link_options(tandem_shared PUBLIC -fsanitize=address,undefined)
-  target_link_options(tandem_static INTERFACE -fsanitize=address,undefined)
-  set(TANDEM_PC_EXTRA_LIBS "-fsanitize=address,undefined")
+  set(_tandem_sanitizer_link -fsanitize=address,undefined)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # clang's UBSan checks on C++ (vptr, function types) live in its C++ runtime, which the C
+    # compiler driver leaves out unless asked; that runtime needs libstdc++'s type info.
+    list(APPEND _tandem_sanitizer_link -fsanitize-link-c++-runtime -lstdc++)
+  endif()
+  target_link_options(tandem_shared PUBLIC ${_tandem_sanitizer_link})
+  target_link_options(tandem_static INTERFACE ${_tandem_sanitizer_link})
+  list(JOIN _tandem_sanitizer_link " " TANDEM_PC_EXTRA_LIBS)
 endif()
 
 # ---- install --------------------------------------------------------------------------

@@ -7,10 +7,10 @@
 #   TANDEM_TEST_MODELS=smollm2,qwen0.5b  the model set: which models to fetch and test
 #                                       (default: all; "none": no model tests)
 #   TANDEM_ALLOW_SKIP=1                 tests of missing models skip instead of failing
-# Stages, each timed (a summary at the end): release build and tests; ASan+UBSan build and
-# tests; then, each within the time budget below, the 2-minute soak with faults,
-# ThreadSanitizer over the threaded parts, and the libFuzzer build, corpus replay and a short
-# smoke of every harness.
+# Stages, each timed (a summary at the end): release build and tests; ASan+UBSan build (clang,
+# with the libFuzzer harnesses) and tests (the harnesses' corpora replayed among them); then,
+# each within the time budget below, the 2-minute soak with faults, ThreadSanitizer over the
+# threaded parts, and a short smoke of every fuzz harness.
 #   TANDEM_SKIP_ASAN=1 TANDEM_SKIP_SOAK=1 TANDEM_SKIP_TSAN=1 TANDEM_SKIP_FUZZ=1   skip a stage
 #   TANDEM_FUZZ_SMOKE_S=10              seconds of fuzzing per harness in the fuzz smoke
 set -euo pipefail
@@ -23,8 +23,8 @@ SUMMARY=""
 stage_start() { STAGE_T0=$(date +%s); STAGE=$1; echo "[test] ---- $1"; }
 # The soak, TSan and fuzz stages come after the release and ASan ones, and each starts only
 # if it can end within the run's budget (TANDEM_CI_BUDGET_MIN, 80 minutes: CI stops at 90),
-# else it is reported as skipped, loudly, in the summary. They take up to about 4, 12 and 9
-# minutes (the fuzz build compiles the library again, with clang).
+# else it is reported as skipped, loudly, in the summary. They take up to about 4, 12 and 3
+# minutes.
 BUDGET_S=$(( ${TANDEM_CI_BUDGET_MIN:-80} * 60 ))
 within_budget() {
   local elapsed=$(( $(date +%s) - RUN_T0 )) need=$(( $2 * 60 ))
@@ -172,15 +172,15 @@ if [ "${TANDEM_SKIP_TSAN:-0}" != "1" ] && within_budget tsan 12; then
   stage_end
 fi
 
-# The fuzz harnesses as libFuzzer binaries (clang): their corpora replayed, then a short
-# smoke of each (bench/fuzz.sh; long campaigns are run by hand).
-if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ] && within_budget fuzz 9; then
-  stage_start "fuzz (build, replay, ${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
-  cmake --preset fuzz >/dev/null
-  # The harnesses only (not the CLI or the shared library, which the other stages test).
-  cmake --build build/fuzz -j "$JOBS" --target fuzz_gguf fuzz_safetensors fuzz_tokenizer fuzz_chat_template fuzz_openai_request \
-    fuzz_http fuzz_grammar fuzz_json_schema
-  ctest --preset fuzz -j "$JOBS"
-  FUZZ_NO_BUILD=1 FUZZ_JOBS="$JOBS" bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
+# The libFuzzer harnesses, which the asan preset builds beside the tests (clang, ASan+UBSan,
+# coverage on the parsers and the server) and whose corpora its ctest replayed: a short smoke
+# of each (bench/fuzz.sh; long campaigns are run by hand).
+if [ "${TANDEM_SKIP_FUZZ:-0}" != "1" ] && within_budget fuzz 3; then
+  stage_start "fuzz smoke (${TANDEM_FUZZ_SMOKE_S:-10} s per harness)"
+  # (Built already unless the ASan stage was skipped.)
+  cmake --preset asan >/dev/null
+  cmake --build build/asan -j "$JOBS" --target fuzz_gguf fuzz_safetensors fuzz_tokenizer fuzz_chat_template \
+    fuzz_openai_request fuzz_http fuzz_grammar fuzz_json_schema
+  FUZZ_BUILD=build/asan FUZZ_NO_BUILD=1 FUZZ_JOBS="$JOBS" bash bench/fuzz.sh "${TANDEM_FUZZ_SMOKE_S:-10}"
   stage_end
 fi

@@ -285,7 +285,7 @@ TEST(HfFolder, PairingRefusesAnotherVocabularyInEitherFormat) {
   s.tokenizer = "llama";
   const Tiny spm = tiny("pair-spm", s);
   for (const auto& [target, draft] : {std::pair{bpe.dir, spm.gguf}, std::pair{bpe.gguf, spm.dir}, std::pair{bpe.dir, spm.dir}}) {
-    const std::string err = error_of([&] { Engine::load(options(target, draft)); });
+    const std::string err = error_of([&, t = target, d = draft] { Engine::load(options(t, d)); });
     EXPECT_NE(err.find("tokenizer types differ"), std::string::npos) << target << " + " << draft << ": " << err;
   }
 }

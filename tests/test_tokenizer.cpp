@@ -27,12 +27,14 @@ namespace {
 struct Json {
   std::string str;
   std::vector<Json> arr;
-  std::vector<std::pair<std::string, Json>> obj;
+  // An object's keys and values side by side (a pair holding a Json would need Json complete).
+  std::vector<std::string> keys;
+  std::vector<Json> values;
   int64_t num = 0;
 
   const Json& operator[](std::string_view key) const {
-    for (const auto& [k, v] : obj)
-      if (k == key) return v;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key) return values[i];
     throw std::runtime_error("json: no key " + std::string(key));
   }
   std::vector<int32_t> ids() const {
@@ -47,7 +49,10 @@ struct Json {
     if (v.is_array())
       for (const auto& e : v.get_array()) j.arr.push_back(from(e));
     if (v.is_object())
-      for (const auto& [k, e] : v.get_object()) j.obj.emplace_back(std::string(k), from(e));
+      for (const auto& [k, e] : v.get_object()) {
+        j.keys.emplace_back(k);
+        j.values.push_back(from(e));
+      }
     return j;
   }
 };

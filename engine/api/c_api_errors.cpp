@@ -87,7 +87,12 @@ const char* tandem_last_error(void) {
 }
 
 const char* tandem_status_string(tandem_status status) {
-  switch (status) {
+  // A C caller may pass any int here; in C++ an enum value outside the enumerators' range is
+  // undefined, so the bits are read as the int they are (the enum's underlying type here).
+  static_assert(sizeof(tandem_status) == sizeof(int));
+  int code;
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case TANDEM_OK: return "ok";
     case TANDEM_CANCELLED: return "cancelled";
     case TANDEM_ERR_INVALID_ARGUMENT: return "invalid argument";

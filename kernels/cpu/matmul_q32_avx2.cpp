@@ -137,7 +137,7 @@ struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
 struct Q8_0 {
   static constexpr DType kType = DType::Q8_0;
   static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d, kM = -1;
-  static constexpr bool kSigned = true, kOffset = false, kPaired = false, kHasQh = false;
+  static constexpr bool kSigned = true, kOffset = false, kPaired = false;
   static inline __m256i codes(const u8* b) { return loadu(b + blk::q8_0::qs); }
   static inline void codes2(const u8*, __m256i&, __m256i&) {}
   static inline __m256 c8(__m256, __m256) { return _mm256_setzero_ps(); }

@@ -116,7 +116,7 @@ struct Q5_1 : NibbleCodes<blk::q5_1::size, blk::q5_1::qs, blk::q5_1::qh> {
 struct Q8_0 {
   static constexpr DType kType = DType::Q8_0;
   static constexpr int kBytes = blk::q8_0::size, kD = blk::q8_0::d, kM = -1;
-  static constexpr bool kSigned = true, kHasQh = false;
+  static constexpr bool kSigned = true;
   static inline __m512i codes2(const u8* b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(loadu(b + blk::q8_0::qs)), loadu(b + kBytes + blk::q8_0::qs),
                               1);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -42,12 +43,21 @@ float signed_absmax(const float* x) {
   return max;
 }
 
+// A float to int as x86's truncating conversion (cvttss2si) gives it, for every input: NaN and
+// values outside int's range become INT_MIN, where C++ leaves them undefined. The SIMD
+// quantizers' conversions (cvttps2dq) do the same, so a block holding NaN or an infinity gets
+// the same bytes from both.
+int trunc_int(float v) {
+  if (!(v >= -2147483648.0f && v < 2147483648.0f)) return std::numeric_limits<int>::min();
+  return static_cast<int>(v);
+}
+
 // Symmetric codes around `offset` (8 for Q4_0, 16 for Q5_0): trunc(x * id + offset + 0.5),
 // the product and sum taken in double and rounded once to float, as the reference does
 // (its rounding otherwise depends on whether a fused multiply-add was used).
 int symmetric_code(float x, float id, double offset_half, int max_code) {
   const float v = static_cast<float>(static_cast<double>(x) * static_cast<double>(id) + offset_half);
-  return std::clamp(static_cast<int>(std::trunc(v)), 0, max_code);
+  return std::clamp(trunc_int(v), 0, max_code);
 }
 
 void q4_0(const float* x, u8* b) {
@@ -77,7 +87,7 @@ void q5_0(const float* x, u8* b) {
 // Asymmetric codes from the block's minimum: trunc((x - min) * id + 0.5), in float.
 int minmax_code(float x, float min, float id, int max_code) {
   const float t = (x - min) * id;
-  return std::clamp(static_cast<int>(std::trunc(t + 0.5f)), 0, max_code);
+  return std::clamp(trunc_int(t + 0.5f), 0, max_code);
 }
 
 void minmax(const float* x, float* min, float* max) {
@@ -125,7 +135,7 @@ void q8_0(const float* x, u8* b) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(b + blk::q8_0::d, d);
   auto* qs = reinterpret_cast<int8_t*>(b + blk::q8_0::qs);
-  for (int j = 0; j < kQK; ++j) qs[j] = static_cast<int8_t>(std::round(x[j] * id));  // half away from zero
+  for (int j = 0; j < kQK; ++j) qs[j] = static_cast<int8_t>(trunc_int(std::round(x[j] * id)));  // half away from zero
 }
 
 // Q4_K: each group of 32 gets the scale (max - min) / 15 and the minimum min(0, min), both

@@ -89,7 +89,11 @@ static inline __m256i _mm512_cvtepi32_epi16(__m512i v) {
   for (int i = 0; i < 16; ++i) r[i] = static_cast<int16_t>(a[i]);
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
 }
-// Lanes of k: the 4 bytes at base + idx * scale; the others: src.
+// Lanes of k: the 4 bytes at base + idx * scale; the others: src. (clang's headers declare
+// every intrinsic whatever the target, this one as a macro.)
+#ifdef _mm512_mask_i32gather_epi32
+#undef _mm512_mask_i32gather_epi32
+#endif
 static inline __m512i _mm512_mask_i32gather_epi32(__m512i src, __mmask16 k, __m512i idx, const void* base, int scale) {
   int32_t out[16], ix[16];
   _mm512_storeu_si512(out, src);

@@ -17,8 +17,23 @@ bool cuda_backend_built() {
 }
 
 std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes, int64_t gemm_min_tokens) {
+#if TANDEM_WITH_CUDA_EMULATED
   return cuda_entry::make_emulated(arena_bytes, gemm_min_tokens);
+#else
+  (void)arena_bytes;
+  (void)gemm_min_tokens;
+  throw std::runtime_error("cuda-emulated: this build leaves out the emulated CUDA backend (TANDEM_CUDA_EMULATED=OFF)");
+#endif
 }
+
+#if !TANDEM_WITH_CUDA_EMULATED
+// No backend of this build is an emulated CUDA one.
+namespace cuda_entry {
+double copy_gbps_emulated(Backend&, size_t, int) { return -1; }
+int64_t launches_emulated(const Backend&) { return -1; }
+int64_t bytes_to_host_emulated(const Backend&) { return -1; }
+}  // namespace cuda_entry
+#endif
 
 double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps) {
   double g = cuda_entry::copy_gbps_emulated(be, bytes, reps);

@@ -22,12 +22,12 @@ except ImportError:  # reported by test_server.main()
 
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "json_schemas")
 MODES = [None, "ngram", "model"]
-# 20 sampled answers per schema in the release run (every one must validate: a property of
+# 12 sampled answers per schema in the release run (every one must validate: a property of
 # each answer, not a statistic; the C++ tests walk the same grammars thousands of times), and
 # under the sanitizers (TIME_SCALE > 1), where these tests check memory safety, one batch of
 # three (one per speculation mode).
 SANITIZED = float(os.environ.get("TANDEM_TEST_TIME_SCALE") or 1) > 1
-SAMPLES = 1 if SANITIZED else 20
+SAMPLES = 1 if SANITIZED else 12
 # Under the sanitizers, two of the schemas (nested objects, oneOf): the grammar engine under
 # ASan is the C++ tests' and the fuzzers' (test_grammar, test_json_schema). The recursive one
 # (tree) is left to the release run: at T = 1 most of its answers run to max_tokens and are
