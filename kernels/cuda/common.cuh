@@ -22,10 +22,14 @@
 
 // A loop over a kernel's register tiles unrolled: indexed by a variable, a thread's array
 // lives in local memory (global memory behind L1), not in registers.
-#if TANDEM_SIMT_EMULATED && !defined(__clang__)
-#define TANDEM_UNROLL _Pragma("GCC unroll 16")
-#else
+// (On the host only a hint: clang warns where it cannot follow it, as in a loop with a break,
+// so the emulated build under clang goes without.)
+#if !TANDEM_SIMT_EMULATED
 #define TANDEM_UNROLL _Pragma("unroll")
+#elif defined(__clang__)
+#define TANDEM_UNROLL
+#else
+#define TANDEM_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace tandem::kernels::TANDEM_CUDA_NS::dev {
