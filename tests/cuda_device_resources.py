@@ -9,11 +9,11 @@ accumulators there inside the k loop, still gives the right bits and runs severa
 slower on a GPU. This reads ptxas' report of the build's own compilation of the kernel files
 (-Xptxas -v; cmake/nvcc_resource_report.sh keeps it beside each object as <object>.ptxas)
 and holds every kernel's sm_90 code (the H100 and H200 the device check runs on) to a ceiling
-on its stack frame and spills; the other architectures' figures are printed, not held (sm_80
-gives some kernels fewer registers: attention spills a few words there). The ceilings leave room for what the kernels keep there on purpose: a
-tile's results on their way out through the q/k/v epilogue (at most 176 bytes),
-double-precision sin/cos's reduction (40 bytes). The files whose kernels need none are held
-to none.
+on its stack frame and spills; the other architectures' kernels over the ceilings are
+printed, not held (sm_80 gives some kernels fewer registers: attention spills a few words
+there). The ceilings leave room for what the kernels keep there on purpose: a tile's results
+on their way out through the q/k/v epilogue (at most 176 bytes), double-precision sin/cos's
+reduction (40 bytes). The files whose kernels need none are held to none.
 
   cuda_device_resources.py --reports DIR
 
@@ -103,7 +103,7 @@ def main():
             elif over:
                 others.append(what)
     if others:
-        print(f"\nover the ceilings in other architectures' code (printed, not held):")
+        print("\nover the ceilings in other architectures' code (printed, not held):")
         for o in others:
             print("  " + o)
     if bad:

@@ -16,24 +16,22 @@ bool cuda_backend_built() {
 #endif
 }
 
-std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes, int64_t gemm_min_tokens) {
-#if TANDEM_WITH_CUDA_EMULATED
-  return cuda_entry::make_emulated(arena_bytes, gemm_min_tokens);
-#else
-  (void)arena_bytes;
-  (void)gemm_min_tokens;
-  throw std::runtime_error("cuda-emulated: this build leaves out the emulated CUDA backend (TANDEM_CUDA_EMULATED=OFF)");
-#endif
-}
-
 #if !TANDEM_WITH_CUDA_EMULATED
-// No backend of this build is an emulated CUDA one.
+// The emulated build's entry points where it is left out: none can be made, and no backend of
+// this build is one.
 namespace cuda_entry {
+std::unique_ptr<Backend> make_emulated(size_t, int64_t) {
+  throw std::runtime_error("cuda-emulated: this build leaves out the emulated CUDA backend (TANDEM_CUDA_EMULATED=OFF)");
+}
 double copy_gbps_emulated(Backend&, size_t, int) { return -1; }
 int64_t launches_emulated(const Backend&) { return -1; }
 int64_t bytes_to_host_emulated(const Backend&) { return -1; }
 }  // namespace cuda_entry
 #endif
+
+std::unique_ptr<Backend> make_emulated_cuda_backend(size_t arena_bytes, int64_t gemm_min_tokens) {
+  return cuda_entry::make_emulated(arena_bytes, gemm_min_tokens);
+}
 
 double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps) {
   double g = cuda_entry::copy_gbps_emulated(be, bytes, reps);
