@@ -1,5 +1,6 @@
 #include "draft/draft_probs.hpp"
 
+#include "engine/sampling/device_masks.hpp"
 #include "engine/sampling/device_rows.hpp"
 #include "kernels/tree_keys.hpp"
 
@@ -54,6 +55,9 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   if (view.cols() < cols_) throw std::logic_error("DraftProbs: logits narrower than q rows");
   view.nb1 = view.row_stride();
   view.ne[0] = cols_;
+  RowMasks masks;
+  for (const Lane& l : lanes) masks.add(l.logits_row, l.mask);
+  masks.apply(be_, dd_, view, masks_);
 
   // Per logits row: its transform (skip: not a lane's row), its noise key. Every lane of a
   // pass drafts the same draft index (they run in lockstep): one tag for the call.
@@ -131,6 +135,9 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
     by_mode[static_cast<int>(r.mode)].push_back(i);
     w = std::max(w, r.room);
   }
+  RowMasks masks;
+  for (const TreeRow& r : rows) masks.add(r.logits_row, r.mask);
+  masks.apply(be_, dd_, view, masks_);
   const std::vector<size_t>&greedy = by_mode[0], &coupled = by_mode[1], &drawn = by_mode[2];
   if (!drawn.empty() && (cols != cols_ || next_ + static_cast<int64_t>(drawn.size()) > cap_rows_))
     throw std::logic_error("DraftProbs: more rows than begin_step reserved");

@@ -43,6 +43,9 @@ class DraftProbs {
     uint64_t seed;
     int64_t position;                 // absolute position of the token being drafted
     int32_t draft_index;              // which draft of the step it is (kernels::kTagDraft - i keys its noise)
+    // Constrained: the grammar's mask after history (q over what it allows, conf too);
+    // empty: unconstrained.
+    std::span<const uint64_t> mask = {};
   };
   struct Drawn {
     int32_t token;   // -1: no token is possible
@@ -50,7 +53,7 @@ class DraftProbs {
     int32_t q_row;   // q's row in q()
   };
   // Samples one token for each lane from the pass's logits (the first `cols` columns of
-  // `logits`' rows): q goes into the next rows of the store (one per logits row: a pass's
+  // `logits`' rows; a constrained lane's row masked in place first): q goes into the next rows of the store (one per logits row: a pass's
   // rows of host lanes are skipped, but take their rows too). With subset_ids (a reduced
   // draft vocabulary: engine/model/output_subset.hpp), logit column j is token
   // subset_ids[j]: the rows are spread over `vocab` tokens first, -inf elsewhere (q = 0).
@@ -74,6 +77,7 @@ class DraftProbs {
     int32_t tag = 0;                   // drawn: the first draw's tag (kernels::tree_draw_tag)
     // Drawn, sized by cost: how many to draw, from q's largest probabilities (descending).
     std::function<int32_t(std::span<const float>)> how_many = {};
+    std::span<const uint64_t> mask = {};  // constrained: the node's children's mask; empty: none
   };
   struct TreeChildren {
     std::vector<TreeChild> kids;  // best first (drawn: in the order drawn)
@@ -81,8 +85,8 @@ class DraftProbs {
   };
   // Each row's children: the most likely tokens (greedy), gumbel_top's under the noise at
   // `position` (coupled), or draws without replacement from q (drawn: noise keyed by the
-  // seed, the position and the tag, one tag a draw), over the first `cols` tokens; fewer
-  // where fewer are possible. subset_ids / vocab as for sample. Drawn rows take rows of the
+  // seed, the position and the tag, one tag a draw), over the first `cols` tokens (those a
+  // constrained row's mask allows: masked in place first); fewer where fewer are possible. subset_ids / vocab as for sample. Drawn rows take rows of the
   // store, as sample does (begin_step sizes it for them too).
   std::vector<TreeChildren> tree_children(const kernels::Tensor& logits, std::span<const TreeRow> rows, int64_t cols,
                                           const kernels::Tensor* subset_ids = nullptr, int64_t vocab = 0);
@@ -93,7 +97,7 @@ class DraftProbs {
   kernels::DeviceDecode& dd_;
   // The rows spread over the whole vocabulary (a reduced draft vocabulary), else `logits`.
   kernels::Tensor full_rows(const kernels::Tensor& logits, const kernels::Tensor* subset_ids, int64_t vocab);
-  std::unique_ptr<kernels::Buffer> store_, side_, full_, tree_side_, tree_probs_;
+  std::unique_ptr<kernels::Buffer> store_, side_, full_, tree_side_, tree_probs_, masks_;
   int64_t cap_rows_ = 0, cols_ = 0, next_ = 0;
 };
 

@@ -22,6 +22,15 @@ float max_softmax_prob(std::span<const float> logits) {
   return static_cast<float>(1.0 / z);
 }
 
+// The same over what a grammar's mask allows (the device masks the row before it measures).
+float greedy_confidence(std::span<const float> logits, const TokenMask* mask) {
+  if (!mask) return max_softmax_prob(logits);
+  std::vector<float> allowed(logits.begin(), logits.end());
+  for (size_t i = 0; i < allowed.size(); ++i)
+    if (!mask_allows(*mask, static_cast<int32_t>(i))) allowed[i] = -std::numeric_limits<float>::infinity();
+  return max_softmax_prob(allowed);
+}
+
 // The context as the draft can read it. A target with a larger (padded) vocabulary may emit
 // an id the draft has no embedding for; the draft reads token 0 there instead. Its guesses
 // after that may be worse, never wrong: the target verifies every drafted token.
@@ -209,11 +218,11 @@ class ModelProposer::Drafting {
       Lane l{&j, j.context.subspan(common), std::vector<int32_t>(j.context.begin(), j.context.end()), {}};
       const int64_t cols = j.opts.vocab > 0 ? std::min<int64_t>(width_all, j.opts.vocab) : width_all;
       // Trees choose their nodes' children on the device (only the children come back; a
-      // rejection-mode tree's q stays there for the verifier); constrained ones read the rows
-      // on the host.
+      // rejection-mode tree's q stays there for the verifier), constrained ones under their
+      // nodes' masks.
       if (j.opts.tree()) {
         l.tree = std::make_unique<TreeBuilder>(j.context, j.opts, j.rng);
-        l.device = dev_ && j.opts.on_device && l.tree->children_on_device() && cols <= kernels::kMaxDeviceSampleVocab &&
+        l.device = dev_ && j.opts.on_device && cols <= kernels::kMaxDeviceSampleVocab &&
                    (!l.tree->sampled() || dev_cols == 0 || cols == dev_cols);
         // Store rows: a chain's draws take a row for this lane's catch-up row too; a
         // rejection-mode tree's q takes one for its root and one a fed node (at most its nodes).
@@ -226,7 +235,7 @@ class ModelProposer::Drafting {
         continue;
       }
       if (j.opts.grammar && j.opts.grammar_state) l.grammar = *j.opts.grammar_state;
-      if (dev_ && j.opts.on_device && !j.opts.grammar && cols <= kernels::kMaxDeviceSampleVocab &&
+      if (dev_ && j.opts.on_device && cols <= kernels::kMaxDeviceSampleVocab &&
           (dev_cols == 0 || cols == dev_cols)) {
         l.device = true;
         dev_cols = cols;
@@ -272,7 +281,7 @@ class ModelProposer::Drafting {
       for (Lane& l : lanes_) {
         if (!l.active || l.tree) continue;
         bool last = i + 1 >= l.job->opts.max_tokens;  // or the grammar is complete
-        const int32_t tok = l.device ? draw_on_device(l) : draw_on_host(l, i, last);
+        const int32_t tok = l.device ? draw_on_device(l, last) : draw_on_host(l, i, last);
         if (tok < 0) {
           l.active = false;
           continue;
@@ -363,6 +372,7 @@ class ModelProposer::Drafting {
     std::vector<DraftProbs::TreeRow> rows;
     std::vector<std::vector<int32_t>> histories;
     std::vector<std::pair<Lane*, int32_t>> wanting;
+    std::vector<std::shared_ptr<const TokenMask>> masks;  // held until the children are chosen
     histories.reserve(nodes.size());
     const int64_t width = draft_.model().config().n_vocab;
     int64_t cols = width;
@@ -384,6 +394,10 @@ class ModelProposer::Drafting {
         r.tag = kernels::tree_draw_tag(tb.children_depth(node), slot);
         if (!o.tree_cost.empty())
           r.how_many = [&tb, node, room](std::span<const float> top) { return tb.children_to_draw(node, room, top); };
+      }
+      if (auto m = tb.children_mask(node)) {
+        r.mask = *m;
+        masks.push_back(std::move(m));
       }
       rows.push_back(std::move(r));
       wanting.push_back(nodes[i]);
@@ -414,8 +428,9 @@ class ModelProposer::Drafting {
   }
 
   // A device lane's token, drawn on the device from its last pass (DraftProbs::sample): the
-  // same decisions as on the host, from the same q. -1: the lane stops here.
-  int32_t draw_on_device(Lane& l) {
+  // same decisions as on the host, from the same q. -1: the lane stops here (also when its
+  // grammar allows nothing the draft can propose); `last` is set when a grammar completes.
+  int32_t draw_on_device(Lane& l, bool& last) {
     const ProposeJob& j = *l.job;
     const int32_t tok = l.drawn.token;
     const float conf = j.opts.p_min <= 0.0f ? 1.0f : l.drawn.conf;
@@ -423,7 +438,23 @@ class ModelProposer::Drafting {
     l.job->out.tokens.push_back(tok);
     l.job->out.on_device = true;
     if (!j.opts.sampling->greedy() && !j.opts.coupled) l.job->out.q_rows.push_back(l.drawn.q_row);
+    advance_grammar(l, tok, last);
     return tok;
+  }
+
+  // A constrained lane past its drafted token: nothing follows a token that completes the
+  // sentence or ends the generation.
+  static void advance_grammar(Lane& l, int32_t tok, bool& last) {
+    const TokenGrammar* grammar = l.job->opts.grammar_state ? l.job->opts.grammar : nullptr;
+    if (!grammar) return;
+    l.grammar = grammar->after(l.grammar, tok);
+    last = last || TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
+  }
+
+  // A constrained lane's mask after its history (null: unconstrained).
+  static std::shared_ptr<const TokenMask> lane_mask(const Lane& l) {
+    const TokenGrammar* grammar = l.job->opts.grammar_state ? l.job->opts.grammar : nullptr;
+    return grammar ? grammar->mask(l.grammar) : nullptr;
   }
 
   // A host lane's i-th draft from its logits; `last` is set when a grammar completes. -1:
@@ -447,8 +478,9 @@ class ModelProposer::Drafting {
       return -1;  // nothing the grammar allows is in the draft's vocabulary: stop drafting
     }
     // Whether to draft this position is decided from q alone, before its token is drawn: a
-    // stop that looked at the drawn token would skew which tokens get verified.
-    const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? max_softmax_prob(logits) : d.probs[0];
+    // stop that looked at the drawn token would skew which tokens get verified. (Greedy:
+    // the draft's softmax at temperature 1 over what the grammar allows.)
+    const float conf = j.opts.p_min <= 0.0f ? 1.0f : sp.greedy() ? greedy_confidence(logits, mask.get()) : d.probs[0];
     if (conf < j.opts.p_min) return -1;
     const int32_t tok = sp.greedy()       ? d.ids[0]
                         : j.opts.coupled ? gumbel_argmax(d, *j.opts.coupled, position)
@@ -456,10 +488,7 @@ class ModelProposer::Drafting {
     l.job->out.tokens.push_back(tok);
     // A coupled draft is verified by equality, so q is not needed.
     if (!sp.greedy() && !j.opts.coupled) l.job->out.dists.push_back(std::move(d));
-    if (grammar) {
-      l.grammar = grammar->after(l.grammar, tok);
-      last = last || TokenGrammar::complete(l.grammar) || grammar->vocab().is_eog(tok);
-    }
+    advance_grammar(l, tok, last);
     return tok;
   }
 
@@ -486,6 +515,7 @@ class ModelProposer::Drafting {
     std::vector<Lane*> dl_of;
     std::vector<std::pair<Lane*, int32_t>> roots;  // device tree lanes: their roots' children
     std::vector<size_t> root_rows;
+    std::vector<std::shared_ptr<const TokenMask>> masks;  // held until the draws are done
     for (size_t i = 0; i < with_logits.size(); ++i) {
       Lane& l = *with_logits[i];
       if (!l.device) continue;
@@ -499,6 +529,10 @@ class ModelProposer::Drafting {
       dl.push_back({static_cast<int32_t>(i), j.opts.sampling, l.history, j.opts.coupled != nullptr,
                     j.opts.sampling->seed.value_or(0), static_cast<int64_t>(j.context.size() + j.out.tokens.size()),
                     static_cast<int32_t>(j.out.tokens.size())});
+      if (auto m = lane_mask(l)) {
+        dl.back().mask = *m;
+        masks.push_back(std::move(m));
+      }
       dl_of.push_back(&l);
     }
     if (!dl.empty()) {

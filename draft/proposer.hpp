@@ -57,8 +57,8 @@ struct ProposeOptions {
   const TokenGrammar* grammar = nullptr;
   const GrammarState* grammar_state = nullptr;
   // The request is verified on the device: a draft model with a DraftProbs store samples
-  // there too and leaves q on the device (Proposal::q_rows); a greedy or coupled tree's
-  // children are chosen there. Never with a grammar.
+  // there too and leaves q on the device (Proposal::q_rows); a tree's children are chosen
+  // there. A grammar's masks go to the device with each row (RowMasks).
   bool on_device = false;
   // A token tree instead of a chain (draft/token_tree.hpp) when tree_width > 1 and
   // tree_nodes > 1: up to tree_width children a node, tree_nodes nodes (at most

@@ -89,12 +89,16 @@ void TreeBuilder::expand(int32_t node, std::span<const float> logits) {
   add_children(node, room > 0 ? host_children(node, room, logits) : std::vector<TreeChild>{});
 }
 
+std::shared_ptr<const TokenMask> TreeBuilder::children_mask(int32_t node) const {
+  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
+  if (!grammar) return nullptr;
+  return grammar->mask(node < 0 ? *opts_.grammar_state : nodes_.at(static_cast<size_t>(node)).grammar);
+}
+
 std::vector<TreeChild> TreeBuilder::host_children(int32_t node, int32_t room, std::span<const float> logits) {
   const int32_t depth = node < 0 ? 0 : nodes_[static_cast<size_t>(node)].depth;
   // Constrained: children over what the node's state allows.
-  const TokenGrammar* grammar = opts_.grammar_state ? opts_.grammar : nullptr;
-  std::shared_ptr<const TokenMask> mask;
-  if (grammar) mask = grammar->mask(node < 0 ? *opts_.grammar_state : nodes_[static_cast<size_t>(node)].grammar);
+  const std::shared_ptr<const TokenMask> mask = children_mask(node);
   const size_t shared = opts_.vocab > 0 ? std::min(logits.size(), static_cast<size_t>(opts_.vocab)) : logits.size();
   const std::span<const float> row = logits.first(shared);
   const SamplingParams& sp = *opts_.sampling;

@@ -64,9 +64,9 @@ class TreeBuilder {
   // Rejection mode, with the cost model: how many of `room` children to draw, from q's most
   // likely probabilities (descending; all of them when fewer than room): sized_by_cost.
   int32_t children_to_draw(int32_t node, int32_t room, std::span<const float> top_probs) const;
-  // Whether a tree's children may be chosen on the device: not under a grammar (its masks
-  // are read on the host).
-  bool children_on_device() const { return !(opts_.grammar_state && opts_.grammar); }
+  // Constrained: the grammar's mask over a begun node's children (what its path's state
+  // allows; node -1: the root); null when unconstrained.
+  std::shared_ptr<const TokenMask> children_mask(int32_t node) const;
   bool sampled() const;  // rejection mode: children drawn from q, kept as drawn
   // What choosing a node's children needs: the context and the node's path (penalties), and
   // the children's depth and absolute position (the noise's).

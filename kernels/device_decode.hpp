@@ -102,6 +102,13 @@ class DeviceDecode {
   // the draws), vals F32 [w, m] (q of each drawn token); rows, counts, tags I32 [m].
   virtual void draw_rows(const Tensor& ids, const Tensor& vals, const Tensor& q, const Tensor& rows,
                          const Tensor& counts, const Tensor& keys, const Tensor& tags, int32_t w) = 0;
+  // Constrained decoding (engine/grammar/): logits[rows[i]][v] = -inf, in place, for every v
+  // that mask mask_of[i] does not allow, so that the ops above choose among allowed tokens
+  // only (make_distribution's mask, which also comes before every transform). masks I32
+  // [words, n_masks]: each a TokenMask's 64-bit words as little-endian 32-bit halves (bit
+  // v % 32 of word v / 32; columns past a mask's words are not allowed); rows, mask_of I32
+  // [m]. A row or mask index out of range is reported at the next synchronize/download.
+  virtual void mask_rows(const Tensor& logits, const Tensor& rows, const Tensor& mask_of, const Tensor& masks) = 0;
   // dst F32 [rows, V] = fill everywhere but dst[r][ids[j]] = src[r][j] (src F32 [rows, n],
   // ids I32 [n], unique, < V): a reduced draft vocabulary's logits over the whole one.
   virtual void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) = 0;

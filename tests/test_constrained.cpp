@@ -9,7 +9,9 @@
 #include <mutex>
 
 #include "engine/grammar/grammar.hpp"
+#include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/scheduler.hpp"
+#include "kernels/backend_factory.hpp"
 #include "tandem/engine.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/prompts.hpp"
@@ -30,14 +32,14 @@ const test::TinyPair& models() {
   return f;
 }
 
-std::unique_ptr<Engine> load(size_t kv_mem = 4 << 20, int32_t context = 256) {
+std::unique_ptr<Engine> load(size_t kv_mem = 4 << 20, int32_t context = 256, const std::string& device = "cpu") {
   LoadOptions o;
   o.model_path = models().target;
   o.draft_model_path = models().close_draft;
   o.threads = 1;
   o.context = context;
   o.kv_mem_bytes = kv_mem;
-  o.device = "cpu";
+  o.device = device;
   return Engine::load(o);
 }
 
@@ -109,6 +111,69 @@ TEST(Constrained, SampledOutputsStayInTheLanguage) {
       stopped += r.finish == FinishReason::Stop;
     }
   EXPECT_GT(stopped, 0);
+}
+
+// On the CUDA backend constrained requests are drafted and verified there like the others:
+// each row's grammar mask goes up and no row of logits comes down. Greedy output, and a
+// seed's coupled output, are plain constrained decoding's on the same backend whatever
+// drafts (n-gram, draft model, token trees); sampled (rejection) outputs stay in the
+// language. Their distribution is χ²-tested in test_lossless.cpp (cuda_grammar_*).
+TEST(Constrained, OnTheCudaBackendDraftsAndVerdictsStayOnTheDevice) {
+  auto e = load(4 << 20, 256, "cuda-emulated");
+  ASSERT_NE(e->info().backend.find("cuda-emulated"), std::string::npos) << e->info().backend;
+  const kernels::Backend& be = EngineAccess::parts(*e).target.backend();
+  const int64_t row = static_cast<int64_t>(EngineAccess::parts(*e).target.model().config().n_vocab) * 4;
+  auto g = Grammar::parse(kObject);
+  // Every decoding step verified on the device, and less than a row of logits a step down.
+  auto all_on_device = [&](const GenerateResult& r, int64_t bytes, const std::string& what) {
+    EXPECT_EQ(r.speculative.device_verified_steps, r.speculative.target_passes) << what;
+    EXPECT_LT(bytes, r.speculative.target_passes * row / 2) << what;
+  };
+  int64_t device_drafted = 0;
+  for (int p = 0; p < 2; ++p) {
+    const auto prompt = test::random_prompt(5 + p * 6, 60 + p, 3);
+    for (const bool coupled : {false, true}) {
+      GenerateOptions base = opts(36, DraftMode::None, coupled ? 1.0f : 0.0f, 7 + static_cast<uint64_t>(p));
+      base.speculative.verify = VerifyMode::Coupled;
+      const GenerateResult plain = e->generate_tokens(prompt, base);
+      expect_in_language(*g, plain, "plain");
+      for (int how = 0; how < 3; ++how) {
+        GenerateOptions o = base;
+        o.speculative.mode = how == 0 ? DraftMode::Ngram : DraftMode::Model;
+        o.speculative.policy = "fixed";
+        if (how == 2) {
+          o.speculative.tree_width = 3;
+          o.speculative.tree_nodes = 9;
+          o.speculative.lookup = false;
+        }
+        const std::string what = "prompt " + std::to_string(p) + (coupled ? " coupled" : " greedy") + " drafts " +
+                                 std::to_string(how);
+        const int64_t b0 = kernels::cuda_bytes_to_host(be);
+        const GenerateResult r = e->generate_tokens(prompt, o);
+        EXPECT_EQ(r.tokens, plain.tokens) << what;
+        all_on_device(r, kernels::cuda_bytes_to_host(be) - b0, what);
+        if (how > 0) EXPECT_GT(r.speculative.device_drafted_tokens, 0) << what;
+        device_drafted += r.speculative.device_drafted_tokens;
+      }
+    }
+  }
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    GenerateOptions o = opts(36, DraftMode::Model, 1.0f, seed);
+    o.speculative.verify = VerifyMode::Rejection;
+    o.speculative.policy = "fixed";
+    if (seed % 2 == 0) {
+      o.speculative.tree_width = 3;
+      o.speculative.tree_nodes = 9;
+      o.speculative.lookup = false;
+    }
+    const int64_t b0 = kernels::cuda_bytes_to_host(be);
+    const GenerateResult r = e->generate_tokens(test::random_prompt(9, 70 + static_cast<int>(seed), 3), o);
+    expect_in_language(*g, r, "seed " + std::to_string(seed));
+    all_on_device(r, kernels::cuda_bytes_to_host(be) - b0, "seed " + std::to_string(seed));
+    EXPECT_GT(r.speculative.device_drafted_tokens, 0) << seed;
+    EXPECT_GT(r.speculative.accepted_tokens, 0) << seed;
+  }
+  EXPECT_GT(device_drafted, 50);
 }
 
 // A grammar with one sentence: it is produced, and the output ends there without an EOS.

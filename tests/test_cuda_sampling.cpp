@@ -21,6 +21,8 @@
 
 #include "tests/support/cuda_under_test.hpp"
 #include "draft/draft_probs.hpp"
+#include "engine/grammar/token_grammar.hpp"
+#include "engine/sampling/device_masks.hpp"
 #include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
@@ -30,6 +32,8 @@
 
 namespace tandem::kernels {
 namespace {
+
+using TokenMaskWords = std::vector<uint64_t>;
 
 std::unique_ptr<Backend> cuda_under_test() { return test::cuda_under_test(size_t{64} << 20); }
 
@@ -544,6 +548,95 @@ TEST(CudaSampling, ScatterColsSpreadsASubsetsColumnsOverTheVocabulary) {
                     d.put(DType::I32, std::vector<int32_t>{0, 7, 8, 150, 300}, 1), 0.0f);
   std::vector<float> one(1);
   EXPECT_THROW(d.be->download(one.data(), dst, 4), std::out_of_range);
+}
+
+// Grammar masks on the device (RowMasks, DeviceDecode::mask_rows): a masked row's
+// distribution is the host's over the same mask (make_distribution(..., allowed)) for greedy
+// and sampled transforms with penalties, masks shorter than the row allow nothing past
+// them, rows sharing a mask share its upload, unlisted rows keep their bits, and a row
+// index outside the logits is reported.
+TEST(CudaSampling, MaskedRowsGiveTheHostsConstrainedDistribution) {
+  Dev d;
+  const int vocab = 200, rows = 4;
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(vocab * rows));
+  for (float& x : logits) x = nd(g);
+  logits[5] = std::numeric_limits<float>::quiet_NaN();
+  logits[vocab + 7] = std::numeric_limits<float>::infinity();  // a forbidden +inf: masked away
+  // Masks: one over the whole vocabulary, one of 2 words (tokens >= 128 never allowed).
+  TokenMaskWords a(4, 0), b(2, 0);
+  for (int v = 0; v < vocab; ++v) {
+    if (v % 3 != 0) a[static_cast<size_t>(v / 64)] |= uint64_t{1} << (v % 64);
+    if (v < 128 && v % 5 < 2) b[static_cast<size_t>(v / 64)] |= uint64_t{1} << (v % 64);
+  }
+  const std::vector<std::span<const uint64_t>> of_row = {a, b, a, {}};  // row 3 unconstrained
+  Tensor t = d.put(DType::F32, logits, vocab);
+  RowMasks rm;
+  for (int r = 0; r < rows; ++r) rm.add(r, of_row[static_cast<size_t>(r)]);
+  std::unique_ptr<Buffer> buf;
+  rm.apply(*d.be, d.dd, t, buf);
+  const auto got = d.get<float>(t);
+  for (int r = 0; r < rows; ++r)
+    for (int v = 0; v < vocab; ++v) {
+      const auto m = of_row[static_cast<size_t>(r)];
+      const size_t i = static_cast<size_t>(r * vocab + v);
+      if (m.empty() || mask_allows(m, v)) ASSERT_EQ(std::memcmp(&got[i], &logits[i], 4), 0) << r << " " << v;
+      else ASSERT_EQ(got[i], -std::numeric_limits<float>::infinity()) << r << " " << v;
+    }
+  // The masked rows' distributions are the host's constrained ones.
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 20;
+  sp.top_p = 0.95f;
+  sp.repetition_penalty = 1.3f;
+  const std::vector<int32_t> history = {1, 2, 2, 64, 150};
+  for (const bool greedy : {false, true}) {
+    SamplingParams p = sp;
+    if (greedy) p.temperature = 0.0f;
+    std::vector<int32_t> pens;
+    std::vector<RowSampling> params;
+    for (int r = 0; r < rows; ++r) params.push_back(row_sampling(p, history, vocab, pens));
+    Tensor probs = d.zeros(DType::F32, vocab, rows), top = d.zeros(DType::I32, rows, 1),
+           conf = d.zeros(DType::F32, rows, 1);
+    d.dd.make_probs(probs, top, conf, t, d.put_structs(params), d.put(DType::I32, pens, 2));
+    const auto pr = d.get<float>(probs);
+    for (int r = 0; r < rows; ++r) {
+      const auto row = std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab), vocab);
+      const auto m = of_row[static_cast<size_t>(r)];
+      const Distribution want = m.empty() ? make_distribution(row, p, history) : make_distribution(row, p, history, m);
+      std::vector<float> dense(vocab, 0.0f);
+      for (size_t j = 0; j < want.ids.size(); ++j) dense[static_cast<size_t>(want.ids[j])] = want.probs[j];
+      for (int v = 0; v < vocab; ++v)
+        ASSERT_NEAR(pr[static_cast<size_t>(r * vocab + v)], dense[static_cast<size_t>(v)], 2e-6f)
+            << (greedy ? "greedy " : "sampled ") << r << " " << v;
+    }
+  }
+  // Masks narrower than the rows (3 words of 32 bits: 96 columns) allow nothing past them.
+  {
+    Tensor u = d.put(DType::F32, logits, vocab);
+    const std::vector<int32_t> words = {-1, -1, 0x55555555};
+    d.dd.mask_rows(u, d.put(DType::I32, std::vector<int32_t>{2}, 1), d.put(DType::I32, std::vector<int32_t>{0}, 1),
+                   d.put(DType::I32, words, 3));
+    const auto narrow = d.get<float>(u);
+    for (int v = 0; v < vocab; ++v) {
+      const size_t i = static_cast<size_t>(2 * vocab + v);
+      const bool allowed = v < 64 || (v < 96 && v % 2 == 0);
+      if (allowed) ASSERT_EQ(std::memcmp(&narrow[i], &logits[i], 4), 0) << v;
+      else ASSERT_EQ(narrow[i], -std::numeric_limits<float>::infinity()) << v;
+    }
+  }
+  // One upload per distinct mask, however many rows share it.
+  RowMasks twice;
+  twice.add(0, a);
+  twice.add(2, a);
+  EXPECT_EQ(twice.distinct(), 1u);
+  // A row outside the logits is refused.
+  RowMasks bad;
+  bad.add(rows, a);
+  bad.apply(*d.be, d.dd, t, buf);
+  std::vector<float> one(1);
+  EXPECT_THROW(d.be->download(one.data(), t, 4), std::out_of_range);
 }
 
 // Token trees drafted on the device take their nodes' children from top_rows: by value over

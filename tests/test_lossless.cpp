@@ -448,6 +448,11 @@ test::Chi2Result cell_test(const std::map<int32_t, int64_t>& seen, const std::ma
 // becomes max(0, W/S − q_j) rounded to float where that has mass; the token after the last
 // child or at a leaf drawn from W.
 //
+// Constrained configurations: p and q over what the grammar allows after their sequence
+// (the device masks each row before its transforms); a draft with nothing allowed in its
+// vocabulary stops there, and so does one after a token that ends the generation (an EOS
+// the grammar allows) or the sentence.
+//
 // The CUDA configurations check the device against it seed by seed (exact: a bias the
 // device's verification picks up changes outputs, whatever their number), and check the
 // twin's outputs over kRuns seeds, which the emulator could not generate in CI's time, with
@@ -458,10 +463,15 @@ class DeviceTwin {
   // k: the drafts per step (fixed policy; rejection mode only: coupled output ignores drafts).
   // bias: the verifier's injected bias (verify/verifier.hpp), applied to p as the device does.
   // tree_width > 1: rejection-mode token trees of tree_nodes nodes (SpeculativeOptions' budget).
+  // grammar: GBNF of a constrained configuration ("": none).
   DeviceTwin(Engine& e, const SamplingParams& sp, std::vector<int32_t> prompt, bool rejection, int32_t k,
-             int32_t max_tokens, InjectedBias bias = {}, int32_t tree_width = 1, int32_t tree_nodes = 0)
+             int32_t max_tokens, InjectedBias bias = {}, int32_t tree_width = 1, int32_t tree_nodes = 0,
+             const std::string& grammar = "")
       : e_(e), sp_(sp), prompt_(std::move(prompt)), rejection_(rejection), k_(k), max_tokens_(max_tokens),
-        bias_(bias), tree_width_(tree_width), tree_nodes_(tree_nodes) {}
+        bias_(bias), tree_width_(tree_width), tree_nodes_(tree_nodes) {
+    if (!grammar.empty())
+      grammar_ = std::make_unique<TokenGrammar>(Grammar::parse(grammar), grammar_vocab(EngineAccess::parts(e).tokenizer));
+  }
 
   // Fills the cache of p along an output (one pass gives every prefix's row): what run() will
   // ask for when it follows that output.
@@ -498,6 +508,8 @@ class DeviceTwin {
         if (d < 0) break;
         drafts.push_back(d);
         ctx.push_back(d);
+        // Constrained: nothing is drafted after a token that ends the generation or the sentence.
+        if (grammar_ && (grammar_->vocab().is_eog(d) || TokenGrammar::complete(state_after(ctx)))) break;
       }
       ctx = seq;
       int32_t next = -1;
@@ -544,6 +556,9 @@ class DeviceTwin {
     po.vocab = static_cast<int32_t>(q_at(seq).size());
     po.tree_width = tree_width_;
     po.tree_nodes = so.tree_budget();
+    const GrammarState state = state_after(seq);
+    po.grammar = grammar_.get();
+    po.grammar_state = grammar_ ? &state : nullptr;
     Rng unused(0);
     TreeBuilder tb(seq, po, &unused);
     // A pass's nodes: all begun, then each one's draws.
@@ -678,8 +693,17 @@ class DeviceTwin {
       const std::vector<int32_t> prefix(seq.begin(), seq.begin() + static_cast<ptrdiff_t>(n));
       if (p_.count(prefix)) continue;
       const std::span<const float> row(all.data() + (n - 1) * vocab, vocab);
-      p_[prefix] = dense(make_distribution(row, sp_, prefix), vocab);
+      p_[prefix] = dense(grammar_ ? make_distribution(row, sp_, prefix, *grammar_->mask(state_after(prefix)))
+                                  : make_distribution(row, sp_, prefix),
+                         vocab);
     }
+  }
+  // The grammar's state after seq (its tokens past the prompt).
+  GrammarState state_after(const std::vector<int32_t>& seq) const {
+    if (!grammar_) return {};
+    GrammarState st = grammar_->initial();
+    for (size_t i = prompt_.size(); i < seq.size(); ++i) st = grammar_->after(st, seq[i]);
+    return st;
   }
   // The draft's q after seq: its logits (over a reduced vocabulary's ids, -inf elsewhere)
   // through the request's transforms, as the draft samples on the device.
@@ -703,7 +727,12 @@ class DeviceTwin {
     } else {
       row.assign(logits.begin(), logits.begin() + static_cast<ptrdiff_t>(vocab));
     }
-    return q_[seq] = dense(make_distribution(row, sp_, seq), vocab);
+    if (!grammar_) return q_[seq] = dense(make_distribution(row, sp_, seq), vocab);
+    try {
+      return q_[seq] = dense(make_distribution(row, sp_, seq, *grammar_->mask(state_after(seq))), vocab);
+    } catch (const std::runtime_error&) {
+      return q_[seq] = std::vector<float>(vocab, 0.0f);  // nothing allowed in the draft's vocabulary
+    }
   }
 
   Engine& e_;
@@ -713,6 +742,7 @@ class DeviceTwin {
   int32_t k_, max_tokens_;
   InjectedBias bias_;
   int32_t tree_width_, tree_nodes_;
+  std::unique_ptr<TokenGrammar> grammar_;
   std::map<std::vector<int32_t>, std::vector<float>> p_, q_;
 };
 
@@ -811,7 +841,7 @@ const int kDeviceRuns =
 // A CUDA configuration: the device against its twin (DeviceTwin) seed by seed, and the twin
 // with the χ² over kRuns seeds.
 void check_on_device(const Config& c, int biased, bool inject) {
-  ASSERT_TRUE(c.ending.empty() && c.grammar.empty()) << "the twin follows neither endings nor grammars";
+  ASSERT_TRUE(c.ending.empty()) << "the twin follows no endings (its grammars never complete)";
   const bool rejection = c.verify == VerifyMode::Rejection;
   if (rejection) {
     // Its drafts must be a function of the seed: a fixed k, and no prompt lookup (whose
@@ -830,7 +860,7 @@ void check_on_device(const Config& c, int biased, bool inject) {
   // Each run on the device (with the bias where injected), then its twin (never biased here).
   // With the bias, the first run that differs shows it was caught, and the runs stop there:
   // the unbiased configuration checks every run and what they exercised.
-  DeviceTwin twin(dev, s.sp, prompt, rejection, c.k, kPositions, {}, c.tree_width, c.tree_nodes);
+  DeviceTwin twin(dev, s.sp, prompt, rejection, c.k, kPositions, {}, c.tree_width, c.tree_nodes, c.grammar);
   GenerateOptions gr = g;
   int mismatches = 0, runs = 0;
   std::string first;
@@ -869,8 +899,8 @@ void check_on_device(const Config& c, int biased, bool inject) {
   // The twin's distribution: over kRuns seeds, on the CPU backend's distributions (those of
   // the exact reference), with the bias where injected.
   DeviceTwin host_twin(host, s.sp, prompt, rejection, c.k, kPositions, inject ? bias : InjectedBias{}, c.tree_width,
-                       c.tree_nodes);
-  const Reference exact = exact_reference(host, prompt, s.sp);
+                       c.tree_nodes, c.grammar);
+  const Reference exact = exact_reference(host, prompt, s.sp, kPrune, c.grammar);
   std::vector<std::map<int32_t, int64_t>> seen_token(kPositions), seen_rank(kPositions);
   for (int r = 0; r < kRuns; ++r) {
     const std::vector<int32_t> out = host_twin.run(seed_of(r));
@@ -1164,7 +1194,14 @@ const std::vector<Config> kConfigs = {
         // Sampled trees sized by the cost model (the goodput policy's T(n)): how many children
         // a node gets depends on q and the tree so far, never on the children's own draws.
         Config{"tree_model_goodput_w3", DraftMode::Model, "goodput", 4, 0.0f, 0, "temp1.0_topk6", V::Rejection, false,
-               "cpu", "", 0, "keep", 0, "", false, 3, 10}};
+               "cpu", "", 0, "keep", 0, "", false, 3, 10},
+        // Constrained requests on the device: each row's grammar mask applied there before the
+        // draft's q (after a reduced vocabulary's scatter) and the target's p, with penalties;
+        // a rejection-mode tree whose nodes are drawn from masked q's there.
+        Config{"cuda_grammar_draft_vocab_model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0,
+               "temp1.0_topk6_penalties", V::Rejection, false, "cuda-emulated", kGrammar, 160, "keep", 0},
+        Config{"cuda_tree_grammar_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
+               false, "cuda-emulated", kGrammar, 0, "keep", 0, "", false, 3, 8}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

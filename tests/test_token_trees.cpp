@@ -15,6 +15,7 @@
 #include "engine/grammar/grammar.hpp"
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/grammar_cache.hpp"
 #include "engine/runtime/sequence_grammar.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "kernels/backend_factory.hpp"
@@ -298,6 +299,73 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
       }
     }
   }
+}
+
+// Constrained drafting on the CUDA backend: each row is masked there (RowMasks) before the
+// draft chooses, so chains and trees under a grammar are the ones the host drafts from the
+// downloaded rows (greedy with the confidence stop, coupled; a grammar that never ends and
+// one that ends after a mark), while only ids and a few values come back.
+TEST(TokenTrees, ConstrainedDraftsAreChosenOnTheDeviceAsOnTheHost) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
+  Transformer& draft = *EngineAccess::parts(*e).draft;
+  DraftProbs* dp = EngineAccess::parts(*e).draft_probs;
+  ASSERT_NE(dp, nullptr);
+  const auto vocab = grammar_vocab(EngineAccess::parts(*e).tokenizer);
+  SamplingParams greedy_sp, coupled_sp;
+  greedy_sp.temperature = 0.0f;
+  coupled_sp.temperature = 0.9f;
+  coupled_sp.top_k = 16;
+  coupled_sp.repetition_penalty = 1.2f;
+  coupled_sp.seed = 11;  // a run's seed is its coupled noise's (SequenceRun settles it)
+  const PositionNoise noise(11);
+  Rng rng(1);
+  int drafted = 0, ended = 0;
+  for (const char* text : {"root ::= [a-m ]+", "root ::= [a-z ]+ [0-9,.;:]"}) {
+    const TokenGrammar tg(Grammar::parse(text), vocab);
+    const GrammarState start = tg.initial();
+    for (uint32_t s = 0; s < 2; ++s) {
+      const auto ctx = test::random_prompt(6 + static_cast<int>(s) * 7, 50 + s, 1);
+      for (const bool coupled : {false, true})
+        for (const bool tree : {false, true}) {
+          SCOPED_TRACE(std::string(text) + " prompt " + std::to_string(s) + (coupled ? " coupled" : " greedy") +
+                       (tree ? " tree" : " chain"));
+          ProposeOptions po;
+          po.max_tokens = tree ? 4 : 6;
+          po.sampling = coupled ? &coupled_sp : &greedy_sp;
+          po.coupled = coupled ? &noise : nullptr;
+          po.vocab = draft.model().config().n_vocab;
+          po.grammar = &tg;
+          po.grammar_state = &start;
+          po.p_min = tree ? 0.0f : 0.02f;
+          po.tree_width = tree ? 3 : 1;
+          po.tree_nodes = tree ? 12 : 0;
+          po.on_device = true;
+          ModelProposer on_device(draft, dp), on_host(draft);
+          const int64_t b0 = kernels::cuda_bytes_to_host(draft.backend());
+          const Proposal d = on_device.propose(ctx, po, rng);
+          const int64_t b1 = kernels::cuda_bytes_to_host(draft.backend());
+          const Proposal h = on_host.propose(ctx, po, rng);
+          EXPECT_EQ(d.tokens, h.tokens);
+          EXPECT_EQ(d.parents, h.parents);
+          EXPECT_EQ(d.on_device, !d.tokens.empty());
+          EXPECT_LT(b1 - b0, static_cast<int64_t>(draft.n_logits()) * 4) << "less than one row of logits in all";
+          drafted += static_cast<int>(d.tokens.size());
+          // The chain stops after a token that ends the sentence.
+          GrammarState g = start;
+          for (size_t i = 0; !tree && i < d.tokens.size(); ++i) {
+            ASSERT_TRUE(tg.allows(g, d.tokens[i]));
+            g = tg.after(g, d.tokens[i]);
+            if (TokenGrammar::complete(g)) {
+              EXPECT_EQ(i + 1, d.tokens.size());
+              ++ended;
+            }
+          }
+        }
+    }
+  }
+  EXPECT_GT(drafted, 40);
+  EXPECT_GT(ended, 0) << "no chain completed its sentence: the stop went untested";
 }
 
 // Rejection-mode trees on the CUDA backend: each node's children drawn from q without

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/sampling/device_masks.hpp"
 #include "engine/sampling/device_rows.hpp"
 
 namespace tandem {
@@ -68,6 +69,7 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
   enum { kArgmax, kSampled, kTrees, kRejectionTrees, kGroups };
   std::vector<Sequence> group[kGroups];
   std::vector<size_t> group_at[kGroups];
+  RowMasks masks;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     if (s.first_row < 0 || s.first_row + static_cast<int64_t>(s.drafts.size()) >= rows)
@@ -83,10 +85,16 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
         if (s.parents[n] < -1 || s.parents[n] >= static_cast<int32_t>(n))
           throw std::logic_error("device verification: a tree node's parent does not come before it");
     }
+    if (!s.masks.empty()) {
+      if (s.masks.size() != s.drafts.size() + 1)
+        throw std::logic_error("device verification: a constrained sequence needs one mask per row");
+      for (size_t r = 0; r < s.masks.size(); ++r) masks.add(s.first_row + static_cast<int32_t>(r), s.masks[r]);
+    }
     const int g = !s.sampling ? kArgmax : !tree ? kSampled : rejection ? kRejectionTrees : kTrees;
     group[g].push_back(s);
     group_at[g].push_back(i);
   }
+  masks.apply(be_, dd_, logits, masks_);
   for (int g = 0; g < kGroups; ++g) {
     if (group[g].empty()) continue;
     std::vector<VerifyResult> v(group[g].size());

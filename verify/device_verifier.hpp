@@ -13,6 +13,8 @@
 // then a walk from the root along them; in rejection mode, each row's final distribution, then
 // a walk with recursive rejection over each visited node's children (their q rows, drawn
 // without replacement on the device, or point masses).
+// Grammars: each constrained row's mask goes up and its forbidden tokens become -inf there
+// (RowMasks) before any of the above, as make_distribution's mask comes first on the host.
 // Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
 // position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
 // stream: the output follows the target's distribution exactly as on the host, but a seed
@@ -48,9 +50,15 @@ class DeviceVerifier {
     // A token tree's parents (drafts are its nodes, node i verified by row first_row + 1 + i,
     // q_rows[i] the q its siblings were drawn from); empty: a chain.
     std::span<const int32_t> parents;
+    // Constrained requests: each row's grammar mask (engine/grammar/token_grammar.hpp; row r
+    // of a chain after its first r drafts, of a tree after node r - 1's path), one per row;
+    // empty: unconstrained.
+    std::span<const std::span<const uint64_t>> masks;
   };
   // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the
-  // step's DraftProbs rows (null when no sequence has q rows).
+  // step's DraftProbs rows (null when no sequence has q rows). Constrained sequences' rows
+  // are masked in place first (what the grammar forbids becomes -inf), so that p is over
+  // what it allows, as on the host.
   std::vector<VerifyResult> verify(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                    const kernels::Tensor* q = nullptr);
 
@@ -70,7 +78,7 @@ class DeviceVerifier {
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
   // Each grows to the largest step seen, then stays.
-  std::unique_ptr<kernels::Buffer> buf_, probs_, side_;
+  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_;
 };
 
 }  // namespace tandem

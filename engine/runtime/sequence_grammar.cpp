@@ -27,7 +27,9 @@ void SequenceGrammar::fit(Proposal& p) {
     if (TokenGrammar::complete(step_states_.back()) || grammar_->vocab().is_eog(t)) break;
   }
   p.tokens.resize(keep);
-  if (!p.deterministic()) p.dists.resize(keep);
+  // q goes with its draft: held on the host (dists) or on the device (q_rows).
+  if (!p.dists.empty()) p.dists.resize(keep);
+  if (!p.q_rows.empty()) p.q_rows.resize(keep);
 }
 
 void SequenceGrammar::fit_tree(Proposal& p) {

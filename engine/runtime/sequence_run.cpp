@@ -410,11 +410,20 @@ void SequenceRun::finish_step(std::span<const float> logits, double target_ms) {
   commit_step(v, logits);
 }
 
-DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) const {
+DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) {
   DeviceVerifier::Sequence s;
   s.first_row = first_row;
   s.drafts = step_.prop.tokens;
   s.parents = step_.prop.parents;
+  if (grammar_.active()) {
+    step_.masks.clear();
+    step_.mask_words.clear();
+    for (size_t r = 0; r <= step_.prop.tokens.size(); ++r) {
+      step_.masks.push_back(grammar_.step_mask(r));
+      step_.mask_words.push_back(*step_.masks.back());
+    }
+    s.masks = step_.mask_words;
+  }
   if (verdict_is_argmax() && step_.prop.q_rows.empty()) return s;
   s.sampling = &opts_.sampling;
   s.history = committed_;

@@ -107,20 +107,21 @@ class SequenceRun {
   void add_step(Batch& b);
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
-  // Whether this request's verdict is the target's argmax alone (greedy, no penalties), so a
-  // backend can reach it without the logits leaving the device (kernels/device_decode.hpp).
-  // (Not when it wants logprobs: they need the logits rows on the host; nor under a grammar:
-  // its masks apply on the host.)
+  // Whether this request's verdict is the target's argmax alone (greedy, no penalties; under
+  // a grammar, of the masked rows), so a backend can reach it without the logits leaving the
+  // device (kernels/device_decode.hpp). (Not when it wants logprobs: they need the logits
+  // rows on the host.)
   bool verdict_is_argmax() const {
-    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0 && !grammar_.active();
+    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0;
   }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
-  // (verify/device_verifier.hpp): no grammar (its masks apply on the host), no
-  // logprobs (they need the rows), and no draft distributions held on the host. Token trees
-  // too, in every mode.
+  // (verify/device_verifier.hpp): no logprobs (they need the rows), and no draft
+  // distributions held on the host. Token trees too, in every mode; a grammar's masks go to
+  // the device with the step.
   bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty(); }
-  // This step as the device verifier takes it (first_row: the pending token's row).
-  DeviceVerifier::Sequence device_sequence(int32_t first_row) const;
+  // This step as the device verifier takes it (first_row: the pending token's row); a
+  // constrained step's masks are held with the step until it is finished.
+  DeviceVerifier::Sequence device_sequence(int32_t first_row);
   // Part 2 with that verdict reached elsewhere: the accepted drafts and the target's next
   // token. Only for verdict_on_device() requests.
   void finish_step(const VerifyResult& verdict, double target_ms);
@@ -177,6 +178,9 @@ class SequenceRun {
     // A tree step's rows of p for its committed tokens in order (the root's, then each
     // accepted node's), for their logprobs; empty for a chain (row i).
     std::vector<int32_t> accepted_rows;
+    // A constrained step verified on the device: its rows' grammar masks (device_sequence).
+    std::vector<std::shared_ptr<const TokenMask>> masks;
+    std::vector<std::span<const uint64_t>> mask_words;
   };
 
   ProposeOptions propose_options(int32_t k) const;
@@ -195,7 +199,7 @@ class SequenceRun {
   // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
   // host path, which reports them as make_distribution does.
   bool device_eligible() const {
-    return opts_.logprobs < 0 && !grammar_.active() && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
+    return opts_.logprobs < 0 && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
   }
   int32_t k_limit() const;      // draft_max within the context and token budget
   int32_t tokens_left() const;  // what max_tokens still allows (the policy's horizon)

@@ -43,6 +43,7 @@ enum ErrorBits : int {
   kErrAttnPosition = 8,    // paged_attention: position beyond the block table
   kErrAttnBlock = 16,      // paged_attention: block id outside the cache
   kErrVerify = 32,         // verify_greedy: draft count or rows out of range
+  kErrMaskIndex = 64,      // mask_rows: row or mask index out of range
 };
 
 constexpr int kWarp = 32;

@@ -278,6 +278,7 @@ void CudaBackend::check_errors() {
   add(8, "paged_attention: position beyond the block table");
   add(16, "paged_attention: cache block out of range");
   add(32, "verification: draft count or rows out of range, or a draft the draft could not have drawn");
+  add(64, "mask_rows: row or mask index out of range");
   throw std::out_of_range(std::string(kKind) + " backend: " + what + " (found by a kernel; the op did not write those rows)");
 }
 

@@ -149,6 +149,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
                       const Tensor& q_rows, const Tensor& n_accepted, const Tensor& out_tokens,
                       const Tensor& parents) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
+  void mask_rows(const Tensor& logits, const Tensor& rows, const Tensor& mask_of, const Tensor& masks) override;
   void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src, const Tensor& rows,
                 const Tensor& keys, int32_t w) override;
 

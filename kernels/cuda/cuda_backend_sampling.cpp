@@ -114,6 +114,21 @@ void CudaBackend::scatter_cols(const Tensor& dst, const Tensor& src, const Tenso
   launched(op);
 }
 
+void CudaBackend::mask_rows(const Tensor& logits, const Tensor& rows, const Tensor& mask_of, const Tensor& masks) {
+  const char* op = "mask_rows";
+  require(logits.type == DType::F32 && rows.type == DType::I32 && mask_of.type == DType::I32 && masks.type == DType::I32,
+          op, "logits F32, rows, mask_of and masks I32");
+  const int64_t m = rows.numel();
+  require(rows.nb1 == 0 && mask_of.nb1 == 0 && masks.nb1 == 0, op, "packed rows, mask_of and masks");
+  require(mask_of.numel() == m, op, "one mask index per listed row");
+  require(m <= 65535, op, "at most 65535 rows a call");
+  ops::mask_rows(rt_->stream(), reinterpret_cast<float*>(ptr(logits, op)), ld_of(logits), logits.rows(),
+                 logits.cols(), reinterpret_cast<const int32_t*>(ptr(rows, op)),
+                 reinterpret_cast<const int32_t*>(ptr(mask_of, op)), m,
+                 reinterpret_cast<const uint32_t*>(ptr(masks, op)), masks.cols(), masks.rows(), err_);
+  launched(op);
+}
+
 void CudaBackend::top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src,
                            const Tensor& rows, const Tensor& keys, int32_t w) {
   const char* op = "top_rows";

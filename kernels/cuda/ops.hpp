@@ -217,6 +217,11 @@ void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_
 // the vocabulary set kErrTokenId and are skipped).
 void scatter_cols(Stream s, float* dst, int64_t ldd, int64_t vocab, const float* src, int64_t lds, int64_t n_rows,
                   const int32_t* ids, int64_t n, float fill, int* err);
+// Constrained decoding: logits[rows[i]][v] = -inf for each v (< vocab) that mask mask_of[i]
+// (masks [n_masks, words] of 32-bit words, bit v % 32 of word v / 32; past its words: none)
+// does not allow, in place. A row or mask index out of range sets kErrMaskIndex.
+void mask_rows(Stream s, float* logits, int64_t ld, int64_t n_rows, int64_t vocab, const int32_t* rows,
+               const int32_t* mask_of, int64_t m, const uint32_t* masks, int64_t words, int64_t n_masks, int* err);
 // out[r] = one draw from probs row r keyed by keys[r] (inverse CDF with u(tag), or coupled);
 // -1 where top[r] < 0.
 void sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const int32_t* top,
