@@ -53,10 +53,11 @@ class DraftProbs {
     int32_t q_row;   // q's row in q()
   };
   // Samples one token for each lane from the pass's logits (the first `cols` columns of
-  // `logits`' rows; a constrained lane's row masked in place first): q goes into the next rows of the store (one per logits row: a pass's
-  // rows of host lanes are skipped, but take their rows too). With subset_ids (a reduced
-  // draft vocabulary: engine/model/output_subset.hpp), logit column j is token
-  // subset_ids[j]: the rows are spread over `vocab` tokens first, -inf elsewhere (q = 0).
+  // `logits`' rows; a constrained lane's row masked in place first): q goes into the next
+  // rows of the store (one per logits row: a pass's rows of host lanes are skipped, but take
+  // their rows too). With subset_ids (a reduced draft vocabulary:
+  // engine/model/output_subset.hpp), logit column j is token subset_ids[j]: the rows are
+  // spread over `vocab` tokens first, -inf elsewhere (q = 0).
   std::vector<Drawn> sample(const kernels::Tensor& logits, std::span<const Lane> lanes,
                             const kernels::Tensor* subset_ids = nullptr, int64_t vocab = 0);
 
@@ -86,8 +87,9 @@ class DraftProbs {
   // Each row's children: the most likely tokens (greedy), gumbel_top's under the noise at
   // `position` (coupled), or draws without replacement from q (drawn: noise keyed by the
   // seed, the position and the tag, one tag a draw), over the first `cols` tokens (those a
-  // constrained row's mask allows: masked in place first); fewer where fewer are possible. subset_ids / vocab as for sample. Drawn rows take rows of the
-  // store, as sample does (begin_step sizes it for them too).
+  // constrained row's mask allows: masked in place first); fewer where fewer are possible.
+  // subset_ids / vocab as for sample. Drawn rows take rows of the store, as sample does
+  // (begin_step sizes it for them too).
   std::vector<TreeChildren> tree_children(const kernels::Tensor& logits, std::span<const TreeRow> rows, int64_t cols,
                                           const kernels::Tensor* subset_ids = nullptr, int64_t vocab = 0);
 
