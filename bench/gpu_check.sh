@@ -40,7 +40,8 @@
 #      same bits), beside __dp4a's below 17
 #   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
 #      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
-#      identical, and tok/s of each
+#      identical, and tok/s of each; then constrained to one JSON object (--json-object: the
+#      grammar's masks applied on the device), plain vs speculative, the same check
 #   7. HF transformers assisted generation (generate(assistant_model=...)) on the same pair
 #      and prompts (bench/hf_assisted.py; GGUFs through gguf_file=), next to step 6's figures
 #   8. the server on the device at 1/2/8/32/128 streams, greedy and T = 0.8, speculation off
@@ -241,6 +242,10 @@ if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(el
       --temp 0 --draft model --draft-max 4 --json -p "$p"
     i=$((i + 1))
   done
+  step engine_json_plain 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device "$DEVICE" --gpu-mem 8G -n 128 \
+    --temp 0 --draft none --json-object --json -p "${PROMPTS[1]}"
+  step engine_json_spec 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device "$DEVICE" --gpu-mem 8G \
+    -n 128 --temp 0 --draft model --draft-max 4 --json-object --json -p "${PROMPTS[1]}"
 else
   log "engine step skipped (no $BUILD/apps/tandem, no Qwen pair in $MODELS, or out of time)"
 fi
@@ -295,6 +300,17 @@ for f in sorted(glob.glob(os.path.join(out, "engine_plain_*.out"))):
                        "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)})
     except Exception as e:
         engine.append({"prompt_index": i, "error": str(e)})
+constrained = None  # the same, with one JSON object's grammar masking the rows on the device
+if os.path.exists(os.path.join(out, "engine_json_plain.out")):
+    try:
+        last = lambda path: json.loads([l for l in open(path) if l.startswith("{")][-1])
+        plain, spec = last(os.path.join(out, "engine_json_plain.out")), last(os.path.join(out, "engine_json_spec.out"))
+        constrained = {"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"],
+                       "tokens": len(plain["tokens"]), "plain_tok_s": plain["timings"]["decode_tokens_per_s"],
+                       "spec_tok_s": spec["timings"]["decode_tokens_per_s"],
+                       "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)}
+    except Exception as e:
+        constrained = {"error": str(e)}
 def read_json(name):
     try:
         return json.load(open(os.path.join(out, name)))
@@ -302,7 +318,8 @@ def read_json(name):
         return None
 hf, serve = read_json("hf_assisted.json"), read_json("serve_matrix.json")
 random_weights = bool((read_json("models.json") or {}).get("random_weights"))
-summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "hf_assisted": hf, "serve": serve,
+summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "constrained": constrained,
+           "hf_assisted": hf, "serve": serve,
            "random_weight_models": random_weights,
            "not_run": [n for n, v in (("HF assisted generation", hf), ("server at 1/8/32/128 streams", serve)) if v is None]}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
@@ -359,6 +376,13 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 t.write(f"| {e.get('prompt_index')} | error: {e['error']} | | | |\n")
             else:
                 t.write(f"| {e['prompt'][:40]} | {e['same_tokens']} | {e['plain_tok_s']:.1f} | {e['spec_tok_s']:.1f} | {e['speedup']:.2f} |\n")
+    if constrained:
+        if "error" in constrained:
+            t.write(f"\nconstrained (one JSON object): error: {constrained['error']}\n")
+        else:
+            c = constrained
+            t.write(f"\nconstrained (one JSON object, {c['tokens']} tokens): same tokens {c['same_tokens']}, plain "
+                    f"{c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s ({c['speedup']:.2f}x)\n")
     ok = [e for e in engine if "error" not in e]
     if hf and ok:
         spec = sum(e["spec_tok_s"] for e in ok) / len(ok)
