@@ -152,12 +152,14 @@ TEST(Constrained, OnTheCudaBackendDraftsAndVerdictsStayOnTheDevice) {
         const GenerateResult r = e->generate_tokens(prompt, o);
         EXPECT_EQ(r.tokens, plain.tokens) << what;
         all_on_device(r, kernels::cuda_bytes_to_host(be) - b0, what);
-        if (how > 0) EXPECT_GT(r.speculative.device_drafted_tokens, 0) << what;
+        if (how > 0) {
+          EXPECT_GT(r.speculative.device_drafted_tokens, 0) << what;
+        }
         device_drafted += r.speculative.device_drafted_tokens;
       }
     }
   }
-  for (uint64_t seed = 1; seed <= 4; ++seed) {
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
     GenerateOptions o = opts(36, DraftMode::Model, 1.0f, seed);
     o.speculative.verify = VerifyMode::Rejection;
     o.speculative.policy = "fixed";

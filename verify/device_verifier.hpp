@@ -3,7 +3,7 @@
 // ids and counts come back to the host, instead of n_vocab floats per verified position.
 //   * greedy requests without penalties: the argmax of each row, accepted drafts = the
 //     leading ones equal to it (two launches);
-//   * every other request without a grammar or logprobs: each row's final distribution
+//   * every other request without logprobs: each row's final distribution
 //     (make_probs: penalties, temperature, top-k, top-p, min-p), then rejection sampling
 //     against the draft's q (its rows in DraftProbs when it sampled on the device, point
 //     masses for n-gram and greedy drafts) with counter-based noise keyed by (seed,

@@ -33,7 +33,10 @@ void RowMasks::apply(kernels::Backend& be, kernels::DeviceDecode& dd, const kern
     }
   be.upload(rows, rows_.data(), rows_.size() * 4);
   be.upload(mask_of, mask_of_.data(), mask_of_.size() * 4);
-  be.upload(masks, packed.data(), packed.size() * 4);
+  // A mask at a time: each upload small enough for the CUDA backend's asynchronous staging
+  // (a batch's masks together could exceed it and wait for the copy).
+  for (size_t i = 0; i < masks_.size(); ++i)
+    be.upload(masks.slice_rows(static_cast<int64_t>(i), 1), packed.data() + i * 2 * words, 2 * words * 4);
   dd.mask_rows(logits, rows, mask_of, masks);
 }
 

@@ -8,8 +8,9 @@ one pool. Over raw HTTP it checks that serving works unchanged there: greedy tex
 depend on speculation (none, n-gram, the draft model) or on batching; a seeded coupled
 sample is the same text with and without speculation; streaming gives the non-streamed
 text; a KV budget small enough to preempt loses nothing; a client that disconnects
-mid-stream is cancelled; /metrics shows device verification, the one KV pool and no
-scratch allocated in the step path; SIGTERM drains and exits 0.
+mid-stream is cancelled; JSON Schema answers (their grammar's masks applied on the device)
+do not depend on speculation either; /metrics shows device verification, the one KV pool and
+no scratch allocated in the step path; SIGTERM drains and exits 0.
 
     python3 tests/python/test_server_cuda.py --tandem build/release/apps/tandem \
         --fixture build/release/tandem_make_fixture
@@ -208,6 +209,46 @@ class ServeOnEmulatedCuda(unittest.TestCase):
         # The server goes on serving.
         self.assertTrue(complete(self.server, "still there?", 4)[0] is not None)
         m = self.server.metrics()
+        self.assertEqual(m["tandem_scratch_growths_total"], 0)
+
+    def test_5_structured_answers_are_decided_on_the_device(self):
+        """JSON Schema answers (response_format): their grammar's masks go to the device, so
+        their steps are verified there too, and the greedy text and a seed's coupled text do
+        not depend on speculation; a finished answer is the schema's JSON (an object, which
+        this random-weight model pads with whitespace up to the budget, and an enum, which
+        ends within it)."""
+        schemas = [{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"type": "integer"}},
+                    "required": ["answer", "n"], "additionalProperties": False},
+                   {"enum": ["yes", "no", "maybe so"]}]
+
+        def ask(prompt, schema, mode, temperature=0.0, seed=None):
+            body = dict(model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=24,
+                        temperature=temperature, speculative={"mode": mode, "verify": "coupled", "draft_max": 3},
+                        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+            if seed is not None:
+                body["seed"] = seed
+            choice = self.server.post("/v1/chat/completions", body)["choices"][0]
+            return choice["message"]["content"], choice["finish_reason"]
+
+        before = self.server.metrics()["tandem_device_verified_steps_total"]
+        finished = 0
+        for schema, temperature, seed in ((schemas[0], 0.0, None), (schemas[1], 0.0, None), (schemas[1], 0.9, 5)):
+            for p in PROMPTS[:2]:
+                plain = ask(p, schema, "none", temperature, seed)
+                for mode in ("model", "ngram"):
+                    self.assertEqual(ask(p, schema, mode, temperature, seed), plain, f"{mode} {p!r} T={temperature}")
+                if plain[1] != "stop":
+                    continue
+                answer = json.loads(plain[0])
+                if "enum" in schema:
+                    self.assertIn(answer, schema["enum"])
+                else:
+                    self.assertIn(answer["answer"], ("yes", "no"))
+                    self.assertIsInstance(answer["n"], int)
+                finished += 1
+        self.assertGreater(finished, 0, "no answer finished: the schema's end went untested")
+        m = self.server.metrics()
+        self.assertGreater(m["tandem_device_verified_steps_total"], before, "no constrained step was decided on the device")
         self.assertEqual(m["tandem_scratch_growths_total"], 0)
 
     def test_9_sigterm_drains_and_exits_cleanly(self):
