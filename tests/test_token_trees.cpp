@@ -246,21 +246,36 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
   }
 }
 
+// The CUDA engine on the tree pair, its draft and DraftProbs, and the greedy and coupled
+// requests the device-drafting tests draft for (coupled: repetition penalty over the context
+// and each node's path; its seed is its noise's, as SequenceRun settles it).
+struct DeviceDrafting {
+  std::unique_ptr<Engine> e = load(fixture_pair().target, fixture_pair().close_draft, "cuda-emulated");
+  Transformer& draft = *EngineAccess::parts(*e).draft;
+  DraftProbs* dp = EngineAccess::parts(*e).draft_probs;
+  SamplingParams greedy_sp = [] {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }();
+  SamplingParams coupled_sp = [] {
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_k = 16;
+    p.repetition_penalty = 1.2f;
+    p.seed = 11;
+    return p;
+  }();
+  PositionNoise noise{11};
+};
+
 // On the CUDA backend greedy and coupled trees choose their nodes' children on the device
 // (DraftProbs::tree_children): the same trees as the host's TreeBuilder::expand reading the
 // downloaded rows, with the whole draft vocabulary and a reduced one.
 TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
-  const auto& fx = fixture_pair();
-  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
-  Transformer& draft = *EngineAccess::parts(*e).draft;
-  DraftProbs* dp = EngineAccess::parts(*e).draft_probs;
-  ASSERT_NE(dp, nullptr);
-  SamplingParams greedy_sp, coupled_sp;
-  greedy_sp.temperature = 0.0f;
-  coupled_sp.temperature = 0.9f;
-  coupled_sp.top_k = 16;
-  coupled_sp.repetition_penalty = 1.2f;  // over the context and each node's path
-  const PositionNoise noise(11);
+  DeviceDrafting dd;
+  ASSERT_NE(dd.dp, nullptr);
+  auto& [e, draft, dp, greedy_sp, coupled_sp, noise] = dd;
   Rng rng(1);
   for (const int32_t subset : {0, 24}) {
     e->set_draft_vocab(subset);
@@ -306,19 +321,10 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
 // downloaded rows (greedy with the confidence stop, coupled; a grammar that never ends and
 // one that ends after a mark), while only ids and a few values come back.
 TEST(TokenTrees, ConstrainedDraftsAreChosenOnTheDeviceAsOnTheHost) {
-  const auto& fx = fixture_pair();
-  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
-  Transformer& draft = *EngineAccess::parts(*e).draft;
-  DraftProbs* dp = EngineAccess::parts(*e).draft_probs;
-  ASSERT_NE(dp, nullptr);
+  DeviceDrafting dd;
+  ASSERT_NE(dd.dp, nullptr);
+  auto& [e, draft, dp, greedy_sp, coupled_sp, noise] = dd;
   const auto vocab = grammar_vocab(EngineAccess::parts(*e).tokenizer);
-  SamplingParams greedy_sp, coupled_sp;
-  greedy_sp.temperature = 0.0f;
-  coupled_sp.temperature = 0.9f;
-  coupled_sp.top_k = 16;
-  coupled_sp.repetition_penalty = 1.2f;
-  coupled_sp.seed = 11;  // a run's seed is its coupled noise's (SequenceRun settles it)
-  const PositionNoise noise(11);
   Rng rng(1);
   int drafted = 0, ended = 0;
   for (const char* text : {"root ::= [a-m ]+", "root ::= [a-z ]+ [0-9,.;:]"}) {
