@@ -267,6 +267,23 @@ struct DeviceDrafting {
     return p;
   }();
   PositionNoise noise{11};
+  // One proposal drafted on the device and one on the host from the downloaded rows, with
+  // the bytes each brought back.
+  struct Both {
+    Proposal device, host;
+    int64_t device_bytes, host_bytes;
+  };
+  Both propose_both(const std::vector<int32_t>& ctx, const ProposeOptions& po, Rng& rng) {
+    ModelProposer on_device(draft, dp), on_host(draft);
+    Both b;
+    const int64_t b0 = kernels::cuda_bytes_to_host(draft.backend());
+    b.device = on_device.propose(ctx, po, rng);
+    const int64_t b1 = kernels::cuda_bytes_to_host(draft.backend());
+    b.host = on_host.propose(ctx, po, rng);
+    b.device_bytes = b1 - b0;
+    b.host_bytes = kernels::cuda_bytes_to_host(draft.backend()) - b1;
+    return b;
+  }
 };
 
 // On the CUDA backend greedy and coupled trees choose their nodes' children on the device
@@ -293,12 +310,7 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
           po.tree_width = sh.width;
           po.tree_nodes = sh.nodes;
           po.on_device = true;
-          ModelProposer on_device(draft, dp), on_host(draft);
-          const int64_t b0 = kernels::cuda_bytes_to_host(draft.backend());
-          const Proposal d = on_device.propose(ctx, po, rng);
-          const int64_t b1 = kernels::cuda_bytes_to_host(draft.backend());
-          const Proposal h = on_host.propose(ctx, po, rng);
-          const int64_t b2 = kernels::cuda_bytes_to_host(draft.backend());
+          const auto [d, h, device_bytes, host_bytes] = dd.propose_both(ctx, po, rng);
           ASSERT_TRUE(h.tree());
           EXPECT_EQ(d.tokens, h.tokens);
           EXPECT_EQ(d.parents, h.parents);
@@ -307,8 +319,8 @@ TEST(TokenTrees, TheDeviceChoosesTheChildrenTheHostWould) {
           // What crossed: a few ids and values per expanded node, not its row of logits.
           if (subset == 0) {
             const int64_t row = static_cast<int64_t>(draft.n_logits()) * 4;
-            EXPECT_LT(b1 - b0, row) << "the device's tree: less than one row of logits in all";
-            EXPECT_GE(b2 - b1, 2 * row) << "the host's: a row per expanded node";
+            EXPECT_LT(device_bytes, row) << "the device's tree: less than one row of logits in all";
+            EXPECT_GE(host_bytes, 2 * row) << "the host's: a row per expanded node";
           }
         }
       }
@@ -347,15 +359,11 @@ TEST(TokenTrees, ConstrainedDraftsAreChosenOnTheDeviceAsOnTheHost) {
           po.tree_width = tree ? 3 : 1;
           po.tree_nodes = tree ? 12 : 0;
           po.on_device = true;
-          ModelProposer on_device(draft, dp), on_host(draft);
-          const int64_t b0 = kernels::cuda_bytes_to_host(draft.backend());
-          const Proposal d = on_device.propose(ctx, po, rng);
-          const int64_t b1 = kernels::cuda_bytes_to_host(draft.backend());
-          const Proposal h = on_host.propose(ctx, po, rng);
+          const auto [d, h, device_bytes, host_bytes] = dd.propose_both(ctx, po, rng);
           EXPECT_EQ(d.tokens, h.tokens);
           EXPECT_EQ(d.parents, h.parents);
           EXPECT_EQ(d.on_device, !d.tokens.empty());
-          EXPECT_LT(b1 - b0, static_cast<int64_t>(draft.n_logits()) * 4) << "less than one row of logits in all";
+          EXPECT_LT(device_bytes, static_cast<int64_t>(draft.n_logits()) * 4) << "less than one row of logits in all";
           drafted += static_cast<int>(d.tokens.size());
           // The chain stops after a token that ends the sentence.
           GrammarState g = start;
