@@ -38,7 +38,11 @@ VerifyResult tree_verdict(const DeviceVerifier::Sequence& s, int32_t n_accepted,
     int32_t child = -1;
     for (int32_t c = node + 1; c < k && child < 0; ++c)
       if (s.parents[static_cast<size_t>(c)] == node && s.drafts[static_cast<size_t>(c)] == out[i]) child = c;
-    if (child < 0) return v;
+    if (child < 0) {
+      v.n_accepted = -1;  // a token no child carries: refused by the caller
+      v.path.clear();
+      return v;
+    }
     v.path.push_back(child);
     node = child;
   }
