@@ -10,6 +10,7 @@
 
 #include "engine/grammar/grammar.hpp"
 #include "engine/runtime/engine_access.hpp"
+#include "engine/runtime/grammar_cache.hpp"
 #include "engine/runtime/scheduler.hpp"
 #include "kernels/backend_factory.hpp"
 #include "tandem/engine.hpp"
@@ -176,6 +177,80 @@ TEST(Constrained, OnTheCudaBackendDraftsAndVerdictsStayOnTheDevice) {
     EXPECT_GT(r.speculative.accepted_tokens, 0) << seed;
   }
   EXPECT_GT(device_drafted, 50);
+}
+
+// A grammar that allows only tokens the model never gives a possible logit (their rows of the
+// output matrix are NaN): the request fails alone, with the sampler's words, on the CPU and on
+// the CUDA backend (whose verdict is reached on the device), and a constrained request batched
+// beside it gives its alone output.
+TEST(Constrained, NoPossibleTokenFailsTheRequestAloneOnEveryBackend) {
+  std::vector<int32_t> qx;  // the tokens spelled with q and x alone
+  {
+    const auto v = grammar_vocab(EngineAccess::parts(*load()).tokenizer);
+    for (int32_t id = 0; id < v->size(); ++id)
+      if (v->is_text(id) && !v->bytes(id).empty() && v->bytes(id).find_first_not_of("qx") == std::string::npos)
+        qx.push_back(id);
+  }
+  ASSERT_FALSE(qx.empty());
+  test::TinyModelSpec t;
+  t.arch = "qwen2";
+  t.tied_embeddings = false;
+  t.seed = 5;
+  t.nan_output_rows = qx;
+  const std::string model = test::scratch_dir("constrained_nan") + "/target.gguf";
+  test::write_tiny_model(model, t);
+  const auto prompt = test::random_prompt(6, 3, 3);
+  for (const std::string device : {"cpu", "cuda-emulated"}) {
+    SCOPED_TRACE(device);
+    LoadOptions o;
+    o.model_path = model;
+    o.threads = 1;
+    o.context = 256;
+    o.kv_mem_bytes = 4 << 20;
+    o.device = device;
+    auto e = Engine::load(o);
+    GenerateOptions bad = opts(8, DraftMode::None);
+    bad.grammar = "root ::= [qx]+";
+    try {
+      e->generate_tokens(prompt, bad);
+      ADD_FAILURE() << "a request with no possible token produced one";
+    } catch (const std::runtime_error& ex) {
+      EXPECT_NE(std::string(ex.what()).find("logits are all NaN/-inf"), std::string::npos) << ex.what();
+      // (On the device: its verdict, in the host sampler's words.)
+      if (device != "cpu") {
+        EXPECT_NE(std::string(ex.what()).find("where the grammar allows a token"), std::string::npos);
+      }
+    }
+    const GenerateOptions good = opts(12, DraftMode::Ngram);
+    const GenerateResult alone = e->generate_tokens(prompt, good);
+    Scheduler s(*e, SchedulerOptions{});
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> errors(2);
+    std::vector<GenerateResult> got(2);
+    int done = 0;
+    for (int i = 0; i < 2; ++i) {
+      ServeRequest r;
+      r.prompt = prompt;
+      r.opts = i == 0 ? bad : good;
+      r.on_done = [&, i](const GenerateResult& res, const std::string& err) {
+        std::lock_guard<std::mutex> lk(mu);
+        got[static_cast<size_t>(i)] = res;
+        errors[static_cast<size_t>(i)] = err;
+        ++done;
+        cv.notify_all();
+      };
+      ASSERT_EQ(s.submit(std::move(r)).status, SubmitStatus::Ok);
+    }
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return done == 2; }));
+    }
+    s.shutdown(true);
+    EXPECT_NE(errors[0].find("logits are all NaN/-inf"), std::string::npos) << errors[0];
+    EXPECT_EQ(errors[1], "");
+    EXPECT_EQ(got[1].tokens, alone.tokens);
+  }
 }
 
 // A grammar with one sentence: it is produced, and the output ends there without an EOS.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -84,7 +85,13 @@ class Builder {
                                   std::to_string(info.block_size));
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
-    const std::vector<uint8_t> data = random_data(t, n, tensor_seed(s_.seed, name), amp, center, s_.perturb);
+    std::vector<uint8_t> data = random_data(t, n, tensor_seed(s_.seed, name), amp, center, s_.perturb);
+    if (name == "output.weight") {  // F32 rows of dims[0] values (check_spec)
+      const std::vector<float> nan_row(static_cast<size_t>(dims[0]), std::numeric_limits<float>::quiet_NaN());
+      for (int32_t r : s_.nan_output_rows)
+        std::memcpy(data.data() + static_cast<size_t>(r) * nan_row.size() * sizeof(float), nan_row.data(),
+                    nan_row.size() * sizeof(float));
+    }
     w_.add_tensor(name, t, std::move(dims), data.data(), data.size());
   }
 
@@ -103,6 +110,10 @@ void check_spec(const TinyModelSpec& s, int head_dim) {
   if (s.vocab_rows != 0 && s.vocab_rows < s.n_vocab) bad("vocab_rows must be 0 or at least n_vocab");
   if (s.n_head % s.n_head_kv != 0) bad("n_head is not a multiple of n_head_kv");
   if (s.eos_id >= s.n_vocab) bad("eos_id is outside the vocabulary");
+  if (!s.nan_output_rows.empty() && (s.tied_embeddings || s.weight_type != DType::F32))
+    bad("NaN output rows need an untied F32 output matrix");
+  for (int32_t r : s.nan_output_rows)
+    if (r < 0 || r >= std::max(s.n_vocab, s.vocab_rows)) bad("a NaN output row is outside the matrix");
   for (DType t : {s.weight_type, s.embd_type, s.mixed_type})
     if (!dtype_info(t).weight_ok) bad(std::string(dtype_name(t)) + " cannot be used for weights");
 }

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/dtype.hpp"
 
@@ -35,6 +36,9 @@ struct TinyModelSpec {
   // -1 = the vocabulary's own. Any other id becomes the EOS token, so that tests can have a
   // token the random weights actually emit end the generation (the real one never comes).
   int eos_id = -1;
+  // Rows of the output matrix (tied_embeddings off, F32 weights) written as NaN: tokens whose
+  // logits are always NaN, which no sampler may pick (a "no possible token" case).
+  std::vector<int32_t> nan_output_rows = {};
 };
 
 // Writes the model to `path` (GGUF v3). Throws std::invalid_argument for an impossible
