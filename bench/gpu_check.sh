@@ -288,27 +288,24 @@ for f in glob.glob(os.path.join(out, "bench_*.json")):
         bench[os.path.basename(f)[:-5]] = json.loads(open(f).read().strip().splitlines()[-1])
     except Exception as e:
         bench[os.path.basename(f)] = {"error": str(e)}
+def plain_vs_spec(plain_out, spec_out):
+    """Two `tandem generate --json` runs of one prompt: the same tokens, tok/s of each."""
+    last = lambda name: json.loads([l for l in open(os.path.join(out, name)) if l.startswith("{")][-1])
+    plain, spec = last(plain_out), last(spec_out)
+    tok_s = lambda r: r["timings"]["decode_tokens_per_s"]
+    return {"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"], "tokens": len(plain["tokens"]),
+            "plain_tok_s": tok_s(plain), "spec_tok_s": tok_s(spec), "speedup": tok_s(spec) / max(tok_s(plain), 1e-9)}
 engine = []
 for f in sorted(glob.glob(os.path.join(out, "engine_plain_*.out"))):
     i = f.rsplit("_", 1)[1][:-4]
     try:
-        last = lambda path: json.loads([l for l in open(path) if l.startswith("{")][-1])
-        plain, spec = last(f), last(os.path.join(out, f"engine_spec_{i}.out"))
-        engine.append({"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"],
-                       "plain_tok_s": plain["timings"]["decode_tokens_per_s"],
-                       "spec_tok_s": spec["timings"]["decode_tokens_per_s"],
-                       "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)})
+        engine.append(plain_vs_spec(f"engine_plain_{i}.out", f"engine_spec_{i}.out"))
     except Exception as e:
         engine.append({"prompt_index": i, "error": str(e)})
 constrained = None  # the same, with one JSON object's grammar masking the rows on the device
 if os.path.exists(os.path.join(out, "engine_json_plain.out")):
     try:
-        last = lambda path: json.loads([l for l in open(path) if l.startswith("{")][-1])
-        plain, spec = last(os.path.join(out, "engine_json_plain.out")), last(os.path.join(out, "engine_json_spec.out"))
-        constrained = {"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"],
-                       "tokens": len(plain["tokens"]), "plain_tok_s": plain["timings"]["decode_tokens_per_s"],
-                       "spec_tok_s": spec["timings"]["decode_tokens_per_s"],
-                       "speedup": spec["timings"]["decode_tokens_per_s"] / max(plain["timings"]["decode_tokens_per_s"], 1e-9)}
+        constrained = plain_vs_spec("engine_json_plain.out", "engine_json_spec.out")
     except Exception as e:
         constrained = {"error": str(e)}
 def read_json(name):

@@ -468,8 +468,7 @@ class ModelProposer::Drafting {
         j.opts.vocab > 0 ? std::min(l.logits.size(), static_cast<size_t>(j.opts.vocab)) : l.logits.size();
     const auto logits = std::span<const float>(l.logits).first(shared);
     // A constrained draft proposes only what the grammar allows; q is over those tokens.
-    const TokenGrammar* grammar = j.opts.grammar_state ? j.opts.grammar : nullptr;
-    const std::shared_ptr<const TokenMask> mask = grammar ? grammar->mask(l.grammar) : nullptr;
+    const std::shared_ptr<const TokenMask> mask = lane_mask(l);
     Distribution d;
     try {
       d = mask ? make_distribution(logits, sp, l.history, *mask) : make_distribution(logits, sp, l.history);

@@ -436,14 +436,13 @@ DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) {
 void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
   if (!verdict_on_device())
     throw std::logic_error("SequenceRun::finish_step: an outside verdict needs a request verified on the device");
+  const bool counted = verdict.n_accepted >= 0 && verdict.n_accepted <= static_cast<int32_t>(step_.prop.tokens.size());
   // No token was possible at the verdict's row (the device's -1): what the host's sampler
   // says of such logits.
-  if (verdict.n_accepted >= 0 && verdict.n_accepted <= static_cast<int32_t>(step_.prop.tokens.size()) &&
-      verdict.next_token == -1)
+  if (counted && verdict.next_token == -1)
     throw std::runtime_error(grammar_.active() ? "logits are all NaN/-inf where the grammar allows a token"
                                                : "logits are all NaN/-inf");
-  if (verdict.n_accepted < 0 || verdict.n_accepted > static_cast<int32_t>(step_.prop.tokens.size()) ||
-      verdict.next_token < 0 || verdict.next_token >= n_vocab_)
+  if (!counted || verdict.next_token < 0 || verdict.next_token >= n_vocab_)
     throw std::runtime_error("device verification returned an impossible verdict (" +
                              std::to_string(verdict.n_accepted) + " accepted, next token " +
                              std::to_string(verdict.next_token) + ")");

@@ -1,7 +1,6 @@
 #include "engine/sampling/device_masks.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace tandem {
 

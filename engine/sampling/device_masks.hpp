@@ -19,7 +19,6 @@ class RowMasks {
   // Row `row` of the logits apply() is given takes `mask`; an empty mask allows everything
   // (the row is left alone). The mask's words must stay alive until apply().
   void add(int32_t row, std::span<const uint64_t> mask);
-  bool empty() const { return rows_.empty(); }
   size_t distinct() const { return masks_.size(); }  // masks to upload
   // Writes -inf, in place, over each listed row's tokens its mask does not allow (tokens past
   // the mask included): one upload of the distinct masks, one launch. buf: the caller's
