@@ -156,7 +156,7 @@ elif command -v compute-sanitizer >/dev/null; then
     --gtest_filter='CudaOps.MatmulShared*:CudaOps.PagedAttentionF16'
   # The sampling kernels' shared histograms and scans (one block per row).
   step racecheck_sampling 60 compute-sanitizer --tool racecheck --error-exitcode 99 "$BUILD/tests/test_cuda_sampling" \
-    --gtest_filter='CudaSampling.MakeProbs*:CudaSampling.Coupled*'
+    --gtest_filter='CudaSampling.MakeProbs*:CudaSampling.Coupled*:CudaSampling.LogprobRows*'
   TANDEM_CUDA_SEPARATE_BUFFERS=1 step memcheck_graphs 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$BUILD/tests/test_cuda_graph" \
     --gtest_filter='CudaGraph.Replayed*:CudaGraph.Forbidden*'
 else

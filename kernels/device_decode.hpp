@@ -109,6 +109,23 @@ class DeviceDecode {
   // v % 32 of word v / 32; columns past a mask's words are not allowed); rows, mask_of I32
   // [m]. A row or mask index out of range is reported at the next synchronize/download.
   virtual void mask_rows(const Tensor& logits, const Tensor& rows, const Tensor& mask_of, const Tensor& masks) = 0;
+  // Logprobs of chosen tokens (engine/sampling/logprobs.hpp token_logprobs, on the device), so
+  // that a request asking for them is decoded on the device too. For each listed row i:
+  //   rows I32 [2, m]: its row of w (F32 [rows_w, V]: the penalised logits, make_probs with
+  //   RowSampling::penalised_only) and its row of p (F32 [rows_p, V]: make_probs' final
+  //   distribution), or -1 for a greedy row; chosen I32 [m]: the token committed there.
+  //   chosen_lp F32 [m]: its logprob; ids I32 [n_top, m] and lps F32 [n_top, m]: the n_top
+  //   (0..kMaxLogprobTop) most likely tokens, larger first, ties to the lower id, and theirs.
+  //   Greedy rows: log-softmax of w at temperature 1 (the host's exp_nonpos terms, summed in
+  //   double in another fixed order; +inf logits share the mass). Sampled rows: log p, the
+  //   distribution's tokens first, then the others by w at -inf. Fewer than n_top tokens in
+  //   the vocabulary: ids -1 past them.
+  // p may have no buffer when no row is sampled. scratch I32 [logprob_scratch_words(m, V,
+  // n_top)] (8-byte aligned). A row or chosen token out of range is reported at the next
+  // synchronize/download.
+  virtual void logprob_rows(const Tensor& chosen_lp, const Tensor& ids, const Tensor& lps, const Tensor& w,
+                            const Tensor& p, const Tensor& rows, const Tensor& chosen, int32_t n_top,
+                            const Tensor& scratch) = 0;
   // dst F32 [rows, V] = fill everywhere but dst[r][ids[j]] = src[r][j] (src F32 [rows, n],
   // ids I32 [n], unique, < V): a reduced draft vocabulary's logits over the whole one.
   virtual void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) = 0;
@@ -129,7 +146,10 @@ struct RowSampling {
   // the most likely token to the second after normalising. 0: none.
   float bias_mass = 0.0f;
   int32_t skip = 0;  // 1: not this call's row (probs untouched, top = -2)
-  int32_t reserved[5] = {};
+  // 1: the row stops after the penalties: probs holds the penalised logits (NaN as -inf;
+  // what logprob_rows reads), top = -2.
+  int32_t penalised_only = 0;
+  int32_t reserved[4] = {};
 };
 constexpr int kRowSamplingWords = 16;
 static_assert(sizeof(RowSampling) == kRowSamplingWords * 4);
@@ -184,6 +204,17 @@ struct SeqVerify {
 };
 constexpr int kSeqVerifyWords = 8;
 static_assert(sizeof(SeqVerify) == kSeqVerifyWords * 4);
+
+// logprob_rows cuts each row into segments of this many tokens, one block each; its scratch
+// holds each segment's candidates, share of the normaliser (a double) and maximum.
+constexpr int64_t kLogprobSegment = 4096;
+// The most alternatives logprob_rows lists (the API's kMaxTopLogprobs, include/tandem/generation.hpp).
+constexpr int32_t kMaxLogprobTop = 20;
+inline int64_t logprob_scratch_words(int64_t m, int64_t vocab, int32_t n_top) {
+  const int64_t segments = (vocab + kLogprobSegment - 1) / kLogprobSegment;
+  const int64_t cand = m * segments * n_top;
+  return cand + (cand & 1) + 3 * m * segments;
+}
 
 inline DeviceDecode* device_decode(Backend& be) { return dynamic_cast<DeviceDecode*>(&be); }
 

@@ -8,7 +8,9 @@
 //   * the batch verifier's output follows the target's distribution at each position
 //     (chi-square), for sampled and point-mass drafts; coupled verification accepts exactly
 //     the drafts equal to the target's coupled token;
-//   * top_rows gives the children the host's TreeBuilder chooses (token trees).
+//   * top_rows gives the children the host's TreeBuilder chooses (token trees);
+//   * logprob_rows gives the host's token_logprobs (tokens exactly, values to the
+//     normaliser's summation order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "tests/support/cuda_under_test.hpp"
@@ -24,6 +27,7 @@
 #include "engine/grammar/token_grammar.hpp"
 #include "engine/sampling/device_masks.hpp"
 #include "engine/sampling/gumbel.hpp"
+#include "engine/sampling/logprobs.hpp"
 #include "engine/sampling/sampler.hpp"
 #include "kernels/backend_factory.hpp"
 #include "kernels/device_decode.hpp"
@@ -637,6 +641,143 @@ TEST(CudaSampling, MaskedRowsGiveTheHostsConstrainedDistribution) {
   bad.apply(*d.be, d.dd, t, buf);
   std::vector<float> one(1);
   EXPECT_THROW(d.be->download(one.data(), t, 4), std::out_of_range);
+}
+
+// Logprobs on the device (logprob_rows over make_probs' penalised logits and final
+// distributions) are the host's token_logprobs of the same rows: the same tokens in the same
+// order, and the same values up to the normaliser's summation order. Rows cover greedy with
+// penalties, NaN and ties across segments, +inf logits, a row almost all -inf (a grammar's
+// mask), sampled rows whose distribution has fewer tokens than asked for (the list goes on
+// at -inf in logit order) and one with the whole vocabulary, a chosen token the cuts left
+// out; vocabularies of several segments and one smaller than the list.
+TEST(CudaSampling, LogprobRowsGiveTheHostsTokenLogprobs) {
+  Dev d;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<int32_t> history = {3, 3, 700, 4100, 8999};
+  struct Case {
+    SamplingParams p;
+    int shape;  // 0 plain, 1 NaN and a tie across segments, 2 two +inf, 3 almost all -inf
+  };
+  SamplingParams pen = params(0.0f, 0, 1.0f, 0.0f);
+  pen.presence_penalty = 0.8f;
+  pen.repetition_penalty = 1.2f;
+  SamplingParams k5 = params(0.8f, 5, 1.0f, 0.0f);
+  k5.frequency_penalty = 0.5f;
+  const std::vector<Case> cases = {{pen, 1},
+                                   {k5, 0},
+                                   {params(0.7f, 0, 0.9f, 0.05f), 1},
+                                   {params(0.0f, 0, 1.0f, 0.0f), 2},
+                                   {params(1.0f, 0, 1.0f, 0.0f), 0},
+                                   {params(0.0f, 0, 1.0f, 0.0f), 3},
+                                   {params(1.1f, 40, 1.0f, 0.0f), 3}};
+  for (const int vocab : {9000, 12}) {
+    const auto rows = static_cast<int64_t>(cases.size());
+    std::vector<float> logits(static_cast<size_t>(vocab * rows));
+    std::mt19937 g(static_cast<unsigned>(vocab));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (float& x : logits) x = nd(g);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = &logits[static_cast<size_t>(r * vocab)];
+      const int a = vocab > 100 ? 100 : 1, b = vocab > 100 ? 5000 : 9;
+      switch (cases[static_cast<size_t>(r)].shape) {
+        case 1:
+          row[a] = row[b] = 20.0f;  // tied at the top, in different segments
+          row[2] = std::numeric_limits<float>::quiet_NaN();
+          break;
+        case 2:
+          row[b] = row[a] = kInf;
+          break;
+        case 3:
+          for (int v = 0; v < vocab; ++v)
+            if (v % 4000 != 7 && v != 2) row[v] = -kInf;
+          break;
+      }
+    }
+    Tensor t = d.put(DType::F32, logits, vocab);
+    std::vector<int32_t> pens;
+    std::vector<RowSampling> wp, pp;
+    for (const Case& c : cases) {
+      RowSampling rs = row_sampling(c.p, history, vocab, pens);
+      pp.push_back(rs);
+      if (c.p.greedy()) pp.back().skip = 1;
+      rs.penalised_only = 1;
+      wp.push_back(rs);
+    }
+    Tensor w = d.zeros(DType::F32, vocab, rows), p = d.zeros(DType::F32, vocab, rows);
+    Tensor top = d.zeros(DType::I32, rows, 1), conf = d.zeros(DType::F32, rows, 1);
+    const Tensor tpen = d.put(DType::I32, pens, 2);
+    d.dd.make_probs(w, top, conf, t, d.put_structs(wp), tpen);
+    d.dd.make_probs(p, top, conf, t, d.put_structs(pp), tpen);
+    // Each row listed once in reverse order, with a chosen token: the second most likely for
+    // a greedy row, for a sampled one alternately a kept token and one the cuts left out.
+    std::vector<TokenLogprobs> want;
+    std::vector<int32_t> listed_rows, chosen;
+    for (int n_top : {20, 7, 0}) {
+      want.clear();
+      listed_rows.clear();
+      chosen.clear();
+      for (int64_t r = rows - 1; r >= 0; --r) {
+        const Case& c = cases[static_cast<size_t>(r)];
+        const auto row = std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab), static_cast<size_t>(vocab));
+        const TokenLogprobs all = token_logprobs(row, c.p, history, nullptr, 0, std::min(vocab, 20));
+        std::optional<Distribution> dist;
+        if (!c.p.greedy()) dist = make_distribution(row, c.p, history);
+        int32_t tok = all.top[1].token;
+        if (dist) tok = r % 2 == 0 ? dist->ids.back() : all.top.back().token;
+        want.push_back(token_logprobs(row, c.p, history, dist ? &*dist : nullptr, tok, n_top));
+        listed_rows.push_back(static_cast<int32_t>(r));
+        listed_rows.push_back(c.p.greedy() ? -1 : static_cast<int32_t>(r));
+        chosen.push_back(tok);
+      }
+      const auto m = static_cast<int64_t>(chosen.size());
+      Tensor lp = d.zeros(DType::F32, m, 1), ids = d.zeros(DType::I32, std::max<int64_t>(1, n_top * m), 1),
+             lps = d.zeros(DType::F32, std::max<int64_t>(1, n_top * m), 1);
+      Tensor ids_v = make_tensor(ids.buf, DType::I32, n_top * m, 1), lps_v = make_tensor(lps.buf, DType::F32, n_top * m, 1);
+      Tensor scratch = d.zeros(DType::I32, logprob_scratch_words(m, vocab, n_top), 1);
+      d.dd.logprob_rows(lp, ids_v, lps_v, w, p, d.put(DType::I32, listed_rows, 2), d.put(DType::I32, chosen, 1), n_top,
+                        scratch);
+      const auto got_lp = d.get<float>(lp), got_lps = d.get<float>(lps);
+      const auto got_ids = d.get<int32_t>(ids);
+      // Equal, or within the summation order's rounding of the normaliser.
+      auto same = [](float a, float b) {
+        if (std::isinf(b)) return a == b;
+        return std::fabs(a - b) <= 1e-6f * std::max(1.0f, std::fabs(b));
+      };
+      int filled = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const TokenLogprobs& h = want[static_cast<size_t>(i)];
+        const std::string what = "vocab " + std::to_string(vocab) + " n_top " + std::to_string(n_top) + " row " +
+                                 std::to_string(listed_rows[static_cast<size_t>(2 * i)]);
+        EXPECT_TRUE(same(got_lp[static_cast<size_t>(i)], h.chosen.logprob))
+            << what << ": " << got_lp[static_cast<size_t>(i)] << " vs " << h.chosen.logprob;
+        ASSERT_EQ(h.top.size(), static_cast<size_t>(std::min(n_top, vocab))) << what;
+        for (int j = 0; j < n_top; ++j) {
+          const size_t at = static_cast<size_t>(i * n_top + j);
+          if (j >= vocab) {
+            EXPECT_EQ(got_ids[at], -1) << what << " past the vocabulary";
+            continue;
+          }
+          const TokenLogprob& e = h.top[static_cast<size_t>(j)];
+          EXPECT_EQ(got_ids[at], e.token) << what << " alt " << j;
+          EXPECT_TRUE(same(got_lps[at], e.logprob)) << what << " alt " << j << ": " << got_lps[at] << " vs " << e.logprob;
+          filled += !std::isfinite(e.logprob) && cases[static_cast<size_t>(listed_rows[static_cast<size_t>(2 * i)])].p.temperature > 0;
+        }
+      }
+      if (n_top == 20) {
+        EXPECT_GT(filled, 0) << "a distribution shorter than the list goes on at -inf";
+      }
+    }
+  }
+  // A row outside w, or a chosen token outside the vocabulary, is refused.
+  const int vocab = 12;
+  Tensor w = d.zeros(DType::F32, vocab, 2), lp = d.zeros(DType::F32, 1, 1), ids = d.zeros(DType::I32, 1, 1);
+  Tensor scratch = d.zeros(DType::I32, logprob_scratch_words(1, vocab, 1), 1);
+  for (const auto& [row, tok] : {std::pair{2, 0}, std::pair{0, vocab}}) {
+    d.dd.logprob_rows(lp, ids, d.zeros(DType::F32, 1, 1), w, Tensor{}, d.put(DType::I32, std::vector<int32_t>{row, -1}, 2),
+                      d.put(DType::I32, std::vector<int32_t>{tok}, 1), 1, scratch);
+    std::vector<float> one(1);
+    EXPECT_THROW(d.be->download(one.data(), lp, 4), std::out_of_range) << row << " " << tok;
+  }
 }
 
 // Token trees drafted on the device take their nodes' children from top_rows: by value over

@@ -1,7 +1,7 @@
 // Logprobs (GenerateOptions::logprobs): the values against a direct log-softmax of the
 // target's logits, and their independence of speculation (none, n-gram, draft model), of
-// batching, and of the backend's verification path (a greedy request that asks for them is
-// verified on the host, on the CUDA backend too). Also n > 1 through Scheduler::submit_group.
+// batching, and of the backend (on the CUDA backend they are reached on the device, with the
+// verdict). Also n > 1 through Scheduler::submit_group.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -194,12 +194,21 @@ void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const 
   }
 }
 
-TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
-  auto e = load();
+// On the CUDA backend every request is decoded on the device, logprobs and all: each
+// result says its steps were verified there.
+void expect_on_device(const std::string& device, const GenerateResult& r, const std::string& what) {
+  if (device == "cuda-emulated") {
+    EXPECT_GT(r.speculative.device_verified_steps, 0) << what << ": verified on the device";
+  }
+}
+
+void logprobs_match_the_logits(const std::string& device) {
+  auto e = load(device);
   const auto prompt = test::random_prompt(12, 4, 7);
   for (bool sampled : {false, true}) {
     const GenerateResult plain = e->generate_tokens(prompt, options(DraftMode::None, sampled));
     expect_matches_logits(*e, prompt, plain, sampled);
+    expect_on_device(device, plain, "plain");
     for (DraftMode mode : {DraftMode::Ngram, DraftMode::Model}) {
       const GenerateResult spec = e->generate_tokens(prompt, options(mode, sampled));
       const std::string what = std::string(sampled ? "sampled" : "greedy") + " mode " + std::to_string(int(mode));
@@ -216,6 +225,7 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
       rej.speculative.verify = VerifyMode::Rejection;
       const GenerateResult r = e->generate_tokens(prompt, rej);
       expect_matches_logits(*e, prompt, r, sampled);
+      expect_on_device(device, r, "rejection");
       if (mode == DraftMode::Model) {
         EXPECT_GT(r.speculative.accepted_tokens, 0);
       }
@@ -259,6 +269,12 @@ TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) {
   EXPECT_THROW(e->generate_tokens(prompt, none), std::invalid_argument);
 }
 
+TEST(Logprobs, MatchTheTargetsLogitsAndDoNotDependOnSpeculation) { logprobs_match_the_logits("cpu"); }
+
+// The same on the CUDA backend (under the emulator), where they are reached on the device
+// with each verdict (logprob_rows) and checked against the backend's own logits.
+TEST(Logprobs, OnTheCudaBackendTheyAreReachedOnTheDeviceAndMatchTheLogits) { logprobs_match_the_logits("cuda-emulated"); }
+
 struct Done {
   std::mutex mu;
   std::condition_variable cv;
@@ -290,9 +306,9 @@ void wait(Done& d, size_t n) {
   ASSERT_TRUE(d.cv.wait_for(lk, std::chrono::seconds(300), [&] { return d.n == n; }));
 }
 
-// Batched in the scheduler beside each other (and, on the CUDA backend, beside a greedy
-// request without logprobs that is verified on the device), the logprobs are those of the
-// request alone.
+// Batched in the scheduler beside each other (and beside a greedy request without
+// logprobs), the logprobs are those of the request alone; on the CUDA backend every request
+// is verified on the device.
 void scheduler_keeps_logprobs(const std::string& device, int32_t max_tokens) {
   auto e = load(device);
   const auto prompt = test::random_prompt(10, 8, 7);
@@ -313,11 +329,13 @@ void scheduler_keeps_logprobs(const std::string& device, int32_t max_tokens) {
     for (size_t i = 0; i < opts.size(); ++i) ASSERT_EQ(s.submit(request(prompt, opts[i], d, i)).status, SubmitStatus::Ok);
     wait(d, opts.size());
     if (device == "cuda-emulated") {
-      EXPECT_GT(s.stats().device_verified, 0) << "the request without logprobs is verified on the device";
+      EXPECT_GT(s.stats().device_verified, 0) << "verified on the device";
     }
     s.shutdown(true);
   }
   for (size_t i = 0; i < opts.size(); ++i) {
+    expect_on_device(device, d.results[i], "batched " + std::to_string(i));
+    expect_on_device(device, alone[i], "alone " + std::to_string(i));
     EXPECT_EQ(d.results[i].tokens, alone[i].tokens) << i;
     expect_same(d.results[i].logprobs, alone[i].logprobs, "batched " + std::to_string(i));
     expect_same(d.streamed[i], alone[i].logprobs, "streamed " + std::to_string(i));
@@ -329,9 +347,9 @@ void scheduler_keeps_logprobs(const std::string& device, int32_t max_tokens) {
 
 TEST(Logprobs, SchedulerBatchingChangesNothing) { scheduler_keeps_logprobs("cpu", 16); }
 
-// The CUDA backend (under the emulator: slow, so few tokens) verifies greedy requests on the
-// device; one asking for logprobs takes the host path and gets them all.
-TEST(Logprobs, OnTheCudaBackendGreedyRequestsWithLogprobsGetThem) { scheduler_keeps_logprobs("cuda-emulated", 6); }
+// The CUDA backend (under the emulator: slow, so few tokens) verifies every request on the
+// device, those asking for logprobs too.
+TEST(Logprobs, OnTheCudaBackendBatchingChangesNothing) { scheduler_keeps_logprobs("cuda-emulated", 6); }
 
 // n > 1: a group shares the prompt's blocks through the prefix cache; each choice is its own
 // request, so a choice with the seed of a lone request reproduces it.

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "draft/model_proposer.hpp"
 #include "engine/runtime/engine_access.hpp"
 #include "engine/runtime/pass_limits.hpp"
 #include "engine/model/transformer.hpp"
@@ -398,8 +399,8 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   ngram.speculative.mode = DraftMode::Ngram;
   ngram.sampling.seed = 7;
   second.emplace_back(second[2].first, ngram);
-  // One that wants logprobs drafts and verifies on the host, in the same draft passes and
-  // target passes as the device ones (their rows of the draft's q store included).
+  // One that wants logprobs drafts and verifies on the device too, and its logprobs come
+  // down with each verdict: those of the request alone.
   GenerateOptions with_logprobs = sampled;
   with_logprobs.logprobs = 2;
   with_logprobs.sampling.seed = 8;
@@ -435,15 +436,23 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   EXPECT_GT(st.preemptions, 0);
   EXPECT_GE(st.prefix_cache_hits_tokens, 2 * 16);
   EXPECT_GT(st.device_verified, 0) << "requests should have been verified on the device";
-  for (size_t i = 5; i + 1 < b.size(); ++i) {
+  for (size_t i = 5; i < b.size(); ++i) {
     EXPECT_EQ(b[i].result.speculative.device_verified_steps, b[i].result.speculative.target_passes) << i;
     if (second[i].second.speculative.mode == DraftMode::Model) {
       EXPECT_GT(b[i].result.speculative.device_drafted_tokens, 0) << i;
     }
   }
-  EXPECT_EQ(b.back().result.speculative.device_verified_steps, 0);
-  EXPECT_EQ(b.back().result.speculative.device_drafted_tokens, 0);
-  EXPECT_GT(b.back().result.speculative.drafted_tokens, 0);
+  const GenerateResult& lp = b.back().result;
+  ASSERT_EQ(lp.logprobs.size(), lp.tokens.size());
+  ASSERT_EQ(alone.back().logprobs.size(), lp.tokens.size());
+  for (size_t i = 0; i < lp.tokens.size(); ++i) {
+    EXPECT_EQ(lp.logprobs[i].chosen.logprob, alone.back().logprobs[i].chosen.logprob) << i;
+    ASSERT_EQ(lp.logprobs[i].top.size(), 2u) << i;
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_EQ(lp.logprobs[i].top[j].token, alone.back().logprobs[i].top[j].token) << i;
+      EXPECT_EQ(lp.logprobs[i].top[j].logprob, alone.back().logprobs[i].top[j].logprob) << i;
+    }
+  }
   EXPECT_EQ(st.draft_failures, 0) << "a draft pass failed";
   EXPECT_EQ(st.scratch_growths, 0);
   EXPECT_EQ(gc->capture_epoch(), epoch) << "a backend scratch slot moved during the run";
@@ -485,36 +494,55 @@ TEST(Scheduler, AStepBeyondTheReservedScratchGrowsItAndIsCounted) {
   EXPECT_GT(s.stats().scratch_growths, 0);
 }
 
-// One request drafting on the device next to one drafting on the host (logprobs) in the
-// same draft passes: the host lane's logits rows take rows of the device's q store too,
-// which must be sized for them (a short store failed every draft pass of the step).
-TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftsShareTheDraftPasses) {
+// A lane drafting on the device next to one drafting on the host in the same draft pass
+// (ModelProposer batches its jobs): the host lane's logits rows take rows of the device's q
+// store too, which must be sized for them (a short store failed the whole pass). Every
+// request the scheduler runs on the CUDA backend drafts on the device (those with logprobs
+// too), so the proposer is driven here directly: together, each lane drafts exactly what it
+// drafts alone, coupled, with chains and with trees.
+TEST(Scheduler, OnTheCudaBackendDeviceAndHostDraftLanesShareADraftPass) {
   auto e = load(0, "cuda-emulated", varied_models());
-  std::vector<std::pair<std::vector<int32_t>, GenerateOptions>> reqs;
-  for (int i = 0; i < 2; ++i) {
-    GenerateOptions g = greedy(16, DraftMode::Model);
-    g.sampling.temperature = 0.8f;
-    g.sampling.top_k = 6;
-    g.sampling.seed = 20 + static_cast<uint64_t>(i);
-    g.speculative.verify = VerifyMode::Coupled;
-    g.speculative.draft_max = 4;
-    if (i == 1) g.logprobs = 1;
-    reqs.emplace_back(prompt_of(12, 400 + static_cast<uint32_t>(i)), g);
+  EngineParts parts = EngineAccess::parts(*e);
+  ASSERT_NE(parts.draft, nullptr);
+  ASSERT_NE(parts.draft_probs, nullptr);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_k = 6;
+  const PositionNoise noise(20);
+  const std::vector<int32_t> ctx[2] = {prompt_of(12, 400), prompt_of(15, 401)};
+  for (const int32_t width : {0, 3}) {
+    auto opts = [&](bool on_device) {
+      ProposeOptions po;
+      po.max_tokens = 4;
+      po.sampling = &sp;
+      po.coupled = &noise;
+      po.vocab = parts.draft->model().config().n_vocab;
+      po.on_device = on_device;
+      if (width > 0) {
+        po.tree_width = width;
+        po.tree_nodes = 10;
+      }
+      return po;
+    };
+    Proposal alone[2];
+    for (int i = 0; i < 2; ++i) {
+      ModelProposer p(*parts.draft, parts.draft_probs);
+      Rng rng(1);
+      alone[i] = p.propose(ctx[i], opts(i == 0), rng);
+      ASSERT_FALSE(alone[i].tokens.empty()) << i;
+    }
+    ModelProposer a(*parts.draft, parts.draft_probs), b(*parts.draft, parts.draft_probs);
+    Rng ra(1), rb(1);
+    std::vector<ProposeJob> jobs = {{&a, ctx[0], opts(true), &ra}, {&b, ctx[1], opts(false), &rb}};
+    propose_all(jobs);
+    for (int i = 0; i < 2; ++i) {
+      const std::string what = (i == 0 ? "device lane, width " : "host lane, width ") + std::to_string(width);
+      EXPECT_EQ(jobs[static_cast<size_t>(i)].error, "") << what;
+      EXPECT_EQ(jobs[static_cast<size_t>(i)].out.tokens, alone[i].tokens) << what;
+      EXPECT_EQ(jobs[static_cast<size_t>(i)].out.parents, alone[i].parents) << what;
+      EXPECT_EQ(jobs[static_cast<size_t>(i)].out.on_device, i == 0) << what;
+    }
   }
-  const std::vector<GenerateResult> plain = without_speculation(*e, reqs);
-  SchedulerOptions so;
-  so.max_seqs = 9;
-  Scheduler s(*e, so);
-  const auto out = run_all(s, reqs);
-  s.shutdown(true);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(out[i].error, "") << i;
-    EXPECT_EQ(out[i].result.tokens, plain[i].tokens) << i;  // coupled: the same text for the seed
-  }
-  EXPECT_EQ(s.stats().draft_failures, 0) << "a draft pass failed";
-  EXPECT_GT(out[0].result.speculative.device_drafted_tokens, 0);
-  EXPECT_EQ(out[1].result.speculative.device_drafted_tokens, 0);
-  EXPECT_GT(out[1].result.speculative.drafted_tokens, 0);
 }
 
 // The step budget (policies/step_budget.hpp) on the emulated CUDA backend: with a cost model

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -243,6 +244,54 @@ TEST(TokenTrees, GreedyOutputIsTheTargetsOnTheCudaBackend) {
       EXPECT_GT(ktree.speculative.device_verified_steps, 0) << "coupled trees are verified on the device";
       EXPECT_GT(ktree.speculative.device_drafted_tokens, 0) << "coupled trees are drafted on the device";
     }
+  }
+}
+
+// On the CUDA backend, requests with logprobs draft and verify their trees on the device
+// too, and each token's logprobs (reached on the device from its node's row) are plain
+// decoding's, bit for bit: greedy, coupled with penalties, and rejection mode (whose tokens
+// differ from plain decoding's: checked against the teacher-forced logits in test_logprobs).
+TEST(TokenTrees, LogprobsOnTheCudaBackendAreThePlainOnes) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft, "cuda-emulated");
+  const auto prompt = test::random_prompt(11, 30, 1);
+  GenerateOptions g = greedy(14);
+  g.logprobs = 4;
+  GenerateOptions k = g;
+  k.sampling.temperature = 0.9f;
+  k.sampling.top_k = 16;
+  k.sampling.repetition_penalty = 1.2f;
+  k.sampling.seed = 5;
+  k.speculative.verify = VerifyMode::Coupled;
+  for (const GenerateOptions& o : {g, k}) {
+    const auto plain = e->generate_tokens(prompt, o);
+    const auto tree = e->generate_tokens(prompt, with_tree(o, 3, 10, 4));
+    const std::string what = o.sampling.greedy() ? "greedy" : "coupled";
+    ASSERT_EQ(tree.tokens, plain.tokens) << what;
+    EXPECT_GT(tree.speculative.tree_steps, 0) << what;
+    EXPECT_GT(tree.speculative.device_verified_steps, 0) << what << ": verified on the device";
+    EXPECT_GT(tree.speculative.device_drafted_tokens, 0) << what << ": drafted on the device";
+    ASSERT_EQ(tree.logprobs.size(), plain.logprobs.size()) << what;
+    for (size_t i = 0; i < plain.logprobs.size(); ++i) {
+      EXPECT_EQ(tree.logprobs[i].chosen.token, tree.tokens[i]) << what << " token " << i;
+      EXPECT_EQ(tree.logprobs[i].chosen.logprob, plain.logprobs[i].chosen.logprob) << what << " token " << i;
+      ASSERT_EQ(tree.logprobs[i].top.size(), 4u) << what;
+      for (size_t j = 0; j < 4; ++j) {
+        EXPECT_EQ(tree.logprobs[i].top[j].token, plain.logprobs[i].top[j].token) << what << " token " << i;
+        EXPECT_EQ(tree.logprobs[i].top[j].logprob, plain.logprobs[i].top[j].logprob) << what << " token " << i;
+      }
+    }
+  }
+  // Rejection-mode trees: one logprobs entry per token, each of its token, and the verdicts
+  // reached on the device.
+  GenerateOptions r = k;
+  r.speculative.verify = VerifyMode::Rejection;
+  const auto rtree = e->generate_tokens(prompt, with_tree(r, 3, 10, 4));
+  EXPECT_GT(rtree.speculative.device_verified_steps, 0);
+  ASSERT_EQ(rtree.logprobs.size(), rtree.tokens.size());
+  for (size_t i = 0; i < rtree.tokens.size(); ++i) {
+    EXPECT_EQ(rtree.logprobs[i].chosen.token, rtree.tokens[i]) << i;
+    EXPECT_TRUE(std::isfinite(rtree.logprobs[i].chosen.logprob)) << "a drawn token is in its distribution: " << i;
   }
 }
 

@@ -107,7 +107,119 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     else verify_sampled(logits, group[g], q, v);  // chains, or rejection-mode trees
     for (size_t i = 0; i < v.size(); ++i) out[group_at[g][i]] = std::move(v[i]);
   }
+  add_logprobs(logits, seqs, out);
   return out;
+}
+
+void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                  std::span<VerifyResult> out) {
+  static_assert(kernels::kMaxLogprobTop == kMaxTopLogprobs);
+  const int64_t rows = logits.rows(), vocab = logits.cols();
+  // Each committed token: its sequence, the row that verified it (a chain's j, a tree's the
+  // row of its path's node before it) and the token.
+  struct Listed {
+    size_t seq;
+    int32_t row, token;
+  };
+  std::vector<Listed> listed;
+  // Each listed row twice over the logits: its penalised logits (w) and, for a sampled
+  // request, its final distribution (p), with the penalties of the tokens before it.
+  std::vector<kernels::RowSampling> w_params(static_cast<size_t>(rows)), p_params(static_cast<size_t>(rows));
+  for (auto& r : w_params) r.skip = 1;
+  for (auto& r : p_params) r.skip = 1;
+  std::vector<int32_t> pens, hist, tokens;
+  int32_t n_top = 0;
+  bool sampled = false;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = seqs[i];
+    const VerifyResult& v = out[i];
+    const auto k = static_cast<int32_t>(s.drafts.size());
+    if (s.logprobs < 0 || v.n_accepted < 0 || v.n_accepted > k || v.next_token < 0) continue;  // refused by the caller
+    if (!s.request) throw std::logic_error("device verification: logprobs need the request's sampling");
+    const bool tree = !s.parents.empty();
+    if (tree && v.path.size() != static_cast<size_t>(v.n_accepted)) continue;
+    n_top = std::max(n_top, s.logprobs);
+    const bool greedy = s.request->greedy();
+    sampled = sampled || !greedy;
+    tokens.clear();
+    for (int32_t j = 0; j < v.n_accepted; ++j)
+      tokens.push_back(s.drafts[static_cast<size_t>(tree ? v.path[static_cast<size_t>(j)] : j)]);
+    tokens.push_back(v.next_token);
+    for (int32_t j = 0; j <= v.n_accepted; ++j) {
+      const int32_t row = s.first_row + (!tree ? j : j == 0 ? 0 : 1 + v.path[static_cast<size_t>(j) - 1]);
+      listed.push_back({i, row, tokens[static_cast<size_t>(j)]});
+      kernels::RowSampling rs = row_sampling(*s.request);
+      if (s.request->has_penalties()) {
+        hist.assign(s.history.begin(), s.history.end());
+        hist.insert(hist.end(), tokens.begin(), tokens.begin() + j);
+        rs = row_sampling(*s.request, hist, static_cast<int32_t>(vocab), pens);
+      }
+      if (!greedy) p_params[static_cast<size_t>(row)] = rs;
+      rs.penalised_only = 1;
+      w_params[static_cast<size_t>(row)] = rs;
+    }
+  }
+  if (listed.empty()) return;
+  const auto m = static_cast<int64_t>(listed.size());
+  const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  kernels::WordViews w(be_, lp_side_,
+                       static_cast<size_t>(rows) * (2 * kernels::kRowSamplingWords + 2) + pen_words +
+                           static_cast<size_t>(m) * (3 + 2 * static_cast<size_t>(n_top) + 1));
+  const kernels::Tensor twp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
+  const kernels::Tensor tpp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
+  const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
+  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
+  const kernels::Tensor trows = w.take(DType::I32, 2, m), tchosen = w.take(DType::I32, m, 1);
+  const kernels::Tensor chosen_lp = w.take(DType::F32, m, 1);
+  // (At least one word each, so that no tensor is empty.)
+  const kernels::Tensor ids = w.take(DType::I32, std::max<int64_t>(1, static_cast<int64_t>(n_top) * m), 1);
+  const kernels::Tensor lps = w.take(DType::F32, std::max<int64_t>(1, static_cast<int64_t>(n_top) * m), 1);
+  const size_t scratch_words = static_cast<size_t>(kernels::logprob_scratch_words(m, vocab, n_top));
+  if (!lp_scratch_ || lp_scratch_->size() < scratch_words * 4) {
+    lp_scratch_.reset();
+    lp_scratch_ = be_.alloc(scratch_words * 4 * 2);
+  }
+  const kernels::Tensor scratch = kernels::make_tensor(lp_scratch_.get(), DType::I32, static_cast<int64_t>(scratch_words), 1);
+  std::vector<int32_t> h_rows, h_chosen;
+  for (const Listed& l : listed) {
+    h_rows.push_back(l.row);
+    h_rows.push_back(seqs[l.seq].request->greedy() ? -1 : l.row);
+    h_chosen.push_back(l.token);
+  }
+  be_.upload(twp, w_params.data(), w_params.size() * sizeof(kernels::RowSampling));
+  if (sampled) be_.upload(tpp, p_params.data(), p_params.size() * sizeof(kernels::RowSampling));
+  if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
+  be_.upload(trows, h_rows.data(), h_rows.size() * 4);
+  be_.upload(tchosen, h_chosen.data(), h_chosen.size() * 4);
+  const kernels::Tensor penalties = pens.empty() ? kernels::Tensor{} : tpen;
+  const kernels::Tensor wl = probs_rows(lp_logits_, rows, vocab);
+  dd_.make_probs(wl, top, conf, logits, twp, penalties);
+  // p: the verifiers are done with their rows (rejection-mode trees overwrote some), so the
+  // final distributions are made again, the same bits.
+  const kernels::Tensor p = sampled ? probs_rows(probs_, rows, vocab) : kernels::Tensor{};
+  if (sampled) dd_.make_probs(p, top, conf, logits, tpp, penalties);
+  const kernels::Tensor ids_v = kernels::make_tensor(ids.buf, DType::I32, static_cast<int64_t>(n_top) * m, 1, ids.offset);
+  const kernels::Tensor lps_v = kernels::make_tensor(lps.buf, DType::F32, static_cast<int64_t>(n_top) * m, 1, lps.offset);
+  dd_.logprob_rows(chosen_lp, ids_v, lps_v, wl, p, trows, tchosen, n_top, scratch);
+  std::vector<float> h_lp(static_cast<size_t>(m)), h_lps(static_cast<size_t>(n_top * m));
+  std::vector<int32_t> h_ids(static_cast<size_t>(n_top * m));
+  be_.download(h_lp.data(), chosen_lp, h_lp.size() * 4);
+  if (n_top > 0) {
+    be_.download(h_ids.data(), ids_v, h_ids.size() * 4);
+    be_.download(h_lps.data(), lps_v, h_lps.size() * 4);
+  }
+  be_.synchronize();
+  for (size_t r = 0; r < listed.size(); ++r) {
+    const Sequence& s = seqs[listed[r].seq];
+    TokenLogprobs t;
+    t.chosen = {listed[r].token, h_lp[r]};
+    for (int32_t j = 0; j < s.logprobs; ++j) {
+      const size_t at = r * static_cast<size_t>(n_top) + static_cast<size_t>(j);
+      if (h_ids[at] < 0) break;  // the vocabulary has no more
+      t.top.push_back({h_ids[at], h_lps[at]});
+    }
+    out[listed[r].seq].logprobs.push_back(std::move(t));
+  }
 }
 
 void DeviceVerifier::verify_argmax(const kernels::Tensor& logits, std::span<const Sequence> seqs,
@@ -160,13 +272,13 @@ void DeviceVerifier::walk(const kernels::Tensor& ids, std::span<const Sequence> 
   }
 }
 
-kernels::Tensor DeviceVerifier::probs_rows(int64_t rows, int64_t vocab) {
+kernels::Tensor DeviceVerifier::probs_rows(std::unique_ptr<kernels::Buffer>& buf, int64_t rows, int64_t vocab) {
   const size_t bytes = static_cast<size_t>(rows * vocab) * sizeof(float);
-  if (!probs_ || probs_->size() < bytes) {
-    probs_.reset();
-    probs_ = be_.alloc(bytes);
+  if (!buf || buf->size() < bytes) {
+    buf.reset();
+    buf = be_.alloc(bytes);
   }
-  return kernels::make_tensor(probs_.get(), DType::F32, vocab, rows);
+  return kernels::make_tensor(buf.get(), DType::F32, vocab, rows);
 }
 
 void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
@@ -202,7 +314,7 @@ void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std
                         ids = w.take(DType::I32, rows, 1);
   const kernels::Tensor tkeys = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
   const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
-  const kernels::Tensor probs = probs_rows(rows, vocab);
+  const kernels::Tensor probs = probs_rows(probs_, rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tkeys, keys.data(), keys.size() * sizeof(kernels::NoiseKey));
@@ -270,7 +382,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
   const kernels::Tensor tdr = w.take(DType::I32, max_d, n), tqr = w.take(DType::I32, max_d, n);
   const kernels::Tensor n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);
   const kernels::Tensor tpar = trees ? w.take(DType::I32, max_d, n) : kernels::Tensor{};
-  const kernels::Tensor probs = probs_rows(rows, vocab);
+  const kernels::Tensor probs = probs_rows(probs_, rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   be_.upload(tsv, sv.data(), sv.size() * sizeof(kernels::SeqVerify));

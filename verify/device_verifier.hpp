@@ -3,7 +3,7 @@
 // ids and counts come back to the host, instead of n_vocab floats per verified position.
 //   * greedy requests without penalties: the argmax of each row, accepted drafts = the
 //     leading ones equal to it (two launches);
-//   * every other request without logprobs: each row's final distribution
+//   * every other request: each row's final distribution
 //     (make_probs: penalties, temperature, top-k, top-p, min-p), then rejection sampling
 //     against the draft's q (its rows in DraftProbs when it sampled on the device, point
 //     masses for n-gram and greedy drafts) with counter-based noise keyed by (seed,
@@ -15,6 +15,9 @@
 // without replacement on the device, or point masses).
 // Grammars: each constrained row's mask goes up and its forbidden tokens become -inf there
 // (RowMasks) before any of the above, as make_distribution's mask comes first on the host.
+// Logprobs: after the verdicts, each committed token's from the row that verified it
+// (logprob_rows over the rows' penalised logits and final distributions, made again), so
+// only 1 + 2·n_top numbers a token come back.
 // Rejection mode on the device draws its uniforms from PositionNoise(seed) at each token's
 // position (kernels::kTagAccept / kTagSample / kTagDraft) instead of the request's Rng
 // stream: the output follows the target's distribution exactly as on the host, but a seed
@@ -54,11 +57,18 @@ class DeviceVerifier {
     // of a chain after its first r drafts, of a tree after node r - 1's path), one per row;
     // empty: unconstrained.
     std::span<const std::span<const uint64_t>> masks;
+    // Logprobs (GenerateOptions::logprobs): each committed token's and this many
+    // alternatives' (-1: none), of the request's sampling `request` (history: its committed
+    // tokens), into VerifyResult::logprobs.
+    int32_t logprobs = -1;
+    const SamplingParams* request = nullptr;
   };
   // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the
   // step's DraftProbs rows (null when no sequence has q rows). Constrained sequences' rows
   // are masked in place first (what the grammar forbids becomes -inf), so that p is over
-  // what it allows, as on the host.
+  // what it allows, as on the host. A sequence asking for logprobs gets those of every
+  // token its verdict commits (the accepted drafts and the next token), reached on the
+  // device from the rows that verified them (logprob_rows).
   std::vector<VerifyResult> verify(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                    const kernels::Tensor* q = nullptr);
 
@@ -71,14 +81,16 @@ class DeviceVerifier {
   // transform (greedy: the argmax of the penalised logits), then the walk.
   void verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                 std::span<VerifyResult> out);
-  // make_probs' output: rows x vocab floats in probs_, grown to the largest step seen.
-  kernels::Tensor probs_rows(int64_t rows, int64_t vocab);
+  // The logprobs of the tokens each verdict commits, for the sequences that ask.
+  void add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  // make_probs' output: rows x vocab floats in `buf`, grown to the largest step seen.
+  kernels::Tensor probs_rows(std::unique_ptr<kernels::Buffer>& buf, int64_t rows, int64_t vocab);
   // The walk of verify_greedy over row tokens `ids` (argmax or coupled draws) for seqs.
   void walk(const kernels::Tensor& ids, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
   // Each grows to the largest step seen, then stays.
-  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_;
+  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_, lp_side_, lp_logits_, lp_scratch_;
 };
 
 }  // namespace tandem

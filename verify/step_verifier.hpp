@@ -1,9 +1,10 @@
 // A step's verification, host or device, behind one entry point. A driver asks the
 // StepVerifier where each sequence's verdict is reached (on_device): on a backend that
-// decodes on the device (the CUDA one) a sequence without logprobs or host-held q is
-// verified there, its logits never leaving the device (DeviceVerifier, one batch for the
-// step; a grammar's masks go up); every other sequence verifies on the host from its rows (verify_host,
-// with the verifier its request's mode calls for: greedy, coupled or rejection sampling).
+// decodes on the device (the CUDA one) a sequence without host-held q is verified there,
+// its logits never leaving the device (DeviceVerifier, one batch for the step; a grammar's
+// masks go up, logprobs come down); every other sequence verifies on the host from its rows
+// (verify_host, with the verifier its request's mode calls for: greedy, coupled or
+// rejection sampling).
 #pragma once
 #include <memory>
 #include <span>

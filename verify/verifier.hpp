@@ -26,6 +26,7 @@
 #include "engine/sampling/gumbel.hpp"
 #include "engine/sampling/rng.hpp"
 #include "engine/sampling/sampler.hpp"
+#include "tandem/generation.hpp"
 
 namespace tandem {
 
@@ -34,6 +35,9 @@ struct VerifyResult {
   int32_t next_token = -1; // the corrected token (after a rejection) or the bonus token
   bool all_accepted = false;  // true → next_token is the bonus token (after a tree's leaf)
   std::vector<int32_t> path;  // a token tree's accepted nodes, root's child first (device verdicts)
+  // Device verdicts of requests with logprobs: those of each committed token, in order
+  // (n_accepted + 1 of them).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 // target_dist(i) gives p_i for i in 0..k: the target's final distribution for the position

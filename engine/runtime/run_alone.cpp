@@ -13,8 +13,9 @@ void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) 
   std::vector<float> logits;
   // Everything but the last prompt token; it is the first step's pending token.
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
-  // On a backend that decodes on the device, a request without logprobs is verified there
-  // (a grammar's masks going up): the logits stay on the device (verify/step_verifier.hpp).
+  // On a backend that decodes on the device, the request is verified there (a grammar's
+  // masks going up, logprobs coming down): the logits stay on the device
+  // (verify/step_verifier.hpp).
   StepVerifier verifier(target.model().backend());
   while (!run.done()) {
     // Nobody else waits here: the draft reads its context in one go, right after the first

@@ -251,7 +251,7 @@ void Scheduler::Impl::verdicts_on_device(std::vector<Part>& ps) {
       seqs.push_back(p.e->run()->device_sequence(p.first_row));
       here.push_back(&p);
     } else {
-      download_rows(p);  // logprobs, or q held on the host: its rows come to the host
+      download_rows(p);  // q held on the host, or invalid sampling: its rows come to the host
     }
   }
   const kernels::Tensor q = parts.draft_probs ? parts.draft_probs->q() : kernels::Tensor{};

@@ -424,6 +424,11 @@ DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) {
     }
     s.masks = step_.mask_words;
   }
+  if (opts_.logprobs >= 0) {
+    s.logprobs = opts_.logprobs;
+    s.request = &opts_.sampling;
+    s.history = committed_;
+  }
   if (verdict_is_argmax() && step_.prop.q_rows.empty()) return s;
   s.sampling = &opts_.sampling;
   s.history = committed_;
@@ -457,10 +462,14 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
     }
     if (!ok) throw std::runtime_error("device verification returned a path that is not the tree's");
   }
+  if (opts_.logprobs >= 0 && verdict.logprobs.size() != static_cast<size_t>(verdict.n_accepted) + 1)
+    throw std::runtime_error("device verification returned " + std::to_string(verdict.logprobs.size()) +
+                             " tokens' logprobs for " + std::to_string(verdict.n_accepted + 1) + " tokens");
   record_step(verdict, target_ms, 0.0);
   if (out_.generated() > 0) ++result().speculative.device_verified_steps;
   // A tree's accepted path is moved into chain order, and committed as a chain.
-  const VerifyResult v = tree ? keep_path(TreeVerdict{verdict.path, verdict.next_token, verdict.all_accepted}) : verdict;
+  VerifyResult v = tree ? keep_path(TreeVerdict{verdict.path, verdict.next_token, verdict.all_accepted}) : verdict;
+  if (tree) v.logprobs = verdict.logprobs;  // (in the path's order, as committed)
   kv_.truncate(step_.base_len + 1 + v.n_accepted);
   commit_step(v, {});
 }
@@ -559,25 +568,26 @@ void SequenceRun::record_step(const VerifyResult& v, double target_ms, double ve
 
 TokenLogprobs SequenceRun::logprobs_at(std::span<const float> logits, int32_t i, int32_t token) {
   if (logits.empty()) throw std::logic_error("SequenceRun: logprobs need the step's logits");
-  const auto row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
+  std::span<const float> row = logits.subspan(static_cast<size_t>(i) * n_vocab_, static_cast<size_t>(n_vocab_));
   const auto r = static_cast<size_t>(i);
-  if (opts_.sampling.greedy()) {
-    if (!grammar_.active()) return token_logprobs(row, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
-    // Under a grammar, the log-softmax over what it allows here (its state is the one before
-    // this token: logprobs are taken before the commit).
+  // Under a grammar, over what it allows here (its state is the one before this token:
+  // logprobs are taken before the commit): a greedy request's log-softmax, and the tokens
+  // listed after a sampled distribution's, are of the masked row (what it forbids at -inf,
+  // after what the sampling cut), as the device has them.
+  std::vector<float> masked;
+  if (grammar_.active()) {
     const auto mask = grammar_.grammar()->mask(grammar_.state());
-    std::vector<float> masked(row.begin(), row.end());
+    masked.assign(row.begin(), row.end());
     for (size_t j = 0; j < masked.size(); ++j)
       if (!mask_allows(*mask, static_cast<int32_t>(j))) masked[j] = -std::numeric_limits<float>::infinity();
-    return token_logprobs(masked, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
+    row = masked;
   }
+  if (opts_.sampling.greedy()) return token_logprobs(row, opts_.sampling, committed_, nullptr, token, opts_.logprobs);
   // Verification reaches every committed row; should one be missing, compute it the same way.
   std::vector<std::optional<Distribution>>& dists = step_.dists;
   if (r >= dists.size() || !dists[r]) {
     dists.resize(std::max(dists.size(), r + 1));
-    dists[r] = grammar_.active() ? make_distribution(row, opts_.sampling, committed_,
-                                                     *grammar_.grammar()->mask(grammar_.state()))
-                                 : make_distribution(row, opts_.sampling, committed_);
+    dists[r] = make_distribution(row, opts_.sampling, committed_);  // (masked under a grammar)
   }
   return token_logprobs(row, opts_.sampling, committed_, &*dists[r], token, opts_.logprobs);
 }
@@ -595,7 +605,7 @@ void SequenceRun::commit_step(const VerifyResult& v, std::span<const float> logi
   auto row_of = [&](int32_t i) { return rows.empty() ? i : rows.at(static_cast<size_t>(i)); };
   auto commit_row = [&](int32_t i, int32_t token) {
     if (opts_.logprobs < 0) return commit(token, nullptr);
-    res.logprobs.push_back(logprobs_at(logits, row_of(i), token));
+    res.logprobs.push_back(logits.empty() ? v.logprobs.at(static_cast<size_t>(i)) : logprobs_at(logits, row_of(i), token));
     return commit(token, &res.logprobs.back());
   };
   for (int32_t i = 0; i < v.n_accepted && more; ++i) more = commit_row(i, step_.prop.tokens[static_cast<size_t>(i)]);

@@ -109,15 +109,12 @@ class SequenceRun {
   void finish_step(std::span<const float> logits, double target_ms);
   // Whether this request's verdict is the target's argmax alone (greedy, no penalties; under
   // a grammar, of the masked rows), so a backend can reach it without the logits leaving the
-  // device (kernels/device_decode.hpp). (Not when it wants logprobs: they need the logits
-  // rows on the host.)
-  bool verdict_is_argmax() const {
-    return opts_.sampling.greedy() && !opts_.sampling.has_penalties() && opts_.logprobs < 0;
-  }
+  // device (kernels/device_decode.hpp).
+  bool verdict_is_argmax() const { return opts_.sampling.greedy() && !opts_.sampling.has_penalties(); }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
-  // (verify/device_verifier.hpp): no logprobs (they need the rows), and no draft
-  // distributions held on the host. Token trees too, in every mode; a grammar's masks go to
-  // the device with the step.
+  // (verify/device_verifier.hpp): no draft distributions held on the host. Token trees too,
+  // in every mode; a grammar's masks go to the device with the step, and logprobs are
+  // reached there too.
   bool verdict_on_device() const { return device_eligible() && step_.prop.dists.empty(); }
   // This step as the device verifier takes it (first_row: the pending token's row); a
   // constrained step's masks are held with the step until it is finished.
@@ -199,12 +196,13 @@ class SequenceRun {
   // Invalid sampling parameters (or a vocabulary too large for the device's sums) take the
   // host path, which reports them as make_distribution does.
   bool device_eligible() const {
-    return opts_.logprobs < 0 && sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
+    return sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
   }
   int32_t k_limit() const;      // draft_max within the context and token budget
   int32_t tokens_left() const;  // what max_tokens still allows (the policy's horizon)
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
-  // logits: the step's rows, for logprobs (empty for an outside verdict).
+  // logits: the step's rows, for logprobs (empty for an outside verdict: its logprobs come
+  // with it).
   void commit_step(const VerifyResult& v, std::span<const float> logits);
   bool commit(int32_t token, const TokenLogprobs* lp);  // false once the output is over
   // The logprobs of `token` at step row i (opts_.logprobs >= 0), history = committed_.

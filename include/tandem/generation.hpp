@@ -75,7 +75,8 @@ struct GenerateOptions {
   // penalties, temperature, top-k, top-p, min-p; tokens those cut have -inf), whether a draft
   // proposed the token or not, so speculation never changes them. Greedy requests (which
   // draw from no distribution) get the log-softmax of the penalised logits at temperature 1.
-  // Asking for them keeps a request's logits on the host (no device-side verification).
+  // On the CUDA backend they are reached on the device with the verdict: only the numbers
+  // asked for cross to the host.
   int32_t logprobs = -1;
   // Keep every decoding step's drafted and accepted counts (SpeculativeMetrics::steps).
   bool record_steps = false;

@@ -150,6 +150,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
                       const Tensor& parents) override;
   void scatter_cols(const Tensor& dst, const Tensor& src, const Tensor& ids, float fill) override;
   void mask_rows(const Tensor& logits, const Tensor& rows, const Tensor& mask_of, const Tensor& masks) override;
+  void logprob_rows(const Tensor& chosen_lp, const Tensor& ids, const Tensor& lps, const Tensor& w, const Tensor& p,
+                    const Tensor& rows, const Tensor& chosen, int32_t n_top, const Tensor& scratch) override;
   void top_rows(const Tensor& ids, const Tensor& vals, const Tensor& lse, const Tensor& src, const Tensor& rows,
                 const Tensor& keys, int32_t w) override;
 

@@ -1,6 +1,6 @@
 // CudaBackend's sampled decoding (kernels/device_decode.hpp: make_probs, sample_probs,
-// verify_sampled; top_rows for token trees): shape checks, then one launch each
-// (kernels/cuda/ops/sampling.cu, top_rows.cu).
+// verify_sampled; top_rows for token trees; mask_rows; logprob_rows): shape checks, then the
+// launches (kernels/cuda/ops/sampling.cu, top_rows.cu, mask_rows.cu, logprob_rows.cu).
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -126,6 +126,36 @@ void CudaBackend::mask_rows(const Tensor& logits, const Tensor& rows, const Tens
                  logits.cols(), reinterpret_cast<const int32_t*>(ptr(rows, op)),
                  reinterpret_cast<const int32_t*>(ptr(mask_of, op)), m,
                  reinterpret_cast<const uint32_t*>(ptr(masks, op)), masks.cols(), masks.rows(), err_);
+  launched(op);
+}
+
+void CudaBackend::logprob_rows(const Tensor& chosen_lp, const Tensor& ids, const Tensor& lps, const Tensor& w,
+                               const Tensor& p, const Tensor& rows, const Tensor& chosen, int32_t n_top,
+                               const Tensor& scratch) {
+  const char* op = "logprob_rows";
+  require(w.type == DType::F32 && chosen_lp.type == DType::F32 && lps.type == DType::F32 && ids.type == DType::I32 &&
+              rows.type == DType::I32 && chosen.type == DType::I32 && scratch.type == DType::I32,
+          op, "w, chosen_lp and lps F32, ids, rows, chosen and scratch I32");
+  require(n_top >= 0 && n_top <= kMaxLogprobTop, op, "n_top in 0..20");
+  require(w.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
+  const bool with_p = p.buf != nullptr;
+  require(!with_p || (p.type == DType::F32 && p.cols() == w.cols()), op, "p F32 as wide as w");
+  const int64_t m = chosen.numel();
+  require(chosen_lp.nb1 == 0 && ids.nb1 == 0 && lps.nb1 == 0 && chosen.nb1 == 0 && scratch.nb1 == 0, op,
+          "packed outputs, chosen and scratch");
+  require(packed_i32(rows, 2) && rows.rows() == m, op, "rows: I32 [2, m]");
+  require(chosen_lp.numel() == m && ids.numel() == m * n_top && lps.numel() == m * n_top, op,
+          "chosen_lp [m], ids and lps [n_top, m]");
+  require(m <= 65535, op, "at most 65535 rows a call");
+  require(scratch.numel() >= logprob_scratch_words(m, w.cols(), n_top), op, "scratch: logprob_scratch_words");
+  auto* sp = reinterpret_cast<int32_t*>(ptr(scratch, op));
+  require(reinterpret_cast<uintptr_t>(sp) % 8 == 0, op, "scratch 8-byte aligned");
+  ops::logprob_rows(rt_->stream(), reinterpret_cast<const float*>(ptr(w, op)), ld_of(w), w.rows(),
+                    with_p ? reinterpret_cast<const float*>(ptr(p, op)) : nullptr, with_p ? ld_of(p) : 0,
+                    with_p ? p.rows() : 0, w.cols(), reinterpret_cast<const int32_t*>(ptr(rows, op)),
+                    reinterpret_cast<const int32_t*>(ptr(chosen, op)), m, n_top, sp,
+                    reinterpret_cast<float*>(ptr(chosen_lp, op)), reinterpret_cast<int32_t*>(ptr(ids, op)),
+                    reinterpret_cast<float*>(ptr(lps, op)), err_);
   launched(op);
 }
 

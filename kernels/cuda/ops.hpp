@@ -241,6 +241,16 @@ void draw_rows(Stream s, const float* q, int64_t ldq, int64_t q_rows, int64_t vo
                int64_t n_rows, const int32_t* counts, const NoiseKey* keys, const int32_t* tags, int w,
                int32_t* ids, float* vals, int* err);
 
+// ---- logprobs on the device (ops/logprob_rows.cu; kernels/device_decode.hpp) --------------
+// For each listed row i: w row rows[2i] of w [w_rows, vocab] (penalised logits) and p row
+// rows[2i + 1] of p [p_rows, vocab] (a final distribution; -1: a greedy row, p may be null
+// when no row has one): chosen_lp[i] = chosen[i]'s logprob, ids / lps [m, n_top] the n_top
+// most likely tokens and theirs. scratch: logprob_scratch_words(m, vocab, n_top) words,
+// 8-byte aligned. A row or chosen token out of range sets kErrVerify (its outputs NaN / -1).
+void logprob_rows(Stream s, const float* w, int64_t ldw, int64_t w_rows, const float* p, int64_t ldp, int64_t p_rows,
+                  int64_t vocab, const int32_t* rows, const int32_t* chosen, int64_t m, int n_top, int32_t* scratch,
+                  float* chosen_lp, int32_t* ids, float* lps, int* err);
+
 // ---- token trees drafted on the device (ops/top_rows.cu; kernels/device_decode.hpp) -------
 // For each listed row rows[i] of src [src_rows, vocab] (ld lds): the w best tokens, best
 // first, into ids[i * w ..] and their values into vals[i * w ..] (-1 and 0 past what is

@@ -303,6 +303,10 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
     w[tok] = y;
   }
   __syncthreads();
+  if (P.penalised_only) {  // the penalised logits are what is asked for (logprob_rows)
+    if (threadIdx.x == 0) top[r] = -2, conf[r] = 0.0f;
+    return;
+  }
 
   KeyId mx{dev::kNegInfKey, 0x7fffffff};
   for (int64_t v = threadIdx.x; v < n; v += kT) mx = better(mx, KeyId{dev::rank_key(w[v]), static_cast<int32_t>(v)});
