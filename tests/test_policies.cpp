@@ -835,6 +835,58 @@ TEST(PoliciesInEngine, ADraftThePolicyNeverAsksForNeverReadsThePrompt) {
   EXPECT_EQ(s.stats().draft_prefill_tokens_total, 0);
 }
 
+// A waiting policy starts the draft on the target's confidence (AdaptivePolicy: an output
+// too short for start_budget alone, but a sure target) on the CUDA backend as on the CPU:
+// there the confidence is read on the device with the verdict. The same costs and the same
+// tokens give the same steps on both; an unsure target does not start (a probe at most).
+TEST(PoliciesInEngine, TheTargetsConfidenceStartsTheDraftOnTheCudaBackendAsOnTheCpu) {
+  const std::vector<int32_t> prompt = {5, 17, 33, 9, 120, 44, 7, 250};
+  int64_t sure_drafted[2] = {0, 0};  // adaptive, goodput
+  for (const float scale : {3.0f, 0.0f}) {  // a sure target (top probability ~0.8), an unsure one (~0.04)
+    test::TinyModelSpec t;
+    t.arch = "qwen2";
+    t.tied_embeddings = false;
+    t.seed = 3;
+    t.weight_scale = scale;
+    const auto f = test::write_tiny_pair(test::scratch_dir("policies-sure-" + std::to_string(scale > 0)), t);
+    for (const char* pol : {"adaptive", "goodput"}) {
+      std::vector<GenerateResult> by;
+      for (const char* device : {"cpu", "cuda-emulated"}) {
+        LoadOptions o;
+        o.model_path = f.target;
+        o.draft_model_path = f.close_draft;
+        o.threads = 1;
+        o.context = 256;
+        o.device = device;
+        auto e = Engine::load(o);
+        e->set_cost_model(std::make_shared<CostModel>(linear_costs(0.1, 0.05)));
+        GenerateOptions g = greedy(24, pol);
+        g.record_steps = true;
+        by.push_back(e->generate_tokens(prompt, g));
+      }
+      const std::string what = std::string(pol) + (scale > 0 ? ", sure target" : ", unsure target");
+      const SpeculativeMetrics &cpu = by[0].speculative, &cuda = by[1].speculative;
+      ASSERT_EQ(by[1].tokens, by[0].tokens) << what;
+      if (scale > 0) {
+        // Not at once: after the confidences it waits for.
+        ASSERT_GE(cpu.steps.size(), 3u) << what;
+        EXPECT_EQ(cpu.steps[0].drafted, 0) << what;
+        EXPECT_GT(cpu.drafted_tokens, 0) << what << ": started on the target's confidence";
+        sure_drafted[pol[0] == 'g'] = cpu.drafted_tokens;
+      } else {
+        // The same costs, no confidence to start on: at most a probe.
+        EXPECT_LT(4 * cpu.drafted_tokens, sure_drafted[pol[0] == 'g']) << what;
+      }
+      EXPECT_GT(cuda.device_verified_steps, 0) << what;
+      ASSERT_EQ(cuda.steps.size(), cpu.steps.size()) << what;
+      for (size_t i = 0; i < cpu.steps.size(); ++i) {
+        EXPECT_EQ(cuda.steps[i].drafted, cpu.steps[i].drafted) << what << ", step " << i;
+        EXPECT_EQ(cuda.steps[i].accepted, cpu.steps[i].accepted) << what << ", step " << i;
+      }
+    }
+  }
+}
+
 // Prompt lookup ahead of the draft model (SpeculativeOptions::lookup): the output stays the
 // target's, alone and in the scheduler's batches; its steps are counted apart and in the
 // totals; off, no step is lookup's.

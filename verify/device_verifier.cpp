@@ -98,6 +98,7 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     group[g].push_back(s);
     group_at[g].push_back(i);
   }
+  add_confidence(logits, seqs, out);  // (of the raw rows, as the host reads it)
   masks.apply(be_, dd_, logits, masks_);
   for (int g = 0; g < kGroups; ++g) {
     if (group[g].empty()) continue;
@@ -105,10 +106,48 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     if (g == kArgmax) verify_argmax(logits, group[g], v);
     else if (g == kTrees) verify_transformed_trees(logits, group[g], v);
     else verify_sampled(logits, group[g], q, v);  // chains, or rejection-mode trees
-    for (size_t i = 0; i < v.size(); ++i) out[group_at[g][i]] = std::move(v[i]);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double c = out[group_at[g][i]].confidence;
+      out[group_at[g][i]] = std::move(v[i]);
+      out[group_at[g][i]].confidence = c;
+    }
   }
   add_logprobs(logits, seqs, out);
   return out;
+}
+
+void DeviceVerifier::add_confidence(const kernels::Tensor& logits, std::span<const Sequence> seqs,
+                                    std::span<VerifyResult> out) {
+  const int64_t rows = logits.rows(), vocab = logits.cols();
+  // make_probs over the raw row at the request's temperature with no cuts and no penalties:
+  // its top probability is 1 / Σ exp((x − max) / t) (a greedy row's, at t = 1).
+  std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
+  for (auto& r : params) r.skip = 1;
+  std::vector<size_t> asked;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = seqs[i];
+    if (!s.confidence) continue;
+    if (!s.request) throw std::logic_error("device verification: the confidence needs the request's sampling");
+    kernels::RowSampling& rs = params[static_cast<size_t>(s.first_row)];
+    rs = kernels::RowSampling{};
+    rs.temperature = s.request->greedy() ? 0.0f : s.request->temperature;
+    asked.push_back(i);
+  }
+  if (asked.empty()) return;
+  kernels::WordViews w(be_, conf_side_, static_cast<size_t>(rows) * (kernels::kRowSamplingWords + 2));
+  const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
+  const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
+  be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
+  dd_.make_probs(probs_rows(probs_, rows, vocab), top, conf, logits, tp, kernels::Tensor{});
+  std::vector<float> h_conf(static_cast<size_t>(rows));
+  std::vector<int32_t> h_top(static_cast<size_t>(rows));
+  be_.download(h_conf.data(), conf, h_conf.size() * 4);
+  be_.download(h_top.data(), top, h_top.size() * 4);
+  be_.synchronize();
+  for (size_t i : asked) {
+    const auto r = static_cast<size_t>(seqs[i].first_row);
+    out[i].confidence = h_top[r] >= 0 ? static_cast<double>(h_conf[r]) : 0.0;  // (no token possible: 0)
+  }
 }
 
 void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs,

@@ -57,11 +57,16 @@ class DeviceVerifier {
     // of a chain after its first r drafts, of a tree after node r - 1's path), one per row;
     // empty: unconstrained.
     std::span<const std::span<const uint64_t>> masks;
-    // Logprobs (GenerateOptions::logprobs): each committed token's and this many
-    // alternatives' (-1: none), of the request's sampling `request` (history: its committed
-    // tokens), into VerifyResult::logprobs.
-    int32_t logprobs = -1;
+    // The request's sampling (always set by SequenceRun; needed by the two below).
     const SamplingParams* request = nullptr;
+    // Logprobs (GenerateOptions::logprobs): each committed token's and this many
+    // alternatives' (-1: none), of `request`'s transforms (history: its committed tokens),
+    // into VerifyResult::logprobs.
+    int32_t logprobs = -1;
+    // A plain step whose target confidence a waiting policy reads (AdaptivePolicy): the
+    // largest softmax probability of the first row's raw logits at the request's temperature
+    // (1 for greedy), as top_probability has it on the host, into VerifyResult::confidence.
+    bool confidence = false;
   };
   // The verdict of each sequence against the logits [rows, n_vocab] on the backend. q: the
   // step's DraftProbs rows (null when no sequence has q rows). Constrained sequences' rows
@@ -81,6 +86,8 @@ class DeviceVerifier {
   // transform (greedy: the argmax of the penalised logits), then the walk.
   void verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                 std::span<VerifyResult> out);
+  // The target's confidence at the first row of the sequences that ask, before any mask.
+  void add_confidence(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   // The logprobs of the tokens each verdict commits, for the sequences that ask.
   void add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   // make_probs' output: rows x vocab floats in `buf`, grown to the largest step seen.
@@ -90,7 +97,7 @@ class DeviceVerifier {
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
   // Each grows to the largest step seen, then stays.
-  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_, lp_side_, lp_logits_, lp_scratch_;
+  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_, lp_side_, lp_logits_, lp_scratch_, conf_side_;
 };
 
 }  // namespace tandem

@@ -38,6 +38,9 @@ struct VerifyResult {
   // Device verdicts of requests with logprobs: those of each committed token, in order
   // (n_accepted + 1 of them).
   std::vector<TokenLogprobs> logprobs;
+  // Device verdicts that were asked for it (DeviceVerifier::Sequence::confidence): the
+  // target's top-token probability at the step's first row; -1 otherwise.
+  double confidence = -1.0;
 };
 
 // target_dist(i) gives p_i for i in 0..k: the target's final distribution for the position

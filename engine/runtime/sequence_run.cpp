@@ -424,11 +424,14 @@ DeviceVerifier::Sequence SequenceRun::device_sequence(int32_t first_row) {
     }
     s.masks = step_.mask_words;
   }
+  s.request = &opts_.sampling;
   if (opts_.logprobs >= 0) {
     s.logprobs = opts_.logprobs;
-    s.request = &opts_.sampling;
     s.history = committed_;
   }
+  // A plain step while the policy waits to start the draft: what the target's confidence
+  // says of the draft's chances (as finish_step's host path reads it from the rows).
+  s.confidence = spec_.deferred && spec_.policy && step_.prop.tokens.empty() && spec_.policy->wants_confidence();
   if (verdict_is_argmax() && step_.prop.q_rows.empty()) return s;
   s.sampling = &opts_.sampling;
   s.history = committed_;
@@ -465,6 +468,8 @@ void SequenceRun::finish_step(const VerifyResult& verdict, double target_ms) {
   if (opts_.logprobs >= 0 && verdict.logprobs.size() != static_cast<size_t>(verdict.n_accepted) + 1)
     throw std::runtime_error("device verification returned " + std::to_string(verdict.logprobs.size()) +
                              " tokens' logprobs for " + std::to_string(verdict.n_accepted + 1) + " tokens");
+  if (verdict.confidence >= 0.0 && spec_.deferred && spec_.policy && step_.prop.tokens.empty())
+    spec_.policy->observe_confidence(verdict.confidence);
   record_step(verdict, target_ms, 0.0);
   if (out_.generated() > 0) ++result().speculative.device_verified_steps;
   // A tree's accepted path is moved into chain order, and committed as a chain.
