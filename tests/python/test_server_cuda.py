@@ -9,8 +9,9 @@ depend on speculation (none, n-gram, the draft model) or on batching; a seeded c
 sample is the same text with and without speculation; streaming gives the non-streamed
 text; a KV budget small enough to preempt loses nothing; a client that disconnects
 mid-stream is cancelled; JSON Schema answers (their grammar's masks applied on the device)
-do not depend on speculation either; /metrics shows device verification, the one KV pool and
-no scratch allocated in the step path; SIGTERM drains and exits 0.
+do not depend on speculation either, nor do logprobs (reached on the device too); /metrics
+shows device verification, the one KV pool and no scratch allocated in the step path;
+SIGTERM drains and exits 0.
 
     python3 tests/python/test_server_cuda.py --tandem build/release/apps/tandem \
         --fixture build/release/tandem_make_fixture
@@ -249,6 +250,32 @@ class ServeOnEmulatedCuda(unittest.TestCase):
         self.assertGreater(finished, 0, "no answer finished: the schema's end went untested")
         m = self.server.metrics()
         self.assertGreater(m["tandem_device_verified_steps_total"], before, "no constrained step was decided on the device")
+        self.assertEqual(m["tandem_scratch_growths_total"], 0)
+
+    def test_6_logprobs_are_reached_on_the_device(self):
+        """Requests with logprobs decode on the device like any other (each committed token's
+        logprob and alternatives come down with the verdict): the greedy text and a seed's
+        coupled text, with their logprobs, do not depend on speculation, and the steps were
+        verified on the device."""
+        def ask(mode, temperature, seed):
+            body = dict(model="tiny", messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=12,
+                        temperature=temperature, seed=seed, logprobs=True, top_logprobs=3,
+                        speculative={"mode": mode, "verify": "coupled", "draft_max": 3})
+            choice = self.server.post("/v1/chat/completions", body)["choices"][0]
+            return choice["message"]["content"], choice["logprobs"]
+
+        before = self.server.metrics()["tandem_device_verified_steps_total"]
+        for temperature, seed in ((0.0, 1), (0.9, 7)):
+            text, lp = ask("none", temperature, seed)
+            content = lp["content"]
+            self.assertGreater(len(content), 0)
+            for t in content:
+                self.assertLessEqual(t["logprob"], 0.0)
+                self.assertEqual(len(t["top_logprobs"]), 3)
+                self.assertGreaterEqual(t["top_logprobs"][0]["logprob"], t["top_logprobs"][-1]["logprob"])
+            self.assertEqual(ask("model", temperature, seed), (text, lp), f"T={temperature}")
+        m = self.server.metrics()
+        self.assertGreater(m["tandem_device_verified_steps_total"], before, "no step with logprobs was verified on the device")
         self.assertEqual(m["tandem_scratch_growths_total"], 0)
 
     def test_9_sigterm_drains_and_exits_cleanly(self):
