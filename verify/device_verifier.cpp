@@ -203,7 +203,7 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
   const size_t pen_words = std::max<size_t>(pens.size(), 2);
   kernels::WordViews w(be_, lp_side_,
                        static_cast<size_t>(rows) * (2 * kernels::kRowSamplingWords + 2) + pen_words +
-                           static_cast<size_t>(m) * (3 + 2 * static_cast<size_t>(n_top) + 1));
+                           static_cast<size_t>(m) * (4 + 2 * static_cast<size_t>(n_top)) + 2);
   const kernels::Tensor twp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor tpp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
