@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -91,6 +92,17 @@ int run_generate(const GenerateArgs& args) {
     o["text"] = r.text;
     o["finish_reason"] = to_string(r.finish);
     o["seed"] = r.seed;  // --seed with it reproduces the text
+    if (gen.logprobs >= 0) {
+      // Each generated token's {token, logprob, top: [[token, logprob], ...]} (-inf as null).
+      auto num = [](float x) { return std::isfinite(x) ? boost::json::value(x) : boost::json::value(nullptr); };
+      boost::json::array lps;
+      for (const TokenLogprobs& lp : r.logprobs) {
+        boost::json::array top;
+        for (const TokenLogprob& t : lp.top) top.push_back(boost::json::array{t.token, num(t.logprob)});
+        lps.push_back(boost::json::object{{"token", lp.chosen.token}, {"logprob", num(lp.chosen.logprob)}, {"top", top}});
+      }
+      o["logprobs"] = std::move(lps);
+    }
     boost::json::object tm;
     tm["n_prompt"] = t.n_prompt;
     tm["n_generated"] = t.n_generated;
@@ -195,7 +207,11 @@ Command add_generate(CLI::App& app) {
   add_runtime_options(*sub, a->load);
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");
-  sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");
+  auto* o_json = sub->add_flag("--json", a->json, "Print one JSON object with tokens, text and timings");
+  sub->add_option("--logprobs", a->gen.logprobs,
+                  "With --json: each generated token's logprob and this many most likely alternatives (0..20)")
+      ->check(CLI::Range(0, kMaxTopLogprobs))
+      ->needs(o_json);
   sub->add_flag("-v,--verbose", a->verbose, "Print model and backend details");
   return {sub, [a, sub, o_draft, o_draft_max, o_policy, o_p_min] {
             a->given = {o_draft->count() > 0, o_draft_max->count() > 0, o_p_min->count() > 0, o_policy->count() > 0,

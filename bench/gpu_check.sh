@@ -41,7 +41,9 @@
 #   6. the engine on the device (when the `tandem` binary is there): the Qwen pair, greedy,
 #      plain vs speculative (draft model, k = 4) on code and chat prompts: tokens must be
 #      identical, and tok/s of each; then constrained to one JSON object (--json-object: the
-#      grammar's masks applied on the device), plain vs speculative, the same check
+#      grammar's masks applied on the device), plain vs speculative, the same check; then with
+#      5 logprobs a token (reached on the device with each verdict), the same tokens and the
+#      same logprobs
 #   7. HF transformers assisted generation (generate(assistant_model=...)) on the same pair
 #      and prompts (bench/hf_assisted.py; GGUFs through gguf_file=), next to step 6's figures
 #   8. the server on the device at 1/2/8/32/128 streams, greedy and T = 0.8, speculation off
@@ -246,6 +248,10 @@ if [ -x "$BUILD/apps/tandem" ] && [ -f "$TARGET" ] && [ -f "$DRAFT" ] && [ "$(el
     --temp 0 --draft none --json-object --json -p "${PROMPTS[1]}"
   step engine_json_spec 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device "$DEVICE" --gpu-mem 8G \
     -n 128 --temp 0 --draft model --draft-max 4 --json-object --json -p "${PROMPTS[1]}"
+  step engine_logprobs_plain 60 "$BUILD/apps/tandem" generate -m "$TARGET" --device "$DEVICE" --gpu-mem 8G -n 64 \
+    --temp 0 --draft none --logprobs 5 --json -p "${PROMPTS[2]}"
+  step engine_logprobs_spec 60 "$BUILD/apps/tandem" generate -m "$TARGET" -md "$DRAFT" --device "$DEVICE" --gpu-mem 8G \
+    -n 64 --temp 0 --draft model --draft-max 4 --logprobs 5 --json -p "${PROMPTS[2]}"
 else
   log "engine step skipped (no $BUILD/apps/tandem, no Qwen pair in $MODELS, or out of time)"
 fi
@@ -293,8 +299,11 @@ def plain_vs_spec(plain_out, spec_out):
     last = lambda name: json.loads([l for l in open(os.path.join(out, name)) if l.startswith("{")][-1])
     plain, spec = last(plain_out), last(spec_out)
     tok_s = lambda r: r["timings"]["decode_tokens_per_s"]
-    return {"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"], "tokens": len(plain["tokens"]),
-            "plain_tok_s": tok_s(plain), "spec_tok_s": tok_s(spec), "speedup": tok_s(spec) / max(tok_s(plain), 1e-9)}
+    r = {"prompt": plain["prompt"], "same_tokens": plain["tokens"] == spec["tokens"], "tokens": len(plain["tokens"]),
+         "plain_tok_s": tok_s(plain), "spec_tok_s": tok_s(spec), "speedup": tok_s(spec) / max(tok_s(plain), 1e-9)}
+    if "logprobs" in plain:  # (--logprobs: one entry a token, the same bits however it was drafted)
+        r["same_logprobs"] = plain["logprobs"] == spec.get("logprobs") and len(plain["logprobs"]) == len(plain["tokens"])
+    return r
 engine = []
 for f in sorted(glob.glob(os.path.join(out, "engine_plain_*.out"))):
     i = f.rsplit("_", 1)[1][:-4]
@@ -308,6 +317,12 @@ if os.path.exists(os.path.join(out, "engine_json_plain.out")):
         constrained = plain_vs_spec("engine_json_plain.out", "engine_json_spec.out")
     except Exception as e:
         constrained = {"error": str(e)}
+logprobs = None  # the same, with 5 logprobs a token reached on the device
+if os.path.exists(os.path.join(out, "engine_logprobs_plain.out")):
+    try:
+        logprobs = plain_vs_spec("engine_logprobs_plain.out", "engine_logprobs_spec.out")
+    except Exception as e:
+        logprobs = {"error": str(e)}
 def read_json(name):
     try:
         return json.load(open(os.path.join(out, name)))
@@ -315,7 +330,7 @@ def read_json(name):
         return None
 hf, serve = read_json("hf_assisted.json"), read_json("serve_matrix.json")
 random_weights = bool((read_json("models.json") or {}).get("random_weights"))
-summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "constrained": constrained,
+summary = {"steps": steps, "tests": tests, "bench": bench, "engine": engine, "constrained": constrained, "logprobs": logprobs,
            "hf_assisted": hf, "serve": serve,
            "random_weight_models": random_weights,
            "not_run": [n for n, v in (("HF assisted generation", hf), ("server at 1/8/32/128 streams", serve)) if v is None]}
@@ -380,6 +395,14 @@ with open(os.path.join(out, "summary.md"), "w") as t:
             c = constrained
             t.write(f"\nconstrained (one JSON object, {c['tokens']} tokens): same tokens {c['same_tokens']}, plain "
                     f"{c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s ({c['speedup']:.2f}x)\n")
+    if logprobs:
+        if "error" in logprobs:
+            t.write(f"\nlogprobs (5 a token): error: {logprobs['error']}\n")
+        else:
+            c = logprobs
+            t.write(f"\nlogprobs (5 a token, {c['tokens']} tokens): same tokens {c['same_tokens']}, same logprobs "
+                    f"{c.get('same_logprobs')}, plain {c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s "
+                    f"({c['speedup']:.2f}x)\n")
     ok = [e for e in engine if "error" not in e]
     if hf and ok:
         spec = sum(e["spec_tok_s"] for e in ok) / len(ok)

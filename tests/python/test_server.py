@@ -430,6 +430,32 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         again = generate("--seed", m.group(1), json_out=False)
         self.assertEqual(again.stdout, plain.stdout)
 
+    @release_only("Logprobs.MatchTheTargetsLogitsAndDoNotDependOnSpeculation (test_logprobs)")
+    def test_cli_generate_lists_logprobs(self):
+        """`tandem generate --logprobs N --json`: one entry a generated token, its own logprob and the N
+        most likely (greedy: the token first), the same with n-gram drafts; without --json it is refused."""
+        def generate(*extra):
+            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "16",
+                                  "--threads", str(ARGS.threads), "--json", "--logprobs", "3", "-p", "One, two, three,",
+                                  *extra], capture_output=True, text=True, timeout=300 * TIME_SCALE)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return json.loads(out.stdout)
+
+        plain = generate("--draft", "none")
+        self.assertEqual(len(plain["logprobs"]), len(plain["tokens"]))
+        for tok, lp in zip(plain["tokens"], plain["logprobs"]):
+            self.assertEqual(lp["token"], tok)
+            self.assertEqual(len(lp["top"]), 3)
+            self.assertEqual(lp["top"][0], [tok, lp["logprob"]])
+            self.assertLessEqual(lp["logprob"], 0.0)
+            self.assertGreaterEqual(lp["top"][1][1], lp["top"][2][1])
+        spec = generate("--draft", "ngram")
+        self.assertEqual((spec["tokens"], spec["logprobs"]), (plain["tokens"], plain["logprobs"]))
+        bare = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "-n", "2", "--logprobs", "3", "-p", "x"],
+                              capture_output=True, text=True, timeout=60 * TIME_SCALE)
+        self.assertNotEqual(bare.returncode, 0)
+        self.assertIn("--json", bare.stderr)
+
     # -- errors --
     def test_client_errors(self):
         with self.assertRaises(openai.NotFoundError) as e:
