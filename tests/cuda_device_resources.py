@@ -27,14 +27,14 @@ import sys
 # The kernel files (kernels/cuda/ops) the model's passes spend their time in.
 FILES = ["matmul_small.cu", "matmul_mma.cu", "matmul_mma_float.cu", "paged_attention.cu", "rms_norm_quant.cu",
          "attn_inputs.cu", "gated_act.cu", "rope.cu", "kv_store.cu", "get_rows.cu", "greedy.cu", "sampling.cu",
-         "top_rows.cu", "mask_rows.cu"]
+         "top_rows.cu", "mask_rows.cu", "logprob_rows.cu"]
 ARCH = "sm_90"    # the code held to the ceilings
 MAX_STACK = 192  # bytes of local memory a thread
 MAX_SPILL = 64   # bytes of spill stores plus loads
 # Files whose kernels keep nothing in local memory on purpose: any stack there is an array
 # indexed at run time (attention's staged loads unpacked by a variable index were one).
 NO_STACK = {"paged_attention.cu", "rms_norm_quant.cu", "gated_act.cu", "kv_store.cu", "get_rows.cu", "greedy.cu",
-            "sampling.cu", "top_rows.cu", "mask_rows.cu"}
+            "sampling.cu", "top_rows.cu", "mask_rows.cu", "logprob_rows.cu"}
 
 
 def read_report(reports, f):
