@@ -388,21 +388,16 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 t.write(f"| {e.get('prompt_index')} | error: {e['error']} | | | |\n")
             else:
                 t.write(f"| {e['prompt'][:40]} | {e['same_tokens']} | {e['plain_tok_s']:.1f} | {e['spec_tok_s']:.1f} | {e['speedup']:.2f} |\n")
+    def pair_line(label, c):  # one plain_vs_spec pair
+        if "error" in c:
+            return f"\n{label}: error: {c['error']}\n"
+        same_lp = f", same logprobs {c['same_logprobs']}" if "same_logprobs" in c else ""
+        return (f"\n{label}, {c['tokens']} tokens: same tokens {c['same_tokens']}{same_lp}, plain "
+                f"{c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s ({c['speedup']:.2f}x)\n")
     if constrained:
-        if "error" in constrained:
-            t.write(f"\nconstrained (one JSON object): error: {constrained['error']}\n")
-        else:
-            c = constrained
-            t.write(f"\nconstrained (one JSON object, {c['tokens']} tokens): same tokens {c['same_tokens']}, plain "
-                    f"{c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s ({c['speedup']:.2f}x)\n")
+        t.write(pair_line("constrained (one JSON object)", constrained))
     if logprobs:
-        if "error" in logprobs:
-            t.write(f"\nlogprobs (5 a token): error: {logprobs['error']}\n")
-        else:
-            c = logprobs
-            t.write(f"\nlogprobs (5 a token, {c['tokens']} tokens): same tokens {c['same_tokens']}, same logprobs "
-                    f"{c.get('same_logprobs')}, plain {c['plain_tok_s']:.1f} tok/s, speculative {c['spec_tok_s']:.1f} tok/s "
-                    f"({c['speedup']:.2f}x)\n")
+        t.write(pair_line("logprobs (5 a token)", logprobs))
     ok = [e for e in engine if "error" not in e]
     if hf and ok:
         spec = sum(e["spec_tok_s"] for e in ok) / len(ok)

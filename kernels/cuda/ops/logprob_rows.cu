@@ -20,6 +20,7 @@
 // every run, whatever order threads and blocks run in.
 #include <cmath>
 
+#include "kernels/cuda/block_best.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.hpp"
 #include "kernels/device_decode.hpp"
@@ -41,26 +42,12 @@ struct Ranked {
   __device__ bool valid() const { return id != kNoId; }
 };
 __device__ __forceinline__ bool before(Ranked a, Ranked b) { return a.key > b.key || (a.key == b.key && a.id < b.id); }
-__device__ __forceinline__ Ranked pick(Ranked a, Ranked b) {
-  if (!b.valid()) return a;
-  if (!a.valid()) return b;
-  return before(b, a) ? b : a;
+__device__ __forceinline__ Ranked shfl(Ranked v, int o) {
+  return {__shfl_xor_sync(0xffffffffu, v.key, o), __shfl_xor_sync(0xffffffffu, v.id, o)};
 }
 __device__ __forceinline__ Ranked rank_of(const float* w, const float* p, int32_t v) {
   if (p && p[v] > 0.0f) return {(1ll << 33) + dev::rank_key(p[v]), v};
   return {static_cast<long long>(dev::rank_key(w[v])), v};
-}
-// The block's best (every thread gets it; fixed order).
-__device__ Ranked block_best(Ranked v) {
-  __shared__ Ranked sh[kWarps];
-  for (int o = 16; o >= 1; o /= 2)
-    v = pick(v, Ranked{__shfl_xor_sync(0xffffffffu, v.key, o), __shfl_xor_sync(0xffffffffu, v.id, o)});
-  if (threadIdx.x % dev::kWarp == 0) sh[threadIdx.x / dev::kWarp] = v;
-  __syncthreads();
-  Ranked r = sh[0];
-  for (int i = 1; i < kWarps; ++i) r = pick(r, sh[i]);
-  __syncthreads();  // sh may be written again by the next round
-  return r;
 }
 __device__ float block_max(float v) {
   __shared__ float sh[kWarps];
@@ -125,9 +112,9 @@ __global__ void lp_segments_kernel(const float* w, int64_t ldw, int64_t w_rows, 
     for (int64_t v = lo + threadIdx.x; v < hi; v += kT) {
       const Ranked e = rank_of(r.w, r.p, static_cast<int32_t>(v));
       if (prev.valid() && !before(prev, e)) continue;
-      best = pick(best, e);
+      best = dev::pick(best, e);
     }
-    best = block_best(best);
+    best = dev::block_best<kT>(best);
     if (!best.valid()) break;
     if (threadIdx.x == 0) out[j] = best.id;
     prev = best;
@@ -212,9 +199,9 @@ __global__ void lp_merge_kernel(const float* w, int64_t ldw, int64_t w_rows, con
       if (v < 0) continue;
       const Ranked e = rank_of(r.w, r.p, v);
       if (prev.valid() && !before(prev, e)) continue;
-      best = pick(best, e);
+      best = dev::pick(best, e);
     }
-    best = block_best(best);
+    best = dev::block_best<kT>(best);
     if (threadIdx.x == 0) {
       ids[i * n_top + j] = best.valid() ? best.id : -1;
       lps[i * n_top + j] = best.valid() ? logprob_of(r, l, best.id) : NAN;

@@ -9,6 +9,7 @@
 // (a total order: value or key, then the tie rules), so w rounds give the host's top w in
 // its order, with no list of the chosen ones. A round reads the row again; tree widths are
 // small (2 to 4 in practice).
+#include "kernels/cuda/block_best.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/noise.cuh"
 #include "kernels/cuda/ops.hpp"
@@ -19,7 +20,6 @@ namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
 constexpr int kT = 256;
-constexpr int kWarps = kT / dev::kWarp;
 constexpr int32_t kNoId = 0x7fffffff;
 
 // By value: larger key first, then the lower id (the host's scan keeps the first of equal
@@ -45,12 +45,6 @@ __device__ __forceinline__ bool before(ByGumbel a, ByGumbel b) {
   return a.id < b.id;
 }
 
-template <class E>
-__device__ __forceinline__ E pick(E a, E b) {
-  if (!b.valid()) return a;
-  if (!a.valid()) return b;
-  return before(b, a) ? b : a;
-}
 __device__ __forceinline__ ByValue shfl(ByValue v, int o) {
   return {__shfl_xor_sync(0xffffffffu, v.key, o), __shfl_xor_sync(0xffffffffu, v.id, o)};
 }
@@ -58,19 +52,6 @@ __device__ __forceinline__ ByGumbel shfl(ByGumbel v, int o) {
   return {__shfl_xor_sync(0xffffffffu, v.key, o), __shfl_xor_sync(0xffffffffu, v.p, o),
           __shfl_xor_sync(0xffffffffu, v.id, o)};
 }
-// The block's best (every thread gets it; fixed order).
-template <class E>
-__device__ E block_best(E v) {
-  __shared__ E sh[kWarps];
-  for (int o = 16; o >= 1; o /= 2) v = pick(v, shfl(v, o));
-  if (threadIdx.x % dev::kWarp == 0) sh[threadIdx.x / dev::kWarp] = v;
-  __syncthreads();
-  E r = sh[0];
-  for (int w = 1; w < kWarps; ++w) r = pick(r, sh[w]);
-  __syncthreads();  // sh may be written again by the next round
-  return r;
-}
-
 __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows, int64_t n, const int32_t* rows,
                                 const NoiseKey* keys, int w, int32_t* ids, float* vals, float* lse, int* err) {
   const int64_t i = blockIdx.x;
@@ -95,9 +76,9 @@ __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows,
       for (int64_t v = threadIdx.x; v < n; v += kT) {
         const ByValue e{dev::rank_key(x[v]), static_cast<int32_t>(v)};
         if (e.key == dev::kNegInfKey || (prev.valid() && !before(prev, e))) continue;
-        best = pick(best, e);
+        best = dev::pick(best, e);
       }
-      best = block_best(best);
+      best = dev::block_best<kT>(best);
       // Nothing possible, or a +inf logit: no children (the host's rule).
       if (!best.valid() || (found == 0 && x[best.id] == INFINITY)) break;
       if (found == 0) mx = x[best.id];
@@ -133,9 +114,9 @@ __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows,
         if (best.valid() && 1.0 - u > best.key * static_cast<double>(p)) continue;
         const ByGumbel e{-dev::portable_log(u) / static_cast<double>(p), p, static_cast<int32_t>(v)};
         if (prev.valid() && !before(prev, e)) continue;
-        best = pick(best, e);
+        best = dev::pick(best, e);
       }
-      best = block_best(best);
+      best = dev::block_best<kT>(best);
       if (!best.valid()) break;
       if (threadIdx.x == 0) out_id[found] = best.id, out_val[found] = best.p;
       prev = best;
