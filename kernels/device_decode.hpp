@@ -47,8 +47,12 @@ class DeviceDecode {
   // engine/sampling/sampler.hpp): the kernel does not check them again. params: I32
   // [kRowSamplingWords, rows] of RowSampling; penalties: I32 [2, n] (token, count |
   // in-window bit 31) entries, or a tensor with no buffer when no row has any.
+  // rows I32 [m] (a tensor with no buffer: row r of probs is logits row r): probs row i (and
+  // top, conf and params row i) is made from logits row rows[i], so that a few rows of a
+  // large pass need only their own m rows of probs; a row outside the logits is reported at
+  // the next synchronize/download (its top -1).
   virtual void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
-                          const Tensor& params, const Tensor& penalties) = 0;
+                          const Tensor& params, const Tensor& penalties, const Tensor& rows = {}) = 0;
   // One token per row from probs rows: inverse CDF in id order with the uniform
   // u = PositionNoise(seed).uniform(position, tag) (rejection mode's stream, keyed like the
   // coupled noise so that no draw depends on what earlier steps drew), or, with coupled,

@@ -643,6 +643,47 @@ TEST(CudaSampling, MaskedRowsGiveTheHostsConstrainedDistribution) {
   EXPECT_THROW(d.be->download(one.data(), t, 4), std::out_of_range);
 }
 
+// make_probs through a row map (a few rows of a large pass into rows of their own): each
+// mapped row is the unmapped call's row of its source, bit for bit, with its top and
+// confidence; a source outside the logits is reported.
+TEST(CudaSampling, MakeProbsThroughARowMapGivesTheSameRows) {
+  Dev d;
+  const int vocab = 300, rows = 5;
+  const auto logits = random_logits(vocab * rows, 21, 2.0f);
+  Tensor t = d.put(DType::F32, logits, vocab);
+  SamplingParams sampled = params(0.8f, 20, 0.9f, 0.02f);
+  sampled.repetition_penalty = 1.3f;
+  const std::vector<int32_t> history = {4, 4, 200};
+  std::vector<int32_t> pens;
+  std::vector<RowSampling> all;
+  for (int r = 0; r < rows; ++r) all.push_back(row_sampling(r % 2 ? sampled : params(0.0f, 0, 1.0f, 0.0f), history, vocab, pens));
+  all[2].penalised_only = 1;
+  const Tensor tpen = d.put(DType::I32, pens, 2);
+  Tensor full = d.zeros(DType::F32, vocab, rows), top = d.zeros(DType::I32, rows, 1), conf = d.zeros(DType::F32, rows, 1);
+  d.dd.make_probs(full, top, conf, t, d.put_structs(all), tpen);
+  const std::vector<int32_t> map = {3, 0, 2, 3};
+  std::vector<RowSampling> mapped;
+  for (int32_t r : map) mapped.push_back(all[static_cast<size_t>(r)]);
+  const auto m = static_cast<int64_t>(map.size());
+  Tensor part = d.zeros(DType::F32, vocab, m), mtop = d.zeros(DType::I32, m, 1), mconf = d.zeros(DType::F32, m, 1);
+  d.dd.make_probs(part, mtop, mconf, t, d.put_structs(mapped), tpen, d.put(DType::I32, map, 1));
+  const auto f = d.get<float>(full), p = d.get<float>(part), ft = d.get<float>(conf), pt = d.get<float>(mconf);
+  const auto fi = d.get<int32_t>(top), pi = d.get<int32_t>(mtop);
+  for (size_t i = 0; i < map.size(); ++i) {
+    const auto r = static_cast<size_t>(map[i]);
+    EXPECT_EQ(std::memcmp(&p[i * vocab], &f[r * vocab], vocab * 4), 0) << "mapped row " << i;
+    EXPECT_EQ(pi[i], fi[r]) << i;
+    EXPECT_EQ(std::memcmp(&pt[i], &ft[r], 4), 0) << i;
+  }
+  EXPECT_EQ(pi[2], -2) << "a penalised_only row has no top";
+  // A source row outside the logits.
+  Tensor one = d.zeros(DType::F32, vocab, 1), otop = d.zeros(DType::I32, 1, 1), oconf = d.zeros(DType::F32, 1, 1);
+  d.dd.make_probs(one, otop, oconf, t, d.put_structs(std::vector<RowSampling>{all[0]}), tpen,
+                  d.put(DType::I32, std::vector<int32_t>{rows}, 1));
+  std::vector<int32_t> got(1);
+  EXPECT_THROW(d.be->download(got.data(), otop, 4), std::out_of_range);
+}
+
 // Logprobs on the device (logprob_rows over make_probs' penalised logits and final
 // distributions) are the host's token_logprobs of the same rows: the same tokens in the same
 // order, and the same values up to the normaliser's summation order. Rows cover greedy with

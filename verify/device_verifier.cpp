@@ -118,42 +118,43 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
 
 void DeviceVerifier::add_confidence(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                     std::span<VerifyResult> out) {
-  const int64_t rows = logits.rows(), vocab = logits.cols();
   // make_probs over the raw row at the request's temperature with no cuts and no penalties:
-  // its top probability is 1 / Σ exp((x − max) / t) (a greedy row's, at t = 1).
-  std::vector<kernels::RowSampling> params(static_cast<size_t>(rows));
-  for (auto& r : params) r.skip = 1;
+  // its top probability is 1 / Σ exp((x − max) / t) (a greedy row's, at t = 1). One row of
+  // probs each, mapped to its row of the logits.
+  std::vector<kernels::RowSampling> params;
+  std::vector<int32_t> map;
   std::vector<size_t> asked;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     if (!s.confidence) continue;
     if (!s.request) throw std::logic_error("device verification: the confidence needs the request's sampling");
-    kernels::RowSampling& rs = params[static_cast<size_t>(s.first_row)];
-    rs = kernels::RowSampling{};
+    kernels::RowSampling rs;
     rs.temperature = s.request->greedy() ? 0.0f : s.request->temperature;
+    params.push_back(rs);
+    map.push_back(s.first_row);
     asked.push_back(i);
   }
   if (asked.empty()) return;
-  kernels::WordViews w(be_, conf_side_, static_cast<size_t>(rows) * (kernels::kRowSamplingWords + 2));
-  const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
-  const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
+  const auto m = static_cast<int64_t>(asked.size());
+  kernels::WordViews w(be_, conf_side_, static_cast<size_t>(m) * (kernels::kRowSamplingWords + 3));
+  const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, m);
+  const kernels::Tensor top = w.take(DType::I32, m, 1), conf = w.take(DType::F32, m, 1), tmap = w.take(DType::I32, m, 1);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
-  dd_.make_probs(probs_rows(probs_, rows, vocab), top, conf, logits, tp, kernels::Tensor{});
-  std::vector<float> h_conf(static_cast<size_t>(rows));
-  std::vector<int32_t> h_top(static_cast<size_t>(rows));
+  be_.upload(tmap, map.data(), map.size() * 4);
+  dd_.make_probs(probs_rows(rows_, m, logits.cols()), top, conf, logits, tp, kernels::Tensor{}, tmap);
+  std::vector<float> h_conf(static_cast<size_t>(m));
+  std::vector<int32_t> h_top(static_cast<size_t>(m));
   be_.download(h_conf.data(), conf, h_conf.size() * 4);
   be_.download(h_top.data(), top, h_top.size() * 4);
   be_.synchronize();
-  for (size_t i : asked) {
-    const auto r = static_cast<size_t>(seqs[i].first_row);
-    out[i].confidence = h_top[r] >= 0 ? static_cast<double>(h_conf[r]) : 0.0;  // (no token possible: 0)
-  }
+  for (size_t k = 0; k < asked.size(); ++k)
+    out[asked[k]].confidence = h_top[k] >= 0 ? static_cast<double>(h_conf[k]) : 0.0;  // (no token possible: 0)
 }
 
 void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                   std::span<VerifyResult> out) {
   static_assert(kernels::kMaxLogprobTop == kMaxTopLogprobs);
-  const int64_t rows = logits.rows(), vocab = logits.cols();
+  const int64_t vocab = logits.cols();
   // Each committed token: its sequence, the row that verified it (a chain's j, a tree's the
   // row of its path's node before it) and the token.
   struct Listed {
@@ -161,14 +162,13 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
     int32_t row, token;
   };
   std::vector<Listed> listed;
-  // Each listed row twice over the logits: its penalised logits (w) and, for a sampled
-  // request, its final distribution (p), with the penalties of the tokens before it.
-  std::vector<kernels::RowSampling> w_params(static_cast<size_t>(rows)), p_params(static_cast<size_t>(rows));
-  for (auto& r : w_params) r.skip = 1;
-  for (auto& r : p_params) r.skip = 1;
+  // Each listed row made again from the logits, into rows of their own: its penalised logits
+  // (w, one row each) and, for a sampled request, its final distribution (p), with the
+  // penalties of the tokens before it.
+  std::vector<kernels::RowSampling> w_params, p_params;
+  std::vector<int32_t> w_map, p_map, lp_rows;  // lp_rows: (w row, p row or -1) per listed token
   std::vector<int32_t> pens, hist, tokens;
   int32_t n_top = 0;
-  bool sampled = false;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const Sequence& s = seqs[i];
     const VerifyResult& v = out[i];
@@ -179,7 +179,6 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
     if (tree && v.path.size() != static_cast<size_t>(v.n_accepted)) continue;
     n_top = std::max(n_top, s.logprobs);
     const bool greedy = s.request->greedy();
-    sampled = sampled || !greedy;
     tokens.clear();
     for (int32_t j = 0; j < v.n_accepted; ++j)
       tokens.push_back(s.drafts[static_cast<size_t>(tree ? v.path[static_cast<size_t>(j)] : j)]);
@@ -193,50 +192,62 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
         hist.insert(hist.end(), tokens.begin(), tokens.begin() + j);
         rs = row_sampling(*s.request, hist, static_cast<int32_t>(vocab), pens);
       }
-      if (!greedy) p_params[static_cast<size_t>(row)] = rs;
+      lp_rows.push_back(static_cast<int32_t>(w_map.size()));
+      lp_rows.push_back(greedy ? -1 : static_cast<int32_t>(p_map.size()));
+      if (!greedy) {
+        p_params.push_back(rs);
+        p_map.push_back(row);
+      }
       rs.penalised_only = 1;
-      w_params[static_cast<size_t>(row)] = rs;
+      w_params.push_back(rs);
+      w_map.push_back(row);
     }
   }
   if (listed.empty()) return;
-  const auto m = static_cast<int64_t>(listed.size());
+  const auto m = static_cast<int64_t>(listed.size()), m_p = static_cast<int64_t>(p_map.size());
   const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  // (At least one word each, so that no tensor is empty.)
+  const int64_t p_words = std::max<int64_t>(1, m_p), top_words = std::max<int64_t>(1, static_cast<int64_t>(n_top) * m);
   kernels::WordViews w(be_, lp_side_,
-                       static_cast<size_t>(rows) * (2 * kernels::kRowSamplingWords + 2) + pen_words +
-                           static_cast<size_t>(m) * (4 + 2 * static_cast<size_t>(n_top)) + 2);
-  const kernels::Tensor twp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
-  const kernels::Tensor tpp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
-  const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
+                       static_cast<size_t>(m * (kernels::kRowSamplingWords + 3) + 4 * m +
+                                           p_words * (kernels::kRowSamplingWords + 3) + 2 * top_words) +
+                           pen_words);
+  const kernels::Tensor twp = w.take(DType::I32, kernels::kRowSamplingWords, m);
+  const kernels::Tensor wtop = w.take(DType::I32, m, 1), wconf = w.take(DType::F32, m, 1), twmap = w.take(DType::I32, m, 1);
+  const kernels::Tensor tpp = w.take(DType::I32, kernels::kRowSamplingWords, p_words);
+  const kernels::Tensor ptop = w.take(DType::I32, p_words, 1), pconf = w.take(DType::F32, p_words, 1),
+                        tpmap = w.take(DType::I32, p_words, 1);
   const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
   const kernels::Tensor trows = w.take(DType::I32, 2, m), tchosen = w.take(DType::I32, m, 1);
   const kernels::Tensor chosen_lp = w.take(DType::F32, m, 1);
-  // (At least one word each, so that no tensor is empty.)
-  const kernels::Tensor ids = w.take(DType::I32, std::max<int64_t>(1, static_cast<int64_t>(n_top) * m), 1);
-  const kernels::Tensor lps = w.take(DType::F32, std::max<int64_t>(1, static_cast<int64_t>(n_top) * m), 1);
+  const kernels::Tensor ids = w.take(DType::I32, top_words, 1), lps = w.take(DType::F32, top_words, 1);
   const size_t scratch_words = static_cast<size_t>(kernels::logprob_scratch_words(m, vocab, n_top));
   if (!lp_scratch_ || lp_scratch_->size() < scratch_words * 4) {
     lp_scratch_.reset();
     lp_scratch_ = be_.alloc(scratch_words * 4 * 2);
   }
   const kernels::Tensor scratch = kernels::make_tensor(lp_scratch_.get(), DType::I32, static_cast<int64_t>(scratch_words), 1);
-  std::vector<int32_t> h_rows, h_chosen;
-  for (const Listed& l : listed) {
-    h_rows.push_back(l.row);
-    h_rows.push_back(seqs[l.seq].request->greedy() ? -1 : l.row);
-    h_chosen.push_back(l.token);
-  }
+  std::vector<int32_t> h_chosen;
+  for (const Listed& l : listed) h_chosen.push_back(l.token);
   be_.upload(twp, w_params.data(), w_params.size() * sizeof(kernels::RowSampling));
-  if (sampled) be_.upload(tpp, p_params.data(), p_params.size() * sizeof(kernels::RowSampling));
+  be_.upload(twmap, w_map.data(), w_map.size() * 4);
+  if (m_p > 0) {
+    be_.upload(tpp, p_params.data(), p_params.size() * sizeof(kernels::RowSampling));
+    be_.upload(tpmap, p_map.data(), p_map.size() * 4);
+  }
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
-  be_.upload(trows, h_rows.data(), h_rows.size() * 4);
+  be_.upload(trows, lp_rows.data(), lp_rows.size() * 4);
   be_.upload(tchosen, h_chosen.data(), h_chosen.size() * 4);
   const kernels::Tensor penalties = pens.empty() ? kernels::Tensor{} : tpen;
-  const kernels::Tensor wl = probs_rows(lp_logits_, rows, vocab);
-  dd_.make_probs(wl, top, conf, logits, twp, penalties);
+  const kernels::Tensor wl = probs_rows(rows_, m, vocab);
+  dd_.make_probs(wl, wtop, wconf, logits, twp, penalties, twmap);
   // p: the verifiers are done with their rows (rejection-mode trees overwrote some), so the
   // final distributions are made again, the same bits.
-  const kernels::Tensor p = sampled ? probs_rows(probs_, rows, vocab) : kernels::Tensor{};
-  if (sampled) dd_.make_probs(p, top, conf, logits, tpp, penalties);
+  kernels::Tensor p;
+  if (m_p > 0) {
+    p = probs_rows(probs_, m_p, vocab);
+    dd_.make_probs(p, ptop, pconf, logits, tpp, penalties, tpmap);
+  }
   const kernels::Tensor ids_v = kernels::make_tensor(ids.buf, DType::I32, static_cast<int64_t>(n_top) * m, 1, ids.offset);
   const kernels::Tensor lps_v = kernels::make_tensor(lps.buf, DType::F32, static_cast<int64_t>(n_top) * m, 1, lps.offset);
   dd_.logprob_rows(chosen_lp, ids_v, lps_v, wl, p, trows, tchosen, n_top, scratch);

@@ -97,7 +97,10 @@ class DeviceVerifier {
   kernels::Backend& be_;
   kernels::DeviceDecode& dd_;
   // Each grows to the largest step seen, then stays.
-  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_, lp_side_, lp_logits_, lp_scratch_, conf_side_;
+  std::unique_ptr<kernels::Buffer> buf_, probs_, side_, masks_, lp_side_, lp_scratch_, conf_side_;
+  // Rows made again from a few rows of the logits (make_probs with a row map): the
+  // confidences' and the logprobs' penalised logits, one row each.
+  std::unique_ptr<kernels::Buffer> rows_;
 };
 
 }  // namespace tandem

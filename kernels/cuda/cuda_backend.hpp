@@ -140,7 +140,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
                      const Tensor& n_accepted, const Tensor& out_tokens, const Tensor& parents) override;
   // (cuda_backend_sampling.cpp)
   void make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
-                  const Tensor& params, const Tensor& penalties) override;
+                  const Tensor& params, const Tensor& penalties, const Tensor& rows = {}) override;
   void sample_probs(const Tensor& ids, const Tensor& probs, const Tensor& top, const Tensor& keys, int32_t tag,
                     bool coupled) override;
   void draw_rows(const Tensor& ids, const Tensor& vals, const Tensor& q, const Tensor& rows, const Tensor& counts,

@@ -20,11 +20,13 @@ bool packed_i32(const Tensor& t, int64_t words) { return t.type == DType::I32 &&
 }  // namespace
 
 void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tensor& conf, const Tensor& logits,
-                             const Tensor& params, const Tensor& penalties) {
+                             const Tensor& params, const Tensor& penalties, const Tensor& row_map) {
   const char* op = "make_probs";
   require(probs.type == DType::F32 && logits.type == DType::F32 && conf.type == DType::F32 && top.type == DType::I32,
         op, "probs, logits and conf F32, top I32");
-  const int64_t rows = logits.rows();
+  const bool mapped = row_map.buf != nullptr;
+  require(!mapped || (row_map.type == DType::I32 && row_map.nb1 == 0), op, "rows: packed I32");
+  const int64_t rows = mapped ? row_map.numel() : logits.rows();
   require(probs.rows() == rows && top.numel() == rows && conf.numel() == rows, op, "one probs row, top and conf per row");
   require(logits.cols() >= probs.cols() && probs.cols() > 0, op, "logits rows at least as wide as probs rows");
   require(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
@@ -35,7 +37,8 @@ void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tenso
                   reinterpret_cast<float*>(ptr(probs, op)), ld_of(probs), rows, probs.cols(),
                   reinterpret_cast<const RowSampling*>(ptr(params, op)),
                   with_pen ? reinterpret_cast<const int32_t*>(ptr(penalties, op)) : nullptr,
-                  reinterpret_cast<int32_t*>(ptr(top, op)), reinterpret_cast<float*>(ptr(conf, op)));
+                  reinterpret_cast<int32_t*>(ptr(top, op)), reinterpret_cast<float*>(ptr(conf, op)),
+                  mapped ? reinterpret_cast<const int32_t*>(ptr(row_map, op)) : nullptr, logits.rows(), err_);
   launched(op);
 }
 

@@ -211,8 +211,11 @@ void verify_greedy(Stream s, const int32_t* argmax, int64_t n_rows, const int32_
 // probs rows [n_rows, vocab] (ld ldp) = the final distribution of logits rows under
 // params[r] (rows with skip set are left alone, top -2); top[r], conf[r]: the most likely
 // kept token and its probability. penalties: (token, count | kPenaltyInWindow) pairs.
+// row_of (may be null): probs row i is made from logits row row_of[i] (< logits_rows; one
+// outside sets kErrVerify and gets top -1).
 void make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows, int64_t vocab,
-                const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf);
+                const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf,
+                const int32_t* row_of = nullptr, int64_t logits_rows = 0, int* err = nullptr);
 // dst rows [n_rows, vocab] = fill, then dst[r][ids[j]] = src[r][j] for j < n (ids outside
 // the vocabulary set kErrTokenId and are skipped).
 void scatter_cols(Stream s, float* dst, int64_t ldd, int64_t vocab, const float* src, int64_t lds, int64_t n_rows,

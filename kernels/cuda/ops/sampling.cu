@@ -279,14 +279,20 @@ __device__ __forceinline__ int64_t position_of(const NoiseKey& k) {
 // ---- make_probs ---------------------------------------------------------------------------------
 
 __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n,
-                                  const RowSampling* params, const int32_t* pen, int32_t* top, float* conf) {
+                                  const RowSampling* params, const int32_t* pen, int32_t* top, float* conf,
+                                  const int32_t* row_of, int64_t logits_rows, int* err) {
   const int64_t r = blockIdx.x;
   const RowSampling P = params[r];
   if (P.skip) {  // not this call's row
     if (threadIdx.x == 0) top[r] = -2;
     return;
   }
-  const float* x = logits + r * ldl;
+  const int64_t src = row_of ? row_of[r] : r;
+  if (row_of && (src < 0 || src >= logits_rows)) {  // the caller's bug: reported, nothing read
+    if (threadIdx.x == 0) top[r] = -1, conf[r] = 0.0f, atomicOr(err, static_cast<int>(dev::kErrVerify));
+    return;
+  }
+  const float* x = logits + src * ldl;
   float* w = probs + r * ldp;
 
   // NaN → -inf, then the penalties (each entry a distinct token: engine/sampling/sampler.cpp).
@@ -684,10 +690,11 @@ __global__ void verify_tree_sampled_kernel(float* p, int64_t ldp, int64_t p_rows
 }  // namespace
 
 void ops::make_probs(Stream s, const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n_rows,
-                     int64_t vocab, const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf) {
+                     int64_t vocab, const RowSampling* params, const int32_t* penalties, int32_t* top, float* conf,
+                     const int32_t* row_of, int64_t logits_rows, int* err) {
   if (n_rows == 0) return;
   TANDEM_LAUNCH(make_probs_kernel, static_cast<unsigned>(n_rows), kT, 0, static_cast<cudaStream_t>(s))
-  (logits, ldl, probs, ldp, vocab, params, penalties, top, conf);
+  (logits, ldl, probs, ldp, vocab, params, penalties, top, conf, row_of, logits_rows, err);
 }
 
 void ops::sample_probs(Stream s, const float* probs, int64_t ldp, int64_t n_rows, int64_t vocab, const int32_t* top,
