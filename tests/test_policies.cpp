@@ -698,12 +698,13 @@ const test::TinyPair& fixture() {
   return f;
 }
 
-std::unique_ptr<Engine> load(const std::string& target, const std::string& draft) {
+std::unique_ptr<Engine> load(const std::string& target, const std::string& draft, const std::string& device = "auto") {
   LoadOptions o;
   o.model_path = target;
   o.draft_model_path = draft;
   o.threads = 1;
   o.context = 256;
+  o.device = device;
   return Engine::load(o);
 }
 
@@ -852,13 +853,7 @@ TEST(PoliciesInEngine, TheTargetsConfidenceStartsTheDraftOnTheCudaBackendAsOnThe
     for (const char* pol : {"adaptive", "goodput"}) {
       std::vector<GenerateResult> by;
       for (const char* device : {"cpu", "cuda-emulated"}) {
-        LoadOptions o;
-        o.model_path = f.target;
-        o.draft_model_path = f.close_draft;
-        o.threads = 1;
-        o.context = 256;
-        o.device = device;
-        auto e = Engine::load(o);
+        auto e = load(f.target, f.close_draft, device);
         e->set_cost_model(std::make_shared<CostModel>(linear_costs(0.1, 0.05)));
         GenerateOptions g = greedy(24, pol);
         g.record_steps = true;

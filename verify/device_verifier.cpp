@@ -98,7 +98,7 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     group[g].push_back(s);
     group_at[g].push_back(i);
   }
-  add_confidence(logits, seqs, out);  // (of the raw rows, as the host reads it)
+  const std::vector<double> confidence = confidences(logits, seqs);  // (of the raw rows, as the host reads it)
   masks.apply(be_, dd_, logits, masks_);
   for (int g = 0; g < kGroups; ++g) {
     if (group[g].empty()) continue;
@@ -106,18 +106,15 @@ std::vector<VerifyResult> DeviceVerifier::verify(const kernels::Tensor& logits, 
     if (g == kArgmax) verify_argmax(logits, group[g], v);
     else if (g == kTrees) verify_transformed_trees(logits, group[g], v);
     else verify_sampled(logits, group[g], q, v);  // chains, or rejection-mode trees
-    for (size_t i = 0; i < v.size(); ++i) {
-      const double c = out[group_at[g][i]].confidence;
-      out[group_at[g][i]] = std::move(v[i]);
-      out[group_at[g][i]].confidence = c;
-    }
+    for (size_t i = 0; i < v.size(); ++i) out[group_at[g][i]] = std::move(v[i]);
   }
+  for (size_t i = 0; i < seqs.size(); ++i) out[i].confidence = confidence[i];
   add_logprobs(logits, seqs, out);
   return out;
 }
 
-void DeviceVerifier::add_confidence(const kernels::Tensor& logits, std::span<const Sequence> seqs,
-                                    std::span<VerifyResult> out) {
+std::vector<double> DeviceVerifier::confidences(const kernels::Tensor& logits, std::span<const Sequence> seqs) {
+  std::vector<double> out(seqs.size(), -1.0);
   // make_probs over the raw row at the request's temperature with no cuts and no penalties:
   // its top probability is 1 / Σ exp((x − max) / t) (a greedy row's, at t = 1). One row of
   // probs each, mapped to its row of the logits.
@@ -134,7 +131,7 @@ void DeviceVerifier::add_confidence(const kernels::Tensor& logits, std::span<con
     map.push_back(s.first_row);
     asked.push_back(i);
   }
-  if (asked.empty()) return;
+  if (asked.empty()) return out;
   const auto m = static_cast<int64_t>(asked.size());
   kernels::WordViews w(be_, conf_side_, static_cast<size_t>(m) * (kernels::kRowSamplingWords + 3));
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, m);
@@ -148,7 +145,8 @@ void DeviceVerifier::add_confidence(const kernels::Tensor& logits, std::span<con
   be_.download(h_top.data(), top, h_top.size() * 4);
   be_.synchronize();
   for (size_t k = 0; k < asked.size(); ++k)
-    out[asked[k]].confidence = h_top[k] >= 0 ? static_cast<double>(h_conf[k]) : 0.0;  // (no token possible: 0)
+    out[asked[k]] = h_top[k] >= 0 ? static_cast<double>(h_conf[k]) : 0.0;  // (no token possible: 0)
+  return out;
 }
 
 void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs,

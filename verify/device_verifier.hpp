@@ -86,8 +86,9 @@ class DeviceVerifier {
   // transform (greedy: the argmax of the penalised logits), then the walk.
   void verify_transformed_trees(const kernels::Tensor& logits, std::span<const Sequence> seqs,
                                 std::span<VerifyResult> out);
-  // The target's confidence at the first row of the sequences that ask, before any mask.
-  void add_confidence(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
+  // The target's confidence at the first row of each sequence that asks, before any mask (-1
+  // for the others).
+  std::vector<double> confidences(const kernels::Tensor& logits, std::span<const Sequence> seqs);
   // The logprobs of the tokens each verdict commits, for the sequences that ask.
   void add_logprobs(const kernels::Tensor& logits, std::span<const Sequence> seqs, std::span<VerifyResult> out);
   // make_probs' output: rows x vocab floats in `buf`, grown to the largest step seen.
