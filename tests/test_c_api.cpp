@@ -139,6 +139,7 @@ TEST(CApi, ParamsDefaultsMirrorTheCppApi) {
   EXPECT_EQ(gp.ngram_max, d.speculative.ngram_max);
   EXPECT_EQ(gp.logprobs, -1);
   EXPECT_EQ(gp.logprobs, d.logprobs);
+  EXPECT_EQ(gp.prompt_logprobs, -1);
 
   tandem_load_params lp;
   ASSERT_EQ(tandem_load_params_init(&lp, sizeof lp), TANDEM_OK);
@@ -894,21 +895,26 @@ int collect_logprobs(const char*, size_t, int32_t token, const tandem_token_logp
   return 0;
 }
 
+// The C++ API's result for the fixture model, to compare the C API's with.
+tandem::GenerateResult cpp_result(const std::vector<int32_t>& prompt, const tandem::GenerateOptions& go) {
+  tandem::LoadOptions lo;
+  lo.model_path = model_path();
+  lo.threads = 1;
+  lo.context = 256;
+  return tandem::Engine::load(lo)->generate_tokens(prompt, go);
+}
+
 TEST(CApi, LogprobsInTheResultAndTheStream) {
   const auto prompt = repetitive_prompt();
   const std::string path = model_path();
   auto e = load(path, path.c_str());
-  tandem::LoadOptions lo;
-  lo.model_path = path;
-  lo.threads = 1;
-  lo.context = 256;
   tandem::GenerateOptions go;
   go.max_tokens = 10;
   go.sampling.temperature = 0.9f;
   go.sampling.seed = 4;
   go.ignore_eos = true;
   go.logprobs = 3;
-  const auto cpp = tandem::Engine::load(lo)->generate_tokens(prompt, go);
+  const auto cpp = cpp_result(prompt, go);
   ASSERT_EQ(cpp.logprobs.size(), 10u);
 
   for (int32_t mode : {TANDEM_DRAFT_NONE, TANDEM_DRAFT_NGRAM, TANDEM_DRAFT_MODEL}) {
@@ -956,6 +962,54 @@ TEST(CApi, LogprobsInTheResultAndTheStream) {
   gp = greedy(4);
   gp.logprobs = 21;
   EXPECT_FAILS(tandem_generate(e.get(), "Hello", &gp, nullptr, nullptr, &r), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r, nullptr);
+}
+
+// Prompt logprobs: the C++ API's, in the result; max_tokens 0 scores the prompt alone; a
+// struct without the field asks for none.
+TEST(CApi, PromptLogprobsInTheResult) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  tandem::GenerateOptions go;
+  go.max_tokens = 3;
+  go.sampling.temperature = 0.0f;
+  go.prompt_logprobs = 2;
+  const auto cpp = cpp_result(prompt, go);
+  ASSERT_EQ(cpp.prompt_logprobs.size(), prompt.size() - 1);
+  for (int32_t max_tokens : {3, 0}) {
+    tandem_generate_params gp = greedy(max_tokens);
+    gp.prompt_logprobs = 2;
+    tandem_result* r = nullptr;
+    ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr res(r);
+    ASSERT_GE(res->struct_size, offsetof(tandem_result, n_prompt_logprobs) + sizeof(size_t));
+    EXPECT_EQ(res->n_tokens, static_cast<size_t>(max_tokens));
+    EXPECT_EQ(res->n_logprobs, 0u);
+    ASSERT_EQ(res->n_prompt_logprobs, prompt.size() - 1);
+    for (size_t i = 0; i < res->n_prompt_logprobs; ++i) {
+      const tandem_token_logprobs& lp = res->prompt_logprobs[i];
+      EXPECT_EQ(lp.token, prompt[i + 1]);
+      EXPECT_EQ(lp.logprob, cpp.prompt_logprobs[i].chosen.logprob) << "prompt token " << i + 1;
+      ASSERT_EQ(lp.n_top, 2u);
+      for (size_t j = 0; j < 2; ++j) {
+        EXPECT_EQ(lp.top[j].token, cpp.prompt_logprobs[i].top[j].token);
+        EXPECT_EQ(lp.top[j].logprob, cpp.prompt_logprobs[i].top[j].logprob);
+      }
+    }
+  }
+  tandem_generate_params gp = greedy(2);
+  gp.prompt_logprobs = 2;
+  gp.struct_size = offsetof(tandem_generate_params, prompt_logprobs);
+  tandem_result* r = nullptr;
+  ASSERT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK);
+  ResultPtr without(r);
+  EXPECT_EQ(without->n_prompt_logprobs, 0u);
+  gp = greedy(2);
+  gp.prompt_logprobs = 21;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(r, nullptr);
 }
 

@@ -150,6 +150,14 @@ void expect_same(const std::vector<TokenLogprobs>& a, const std::vector<TokenLog
   }
 }
 
+// A row's token ids, most likely first (ties: lower id first, as token_logprobs lists them).
+std::vector<int32_t> by_logit(const std::vector<float>& row) {
+  std::vector<int32_t> order(row.size());
+  for (size_t j = 0; j < row.size(); ++j) order[j] = static_cast<int32_t>(j);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+  return order;
+}
+
 // Each token's logprobs against an independent computation from Engine::logits of the whole
 // sequence: greedy → log-softmax at T = 1; sampled → log-softmax of the top-8 logits at T.
 // presence: the request's presence penalty (each token already in the sequence loses it).
@@ -168,9 +176,7 @@ void expect_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const 
       for (size_t t = 0; t < vocab; ++t)
         if (seen[t]) row[t] -= presence;
     }
-    std::vector<int32_t> order(vocab);
-    for (size_t j = 0; j < vocab; ++j) order[j] = static_cast<int32_t>(j);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+    const std::vector<int32_t> order = by_logit(row);
     std::vector<double> ref(vocab, -INFINITY);
     if (sampled) {
       std::vector<float> kept;
@@ -425,6 +431,101 @@ TEST(SubmitGroup, ChoicesShareThePromptAndKeepTheirOwnStreams) {
   EXPECT_EQ(t.submit_group(std::move(mixed)).status, SubmitStatus::Invalid);
   EXPECT_EQ(t.stats().requests_total, 0);
 }
+
+// ---- prompt logprobs ------------------------------------------------------------------------
+
+// Each prompt token's logprobs against an independent log-softmax of Engine::logits over the
+// prompt (the raw logits at temperature 1, whatever the request samples with).
+void expect_prompt_matches_logits(Engine& e, const std::vector<int32_t>& prompt, const GenerateResult& r,
+                                  int32_t n_top) {
+  const auto logits = e.logits(prompt);
+  const size_t vocab = static_cast<size_t>(e.info().n_vocab);
+  ASSERT_EQ(r.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+    const std::vector<float> row(&logits[i * vocab], &logits[(i + 1) * vocab]);
+    const std::vector<int32_t> order = by_logit(row);
+    const auto ref = log_softmax(row);
+    const TokenLogprobs& lp = r.prompt_logprobs[i];
+    EXPECT_EQ(lp.chosen.token, prompt[i + 1]) << "prompt token " << i + 1;
+    EXPECT_NEAR(lp.chosen.logprob, ref[static_cast<size_t>(prompt[i + 1])], 1e-4) << "prompt token " << i + 1;
+    ASSERT_EQ(lp.top.size(), static_cast<size_t>(n_top));
+    for (size_t j = 0; j < lp.top.size(); ++j) {
+      EXPECT_EQ(lp.top[j].token, order[j]) << "prompt token " << i + 1 << " alt " << j;
+      EXPECT_NEAR(lp.top[j].logprob, ref[static_cast<size_t>(order[j])], 1e-4) << "prompt token " << i + 1;
+    }
+  }
+}
+
+// Alone: a prompt of one and a half scoring chunks (kPromptLogprobsChunk), sampled with
+// speculation (its prompt logprobs are the raw logits' all the same) and greedy; the output
+// is what it is without them; with max_tokens 0 only the prompt is scored, to the same bits.
+// In the scheduler, beside requests that read the same prompt without scoring it (whose
+// blocks the prefix cache then holds) and with a KV budget that preempts: the same bits as
+// alone.
+void prompt_logprobs_match_the_logits(const std::string& device, int32_t n_tokens) {
+  auto e = load(device);
+  const auto prompt = test::random_prompt(kPromptLogprobsChunk + 30, 5, 3);
+  auto opts = [&](bool sampled, int32_t n_top) {
+    GenerateOptions g = options(DraftMode::Model, sampled, -1);
+    g.max_tokens = n_tokens;
+    g.prompt_logprobs = n_top;
+    return g;
+  };
+  std::vector<GenerateResult> alone;
+  for (bool sampled : {false, true}) {
+    const GenerateResult r = e->generate_tokens(prompt, opts(sampled, 4));
+    expect_prompt_matches_logits(*e, prompt, r, 4);
+    expect_on_device(device, r, sampled ? "sampled" : "greedy");
+    EXPECT_TRUE(r.logprobs.empty());
+    EXPECT_EQ(r.tokens, e->generate_tokens(prompt, opts(sampled, -1)).tokens) << "the output changed";
+    EXPECT_TRUE(e->generate_tokens(prompt, opts(sampled, -1)).prompt_logprobs.empty());
+    alone.push_back(r);
+  }
+  expect_same(alone[0].prompt_logprobs, alone[1].prompt_logprobs, "greedy against sampled");
+  GenerateOptions score = opts(false, 4);
+  score.max_tokens = 0;
+  const GenerateResult scored = e->generate_tokens(prompt, score);
+  EXPECT_TRUE(scored.tokens.empty());
+  expect_same(scored.prompt_logprobs, alone[0].prompt_logprobs, "scoring only");
+  const std::vector<int32_t> one = {prompt[0]};
+  EXPECT_TRUE(e->generate_tokens(one, score).prompt_logprobs.empty()) << "one token: nothing to score";
+  GenerateOptions bad = opts(false, 21);
+  EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+
+  // Room for about two of these sequences (target and draft, f16, 2 layers, 32 wide).
+  auto small = load(device, 2 * 2 * 2 * 32 * 2 * 2 * (prompt.size() + 24));
+  std::vector<GenerateOptions> reqs = {opts(false, -1), opts(false, 4), opts(true, 4), score, opts(true, -1),
+                                       opts(false, 4)};
+  Done d;
+  d.results.resize(reqs.size());
+  d.streamed.resize(reqs.size());
+  {
+    SchedulerOptions so;
+    so.max_seqs = 4;
+    Scheduler s(*small, so);
+    // The first reads (and caches) the prompt before the others arrive.
+    ASSERT_EQ(s.submit(request(prompt, reqs[0], d, 0)).status, SubmitStatus::Ok);
+    wait(d, 1);
+    for (size_t i = 1; i < reqs.size(); ++i) ASSERT_EQ(s.submit(request(prompt, reqs[i], d, i)).status, SubmitStatus::Ok);
+    wait(d, reqs.size());
+    EXPECT_GT(s.stats().preemptions, 0) << "the KV budget was meant to preempt";
+    s.shutdown(true);
+  }
+  for (size_t i : {size_t{1}, size_t{5}}) expect_same(d.results[i].prompt_logprobs, alone[0].prompt_logprobs, "batched greedy");
+  expect_same(d.results[2].prompt_logprobs, alone[1].prompt_logprobs, "batched sampled");
+  expect_same(d.results[3].prompt_logprobs, alone[0].prompt_logprobs, "batched scoring only");
+  EXPECT_TRUE(d.results[3].tokens.empty());
+  EXPECT_TRUE(d.results[0].prompt_logprobs.empty());
+  EXPECT_TRUE(d.results[4].prompt_logprobs.empty());
+  EXPECT_EQ(d.results[1].tokens, alone[0].tokens);
+  EXPECT_EQ(d.results[2].tokens, alone[1].tokens);
+}
+
+TEST(PromptLogprobs, AreTheTargetsLogitsAloneAndInTheScheduler) { prompt_logprobs_match_the_logits("cpu", 12); }
+
+// On the CUDA backend the scored rows come to the host from the device's logits, beside
+// sequences verified on the device.
+TEST(PromptLogprobs, OnTheCudaBackendTheyAreTheTargetsLogits) { prompt_logprobs_match_the_logits("cuda-emulated", 4); }
 
 }  // namespace
 }  // namespace tandem

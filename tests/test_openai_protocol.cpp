@@ -226,8 +226,26 @@ TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
     EXPECT_FALSE(e.param.empty()) << extra;
   }
   EXPECT_EQ(chat_error(chat_with(R"("best_of":2)")).param, "best_of");
-  EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true})").param, "echo");
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
+}
+
+// echo (completions): with logprobs the prompt is scored (prompt_logprobs, the same number of
+// alternatives), max_tokens may be 0; echo with logprobs is not streamed.
+TEST(OpenAIRequest, EchoScoresThePromptWithLogprobs) {
+  const ParsedRequest plain = completion(R"({"prompt":"x"})");
+  EXPECT_FALSE(plain.echo);
+  EXPECT_EQ(plain.opts.prompt_logprobs, -1);
+  const ParsedRequest text = completion(R"({"prompt":"x","echo":true,"max_tokens":3})");
+  EXPECT_TRUE(text.echo);
+  EXPECT_EQ(text.opts.prompt_logprobs, -1);
+  const ParsedRequest scored = completion(R"({"prompt":"x","echo":true,"logprobs":4,"max_tokens":0})");
+  EXPECT_EQ(scored.opts.prompt_logprobs, 4);
+  EXPECT_EQ(scored.opts.max_tokens, 0);
+  EXPECT_EQ(completion(R"({"prompt":"x","echo":true,"stream":true})").stream, true);
+  EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true,"logprobs":1,"stream":true})").param, "echo");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true,"max_tokens":-1})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","echo":1})").status, 400);
 }
 
 // logprobs: chat's boolean with top_logprobs, completions' count; both up to 20.

@@ -48,6 +48,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
 
   void submit(std::vector<int32_t> prompt) {
     n_prompt_ = static_cast<int64_t>(prompt.size());
+    if (req_.echo) {
+      echo_text_ = req_.prompt_is_tokens ? state_.engine.detokenize(prompt) : req_.prompt;
+      echo_ids_ = prompt;
+    }
     choices_.resize(static_cast<size_t>(req_.best_of));
     std::shared_ptr<GenerationCall> self = shared_from_this();
     std::vector<ServeRequest> group;
@@ -72,9 +76,10 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
           spec.steps.clear();
         }
         self->out_->post([self, i, finish = r.finish, n = static_cast<int64_t>(r.tokens.size()), error,
-                          spec = std::move(spec), stop = r.stop_string] {
+                          spec = std::move(spec), stop = r.stop_string, prompt_lps = r.prompt_logprobs] {
           self->choices_[static_cast<size_t>(i)].speculation = spec;
           self->choices_[static_cast<size_t>(i)].stop_string = stop;
+          self->choices_[static_cast<size_t>(i)].prompt_logprobs = std::move(prompt_lps);
           self->on_done(i, finish, n, error);
         });
       };
@@ -116,6 +121,14 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
           c.index = i;
           out_->stream(sse_event(chunk_json(meta_, c, true, req_.include_usage, bytes_)));
         }
+      // An echoed prompt opens each choice (echo with logprobs is not streamed).
+      if (req_.echo && !echo_text_.empty())
+        for (int32_t i = 0; i < req_.n; ++i) {
+          ChoiceOut c;
+          c.index = i;
+          c.text = echo_text_;
+          out_->stream(sse_event(chunk_json(meta_, c, false, req_.include_usage, bytes_)));
+        }
     }
   }
 
@@ -124,6 +137,8 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     uint64_t id = 0;
     std::string text;  // everything generated so far (the non-streaming response body)
     std::vector<TokenLogprobs> logprobs;
+    std::vector<TokenLogprobs> prompt_logprobs;  // echo with logprobs: the prompt's, from the result
+    std::vector<TokenLogprobs> echoed;           // and the response's list: the prompt's, then `logprobs`
     size_t streamed_logprobs = 0;  // of `logprobs`, how many went out in chunks
     int64_t text_offset = 0;       // completions' text_offset of the next chunk
     FinishReason finish = FinishReason::Length;
@@ -269,6 +284,16 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         c.calls = std::move(t.calls);
         c.content = std::move(t.content);
       }
+    if (req_.echo)
+      for (Choice& c : choices_) {
+        c.text.insert(0, echo_text_);
+        if (!logprobs_out()) continue;
+        // The prompt's tokens first; the first has no logprob (nothing comes before it).
+        c.echoed.reserve(echo_ids_.size() + c.logprobs.size());
+        c.echoed.push_back(TokenLogprobs{{echo_ids_.front(), std::numeric_limits<float>::quiet_NaN()}, {}});
+        c.echoed.insert(c.echoed.end(), c.prompt_logprobs.begin(), c.prompt_logprobs.end());
+        c.echoed.insert(c.echoed.end(), c.logprobs.begin(), c.logprobs.end());
+      }
     HttpResponse r;
     r.body = completion_json(meta_, returned_choices(), usage, bytes_);
     out_->respond(std::move(r));
@@ -337,7 +362,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         o.tool_calls = &c.calls;
       }
       o.finish_reason = reason(c);
-      if (logprobs_out()) o.logprobs = &c.logprobs;
+      if (logprobs_out()) o.logprobs = req_.echo ? &c.echoed : &c.logprobs;
       out.push_back(o);
     }
     return out;
@@ -371,6 +396,8 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   std::unique_ptr<ReplyWriter> writer_;  // another API's shape (null: Chat Completions)
   std::chrono::steady_clock::time_point start_;
   int64_t n_prompt_ = 0;
+  std::string echo_text_;          // echo: the prompt as the choices' texts begin
+  std::vector<int32_t> echo_ids_;  // and its tokens
   std::vector<Choice> choices_;
   size_t n_done_ = 0;
   std::string error_;  // the first choice's failure: the whole response is then an error

@@ -63,6 +63,13 @@ json::value logprobs_json(Endpoint ep, const std::vector<TokenLogprobs>& lps, co
   for (const TokenLogprobs& lp : lps) {
     const std::string text = utf8::sanitize(bytes(lp.chosen.token));
     tokens.push_back(json::string(text));
+    if (std::isnan(lp.chosen.logprob)) {  // an echoed prompt's first token: nothing before it to score it by
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      offsets.push_back(text_offset);
+      text_offset += characters(text);
+      continue;
+    }
     token_logprobs.push_back(printable(lp.chosen.logprob));
     json::object top;
     for (const TokenLogprob& t : lp.top) top[utf8::sanitize(bytes(t.token))] = printable(t.logprob);

@@ -95,6 +95,11 @@ struct ParsedRequest {
   // Logprobs in the response: -1 none, else the alternatives per token (chat top_logprobs,
   // completions logprobs). opts.logprobs may ask the engine for more (best_of needs them).
   int32_t logprobs = -1;
+  // Completions' `echo`: each choice's text starts with the prompt, and with logprobs the
+  // prompt's tokens come first in its logprobs (the first with none: nothing comes before
+  // it), scored by the target (GenerateOptions::prompt_logprobs). max_tokens may then be 0:
+  // the prompt is scored and nothing generated.
+  bool echo = false;
 };
 
 // The seed of choice i: choice 0 keeps the request's seed (n = 1 and choice 0 of n > 1 give

@@ -387,7 +387,6 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
 // a client never silently gets something other than what it asked for.
 void reject_unsupported(const json::object& o, Endpoint ep) {
   if (ep == Endpoint::Completion) {
-    if (get_bool(o, "echo").value_or(false)) throw bad_request("echo is not supported", "echo", "unsupported_value");
     if (auto s = get_string(o, "suffix"); s && !s->empty())
       throw bad_request("suffix is not supported", "suffix", "unsupported_value");
   }
@@ -471,6 +470,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   if (endpoint == Endpoint::Chat) parse_messages(o).swap(r.messages);
   else parse_prompt(o, cfg, r);
   reject_unsupported(o, endpoint);
+  if (endpoint == Endpoint::Completion) r.echo = get_bool(o, "echo").value_or(false);
 
   // max_completion_tokens is the newer name (chat); it wins over max_tokens when both come.
   std::optional<int64_t> mt = get_int(o, "max_completion_tokens");
@@ -480,7 +480,9 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
     mt_name = "max_tokens";
   }
   if (mt) {
-    if (*mt < 1) throw bad_request(std::string("'") + mt_name + "' must be at least 1", mt_name, "invalid_value");
+    if (*mt < (r.echo ? 0 : 1))
+      throw bad_request(std::string("'") + mt_name + "' must be at least 1 (0 only with echo)", mt_name,
+                        "invalid_value");
     if (cfg.max_tokens > 0 && *mt > cfg.max_tokens)
       throw bad_request(std::string("'") + mt_name + "' is " + std::to_string(*mt) + ", above this server's limit of " +
                             std::to_string(cfg.max_tokens) + " tokens per request",
@@ -515,6 +517,13 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
 
   parse_choices(o, endpoint, cfg, r);
   r.stream = get_bool(o, "stream").value_or(false);
+  if (r.echo && r.logprobs >= 0) {
+    // The prompt's logprobs come with the result, after every generated token has streamed.
+    if (r.stream)
+      throw bad_request("'echo' with 'logprobs' cannot be streamed; ask without 'stream'", "echo",
+                        "unsupported_value");
+    r.opts.prompt_logprobs = r.logprobs;
+  }
   r.speculation_metrics = get_bool(o, "speculation_metrics").value_or(cfg.speculation_metrics);
   if (r.stream && r.best_of > r.n)
     throw bad_request("'best_of' greater than 'n' cannot be streamed", "best_of", "invalid_value");

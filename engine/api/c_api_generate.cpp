@@ -29,6 +29,30 @@ tandem_token_logprobs c_logprobs(const TokenLogprobs& lp, std::vector<tandem_log
   return {lp.chosen.token, lp.chosen.logprob, top.data(), top.size()};
 }
 
+// A list of logprobs as the result holds it: one allocation for the entries and one for all
+// their alternatives, which the first entry points at (tandem_result_free relies on it).
+void fill_logprobs(const std::vector<TokenLogprobs>& lps, const tandem_token_logprobs** out, size_t* n) {
+  size_t n_top = 0;
+  for (const TokenLogprobs& lp : lps) n_top += lp.top.size();
+  auto* entries = new tandem_token_logprobs[lps.size() + 1]();
+  *out = entries;
+  *n = lps.size();
+  auto* tops = new tandem_logprob[n_top + 1]();
+  size_t at = 0;
+  for (size_t i = 0; i < lps.size(); ++i) {
+    const TokenLogprobs& lp = lps[i];
+    entries[i] = {lp.chosen.token, lp.chosen.logprob, tops + at, lp.top.size()};
+    for (const TokenLogprob& t : lp.top) tops[at++] = {t.token, t.logprob};
+  }
+  if (lps.empty()) delete[] tops;  // nothing points at it
+}
+
+void free_logprobs(const tandem_token_logprobs* lps, size_t n) {
+  if (!lps) return;
+  if (n > 0) delete[] lps[0].top;
+  delete[] lps;
+}
+
 ResultPtr make_result(const GenerateResult& g) {
   ResultPtr r(new tandem_result{});  // all pointers NULL until filled: safe to free midway
   r->struct_size = sizeof(tandem_result);
@@ -74,20 +98,8 @@ ResultPtr make_result(const GenerateResult& g) {
   r->spec_accepted_per_position = copy_array(std::vector<int64_t>(m.accepted_per_position.begin(),
                                                                   m.accepted_per_position.begin() + n_pos));
   r->spec_n_positions = n_pos;
-  // One allocation for every token's entry and one for all their alternatives.
-  size_t n_top = 0;
-  for (const TokenLogprobs& lp : g.logprobs) n_top += lp.top.size();
-  auto* entries = new tandem_token_logprobs[g.logprobs.size() + 1]();
-  r->logprobs = entries;
-  r->n_logprobs = g.logprobs.size();
-  auto* tops = new tandem_logprob[n_top + 1]();
-  size_t at = 0;
-  for (size_t i = 0; i < g.logprobs.size(); ++i) {
-    const TokenLogprobs& lp = g.logprobs[i];
-    entries[i] = {lp.chosen.token, lp.chosen.logprob, tops + at, lp.top.size()};
-    for (const TokenLogprob& t : lp.top) tops[at++] = {t.token, t.logprob};
-  }
-  if (g.logprobs.empty()) delete[] tops;  // nothing points at it
+  fill_logprobs(g.logprobs, &r->logprobs, &r->n_logprobs);
+  fill_logprobs(g.prompt_logprobs, &r->prompt_logprobs, &r->n_prompt_logprobs);
   return r;
 }
 
@@ -194,11 +206,8 @@ void tandem_result_free(tandem_result* result) {
   delete[] result->prompt_tokens;
   delete[] result->spec_drafted_per_position;
   delete[] result->spec_accepted_per_position;
-  if (result->logprobs) {
-    // All entries' alternatives live in one array, which the first entry points at.
-    if (result->n_logprobs > 0) delete[] result->logprobs[0].top;
-    delete[] result->logprobs;
-  }
+  tandem::capi::free_logprobs(result->logprobs, result->n_logprobs);
+  tandem::capi::free_logprobs(result->prompt_logprobs, result->n_prompt_logprobs);
   delete result;
 }
 

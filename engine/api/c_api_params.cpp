@@ -51,6 +51,7 @@ tandem_generate_params default_generate_params() {
   p.lookup_min = d.speculative.lookup_min;
   p.tree_width = d.speculative.tree_width;
   p.tree_nodes = d.speculative.tree_nodes;
+  p.prompt_logprobs = d.prompt_logprobs;
   return p;
 }
 
@@ -144,6 +145,10 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     throw std::invalid_argument("tandem_generate_params.logprobs must be -1 (none) or in 0.." +
                                 std::to_string(TANDEM_MAX_TOP_LOGPROBS));
   o.logprobs = p.logprobs;
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > TANDEM_MAX_TOP_LOGPROBS)
+    throw std::invalid_argument("tandem_generate_params.prompt_logprobs must be -1 (none) or in 0.." +
+                                std::to_string(TANDEM_MAX_TOP_LOGPROBS));
+  o.prompt_logprobs = p.prompt_logprobs;
   if (p.policy && *p.policy) {
     if (!is_policy_name(p.policy))
       throw std::invalid_argument(std::string("tandem_generate_params.policy '") + p.policy +

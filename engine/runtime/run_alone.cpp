@@ -1,5 +1,6 @@
 #include "engine/runtime/run_alone.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/base/clock.hpp"
@@ -11,7 +12,18 @@ namespace tandem {
 
 void run_to_end(SequenceRun& run, Transformer& target, DraftProbs* draft_probs) {
   std::vector<float> logits;
-  // Everything but the last prompt token; it is the first step's pending token.
+  // Everything but the last prompt token; it is the first step's pending token. A prompt to
+  // score is read with its logits, a chunk at a time.
+  while (run.wants_prompt_rows() && !run.prefill_todo().empty()) {
+    const auto todo = run.prefill_todo();
+    const auto chunk = todo.first(std::min<size_t>(todo.size(), kPromptLogprobsChunk));
+    const int32_t first = run.kv().length();
+    Batch b;
+    b.add_all_logits(run.kv(), chunk);
+    target.forward(b, logits);
+    run.record_prompt_rows(first, logits);
+  }
+  if (run.done()) return;
   prefill(target, run.kv(), run.prefill_todo(), PrefillLogits::None, logits);
   // On a backend that decodes on the device, the request is verified there (a grammar's
   // masks going up, logprobs coming down): the logits stay on the device

@@ -53,6 +53,9 @@ struct Scheduler::Impl {
     std::span<const float> logits;   // its rows, in the pass's logits (or in `own`)
     std::vector<float> own = {};     // when the part ran alone, or its rows were downloaded alone
     int32_t first_row = -1;          // its first logits row in the pass
+    // A prompt chunk read with its logits (SequenceRun::wants_prompt_rows): the position of
+    // its first token; -1 for a chunk without (and a decode step).
+    int32_t prompt_rows_from = -1;
     std::optional<VerifyResult> verdict = {};  // reached on the device (verify/device_verifier.hpp)
   };
 

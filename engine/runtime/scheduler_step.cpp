@@ -94,7 +94,7 @@ void Scheduler::Impl::admit_waiting() {
       retire(std::move(e), ex.what());
       continue;
     }
-    if (prefix && e->run()->kv().length() == 0) {
+    if (prefix && e->run()->kv().length() == 0 && !e->run()->wants_prompt_rows()) {  // (a prompt to score is read)
       // The pending token is never cached.
       const auto& c = e->run()->committed();
       const auto todo = std::span<const int32_t>(c).first(c.size() - 1);
@@ -170,12 +170,22 @@ std::vector<Scheduler::Impl::Part> Scheduler::Impl::build_batch(const Drafted& d
     }
   }
   *prompt_tokens = 0;
+  // Prompt chunks read with their logits (prompt logprobs) share one chunk's worth of rows
+  // a step: the pass's logits hold n_vocab floats a row.
+  int32_t score_rows = kPromptLogprobsChunk;
   for (auto& r : running) {
     if (!r->run()->prefilling() || budget <= 0) continue;
+    const bool scored = r->run()->wants_prompt_rows();
+    if (scored && score_rows <= 0) continue;
     const auto todo = r->run()->prefill_todo();
-    const auto chunk = todo.first(
-        std::min<size_t>({todo.size(), static_cast<size_t>(opts.prefill_chunk), static_cast<size_t>(budget)}));
+    size_t n = std::min<size_t>({todo.size(), static_cast<size_t>(opts.prefill_chunk), static_cast<size_t>(budget)});
+    if (scored) n = std::min<size_t>(n, static_cast<size_t>(score_rows));
+    const auto chunk = todo.first(n);
     batch.push_back({r.get(), chunk, false, {}});
+    if (scored) {
+      batch.back().prompt_rows_from = r->run()->kv().length();
+      score_rows -= static_cast<int32_t>(n);
+    }
     budget -= static_cast<int32_t>(chunk.size());
     *prompt_tokens += static_cast<int32_t>(chunk.size());
   }
@@ -191,13 +201,13 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
     Batch b;
     for (Part& p : some) {
       if (p.all_logits) p.e->run()->add_step(b);  // its step's tokens (a tree's with tree attention)
-      else b.add(p.e->run()->kv(), p.tokens, std::vector<bool>(p.tokens.size(), false));
+      else b.add(p.e->run()->kv(), p.tokens, std::vector<bool>(p.tokens.size(), p.prompt_rows_from >= 0));
     }
     if (!b.empty()) parts.target.forward(b, out, download);
     const size_t vocab = static_cast<size_t>(parts.target.model().config().n_vocab);
     size_t row = 0;
     for (Part& p : some) {
-      if (!p.all_logits) continue;
+      if (!p.all_logits && p.prompt_rows_from < 0) continue;
       p.first_row = static_cast<int32_t>(row);
       if (download) p.logits = std::span<const float>(out).subspan(row * vocab, p.tokens.size() * vocab);
       row += p.tokens.size();
@@ -218,6 +228,9 @@ void Scheduler::Impl::target_pass(std::vector<Part>& ps, std::vector<float>& log
     for (Part& p : ps) guarded(*p.e, [&] { run(std::span<Part>(&p, 1), p.own, true); });
   }
   if (!ran || !on_device) return;
+  // Prompt rows to score come to the host whatever else stays on the device.
+  for (Part& p : ps)
+    if (p.prompt_rows_from >= 0) guarded(*p.e, [&] { download_rows(p); });
   // The pass is done (its KV written): a failure from here on must not run it again.
   try {
     verdicts_on_device(ps);
@@ -269,6 +282,8 @@ void Scheduler::Impl::verify_and_commit(std::vector<Part>& batch, double target_
         if (p.verdict) p.e->run()->finish_step(*p.verdict, target_ms);
         else p.e->run()->finish_step(p.logits, target_ms);
       });
+    else if (p.prompt_rows_from >= 0)
+      guarded(*p.e, [&] { p.e->run()->record_prompt_rows(p.prompt_rows_from, p.logits); });
 }
 
 // ---- after the pass -------------------------------------------------------------------------

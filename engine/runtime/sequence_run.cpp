@@ -52,6 +52,7 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
       rng_(*opts_.sampling.seed),
       noise_(*opts_.sampling.seed),
       committed_(prompt.begin(), prompt.end()),
+      n_prompt_(static_cast<int32_t>(prompt.size())),
       out_(tok, opts_, std::move(cb), prompt, start),
       grammar_(std::move(grammar)) {
   GenerateResult& res = out_.result();
@@ -75,6 +76,8 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
                                 std::to_string(kMaxTreeNodes));
   if (opts.logprobs < -1 || opts.logprobs > kMaxTopLogprobs)
     throw std::invalid_argument("logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
+  if (opts.prompt_logprobs < -1 || opts.prompt_logprobs > kMaxTopLogprobs)
+    throw std::invalid_argument("prompt_logprobs must be -1 (none) or in 0.." + std::to_string(kMaxTopLogprobs));
   spec_.proposer = proposer;
   spec_.policy = policy;
   spec_.on = opts.speculative.mode != DraftMode::None && opts.speculative.draft_max > 0;
@@ -103,7 +106,29 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
     res.finish = FinishReason::Stop;
     done_ = true;
   }
-  if (opts.max_tokens <= 0) done_ = true;
+  // Nothing to generate; a prompt to score is read all the same (done once it is scored).
+  if (opts.max_tokens <= 0 && !score_only()) done_ = true;
+}
+
+bool SequenceRun::wants_prompt_rows() const {
+  return !done_ && opts_.prompt_logprobs >= 0 &&
+         static_cast<int32_t>(out_.result().prompt_logprobs.size()) + 1 < n_prompt_;
+}
+
+void SequenceRun::record_prompt_rows(int32_t first_pos, std::span<const float> logits) {
+  std::vector<TokenLogprobs>& lps = result().prompt_logprobs;
+  const size_t vocab = static_cast<size_t>(n_vocab_);
+  const int32_t rows = static_cast<int32_t>(logits.size() / vocab);
+  // Raw logits at temperature 1: a greedy request's logprobs without penalties.
+  SamplingParams raw;
+  raw.temperature = 0.0f;
+  for (int32_t j = 0; j < rows; ++j) {
+    const int32_t pos = first_pos + j;  // its row predicts the token at pos + 1
+    if (pos != static_cast<int32_t>(lps.size()) || pos + 1 >= n_prompt_) continue;
+    lps.push_back(token_logprobs(logits.subspan(static_cast<size_t>(j) * vocab, vocab), raw, {}, nullptr,
+                                 committed_[static_cast<size_t>(pos) + 1], opts_.prompt_logprobs));
+  }
+  if (score_only() && !done_ && static_cast<int32_t>(lps.size()) + 1 >= n_prompt_) close_output();  // finish: Length
 }
 
 std::span<const int32_t> SequenceRun::prefill_todo() const {

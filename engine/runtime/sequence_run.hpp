@@ -64,6 +64,15 @@ class SequenceRun {
   // before decoding can start: everything committed except the pending token.
   std::span<const int32_t> prefill_todo() const;
   bool prefilling() const { return !done_ && !prefill_todo().empty(); }
+  // Prompt logprobs (GenerateOptions::prompt_logprobs): whether prompt tokens are still to be
+  // scored, so that the next prompt chunk must be read with its logits (at most
+  // kPromptLogprobsChunk tokens of it) and not taken from a prefix cache.
+  bool wants_prompt_rows() const;
+  // The logits of a prompt chunk read from position first_pos (a row a token, in order): the
+  // logprobs of the prompt tokens they predict. Rows of positions already scored (a prompt
+  // read again after preemption) are passed over. With max_tokens 0 the run is done once the
+  // last prompt token is scored.
+  void record_prompt_rows(int32_t first_pos, std::span<const float> logits);
 
   // Decode step, part 1: asks the policy for k and the proposer for drafts; returns the
   // tokens of this step's target pass ([pending, drafts...]; logits needed for all).
@@ -147,6 +156,8 @@ class SequenceRun {
   }
 
  private:
+  // max_tokens 0 with a prompt to score: done once it is scored.
+  bool score_only() const { return opts_.max_tokens <= 0 && opts_.prompt_logprobs >= 0 && n_prompt_ > 1; }
   // How the run speculates.
   struct Speculation {
     Proposer* proposer = nullptr;
@@ -219,6 +230,7 @@ class SequenceRun {
   Rng rng_;
   PositionNoise noise_;
   std::vector<int32_t> committed_;
+  int32_t n_prompt_;             // of committed_, the prompt
   bool done_ = false;
   SequenceOutput out_;
   SequenceGrammar grammar_;

@@ -78,11 +78,24 @@ struct GenerateOptions {
   // On the CUDA backend they are reached on the device with the verdict: only the numbers
   // asked for cross to the host.
   int32_t logprobs = -1;
+  // Log-probabilities of the PROMPT (GenerateResult::prompt_logprobs): -1 → none;
+  // 0..kMaxTopLogprobs → each prompt token after the first gets its log-probability under the
+  // target given the tokens before it, and this many most likely alternatives: the
+  // log-softmax of the raw logits at temperature 1, whatever the sampling settings (what
+  // scoring a text means: OpenAI's `echo` with `logprobs`, lm-evaluation-harness's
+  // loglikelihood). The prompt is then read with its logits, kPromptLogprobsChunk tokens a
+  // pass, and never taken from the server's prefix cache. With max_tokens 0 nothing is
+  // generated: the request only scores its prompt.
+  int32_t prompt_logprobs = -1;
   // Keep every decoding step's drafted and accepted counts (SpeculativeMetrics::steps).
   bool record_steps = false;
 };
 
 inline constexpr int32_t kMaxTopLogprobs = 20;
+// Prompt tokens a pass reads with their logits for prompt_logprobs: the logits of a pass are
+// n_vocab floats a token (600 KB for Qwen2.5's vocabulary), so a 256-token chunk's would be
+// 150 MB.
+inline constexpr int32_t kPromptLogprobsChunk = 64;
 
 struct TokenLogprob {
   int32_t token = -1;
@@ -118,6 +131,9 @@ struct GenerateResult {
   Timings timings;
   SpeculativeMetrics speculative;
   std::vector<TokenLogprobs> logprobs;  // one per entry of `tokens` when opts.logprobs >= 0, else empty
+  // When opts.prompt_logprobs >= 0: one per prompt token after the first (entry i is
+  // prompt_tokens[i + 1]'s), else empty.
+  std::vector<TokenLogprobs> prompt_logprobs;
   // The seed the output was drawn with: the request's, or the fresh one drawn for it when it
   // gave none (SamplingParams::seed). Giving it back reproduces the text.
   uint64_t seed = 0;

@@ -161,6 +161,12 @@ typedef struct tandem_generate_params {
    * one target pass; outputs are unchanged. Default 1: chains. */
   int32_t tree_width;
   int32_t tree_nodes;
+  /* Prompt log-probabilities (tandem_result.prompt_logprobs). Default -1: none;
+   * 0..TANDEM_MAX_TOP_LOGPROBS: each prompt token after the first gets its log-probability given
+   * the tokens before it (the target's raw logits at temperature 1, whatever the sampling) and
+   * this many most likely alternatives. With max_tokens 0 nothing is generated: the call only
+   * scores the prompt. */
+  int32_t prompt_logprobs;
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20
@@ -227,6 +233,11 @@ typedef struct tandem_result {
    * that verified a token tree (params.tree_width); spec_drafted_tokens counts its nodes, the
    * per-position counts are by depth. */
   int64_t spec_tree_steps;
+  /* appended later: check struct_size >= offsetof(tandem_result, n_prompt_logprobs) + sizeof(size_t).
+   * [n_prompt_logprobs]: one per prompt token after the first (entry i is prompt_tokens[i + 1]'s)
+   * when params.prompt_logprobs >= 0. */
+  const tandem_token_logprobs* prompt_logprobs;
+  size_t n_prompt_logprobs;
 } tandem_result;
 
 /* Set struct_size before calling tandem_engine_info; the strings belong to the engine. */

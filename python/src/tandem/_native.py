@@ -78,6 +78,7 @@ class GenerateParams(Structure):
         ("lookup_min", c_int32),
         ("tree_width", c_int32),
         ("tree_nodes", c_int32),
+        ("prompt_logprobs", c_int32),
     ]
 
 
@@ -115,6 +116,8 @@ class Result(Structure):
         ("spec_lookup_accepted_tokens", c_int64),
         ("seed", c_uint64),
         ("spec_tree_steps", c_int64),
+        ("prompt_logprobs", c_void_p),
+        ("n_prompt_logprobs", c_size_t),
     ]
 
 
