@@ -1,8 +1,9 @@
 // AMX: the model of the tile instructions (kernels/cpu/amx_tiles.hpp) does what Intel's
 // reference says, faults where the CPU would, and the AMX kernels for tiled weights give the
 // AVX-512 VNNI kernels' bits for every tiled type, every token count 1..64, row ranges that
-// cut groups, and several matrices in one call. They run on the model here (any AVX-512
-// machine); where the CPU has AMX, the instructions themselves are checked against it.
+// cut groups, and several matrices in one call. They run on the model here: natively on any
+// AVX-512 machine, and compiled against SIMDe beside the emulated AVX-512 kernels on an AVX2
+// one; where the CPU has AMX, the instructions themselves are checked against it.
 // (Whole forward passes through the AMX path: test_forward_reference.cpp's batch
 // invariance suite.)
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "kernels/cpu/pack_tiles.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "tests/support/amx_model.hpp"
+#include "tests/support/isa_levels.hpp"
 #include "tests/support/random_blocks.hpp"
 
 namespace tandem {
@@ -36,22 +38,35 @@ uint32_t bits(float f) {
   return u;
 }
 
-// Restores the default AMX path and kernel level when a test ends.
+// The AVX-512 kernel set of the Avx512 level here, which the AMX kernels' bits must equal:
+// the native one, or on an AVX2 CPU the emulated one (tests/support/isa_levels.hpp installs
+// it); nullptr where there is neither.
+const cpu::mm::IsaKernels* vnni_set() {
+  test::avx512_emulated();
+  if (const cpu::mm::IsaKernels* k = cpu::mm::avx512_kernels_for_testing()) return k;
+  return cpu::detected_isa() == cpu::Isa::Avx512 ? cpu::mm::avx512_kernels() : nullptr;
+}
+
+// Installs the model's kernels for that set; restores the default AMX path and kernel level
+// when a test ends.
 struct AmxGuard {
-  AmxGuard() { test::install_amx_model(); }
+  AmxGuard() {
+    vnni_set();
+    test::install_amx_model();
+  }
   ~AmxGuard() {
     cpu::force_amx(cpu::detected_amx());
     cpu::force_isa(cpu::detected_isa());
   }
 };
 
-// The AMX kernels are AVX-512 code around the tile products: without the AVX-512 level
-// (none of the machines this project tests on) there is nothing to run.
-#define REQUIRE_AVX512()                                                                  \
-  do {                                                                                     \
-    if (cpu::detected_isa() != cpu::Isa::Avx512) {                                         \
-      GTEST_SKIP() << "no AVX-512 on this CPU: the AMX kernels cannot run here";           \
-    }                                                                                      \
+// The AMX kernels are AVX-512 code around the tile products: without an AVX-512 level, native
+// or emulated (a build without SIMDe on a CPU without AVX-512), there is nothing to run.
+#define REQUIRE_AVX512()                                                                       \
+  do {                                                                                          \
+    if (!vnni_set()) {                                                                          \
+      GTEST_SKIP() << "no AVX-512 on this CPU and no emulated AVX-512 kernels in this build";   \
+    }                                                                                           \
   } while (0)
 
 // ---- the model ---------------------------------------------------------------------------
@@ -241,14 +256,14 @@ TEST(AmxKernels, RowRangesInsideGroupsGiveTheSameBits) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " N=" + std::to_string(N));
       const int64_t R = 53, C = dtype_info(t).block_size == 256 ? 512 : 96;
       const Tiled m(t, R, C, 5);
-      const cpu::mm::RowsFn fn = test::amx_model_rows(t);
+      const cpu::mm::RowsFn fn = test::amx_model_kernels()(t);
       ASSERT_NE(fn, nullptr);
-      const cpu::mm::RowsFn vnni = cpu::mm::avx512_kernels()->rows_tiled(t);
+      const cpu::mm::RowsFn vnni = vnni_set()->rows_tiled(t);
       const cpu::mm::ActLayout l = cpu::mm::act_layout(cpu::mm::family(t), C);
       std::vector<uint8_t> xq(l.row_bytes * N + 64);
       auto* xq64 = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq.data()) + 63) & ~uintptr_t{63});
       for (int64_t i = 0; i < N; ++i)
-        cpu::mm::avx512_kernels()->quant(t)(&m.x[static_cast<size_t>(i * C)], l, xq64 + l.row_bytes * i);
+        vnni_set()->quant(t)(&m.x[static_cast<size_t>(i * C)], l, xq64 + l.row_bytes * i);
       cpu::mm::Args a;
       a.wt = t;
       a.w = m.w.data();
@@ -300,18 +315,20 @@ TEST(AmxKernels, SeveralMatricesInOneCall) {
 // Q6_K's kernel, off by one ulp in one element of calls of 24 tokens or more (the folded
 // kernel's): what the check before using the CPU's tiles must catch.
 void off_when_folded(const cpu::mm::Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  test::amx_model_rows(DType::Q6_K)(a, r0, r1, t0, t1);
+  test::amx_model_kernels()(DType::Q6_K)(a, r0, r1, t0, t1);
   if (t1 - t0 >= 24) a.y[t0 * a.ldy + r0] = std::nextafter(a.y[t0 * a.ldy + r0], 1e30f);
 }
-cpu::mm::RowsFn model_but_q6k_folded(DType t) { return t == DType::Q6_K ? off_when_folded : test::amx_model_rows(t); }
-cpu::mm::RowsFn vnni_tiles(DType t) { return cpu::mm::avx512_kernels()->rows_tiled(t); }
+cpu::mm::RowsFn model_but_q6k_folded(DType t) {
+  return t == DType::Q6_K ? off_when_folded : test::amx_model_kernels()(t);
+}
+cpu::mm::RowsFn vnni_tiles(DType t) { return vnni_set()->rows_tiled(t); }
 
 // The check amx.cpp runs before using the CPU's tiles (against the VNNI kernels): the model's
 // kernels pass it, and a kernel off by one ulp in its folded calls only fails it.
 TEST(AmxPath, TheCheckBeforeUseTellsKernelsApart) {
   REQUIRE_AVX512();
-  EXPECT_TRUE(cpu::mm::tiled_kernels_agree(test::amx_model_rows, vnni_tiles));
-  EXPECT_FALSE(cpu::mm::tiled_kernels_agree(model_but_q6k_folded, vnni_tiles));
+  EXPECT_TRUE(cpu::mm::tiled_kernels_agree(test::amx_model_kernels(), vnni_tiles, vnni_set()));
+  EXPECT_FALSE(cpu::mm::tiled_kernels_agree(model_but_q6k_folded, vnni_tiles, vnni_set()));
 }
 
 // The path's choice: TANDEM_AMX=0 and CPUs without AMX default to the VNNI kernels; the
@@ -326,8 +343,11 @@ TEST(AmxPath, DefaultsAndForcing) {
   if (!cpu::amx_available()) {
     EXPECT_THROW(cpu::force_amx(AmxPath::Hardware), std::invalid_argument);
   }
-  if (cpu::detected_isa() != cpu::Isa::Avx512) {
+  // The model needs an AVX-512 level: the CPU's, or the tests' emulated one.
+  if (cpu::detected_isa() != cpu::Isa::Avx512 && !cpu::mm::avx512_kernels_for_testing()) {
     EXPECT_THROW(cpu::force_amx(AmxPath::Model), std::invalid_argument);
+  } else {
+    EXPECT_NO_THROW(cpu::force_amx(AmxPath::Model));
   }
   EXPECT_EQ(cpu::amx_name(AmxPath::Hardware), "amx");
 }

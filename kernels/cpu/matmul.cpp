@@ -156,9 +156,12 @@ void matmul_multi(ThreadPool& pool, const MatmulJob* jobs, int n_jobs, int64_t C
     if (!kset) fail(std::string("no kernel for ") + layout_name(wl) + dtype_name(job.wt));
     Resolved& r = res[n_res++];
     r.fn = rows_of(*kset, job.wt, wl);
-    // AMX for passes of several tokens over tiled weights: the native AVX-512 set's bits
-    // (its kernels are AVX-512 code around the tile products, so never under the emulated set).
-    if (wl == Layout::Tiled && N >= mm::kAmxMinTokens && kset == mm::avx512_kernels())
+    // AMX for passes of several tokens over tiled weights: the AVX-512 set's bits (its
+    // kernels are AVX-512 code around the tile products). Under the tests' emulated set only
+    // the model's path runs: amx_available() needs native AVX-512, and the tests install the
+    // model's kernels compiled as that set is (tests/support/amx_model.hpp).
+    if (wl == Layout::Tiled && N >= mm::kAmxMinTokens &&
+        (kset == mm::avx512_kernels() || kset == mm::avx512_kernels_for_testing()))
       if (const mm::RowsFn f = mm::amx_rows(job.wt)) r.fn = f, r.call_tokens = mm::kAmxMaxTokens;
     r.tiled = job.tiled;
     r.R = job.R;

@@ -163,14 +163,17 @@ bool avx2_quantize(DType t, const float* src, void* dst, int64_t n);  // Q4_0
 // VNNI tiled kernels' bits, on the CPU's tile instructions. nullptr for a type without tiles.
 RowsFn amx_rows_hardware(DType t);
 // The same kernels on the exact model of the tile instructions (amx_tiles.hpp), which runs
-// wherever AVX-512 does: the tests install them (tests/support/amx_model.hpp) as the Model
-// path's.
+// wherever AVX-512 does, or its SIMDe emulation: the tests install them
+// (tests/support/amx_model.hpp) as the Model path's, compiled for the AVX-512 set in use
+// (the native one, or the one install_avx512_kernels_for_testing installed).
 void install_amx_model_for_testing(RowsFn (*kernels)(DType));
 // The kernels of the AMX path in use (amx_path(), quant.hpp); nullptr when it is off.
 RowsFn amx_rows(DType t);
 // Whether two kernel sets for tiled weights give the same bits on small problems of every
 // tiled type (token counts for the plain and the folded AMX kernels, rows after the last
-// whole group): amx.cpp checks the CPU's tiles against the VNNI kernels so before using them.
-bool tiled_kernels_agree(RowsFn (*a)(DType), RowsFn (*b)(DType));
+// whole group), on activations quantized by `acts` (an AVX-512 set: the native one, or the
+// tests' emulated one): amx.cpp checks the CPU's tiles against the VNNI kernels so before
+// using them.
+bool tiled_kernels_agree(RowsFn (*a)(DType), RowsFn (*b)(DType), const IsaKernels* acts);
 
 }  // namespace tandem::kernels::cpu::mm

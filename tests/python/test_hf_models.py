@@ -606,8 +606,10 @@ class Qwen05Folder(Timed):
             self.assertEqual(server.finish(), 0)
 
     def test_logprobs_kv_f16_match_transformers(self):
-        """As served by default: the KV cache in f16."""
-        self.against_transformers(self.server, KV_F16_TOL, "KV f16")
+        """As served by default: the KV cache in f16. Some of the prompts (a code prompt with
+        special tokens, and the chat ones with a system message, history and non-Latin text):
+        the f32 test has the forward pass on all of them, what f16 adds is the cache's rounding."""
+        self.against_transformers(self.server, KV_F16_TOL, "KV f16", CODE_PROMPTS[2::3] + CHAT_PROMPTS[1:])
 
     # -- 2. tokenization, against tokenizers --
 
@@ -736,19 +738,19 @@ class Speculation(Timed):
         require("qwen0.5b")
         # The draft is the target's folder re-quantized to Q4_0 as it loads (float matrices stay
         # as stored under the default --draft-type auto), so some of its drafts are rejected.
-        self.check(MODEL_DIRS["qwen0.5b"], MODEL_DIRS["qwen0.5b"], SPEC_PROMPTS, 32, "--draft-type", "q4_0")
+        self.check(MODEL_DIRS["qwen0.5b"], MODEL_DIRS["qwen0.5b"], SPEC_PROMPTS[1:], 32, "--draft-type", "q4_0")
         self.assertGreater(self.rejected, 0, "the Q4_0 draft never missed: the check proved nothing")
 
     def test_folder_target_folder_draft_1_5b(self):
         require("qwen0.5b", "qwen1.5b")
-        self.check(MODEL_DIRS["qwen1.5b"], MODEL_DIRS["qwen0.5b"], SPEC_PROMPTS[:2], 32)
+        self.check(MODEL_DIRS["qwen1.5b"], MODEL_DIRS["qwen0.5b"], SPEC_PROMPTS[:1], 32)
         self.assertGreater(self.rejected, 0, "the 0.5B draft never missed: the check proved nothing")
 
     def test_folder_target_gguf_draft(self):
         """A GGUF draft for a folder target: the draft reads the target's token ids, so the
         folder's NFC normalizer (which the GGUF does not record) does not keep them apart."""
         require("qwen0.5b")
-        self.check(MODEL_DIRS["qwen0.5b"], gguf_path("qwen0.5b"), SPEC_PROMPTS, 32)
+        self.check(MODEL_DIRS["qwen0.5b"], gguf_path("qwen0.5b"), SPEC_PROMPTS[1:2], 32)
         self.assertGreater(self.rejected, 0, "the Q4_K_M draft never missed: the check proved nothing")
 
 

@@ -2,7 +2,7 @@
 // (kernels/cpu/amx_tiles.hpp): the kernel code the CPU's tiles run, on any AVX-512 machine,
 // so that the tests check the AMX kernels' bits where the CPU has no AMX. Far slower than
 // either real path; compiled for the tests only (tests/CMakeLists.txt gives this file the
-// AVX-512 flags the kernels need).
+// AVX-512 flags the kernels need; emulated/amx_model_kernels.cpp is its SIMDe twin).
 #include "tests/support/amx_model.hpp"
 
 #include "kernels/cpu/matmul_tiles_amx_impl.hpp"
@@ -13,7 +13,5 @@ namespace tandem::test {
 kernels::cpu::mm::RowsFn amx_model_rows(DType t) {
   return kernels::cpu::mm::TANDEM_AVX512_NS::amx_rows_for<kernels::cpu::amx::AmxModel>(t);
 }
-
-void install_amx_model() { kernels::cpu::mm::install_amx_model_for_testing(amx_model_rows); }
 
 }  // namespace tandem::test
