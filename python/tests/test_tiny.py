@@ -116,6 +116,50 @@ def test_unseeded_calls_draw_fresh_seeds_and_report_them(tiny: tandem.Engine) ->
             tiny.generate("Once", seed=bad, max_tokens=1)  # type: ignore[arg-type]
 
 
+def test_logprobs_are_the_tokens_and_stream_with_them(tiny: tandem.Engine) -> None:
+    plain = tiny.generate("Once", **greedy(10))
+    assert plain.logprobs is None and plain.prompt_logprobs is None
+    r = tiny.generate("Once", **greedy(10), logprobs=3)
+    assert r.tokens == plain.tokens and r.logprobs is not None and len(r.logprobs) == len(r.tokens)
+    for token, lp in zip(r.tokens, r.logprobs):
+        # Greedy: the token is the most likely one, its logprob the first alternative's.
+        assert lp.token == token and len(lp.top) == 3
+        assert lp.top[0].token == token and lp.top[0].logprob == lp.logprob <= 0.0
+        assert [t.logprob for t in lp.top] == sorted((t.logprob for t in lp.top), reverse=True)
+        assert len({t.token for t in lp.top}) == 3
+    s = tiny.stream("Once", **greedy(10), logprobs=3)
+    seen = []
+    for _ in s:
+        assert s.logprobs is not None and len(s.logprobs) == len(s.tokens)
+        seen = list(s.logprobs)
+    assert s.logprobs == r.logprobs and seen == r.logprobs[:len(seen)] and seen
+    assert tiny.stream("Once", **greedy(2)).logprobs is None
+    for bad in (-1, 21, 1.5, True):
+        with pytest.raises(tandem.InvalidArgumentError, match="logprobs"):
+            tiny.generate("Once", max_tokens=1, logprobs=bad)  # type: ignore[arg-type]
+        with pytest.raises(tandem.InvalidArgumentError, match="prompt_logprobs"):
+            tiny.generate("Once", max_tokens=1, prompt_logprobs=bad)  # type: ignore[arg-type]
+
+
+def test_prompt_logprobs_score_a_text_as_its_generation_drew_it(tiny: tandem.Engine) -> None:
+    # At temperature 1 with no cuts, a sampled token's logprob is the raw distribution's, which
+    # is what scoring the prompt gives: the generated text scored as a prompt must agree.
+    free = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "ignore_eos": True, "seed": 11}
+    r = tiny.generate("Once upon", max_tokens=12, logprobs=2, prompt_logprobs=2, **free)  # type: ignore[arg-type]
+    assert r.logprobs is not None and r.prompt_logprobs is not None
+    assert [lp.token for lp in r.prompt_logprobs] == r.prompt_tokens[1:]
+    text = r.prompt_tokens + r.tokens
+    scored = tiny.generate(text, max_tokens=0, prompt_logprobs=2, add_special=False)
+    assert scored.tokens == [] and scored.text == "" and scored.logprobs is None
+    assert scored.prompt_logprobs is not None and len(scored.prompt_logprobs) == len(text) - 1
+    assert scored.prompt_logprobs[:len(r.prompt_logprobs)] == r.prompt_logprobs
+    for got, drawn in zip(scored.prompt_logprobs[len(r.prompt_tokens) - 1:], r.logprobs, strict=True):
+        assert got.token == drawn.token
+        assert got.logprob == pytest.approx(drawn.logprob, abs=1e-4)
+        assert [t.token for t in got.top] == [t.token for t in drawn.top]
+        assert all(len(e.top) == 2 and e.logprob <= 0.0 for e in (got, drawn))
+
+
 def test_policies_and_calibration(tiny_path: str, tmp_path) -> None:
     # The speculation policy per call, and the cost model the adaptive ones decide with.
     with tandem.Engine.load(tiny_path, draft=tiny_path, threads=1) as e:
@@ -209,6 +253,14 @@ def test_stream_matches_generate(tiny: tandem.Engine) -> None:
     assert "".join(pieces) == ref.text and all(pieces)
     assert s.finished and s.result is not None and s.result.tokens == ref.tokens
     assert s.tokens == ref.tokens
+    # A stop string the text's end begins holds that end back until the generation ends, and
+    # the library's last callback then only flushes it: no token is counted twice.
+    assert len(ref.text) >= 2
+    for extra in ({}, {"logprobs": 0}):
+        held = tiny.stream("Stream me", **greedy(20), stop=[ref.text[-2:] + "\x01"], **extra)  # type: ignore[arg-type]
+        assert "".join(held) == ref.text
+        assert held.tokens == ref.tokens
+        assert held.logprobs is None or len(held.logprobs) == len(ref.tokens)
 
 
 def test_breaking_out_of_the_loop_stops_the_generation(tiny: tandem.Engine) -> None:

@@ -17,7 +17,8 @@ from .engine import Engine, Stream, json_schema_to_grammar
 from .errors import (BufferTooSmallError, GenerationError, InternalError, InvalidArgumentError, LoadError,
                      OutOfMemoryError, TandemError)
 from .tune import tune
-from .types import GenerateResult, LoadOptions, ModelInfo, SamplingOptions, SpeculativeMetrics, Timings
+from .types import (GenerateResult, LoadOptions, ModelInfo, SamplingOptions, SpeculativeMetrics, Timings, TokenLogprob,
+                    TokenLogprobs)
 
 __version__ = "0.1.0"
 
@@ -28,7 +29,7 @@ def library_version() -> str:
 
 
 __all__ = [
-    "Engine", "Stream", "GenerateResult", "ModelInfo", "SpeculativeMetrics", "Timings", "LoadOptions",
+    "Engine", "Stream", "GenerateResult", "TokenLogprobs", "TokenLogprob", "ModelInfo", "SpeculativeMetrics", "Timings", "LoadOptions",
     "SamplingOptions", "TandemError", "InvalidArgumentError", "LoadError", "BufferTooSmallError", "OutOfMemoryError",
     "GenerationError", "InternalError", "tune", "library_version", "json_schema_to_grammar", "__version__",
 ]

@@ -150,7 +150,17 @@ class ChatMessage(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
+class Logprob(Structure):
+    _fields_ = [("token", c_int32), ("logprob", c_float)]
+
+
+class TokenLogprobs(Structure):
+    _fields_ = [("token", c_int32), ("logprob", c_float), ("top", POINTER(Logprob)), ("n_top", c_size_t)]
+
+
 StreamFn = CFUNCTYPE(c_int, c_void_p, c_size_t, c_int32, c_void_p)
+# tandem_stream_logprobs_fn: the token's logprobs (a TokenLogprobs*, NULL when not asked for).
+StreamLogprobsFn = CFUNCTYPE(c_int, c_void_p, c_size_t, c_int32, c_void_p, c_void_p)
 
 
 def _candidates() -> list[pathlib.Path]:
@@ -182,6 +192,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
        POINTER(POINTER(Result)))
     fn("tandem_generate_tokens", c_status, c_void_p, POINTER(c_int32), c_size_t, POINTER(GenerateParams), StreamFn,
        c_void_p, POINTER(POINTER(Result)))
+    fn("tandem_generate_logprobs", c_status, c_void_p, c_char_p, POINTER(GenerateParams), StreamLogprobsFn,
+       c_void_p, POINTER(POINTER(Result)))
+    fn("tandem_generate_tokens_logprobs", c_status, c_void_p, POINTER(c_int32), c_size_t, POINTER(GenerateParams),
+       StreamLogprobsFn, c_void_p, POINTER(POINTER(Result)))
     fn("tandem_result_free", None, POINTER(Result))
     fn("tandem_tokenize", c_status, c_void_p, c_char_p, c_int, c_int, POINTER(c_int32), c_size_t, POINTER(c_size_t))
     fn("tandem_detokenize", c_status, c_void_p, POINTER(c_int32), c_size_t, c_void_p, c_size_t, POINTER(c_size_t))

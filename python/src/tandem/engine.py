@@ -15,7 +15,7 @@ from typing import Any, Unpack
 from . import _native as N
 from .errors import InvalidArgumentError, TandemError, error_for
 from .types import (FinishReason, GenerateResult, LoadOptions, ModelInfo, SamplingOptions, SpeculativeMetrics,
-                    Timings)
+                    Timings, TokenLogprob, TokenLogprobs)
 
 _OK, _CANCELLED, _BUFFER_TOO_SMALL = 0, 1, -3
 _DRAFT_MODES = {"none": 0, "model": 1, "ngram": 2}
@@ -25,7 +25,8 @@ _FINISH: dict[int, FinishReason] = {0: "stop", 1: "length", 2: "cancelled"}
 _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "repetition_window",
                  "presence_penalty", "frequency_penalty", "seed", "add_special", "parse_special", "ignore_eos",
                  "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget",
-                 "lookup", "lookup_min", "tree_width", "tree_nodes")
+                 "lookup", "lookup_min", "tree_width", "tree_nodes", "logprobs", "prompt_logprobs")
+_MAX_TOP_LOGPROBS = 20  # TANDEM_MAX_TOP_LOGPROBS
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed
@@ -80,11 +81,24 @@ def constraint_grammar(grammar: str | None, json_schema: Mapping[str, Any] | str
     return None
 
 
+def _token_logprobs(lp: N.TokenLogprobs) -> TokenLogprobs:
+    return TokenLogprobs(lp.token, lp.logprob, [TokenLogprob(t.token, t.logprob) for t in lp.top[:lp.n_top]])
+
+
+def _logprobs_list(ptr: int | None, n: int) -> list[TokenLogprobs]:
+    if not ptr or n == 0:
+        return []
+    arr = ctypes.cast(ptr, POINTER(N.TokenLogprobs))
+    return [_token_logprobs(arr[i]) for i in range(n)]
+
+
 class _Generation:
     """One tandem_generate* call's inputs, kept alive (ctypes does not own them) until it returns."""
 
     def __init__(self, prompt: str | Sequence[int], params: N.GenerateParams, keep: list[Any]) -> None:
         self.params, self.keep = params, keep
+        self.logprobs = params.logprobs >= 0
+        self.prompt_logprobs = params.prompt_logprobs >= 0
         if isinstance(prompt, str):
             self.text: bytes | None = _no_nul(prompt, "the prompt")
             self.tokens = None
@@ -96,15 +110,15 @@ class _Generation:
         out = POINTER(N.Result)()
         lib = N.lib()
         if self.text is not None:
-            status = lib.tandem_generate(handle, self.text, byref(self.params), callback, None, byref(out))
+            status = lib.tandem_generate_logprobs(handle, self.text, byref(self.params), callback, None, byref(out))
         else:
             assert self.tokens is not None
-            status = lib.tandem_generate_tokens(handle, self.tokens, len(self.tokens), byref(self.params), callback,
-                                                None, byref(out))
+            status = lib.tandem_generate_tokens_logprobs(handle, self.tokens, len(self.tokens), byref(self.params),
+                                                         callback, None, byref(out))
         return status, out
 
 
-def _result(ptr: Any) -> GenerateResult:
+def _result(ptr: Any, gen: _Generation) -> GenerateResult:
     """Copies a tandem_result into Python objects and frees it."""
     try:
         r = ptr.contents
@@ -123,7 +137,9 @@ def _result(ptr: Any) -> GenerateResult:
             text=text, tokens=r.tokens[:r.n_tokens], prompt_tokens=r.prompt_tokens[:r.n_prompt_tokens],
             finish_reason=_FINISH.get(r.finish_reason, "stop"),
             timings=Timings(r.prefill_ms, r.decode_ms, r.prefill_tokens_per_s, r.decode_tokens_per_s),
-            speculative=spec, seed=r.seed)
+            speculative=spec, seed=r.seed,
+            logprobs=_logprobs_list(r.logprobs, r.n_logprobs) if gen.logprobs else None,
+            prompt_logprobs=_logprobs_list(r.prompt_logprobs, r.n_prompt_logprobs) if gen.prompt_logprobs else None)
     finally:
         N.lib().tandem_result_free(ptr)
 
@@ -371,6 +387,12 @@ class Engine:
                         continue  # the library draws a fresh one (GenerateResult.seed reports it)
                     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < _SEED_RANDOM:
                         raise InvalidArgumentError(f"seed must be an int in 0..2**64-2 or None, not {v!r}")
+                if key in ("logprobs", "prompt_logprobs"):
+                    if v is None:
+                        continue  # none (the library's -1)
+                    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_TOP_LOGPROBS:
+                        raise InvalidArgumentError(
+                            f"{key} must be None or an int in 0..{_MAX_TOP_LOGPROBS} (alternatives per token), not {v!r}")
                 if isinstance(v, bool) or key in ("add_special", "parse_special", "ignore_eos"):
                     v = int(bool(v))
                 setattr(p, key, v)
@@ -435,29 +457,34 @@ class _StreamState:
     """What the generating thread shares with the consumer; it holds no reference to the
     Stream object, so dropping the Stream (breaking out of a for loop) can close it."""
 
-    def __init__(self) -> None:
+    def __init__(self, logprobs: bool) -> None:
+        self.logprobs = logprobs
+        # (bytes, token, TokenLogprobs | None) per library callback; the last callback may only
+        # flush held-back text (token None there when it can be told: logprobs were asked for).
         self.pieces: queue.Queue[Any] = queue.Queue()
         self.cancel = threading.Event()
         self.result: GenerateResult | None = None
         self.error: BaseException | None = None
 
-    def on_token(self, text: int | None, n: int, token: int, user: int | None) -> int:
+    def on_token(self, text: int | None, n: int, token: int, lp: int | None, user: int | None) -> int:
         try:
             if self.cancel.is_set():
                 return 1
-            self.pieces.put((ctypes.string_at(text, n) if n and text else b"", token))
+            data = ctypes.string_at(text, n) if n and text else b""
+            logprobs = _token_logprobs(ctypes.cast(lp, POINTER(N.TokenLogprobs)).contents) if lp else None
+            self.pieces.put((data, None if self.logprobs and logprobs is None else token, logprobs))
             return 0
         except BaseException as e:  # noqa: BLE001 - reported to the consumer
             self.error = self.error or e
             return 1
 
     def run(self, engine: Engine, gen: _Generation, handle: c_void_p) -> None:
-        callback = N.StreamFn(self.on_token)
+        callback = N.StreamLogprobsFn(self.on_token)
         try:
             status, out = gen.run(handle, callback)
             if status < 0:
                 _check(status)
-            self.result = _result(out)
+            self.result = _result(out, gen)
         except BaseException as e:  # noqa: BLE001 - reported to the consumer
             self.error = self.error or e
         finally:
@@ -468,13 +495,16 @@ class _StreamState:
 class Stream(Iterator[str]):
     """The text of a generation, piece by piece as it is produced (never an empty piece; one
     piece may hold several tokens' text, e.g. a UTF-8 character split across tokens).
-    `tokens` grows as pieces are read; `result` is set once the stream has ended."""
+    `tokens` grows as pieces are read, and with the logprobs option `logprobs` with it (one
+    entry per token); `result` is set once the stream has ended, and then `tokens` and
+    `logprobs` are the result's."""
 
     def __init__(self, engine: Engine, gen: _Generation) -> None:
-        self._state = _StreamState()
+        self._state = _StreamState(gen.logprobs)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._done = False
         self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprobs] | None = [] if gen.logprobs else None
         handle = engine._enter()
         self._thread = threading.Thread(target=self._state.run, args=(engine, gen, handle), daemon=True,
                                         name="tandem-stream")
@@ -493,8 +523,11 @@ class Stream(Iterator[str]):
             if item is _END:
                 self._finish()
                 break
-            data, token = item
-            self.tokens.append(token)
+            data, token, logprobs = item
+            if token is not None:
+                self.tokens.append(token)
+            if logprobs is not None and self.logprobs is not None:
+                self.logprobs.append(logprobs)
             text = self._decoder.decode(data)
             if text:
                 return text
@@ -506,6 +539,13 @@ class Stream(Iterator[str]):
     def _finish(self) -> None:
         self._thread.join()
         self._done = True
+        r = self._state.result
+        if r is not None:
+            # (The library's last callback may only flush held-back text, repeating the last
+            # token; the result's lists are exact.)
+            self.tokens = list(r.tokens)
+            if r.logprobs is not None:
+                self.logprobs = list(r.logprobs)
         if self._state.error is not None:
             error, self._state.error = self._state.error, None
             raise error
@@ -527,6 +567,10 @@ class Stream(Iterator[str]):
         self._state.cancel.set()
         self._thread.join()
         self._done = True
+        if self._state.result is not None:
+            self.tokens = list(self._state.result.tokens)
+            if self._state.result.logprobs is not None:
+                self.logprobs = list(self._state.result.logprobs)
         # An error after cancelling is of no interest to a consumer that walked away.
         self._state.error = None
 

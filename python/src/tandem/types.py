@@ -64,6 +64,15 @@ class SamplingOptions(TypedDict, total=False):
     # documents valid against a JSON Schema (a dict or its JSON text; {} → any JSON object).
     grammar: str
     json_schema: Mapping[str, Any] | str
+    # Log-probabilities (GenerateResult.logprobs, Stream.logprobs): each generated token's
+    # and this many (0..20) most likely alternatives, of the target's distribution the token
+    # was drawn from (after penalties, temperature and the cuts; greedy: the log-softmax),
+    # whatever the speculation. None (default): none.
+    logprobs: int | None
+    # GenerateResult.prompt_logprobs: each prompt token after the first, given the tokens
+    # before it (the target's raw distribution at temperature 1), and this many alternatives.
+    # With max_tokens=0 the call only scores the prompt. None (default): none.
+    prompt_logprobs: int | None
 
 
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -100,6 +109,21 @@ class SpeculativeMetrics:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    token: int
+    logprob: float                    # natural log; -inf for a token the sampling cut
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One token's log-probability and the most likely alternatives at its position."""
+
+    token: int
+    logprob: float
+    top: list[TokenLogprob]           # most likely first
+
+
+@dataclass(frozen=True)
 class GenerateResult:
     text: str                         # cut before a stop string
     tokens: list[int]                 # the generated tokens (a stop string's included)
@@ -108,6 +132,8 @@ class GenerateResult:
     timings: Timings
     speculative: SpeculativeMetrics
     seed: int                         # the seed the text was drawn with: passing it again reproduces the text
+    logprobs: list[TokenLogprobs] | None = None         # one per token of `tokens` (the logprobs option)
+    prompt_logprobs: list[TokenLogprobs] | None = None  # one per prompt token after the first (prompt_logprobs)
 
 
 @dataclass(frozen=True)
