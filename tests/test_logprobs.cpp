@@ -7,6 +7,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <random>
 
@@ -294,6 +295,10 @@ struct Done {
   std::condition_variable cv;
   std::vector<GenerateResult> results;
   std::vector<std::vector<TokenLogprobs>> streamed;
+  // Per request: its calls, and the prompt's logprobs its first call brought (written on the
+  // scheduler's thread, read after wait()).
+  std::map<size_t, int> calls;
+  std::map<size_t, std::vector<TokenLogprobs>> streamed_prompt;
   size_t n = 0;
 };
 
@@ -303,6 +308,11 @@ ServeRequest request(const std::vector<int32_t>& prompt, const GenerateOptions& 
   r.opts = o;
   r.on_text = [&d, i](const StreamEvent& ev) {
     if (ev.logprobs) d.streamed[i].push_back(*ev.logprobs);
+    if (ev.prompt_logprobs) {
+      EXPECT_EQ(d.calls[i], 0) << "request " << i << ": the prompt's logprobs come with the first call";
+      d.streamed_prompt[i] = *ev.prompt_logprobs;
+    }
+    ++d.calls[i];
     return true;
   };
   r.on_done = [&d, i](const GenerateResult& res, const std::string& err) {
@@ -473,7 +483,19 @@ void prompt_logprobs_match_the_logits(const std::string& device, int32_t n_token
   };
   std::vector<GenerateResult> alone;
   for (bool sampled : {false, true}) {
-    const GenerateResult r = e->generate_tokens(prompt, opts(sampled, 4));
+    // The stream's first call brings the prompt's logprobs, complete; no other call does.
+    std::vector<TokenLogprobs> first_call;
+    int calls = 0, with_prompt = 0;
+    const GenerateResult r = e->generate_tokens(prompt, opts(sampled, 4), [&](const StreamEvent& ev) {
+      if (ev.prompt_logprobs) {
+        ++with_prompt;
+        if (calls == 0) first_call = *ev.prompt_logprobs;
+      }
+      ++calls;
+      return true;
+    });
+    EXPECT_EQ(with_prompt, 1);
+    expect_same(first_call, r.prompt_logprobs, "the stream's first call");
     expect_prompt_matches_logits(*e, prompt, r, 4);
     expect_on_device(device, r, sampled ? "sampled" : "greedy");
     EXPECT_TRUE(r.logprobs.empty());
@@ -519,6 +541,12 @@ void prompt_logprobs_match_the_logits(const std::string& device, int32_t n_token
   EXPECT_TRUE(d.results[4].prompt_logprobs.empty());
   EXPECT_EQ(d.results[1].tokens, alone[0].tokens);
   EXPECT_EQ(d.results[2].tokens, alone[1].tokens);
+  // Streamed: the first call of each request that scored and generated brought them whole.
+  for (size_t i : {size_t{1}, size_t{2}, size_t{5}}) {
+    ASSERT_EQ(d.streamed_prompt.count(i), 1u) << "request " << i;
+    expect_same(d.streamed_prompt[i], d.results[i].prompt_logprobs, "streamed in the scheduler");
+  }
+  for (size_t i : {size_t{0}, size_t{3}, size_t{4}}) EXPECT_EQ(d.streamed_prompt.count(i), 0u) << "request " << i;
 }
 
 TEST(PromptLogprobs, AreTheTargetsLogitsAloneAndInTheScheduler) { prompt_logprobs_match_the_logits("cpu", 12); }

@@ -230,7 +230,7 @@ TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
 }
 
 // echo (completions): with logprobs the prompt is scored (prompt_logprobs, the same number of
-// alternatives), max_tokens may be 0; echo with logprobs is not streamed.
+// alternatives), max_tokens may be 0, streamed or not.
 TEST(OpenAIRequest, EchoScoresThePromptWithLogprobs) {
   const ParsedRequest plain = completion(R"({"prompt":"x"})");
   EXPECT_FALSE(plain.echo);
@@ -242,7 +242,9 @@ TEST(OpenAIRequest, EchoScoresThePromptWithLogprobs) {
   EXPECT_EQ(scored.opts.prompt_logprobs, 4);
   EXPECT_EQ(scored.opts.max_tokens, 0);
   EXPECT_EQ(completion(R"({"prompt":"x","echo":true,"stream":true})").stream, true);
-  EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true,"logprobs":1,"stream":true})").param, "echo");
+  const ParsedRequest streamed = completion(R"({"prompt":"x","echo":true,"logprobs":1,"stream":true})");
+  EXPECT_TRUE(streamed.stream && streamed.echo);
+  EXPECT_EQ(streamed.opts.prompt_logprobs, 1);
   EXPECT_EQ(completion_error(R"({"prompt":"x","max_tokens":0})").param, "max_tokens");
   EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true,"max_tokens":-1})").param, "max_tokens");
   EXPECT_EQ(completion_error(R"({"prompt":"x","echo":1})").status, 400);

@@ -62,10 +62,15 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       sr.opts.sampling.seed = choice_seed(meta_.seed, i);
       // Scheduler thread: hand the text (and logprobs) over to the strand and return at once.
       sr.on_text = [self, i](const StreamEvent& ev) {
-        if (!ev.text.empty() || ev.logprobs) {
+        if (!ev.text.empty() || ev.logprobs || ev.prompt_logprobs) {
           std::optional<TokenLogprobs> lp;
           if (ev.logprobs) lp = *ev.logprobs;
-          self->out_->post([self, i, t = std::string(ev.text), lp = std::move(lp)] { self->on_text(i, t, lp); });
+          std::optional<std::vector<TokenLogprobs>> prompt_lps;
+          if (ev.prompt_logprobs) prompt_lps = *ev.prompt_logprobs;
+          self->out_->post([self, i, t = std::string(ev.text), lp = std::move(lp), prompt_lps = std::move(prompt_lps)] {
+            if (prompt_lps) self->on_prompt_logprobs(i, *prompt_lps);
+            self->on_text(i, t, lp);
+          });
         }
         return !self->stop_.load(std::memory_order_relaxed);
       };
@@ -121,8 +126,9 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
           c.index = i;
           out_->stream(sse_event(chunk_json(meta_, c, true, req_.include_usage, bytes_)));
         }
-      // An echoed prompt opens each choice (echo with logprobs is not streamed).
-      if (req_.echo && !echo_text_.empty())
+      // An echoed prompt opens each choice; with logprobs, once the prompt is scored
+      // (on_prompt_logprobs).
+      if (req_.echo && !echo_text_.empty() && !logprobs_out())
         for (int32_t i = 0; i < req_.n; ++i) {
           ChoiceOut c;
           c.index = i;
@@ -139,6 +145,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     std::vector<TokenLogprobs> logprobs;
     std::vector<TokenLogprobs> prompt_logprobs;  // echo with logprobs: the prompt's, from the result
     std::vector<TokenLogprobs> echoed;           // and the response's list: the prompt's, then `logprobs`
+    bool echo_streamed = false;  // streamed echo with logprobs: its prompt chunk went out
     size_t streamed_logprobs = 0;  // of `logprobs`, how many went out in chunks
     int64_t text_offset = 0;       // completions' text_offset of the next chunk
     FinishReason finish = FinishReason::Length;
@@ -156,6 +163,28 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   bool logprobs_out() const { return req_.logprobs >= 0; }
   bool tools_out() const { return req_.endpoint == Endpoint::Chat && req_.tools && req_.tools->parse_output(); }
   const std::vector<ToolSpec>& tool_specs() const { return req_.tools->tools; }
+
+  // Echo with logprobs, streamed: the prompt and its logprobs open choice i's content, before
+  // its first generated token's chunk; the first prompt token has none.
+  void on_prompt_logprobs(int32_t i, const std::vector<TokenLogprobs>& prompt_lps) {
+    Choice& c = choices_[static_cast<size_t>(i)];
+    if (finished_ || !req_.stream || !req_.echo || !logprobs_out() || c.echo_streamed || out_->closed()) return;
+    c.echo_streamed = true;
+    if (echo_ids_.empty()) return;
+    std::vector<TokenLogprobs> lps{echoed_first()};
+    lps.insert(lps.end(), prompt_lps.begin(), prompt_lps.end());
+    ChoiceOut o;
+    o.index = i;
+    o.text = echo_text_;
+    o.logprobs = &lps;
+    o.text_offset = c.text_offset;
+    c.text_offset += text_length(lps, bytes_);
+    out_->stream(sse_event(chunk_json(meta_, o, false, req_.include_usage, bytes_)));
+  }
+  // The echoed prompt's first entry: its token, with no logprob (nothing comes before it).
+  TokenLogprobs echoed_first() const {
+    return TokenLogprobs{{echo_ids_.front(), std::numeric_limits<float>::quiet_NaN()}, {}};
+  }
 
   // One content chunk of choice i: `text` and the logprobs of the tokens not yet streamed.
   void stream_piece(int32_t i, std::string_view text) {
@@ -205,6 +234,9 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       cancel_all();  // the response is an error now: the other choices' work is wasted
     }
     if (req_.stream && error_.empty() && !out_->closed()) {
+      // A choice that streamed no token (nothing generated, or an end-of-generation token
+      // first) echoes its prompt from the result.
+      on_prompt_logprobs(i, c.prompt_logprobs);
       if (tools_out()) {
         // What the filter held: content to send, and the calls, in one delta.
         ToolOutput rest = c.filter.finish(tool_specs());
@@ -290,7 +322,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         if (!logprobs_out()) continue;
         // The prompt's tokens first; the first has no logprob (nothing comes before it).
         c.echoed.reserve(echo_ids_.size() + c.logprobs.size());
-        c.echoed.push_back(TokenLogprobs{{echo_ids_.front(), std::numeric_limits<float>::quiet_NaN()}, {}});
+        c.echoed.push_back(echoed_first());
         c.echoed.insert(c.echoed.end(), c.prompt_logprobs.begin(), c.prompt_logprobs.end());
         c.echoed.insert(c.echoed.end(), c.logprobs.begin(), c.logprobs.end());
       }

@@ -517,13 +517,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
 
   parse_choices(o, endpoint, cfg, r);
   r.stream = get_bool(o, "stream").value_or(false);
-  if (r.echo && r.logprobs >= 0) {
-    // The prompt's logprobs come with the result, after every generated token has streamed.
-    if (r.stream)
-      throw bad_request("'echo' with 'logprobs' cannot be streamed; ask without 'stream'", "echo",
-                        "unsupported_value");
-    r.opts.prompt_logprobs = r.logprobs;
-  }
+  if (r.echo && r.logprobs >= 0) r.opts.prompt_logprobs = r.logprobs;
   r.speculation_metrics = get_bool(o, "speculation_metrics").value_or(cfg.speculation_metrics);
   if (r.stream && r.best_of > r.n)
     throw bad_request("'best_of' greater than 'n' cannot be streamed", "best_of", "invalid_value");

@@ -7,6 +7,7 @@ SequenceOutput::SequenceOutput(const Tokenizer& tok, const GenerateOptions& opts
     : tok_(tok),
       ignore_eos_(opts.ignore_eos),
       max_tokens_(opts.max_tokens),
+      prompt_logprobs_pending_(opts.prompt_logprobs >= 0),
       cb_(std::move(cb)),
       decoder_(tok),
       stops_(opts.stop),
@@ -40,7 +41,12 @@ void SequenceOutput::start_decoding() {
 
 bool SequenceOutput::emit(const std::string& text, int32_t token, const TokenLogprobs* lp) {
   res_.text += text;
-  return !cb_ || cb_(StreamEvent{text, token, lp});
+  StreamEvent ev{text, token, lp};
+  if (prompt_logprobs_pending_) {
+    ev.prompt_logprobs = &res_.prompt_logprobs;
+    prompt_logprobs_pending_ = false;
+  }
+  return !cb_ || cb_(ev);
 }
 
 void SequenceOutput::close() {

@@ -40,6 +40,7 @@ class SequenceOutput {
   const Tokenizer& tok_;
   bool ignore_eos_;
   int32_t max_tokens_;
+  bool prompt_logprobs_pending_;  // the first event is still to bring the prompt's logprobs
   StreamEventCallback cb_;
   StreamDecoder decoder_;
   StopMatcher stops_;

@@ -170,6 +170,11 @@ struct StreamEvent {
   std::string_view text;
   int32_t token = -1;
   const TokenLogprobs* logprobs = nullptr;
+  // The prompt's log-probabilities (GenerateOptions::prompt_logprobs), all of them, in the
+  // first call (the prompt is scored before the first token is drawn); null in every other
+  // call and when not asked for. A generation that makes no call (nothing generated, or only
+  // an end-of-generation token) has them in GenerateResult::prompt_logprobs alone.
+  const std::vector<TokenLogprobs>* prompt_logprobs = nullptr;
 };
 using StreamEventCallback = std::function<bool(const StreamEvent& event)>;
 

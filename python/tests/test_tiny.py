@@ -257,7 +257,7 @@ def test_stream_matches_generate(tiny: tandem.Engine) -> None:
     # the library's last callback then only flushes it: no token is counted twice.
     assert len(ref.text) >= 2
     for extra in ({}, {"logprobs": 0}):
-        held = tiny.stream("Stream me", **greedy(20), stop=[ref.text[-2:] + "\x01"], **extra)  # type: ignore[arg-type]
+        held = tiny.stream("Stream me", **greedy(20), stop=[ref.text[-2:] + "\x01"], **extra)
         assert "".join(held) == ref.text
         assert held.tokens == ref.tokens
         assert held.logprobs is None or len(held.logprobs) == len(ref.tokens)

@@ -784,16 +784,31 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
                     self.assertLessEqual(v, 0.0)
                     self.assertIn(v, top.values())
                     self.assertLessEqual(len(top), 4)
-        # Without logprobs: the text, streamed or not; with them it is not streamed.
+        # Without logprobs: the text, streamed or not.
         r = self.client.completions.create(model="smollm2", prompt="One, two,", max_tokens=3, temperature=0, echo=True)
         self.assertTrue(r.choices[0].text.startswith("One, two,"), r.choices[0].text)
         self.assertIsNone(r.choices[0].logprobs)
         chunks = list(self.client.completions.create(model="smollm2", prompt="One, two,", max_tokens=3, temperature=0,
                                                      echo=True, stream=True))
         self.assertEqual("".join(ch.choices[0].text for ch in chunks if ch.choices), r.choices[0].text)
-        with self.assertRaises(openai.BadRequestError) as e:
-            self.client.completions.create(model="smollm2", prompt="x", max_tokens=2, echo=True, logprobs=1, stream=True)
-        self.assertEqual(e.exception.body["param"], "echo")
+        # With logprobs, streamed: the prompt and its logprobs in the first chunk, then the tokens';
+        # together they are the response's (n = 2: each choice echoes its prompt once).
+        for max_tokens in (0, 3):
+            kw = dict(model="smollm2", prompt="One, two,", max_tokens=max_tokens, temperature=0, echo=True,
+                      logprobs=2)
+            whole = self.client.completions.create(**kw).choices[0]
+            got = {0: [], 1: []}
+            for ch in self.client.completions.create(stream=True, n=2, **kw):
+                for c in ch.choices:
+                    if c.logprobs is not None or c.text:
+                        got[c.index].append(c)
+            for index, parts in got.items():
+                self.assertTrue(parts[0].text.startswith("One, two,") and parts[0].logprobs.token_logprobs[0] is None,
+                                f"choice {index}: {parts[0]}")
+                self.assertEqual("".join(c.text for c in parts), whole.text)
+                self.assertEqual([t for c in parts for t in c.logprobs.tokens], whole.logprobs.tokens)
+                self.assertEqual([v for c in parts for v in c.logprobs.token_logprobs], whole.logprobs.token_logprobs)
+                self.assertEqual([o for c in parts for o in c.logprobs.text_offset], whole.logprobs.text_offset)
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.completions.create(model="smollm2", prompt="x", max_tokens=0)
         self.assertEqual(e.exception.body["param"], "max_tokens")
