@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "apps/commands.hpp"
@@ -21,6 +22,7 @@ struct GenerateArgs {
   LoadOptions load;
   GenerateOptions gen;
   std::string prompt;
+  std::optional<std::string> suffix;  // fill in the middle: the prompt is the prefix
   bool json = false;
   bool verbose = false;
   bool no_special = false;
@@ -77,7 +79,9 @@ int run_generate(const GenerateArgs& args) {
       return true;
     };
   }
-  const GenerateResult r = engine->generate(a.prompt, gen, cb);
+  const GenerateResult r =
+      a.suffix ? engine->generate_tokens(engine->fim_prompt(a.prompt, *a.suffix), gen, cb) : engine->generate(a.prompt, gen, cb);
+  if (a.suffix && !a.json) std::fputs(a.suffix->c_str(), stdout);  // the filled-in text in its place
   // What trees against chains learned here, for the next run (nothing is written if this run
   // drafted no tree-or-chain step).
   if (!costs.empty()) save_shape_choice(*engine, default_cost_cache_path());
@@ -87,6 +91,7 @@ int run_generate(const GenerateArgs& args) {
     o["model"] = info.path;
     o["backend"] = info.backend;
     o["prompt"] = a.prompt;
+    if (a.suffix) o["suffix"] = *a.suffix;
     o["prompt_tokens"] = boost::json::value_from(r.prompt_tokens);
     o["tokens"] = boost::json::value_from(r.tokens);
     o["text"] = r.text;
@@ -178,6 +183,8 @@ Command add_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Generate text from a prompt");
   sub->add_option("-m,--model", a->load.model_path, "Target model: a GGUF file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  sub->add_option("--suffix", a->suffix,
+                  "Fill in the middle (code models): the text after the insertion point; the prompt is the text before it");
   sub->add_option("--model-draft", a->load.draft_model_path, "Draft model (GGUF file or Hugging Face folder) for speculative decoding (alias: -md)")
       ->check(CLI::ExistingPath);
   cli::add_draft_vocab_options(*sub, a->load);

@@ -226,7 +226,11 @@ TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
     EXPECT_FALSE(e.param.empty()) << extra;
   }
   EXPECT_EQ(chat_error(chat_with(R"("best_of":2)")).param, "best_of");
-  EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
+  // suffix: fill in the middle of a text prompt (not of token ids, not echoed).
+  EXPECT_EQ(completion(R"({"prompt":"x","suffix":"y"})").suffix, "y");
+  EXPECT_EQ(completion(R"({"prompt":"x","suffix":""})").suffix, "");
+  EXPECT_EQ(completion_error(R"({"prompt":[1,2],"suffix":"y"})").param, "suffix");
+  EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y","echo":true})").param, "suffix");
 }
 
 // echo (completions): with logprobs the prompt is scored (prompt_logprobs, the same number of

@@ -599,5 +599,39 @@ TEST(Speculative, RealQwenPairGreedyIsLossless) {
   }
 }
 
+// Fill in the middle with the coder model (Engine::fim_prompt): the markers around prefix and
+// suffix, and what it writes is the code between them, the same with prompt lookup's drafts
+// (which the suffix feeds). A model without the markers is refused by name.
+TEST(Speculative, RealQwenCoderFillsInTheMiddle) {
+  TANDEM_REQUIRE_MODEL(coder, "qwen0.5b");
+  auto e = load(coder);
+  const std::string prefix = "def area_of_rectangle(width, height):\n    return ";
+  const std::string suffix = "\n\n\nprint(area_of_rectangle(3, 4))\n";
+  const std::vector<int32_t> p = e->fim_prompt(prefix, suffix);
+  const std::vector<int32_t> pre = e->tokenize(prefix, false, false), suf = e->tokenize(suffix, false, false);
+  ASSERT_EQ(p.size(), pre.size() + suf.size() + 3);
+  EXPECT_EQ(e->detokenize(std::span(p).first(1)), "<|fim_prefix|>");
+  EXPECT_EQ(e->detokenize(std::span(p).subspan(1 + pre.size(), 1)), "<|fim_suffix|>");
+  EXPECT_EQ(e->detokenize(std::span(p).last(1)), "<|fim_middle|>");
+  GenerateOptions g = greedy(8);
+  g.ignore_eos = false;
+  const GenerateResult plain = e->generate_tokens(p, g);
+  EXPECT_EQ(plain.text.substr(0, 14), "width * height") << plain.text;
+  g.speculative.mode = DraftMode::Ngram;
+  EXPECT_EQ(e->generate_tokens(p, g).tokens, plain.tokens);
+
+  const auto plain_model = load(fixture_pair().target);  // a tiny vocabulary without FIM markers
+  EXPECT_THROW(
+      {
+        try {
+          plain_model->fim_prompt("a", "b");
+        } catch (const std::invalid_argument& ex) {
+          EXPECT_NE(std::string(ex.what()).find("fill-in-the-middle"), std::string::npos) << ex.what();
+          throw;
+        }
+      },
+      std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tandem

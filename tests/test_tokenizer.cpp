@@ -195,6 +195,37 @@ TEST(TokenizerBpe, SpecialTokens) {
   EXPECT_EQ(t->n_vocab(), 260);
 }
 
+// Fill-in-the-middle markers: named by the metadata, else found by a family's texts (all
+// three, special tokens only); none when the set is incomplete or they are ordinary text.
+TEST(TokenizerBpe, FimMarkersFromMetadataOrTheirTexts) {
+  auto qwen = Tokenizer::from_data(
+      byte_level_data({"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>"}, {"a b"}, {3, 3, 3, 3}));
+  ASSERT_TRUE(qwen->fim());
+  EXPECT_EQ(qwen->fim()->prefix, 256);
+  EXPECT_EQ(qwen->fim()->suffix, 258);
+  EXPECT_EQ(qwen->fim()->middle, 257);
+  auto starcoder =
+      Tokenizer::from_data(byte_level_data({"<fim_middle>", "<fim_suffix>", "<fim_prefix>"}, {"a b"}, {3, 4, 3}));
+  ASSERT_TRUE(starcoder->fim());
+  EXPECT_EQ(starcoder->fim()->prefix, 258);
+  EXPECT_EQ(starcoder->fim()->suffix, 257);
+  EXPECT_EQ(starcoder->fim()->middle, 256);
+  auto named_data = byte_level_data({"[P]", "[S]", "[M]", "<|fim_prefix|>"}, {"a b"}, {3, 3, 3, 3});
+  named_data.fim_pre_id = 256;
+  named_data.fim_suf_id = 257;
+  named_data.fim_mid_id = 258;
+  auto named = Tokenizer::from_data(named_data);
+  ASSERT_TRUE(named->fim());
+  EXPECT_EQ(named->fim()->prefix, 256);
+  EXPECT_EQ(named->fim()->suffix, 257);
+  EXPECT_EQ(named->fim()->middle, 258);
+  EXPECT_FALSE(Tokenizer::from_data(byte_level_data({"<|fim_prefix|>", "<|fim_suffix|>"}, {"a b"}, {3, 3}))->fim())
+      << "no middle marker";
+  EXPECT_FALSE(Tokenizer::from_data(byte_level_data({"<PRE>", "<SUF>", "<MID>"}, {"a b"}, {1, 1, 1}))->fim())
+      << "ordinary tokens are text, not markers";
+  EXPECT_FALSE(Tokenizer::from_data(byte_level_data({"<|im_end|>"}, {"a b"}, {3}))->fim());
+}
+
 TEST(TokenizerBpe, RejectsUnknownConfigurations) {
   auto d = byte_level_data({}, {"a b"});
   d.pre = "no-such-pre";
@@ -476,6 +507,15 @@ TEST_P(TokenizerGolden, SpecialTokensAndMetadata) {
     }
   }
   EXPECT_FALSE(t->is_eog(plain.at(0)));
+  // The code models have fill-in-the-middle markers; the others none.
+  if (std::string_view(GetParam().key).starts_with("qwen")) {
+    ASSERT_TRUE(t->fim());
+    EXPECT_EQ(t->token_text(t->fim()->prefix), "<|fim_prefix|>");
+    EXPECT_EQ(t->token_text(t->fim()->suffix), "<|fim_suffix|>");
+    EXPECT_EQ(t->token_text(t->fim()->middle), "<|fim_middle|>");
+  } else {
+    EXPECT_FALSE(t->fim()) << t->token_text(t->fim()->prefix);
+  }
 }
 
 TEST_P(TokenizerGolden, EncodeSpeed) {

@@ -496,6 +496,13 @@ bool has_tool_parts(const ParsedRequest& req) {
 std::vector<int32_t> prompt_tokens(ServerState& state, const ParsedRequest& req) {
   if (req.endpoint == Endpoint::Completion) {
     if (req.prompt_is_tokens) return req.prompt_tokens;
+    if (!req.suffix.empty()) {
+      try {
+        return state.engine.fim_prompt(req.prompt, req.suffix);
+      } catch (const std::invalid_argument& e) {
+        throw bad_request(e.what(), "suffix", "unsupported_value");
+      }
+    }
     return state.engine.tokenize(req.prompt, req.opts.add_special, req.opts.parse_special);
   }
   std::vector<ChatMessage> messages;

@@ -100,6 +100,9 @@ struct ParsedRequest {
   // it), scored by the target (GenerateOptions::prompt_logprobs). max_tokens may then be 0:
   // the prompt is scored and nothing generated.
   bool echo = false;
+  // Completions' `suffix` (non-empty): fill in the middle, the prompt being the text before
+  // the insertion point (Engine::fim_prompt; a model without FIM tokens refuses it).
+  std::string suffix;
 };
 
 // The seed of choice i: choice 0 keeps the request's seed (n = 1 and choice 0 of n > 1 give

@@ -386,10 +386,6 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
 // Options OpenAI has that this server does not implement: refused rather than ignored, so
 // a client never silently gets something other than what it asked for.
 void reject_unsupported(const json::object& o, Endpoint ep) {
-  if (ep == Endpoint::Completion) {
-    if (auto s = get_string(o, "suffix"); s && !s->empty())
-      throw bad_request("suffix is not supported", "suffix", "unsupported_value");
-  }
   if (const json::value* lb = field(o, "logit_bias")) {
     if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
     if (!lb->get_object().empty()) throw bad_request("logit_bias is not supported", "logit_bias", "unsupported_value");
@@ -470,7 +466,16 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   if (endpoint == Endpoint::Chat) parse_messages(o).swap(r.messages);
   else parse_prompt(o, cfg, r);
   reject_unsupported(o, endpoint);
-  if (endpoint == Endpoint::Completion) r.echo = get_bool(o, "echo").value_or(false);
+  if (endpoint == Endpoint::Completion) {
+    r.echo = get_bool(o, "echo").value_or(false);
+    if (auto s = get_string(o, "suffix"); s && !s->empty()) {
+      if (r.prompt_is_tokens)
+        throw bad_request("'suffix' needs the prompt as text (the text before the insertion point)", "suffix",
+                          "invalid_value");
+      if (r.echo) throw bad_request("'echo' with 'suffix' is not supported", "suffix", "unsupported_value");
+      r.suffix = std::move(*s);
+    }
+  }
 
   // max_completion_tokens is the newer name (chat); it wins over max_tokens when both come.
   std::optional<int64_t> mt = get_int(o, "max_completion_tokens");

@@ -130,6 +130,25 @@ std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, b
 
 std::string Engine::detokenize(std::span<const int32_t> tokens) const { return impl_->tokenizer->decode(tokens); }
 
+std::vector<int32_t> Engine::fim_prompt(std::string_view prefix, std::string_view suffix) const {
+  const Tokenizer& t = *impl_->tokenizer;
+  const std::optional<FimTokens> fim = t.fim();
+  if (!fim)
+    throw std::invalid_argument(
+        "this model has no fill-in-the-middle tokens (such as <|fim_prefix|>, <fim_prefix> or <PRE>): "
+        "it cannot insert text between a prefix and a suffix");
+  std::vector<int32_t> out;
+  if (t.add_bos() && t.bos() >= 0) out.push_back(t.bos());
+  out.push_back(fim->prefix);
+  const std::vector<int32_t> pre = t.encode(prefix, false, false);
+  out.insert(out.end(), pre.begin(), pre.end());
+  out.push_back(fim->suffix);
+  const std::vector<int32_t> suf = t.encode(suffix, false, false);
+  out.insert(out.end(), suf.begin(), suf.end());
+  out.push_back(fim->middle);
+  return out;
+}
+
 ModelInfo Engine::info() const {
   const ModelConfig& c = impl_->model->config();
   ModelInfo i;

@@ -23,6 +23,17 @@ constexpr std::string_view kEogTexts[] = {
     "<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>",
     "<|end|>",    "<|end_of_text|>", "<EOT>",       "<|return|>", "<|call|>",
 };
+// Fill-in-the-middle markers by family (prefix, suffix, middle), for vocabularies whose
+// metadata does not name them: Qwen2.5-Coder and others, StarCoder, SantaCoder, CodeLlama
+// (SentencePiece, with and without the word marker), DeepSeek-Coder.
+constexpr std::string_view kFimTexts[][3] = {
+    {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+    {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+    {"<fim-prefix>", "<fim-suffix>", "<fim-middle>"},
+    {"<PRE>", "<SUF>", "<MID>"},
+    {"▁<PRE>", "▁<SUF>", "▁<MID>"},
+    {"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"},
+};
 // Candidates for the end-of-turn token when the metadata has no eot_token_id, best first.
 constexpr std::string_view kEotTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<EOT>", "<|endoftext|>",
@@ -116,6 +127,20 @@ std::unique_ptr<Vocab> build_vocab(TokenizerData& d) {
     if (int32_t id = special_text(t); id >= 0) v->eog.push_back(id);
   std::sort(v->eog.begin(), v->eog.end());
   v->eog.erase(std::unique(v->eog.begin(), v->eog.end()), v->eog.end());
+
+  const FimTokens named{checked_id(d.fim_pre_id, n, "FIM prefix"), checked_id(d.fim_suf_id, n, "FIM suffix"),
+                        checked_id(d.fim_mid_id, n, "FIM middle")};
+  if (named.prefix >= 0 && named.suffix >= 0 && named.middle >= 0) {
+    v->fim = named;
+  } else {
+    for (const auto& family : kFimTexts) {
+      const FimTokens f{special_text(family[0]), special_text(family[1]), special_text(family[2])};
+      if (f.prefix >= 0 && f.suffix >= 0 && f.middle >= 0) {
+        v->fim = f;
+        break;
+      }
+    }
+  }
 
   // Special texts are matched in the normalized text; SentencePiece pieces spell spaces
   // "▁" there (llama.cpp's converter stores user-defined ones with real spaces).
@@ -244,6 +269,11 @@ bool Tokenizer::is_eog(int32_t id) const {
 
 TokenType Tokenizer::token_type(int32_t id) const {
   return id >= 0 && id < n_vocab() ? vocab_->type(id) : TokenType::Undefined;
+}
+
+std::optional<FimTokens> Tokenizer::fim() const {
+  if (vocab_->fim.prefix < 0) return std::nullopt;
+  return vocab_->fim;
 }
 
 bool Tokenizer::is_control(int32_t id) const { return token_type(id) == TokenType::Control; }

@@ -48,6 +48,9 @@ struct TokenizerData {
   std::vector<int32_t> token_types;  // per token (TokenType values); empty = all Normal
   std::vector<std::string> merges;   // "left right", best first; required for "gpt2"
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1, pad_id = -1;
+  // Fill-in-the-middle markers (tokenizer.ggml.fim_pre/suf/mid_token_id); when absent, the
+  // tokens of the known FIM families are looked up by their texts.
+  int32_t fim_pre_id = -1, fim_suf_id = -1, fim_mid_id = -1;
   std::optional<bool> add_bos;           // default: true for "llama", false for "gpt2"
   std::optional<bool> add_eos;           // default: false
   std::optional<bool> add_space_prefix;  // "llama" only; default: true (SentencePiece's)
@@ -65,6 +68,12 @@ namespace tok_detail {
 class Encoder;  // per-algorithm part of encode(); see tokenizer_internal.hpp
 struct Vocab;
 }  // namespace tok_detail
+
+// A code model's fill-in-the-middle markers: a prompt prefix, suffix, middle (PSM order)
+// asks for the text between the prefix and the suffix.
+struct FimTokens {
+  int32_t prefix = -1, suffix = -1, middle = -1;
+};
 
 class Tokenizer {
  public:
@@ -93,6 +102,8 @@ class Tokenizer {
   int32_t eos() const;
   int32_t eot() const;
   bool is_eog(int32_t id) const;  // end of generation: eos, eot, eom, <|im_end|>, ...
+  // The fill-in-the-middle markers, when the vocabulary has all three.
+  std::optional<FimTokens> fim() const;
   bool is_control(int32_t id) const;
   TokenType token_type(int32_t id) const;
   const std::string& token_text(int32_t id) const;  // as stored; "" when out of range

@@ -40,6 +40,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   d.eom_id = id_or_none(f, "tokenizer.ggml.eom_token_id");
   d.unk_id = id_or_none(f, "tokenizer.ggml.unknown_token_id");
   d.pad_id = id_or_none(f, "tokenizer.ggml.padding_token_id");
+  // (Older converters named the FIM markers prefix/suffix/middle_token_id.)
+  d.fim_pre_id = id_or_none(f, "tokenizer.ggml.fim_pre_token_id");
+  if (d.fim_pre_id < 0) d.fim_pre_id = id_or_none(f, "tokenizer.ggml.prefix_token_id");
+  d.fim_suf_id = id_or_none(f, "tokenizer.ggml.fim_suf_token_id");
+  if (d.fim_suf_id < 0) d.fim_suf_id = id_or_none(f, "tokenizer.ggml.suffix_token_id");
+  d.fim_mid_id = id_or_none(f, "tokenizer.ggml.fim_mid_token_id");
+  if (d.fim_mid_id < 0) d.fim_mid_id = id_or_none(f, "tokenizer.ggml.middle_token_id");
   d.add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   d.add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
   d.add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");

@@ -68,6 +68,7 @@ struct Vocab {
   bool nfc = false;  // raw text goes through Unicode NFC before the algorithm
   bool added_tokens_raw = false;  // specials matched in the raw text (TokenizerData)
   std::vector<int32_t> eog;  // sorted
+  FimTokens fim;             // all -1 when the vocabulary has no complete set
   SpecialMatcher specials;
 
   TokenType type(int32_t id) const { return types[static_cast<size_t>(id)]; }

@@ -60,6 +60,12 @@ class TANDEM_API Engine {
 
   std::vector<int32_t> tokenize(std::string_view text, bool add_special = true, bool parse_special = true) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
+  // A fill-in-the-middle prompt for a code model (Qwen2.5-Coder, StarCoder, CodeLlama,
+  // DeepSeek-Coder, ...): its prefix, suffix and middle markers around the two texts (PSM
+  // order), BOS first where the model adds one; what is generated from it is the text that
+  // goes between `prefix` and `suffix`. Both are plain text: control-token texts in them are
+  // not parsed. Throws std::invalid_argument when the model has no such markers.
+  std::vector<int32_t> fim_prompt(std::string_view prefix, std::string_view suffix) const;
   ModelInfo info() const;
   std::string backend_description() const;
 

@@ -813,6 +813,18 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
             self.client.completions.create(model="smollm2", prompt="x", max_tokens=0)
         self.assertEqual(e.exception.body["param"], "max_tokens")
 
+    def test_completion_suffix_needs_a_fill_in_the_middle_model(self):
+        """`suffix` fills in the middle with a code model's FIM markers (tests/test_speculative.cpp
+        runs Qwen2.5-Coder's); SmolLM2 has none, which the 400 says, as it does for token prompts."""
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="smollm2", prompt="def f(x):\n    return ", suffix="\nprint(f(2))",
+                                           max_tokens=4)
+        self.assertEqual(e.exception.body["param"], "suffix")
+        self.assertIn("fill-in-the-middle", e.exception.body["message"])
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="smollm2", prompt=[1, 2, 3], suffix="x", max_tokens=4)
+        self.assertEqual(e.exception.body["param"], "suffix")
+
     def test_n_choices_streamed_and_not_across_speculation(self):
         msgs = [{"role": "user", "content": "Write a word."}]
         before = self.server.metrics()["tandem_prefix_cache_hit_tokens_total"]
