@@ -1057,6 +1057,38 @@ TEST(CApi, UnseededCallsDrawFreshSeedsAndReportThem) {
   EXPECT_EQ(run(12345, TANDEM_DRAFT_NGRAM).first, c);
 }
 
+// Fill in the middle: the code model's markers around the two texts, as its marker texts
+// parsed as control tokens give them; a model without markers (the fixture) is refused.
+TEST(CApi, FimTokenizeBuildsTheCodeModelsPrompt) {
+  auto tiny = load(model_path());
+  size_t n = 0;
+  EXPECT_FAILS(tandem_fim_tokenize(tiny.get(), "a", "b", nullptr, 0, &n), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("fill-in-the-middle"), std::string::npos) << tandem_last_error();
+  EXPECT_FAILS(tandem_fim_tokenize(nullptr, "a", "b", nullptr, 0, &n), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_fim_tokenize(tiny.get(), nullptr, "b", nullptr, 0, &n), TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_FAILS(tandem_fim_tokenize(tiny.get(), "a", "b", nullptr, 0, nullptr), TANDEM_ERR_INVALID_ARGUMENT);
+
+  TANDEM_REQUIRE_MODEL(coder, "qwen0.5b");
+  auto e = load(coder);
+  const char* prefix = "def square(x):\n    return ";
+  const char* suffix = "\n\nprint(square(<|fim_middle|>3))\n";  // marker text in the code stays text
+  EXPECT_FAILS(tandem_fim_tokenize(e.get(), prefix, suffix, nullptr, 0, &n), TANDEM_ERR_BUFFER_TOO_SMALL);
+  std::vector<int32_t> ids(n);
+  ASSERT_EQ(tandem_fim_tokenize(e.get(), prefix, suffix, ids.data(), ids.size(), &n), TANDEM_OK) << tandem_last_error();
+  auto tokens = [&](const std::string& text, int parse_special) {
+    size_t m = 0;
+    std::vector<int32_t> out(text.size() + 8);
+    EXPECT_EQ(tandem_tokenize(e.get(), text.c_str(), 0, parse_special, out.data(), out.size(), &m), TANDEM_OK);
+    out.resize(m);
+    return out;
+  };
+  std::vector<int32_t> ref = tokens("<|fim_prefix|>", 1);
+  for (const auto& part : {tokens(prefix, 0), tokens("<|fim_suffix|>", 1), tokens(suffix, 0), tokens("<|fim_middle|>", 1)})
+    ref.insert(ref.end(), part.begin(), part.end());
+  EXPECT_EQ(ids, ref);
+  EXPECT_EQ(ref.size(), tokens(prefix, 0).size() + tokens(suffix, 0).size() + 3);
+}
+
 TEST(CApi, ChatRendersAndTokenizesWithTheModelTemplate) {
   auto e = load(model_path());
   const tandem_chat_message conv[] = {{"system", "be brief"}, {"user", "hi"}};

@@ -131,6 +131,25 @@ tandem_status tandem_tokenize(const tandem_engine* engine, const char* text, int
   });
 }
 
+tandem_status tandem_fim_tokenize(const tandem_engine* engine, const char* prefix, const char* suffix, int32_t* tokens,
+                                  size_t capacity, size_t* out_n) {
+  using namespace tandem::capi;
+  constexpr const char* fn = "tandem_fim_tokenize";
+  return guarded(TANDEM_ERR_RUNTIME, [&] {
+    if (tandem_status s = check_engine(engine, fn)) return s;
+    if (!prefix || !suffix) return invalid(fn, "prefix or suffix is NULL");
+    if (!out_n) return invalid(fn, "out_n is NULL");
+    if (!tokens && capacity > 0) return invalid(fn, "tokens is NULL but capacity > 0");
+    const auto ids = engine->engine->fim_prompt(prefix, suffix);
+    *out_n = ids.size();
+    if (ids.size() > capacity)
+      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(ids.size()) +
+                                                   " tokens do not fit a buffer of " + std::to_string(capacity));
+    std::copy(ids.begin(), ids.end(), tokens);
+    return TANDEM_OK;
+  });
+}
+
 tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens, char* text,
                                 size_t capacity, size_t* out_len) {
   using namespace tandem::capi;

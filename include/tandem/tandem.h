@@ -331,6 +331,14 @@ TANDEM_API tandem_status tandem_tokenize(const tandem_engine* engine, const char
  * vocabulary are an error. */
 TANDEM_API tandem_status tandem_detokenize(const tandem_engine* engine, const int32_t* tokens, size_t n_tokens,
                                            char* text, size_t capacity, size_t* out_len);
+/* A fill-in-the-middle prompt for a code model (Qwen2.5-Coder, StarCoder, CodeLlama,
+ * DeepSeek-Coder, ...): its prefix, suffix and middle markers around the text before the
+ * insertion point (prefix) and the text after it (suffix), BOS first where the model adds
+ * one; generate from the ids (tandem_generate_tokens) to get the text in between. Both texts
+ * are plain text (control-token texts are not parsed). A model without FIM markers fails
+ * with TANDEM_ERR_INVALID_ARGUMENT. Appended after 0.1.0. */
+TANDEM_API tandem_status tandem_fim_tokenize(const tandem_engine* engine, const char* prefix, const char* suffix,
+                                             int32_t* tokens, size_t capacity, size_t* out_n);
 
 /* ---- constrained output --------------------------------------------------------------
  * The GBNF grammar (for tandem_generate_params.grammar) of the JSON documents valid against

@@ -287,6 +287,14 @@ def test_close_cancels_and_reports(tiny: tandem.Engine) -> None:
         next(s)
 
 
+def test_fim_prompt_needs_a_code_model(tiny: tandem.Engine) -> None:
+    # (The markers' prompt itself: tests/test_c_api.cpp with Qwen2.5-Coder.)
+    with pytest.raises(tandem.InvalidArgumentError, match="fill-in-the-middle"):
+        tiny.fim_prompt("def f(x):\n    return ", "\n")
+    with pytest.raises(tandem.InvalidArgumentError, match="NUL"):
+        tiny.fim_prompt("a\0", "b")
+
+
 def test_chat_uses_the_model_template(tiny: tandem.Engine) -> None:
     conv = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     assert tiny.apply_chat_template(conv) == (

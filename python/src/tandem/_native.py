@@ -200,6 +200,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     fn("tandem_tokenize", c_status, c_void_p, c_char_p, c_int, c_int, POINTER(c_int32), c_size_t, POINTER(c_size_t))
     fn("tandem_detokenize", c_status, c_void_p, POINTER(c_int32), c_size_t, c_void_p, c_size_t, POINTER(c_size_t))
     fn("tandem_json_schema_to_grammar", c_status, c_char_p, c_void_p, c_size_t, POINTER(c_size_t))
+    fn("tandem_fim_tokenize", c_status, c_void_p, c_char_p, c_char_p, POINTER(c_int32), c_size_t, POINTER(c_size_t))
     fn("tandem_chat_render", c_status, c_void_p, POINTER(ChatMessage), c_size_t, c_void_p, c_size_t,
        POINTER(c_size_t))
     fn("tandem_chat_tokenize", c_status, c_void_p, POINTER(ChatMessage), c_size_t, POINTER(c_int32), c_size_t,

@@ -321,6 +321,23 @@ class Engine:
         """The tokens' text (an incomplete UTF-8 character becomes U+FFFD)."""
         return self.detokenize_bytes(tokens).decode("utf-8", "replace")
 
+    def fim_prompt(self, prefix: str, suffix: str) -> list[int]:
+        """A fill-in-the-middle prompt for a code model (Qwen2.5-Coder, StarCoder, CodeLlama, ...):
+        its FIM markers around `prefix` (the text before the insertion point) and `suffix` (the
+        text after it); `generate(ids)` then writes what goes between. InvalidArgumentError for
+        a model without the markers."""
+        pre, suf = _no_nul(prefix, "the prefix"), _no_nul(suffix, "the suffix")
+
+        def run(h: c_void_p) -> list[int]:
+            lib, n = N.lib(), c_size_t()
+            while True:
+                buf = (c_int32 * max(n.value, 1))()
+                status = lib.tandem_fim_tokenize(h, pre, suf, buf, len(buf), byref(n))
+                if status != _BUFFER_TOO_SMALL:
+                    _check(status)
+                    return buf[:n.value]
+        return self._call(run)  # type: ignore[no-any-return]
+
     # ---- chat -------------------------------------------------------------------------
     @staticmethod
     def _messages(messages: Sequence[Mapping[str, str]]) -> tuple[Any, list[bytes]]:
