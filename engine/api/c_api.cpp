@@ -122,12 +122,7 @@ tandem_status tandem_tokenize(const tandem_engine* engine, const char* text, int
     if (!out_n) return invalid(fn, "out_n is NULL");
     if (!tokens && capacity > 0) return invalid(fn, "tokens is NULL but capacity > 0");
     const auto ids = engine->engine->tokenize(text, add_special != 0, parse_special != 0);
-    *out_n = ids.size();
-    if (ids.size() > capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(ids.size()) +
-                                                   " tokens do not fit a buffer of " + std::to_string(capacity));
-    std::copy(ids.begin(), ids.end(), tokens);
-    return TANDEM_OK;
+    return copy_ids_out(ids, tokens, capacity, out_n, fn);
   });
 }
 
@@ -141,12 +136,7 @@ tandem_status tandem_fim_tokenize(const tandem_engine* engine, const char* prefi
     if (!out_n) return invalid(fn, "out_n is NULL");
     if (!tokens && capacity > 0) return invalid(fn, "tokens is NULL but capacity > 0");
     const auto ids = engine->engine->fim_prompt(prefix, suffix);
-    *out_n = ids.size();
-    if (ids.size() > capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(ids.size()) +
-                                                   " tokens do not fit a buffer of " + std::to_string(capacity));
-    std::copy(ids.begin(), ids.end(), tokens);
-    return TANDEM_OK;
+    return copy_ids_out(ids, tokens, capacity, out_n, fn);
   });
 }
 

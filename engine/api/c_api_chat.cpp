@@ -83,12 +83,7 @@ tandem_status tandem_chat_tokenize(const tandem_engine* engine, const tandem_cha
     // engine->chat is set once (under the mutex, by render above) and never changed or
     // reset afterwards, so reading it without the lock is safe.
     const std::vector<int32_t> ids = engine->chat->tokenize(*engine->engine, s);
-    *out_n = ids.size();
-    if (ids.size() > capacity)
-      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(ids.size()) +
-                                                   " tokens do not fit a buffer of " + std::to_string(capacity));
-    std::copy(ids.begin(), ids.end(), tokens);
-    return TANDEM_OK;
+    return copy_ids_out(ids, tokens, capacity, out_n, fn);
   });
 }
 

@@ -1,9 +1,11 @@
 // C API: version, per-thread error messages, status names, and the mapping from C++
 // exceptions to tandem_status.
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/api/c_api_internal.hpp"
 #include "tandem/version.hpp"
@@ -49,6 +51,21 @@ tandem_status copy_text_out(const std::string& s, char* buf, size_t capacity, si
   }
   std::memcpy(buf, s.data(), s.size());
   buf[s.size()] = '\0';
+  return TANDEM_OK;
+}
+
+tandem_status copy_ids_out(const std::vector<int32_t>& ids, int32_t* tokens, size_t capacity, size_t* out_n,
+                           const char* fn) noexcept {
+  *out_n = ids.size();
+  if (ids.size() > capacity) {
+    try {
+      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, std::string(fn) + ": " + std::to_string(ids.size()) +
+                                                   " tokens do not fit a buffer of " + std::to_string(capacity));
+    } catch (...) {
+      return fail(TANDEM_ERR_BUFFER_TOO_SMALL, "the buffer is too small");
+    }
+  }
+  std::copy(ids.begin(), ids.end(), tokens);
   return TANDEM_OK;
 }
 

@@ -39,6 +39,10 @@ void clear_error() noexcept;
 // The text out-parameter convention (tandem_detokenize's): *out_len = s.size(); s and a NUL
 // into `buf` when they fit in `capacity`, else TANDEM_ERR_BUFFER_TOO_SMALL naming `fn`.
 tandem_status copy_text_out(const std::string& s, char* buf, size_t capacity, size_t* out_len, const char* fn) noexcept;
+// The token out-parameter convention (tandem_tokenize's): *out_n = ids.size(); the ids into
+// `tokens` when they fit in `capacity`, else TANDEM_ERR_BUFFER_TOO_SMALL naming `fn`.
+tandem_status copy_ids_out(const std::vector<int32_t>& ids, int32_t* tokens, size_t capacity, size_t* out_n,
+                           const char* fn) noexcept;
 // Inside a catch block: maps the exception in flight to a status and message. Exceptions
 // that are not about the arguments (std::runtime_error and the like) map to `runtime`.
 tandem_status fail_current_exception(tandem_status runtime) noexcept;

@@ -130,12 +130,12 @@ std::unique_ptr<Vocab> build_vocab(TokenizerData& d) {
 
   const FimTokens named{checked_id(d.fim_pre_id, n, "FIM prefix"), checked_id(d.fim_suf_id, n, "FIM suffix"),
                         checked_id(d.fim_mid_id, n, "FIM middle")};
-  if (named.prefix >= 0 && named.suffix >= 0 && named.middle >= 0) {
+  if (named.complete()) {
     v->fim = named;
   } else {
     for (const auto& family : kFimTexts) {
       const FimTokens f{special_text(family[0]), special_text(family[1]), special_text(family[2])};
-      if (f.prefix >= 0 && f.suffix >= 0 && f.middle >= 0) {
+      if (f.complete()) {
         v->fim = f;
         break;
       }
@@ -272,7 +272,7 @@ TokenType Tokenizer::token_type(int32_t id) const {
 }
 
 std::optional<FimTokens> Tokenizer::fim() const {
-  if (vocab_->fim.prefix < 0) return std::nullopt;
+  if (!vocab_->fim.complete()) return std::nullopt;
   return vocab_->fim;
 }
 

@@ -73,6 +73,7 @@ struct Vocab;
 // asks for the text between the prefix and the suffix.
 struct FimTokens {
   int32_t prefix = -1, suffix = -1, middle = -1;
+  bool complete() const { return prefix >= 0 && suffix >= 0 && middle >= 0; }
 };
 
 class Tokenizer {
