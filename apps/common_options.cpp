@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -20,9 +21,47 @@ void add_sampling_options(CLI::App& sub, SamplingParams& s) {
   sub.add_option("--top-p", s.top_p, "Top-p (1 = off)")->capture_default_str();
   sub.add_option("--min-p", s.min_p, "Min-p (0 = off)")->capture_default_str();
   sub.add_option("--repeat-penalty", s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  sub.add_option_function<std::vector<std::string>>(
+         "-l,--logit-bias",
+         [&s](const std::vector<std::string>& v) {
+           for (const std::string& e : v) {
+             const auto [id, bias] = parse_logit_bias(e);
+             if (!s.logit_bias.emplace(id, bias).second)
+               throw CLI::ValidationError("--logit-bias", "token " + std::to_string(id) + " is given twice");
+           }
+         },
+         "Add BIAS to token ID's logit, as ID=BIAS or llama.cpp's ID+BIAS / ID-BIAS (-100 all but bans it); "
+         "repeatable")
+      ->type_name("ID=BIAS")
+      ->take_all()
+      ->allow_extra_args(false);
   sub.add_option("--seed", s.seed,
                  "Random seed; the same seed gives the same text (default: a fresh one each run, reported with the "
                  "output)");
+}
+
+std::pair<int32_t, float> parse_logit_bias(const std::string& e) {
+  auto bad = [&e] {
+    return CLI::ValidationError("--logit-bias",
+                                "'" + e + "' is not ID=BIAS (or ID+BIAS, ID-BIAS): a token id and a finite number");
+  };
+  size_t i = 0;
+  while (i < e.size() && e[i] >= '0' && e[i] <= '9') ++i;
+  if (i == 0 || i > 9 || i == e.size()) throw bad();
+  const auto id = static_cast<int32_t>(std::stol(e.substr(0, i)));
+  const size_t from = e[i] == '=' ? i + 1 : i;
+  if (e[i] != '=' && e[i] != '+' && e[i] != '-') throw bad();
+  const std::string v = e.substr(from);
+  if (v.empty()) throw bad();
+  size_t used = 0;
+  float bias = 0.0f;
+  try {
+    bias = std::stof(v, &used);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  if (used != v.size() || !std::isfinite(bias)) throw bad();
+  return {id, bias};
 }
 
 void add_constraint_options(CLI::App& sub, ConstraintArgs& c) {

@@ -6,7 +6,9 @@ class App;
 }
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 
 namespace tandem {
 struct LoadOptions;
@@ -18,8 +20,11 @@ enum class VerifyMode;
 
 namespace tandem::cli {
 
-// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --seed.
+// --temp, --top-k, --top-p, --min-p, --repeat-penalty, --logit-bias, --seed.
 void add_sampling_options(CLI::App& sub, SamplingParams& s);
+// One --logit-bias entry: "ID=BIAS", or llama.cpp's "ID+BIAS" / "ID-BIAS". Throws
+// CLI::ValidationError for anything else (a non-finite bias included).
+std::pair<int32_t, float> parse_logit_bias(const std::string& e);
 // --verify rejection|coupled.
 void add_verify_option(CLI::App& sub, VerifyMode& mode);
 // Constrained output: --grammar GBNF, --grammar-file PATH, --json-schema JSON|@PATH,

@@ -78,12 +78,13 @@ std::vector<DraftProbs::Drawn> DraftProbs::sample(const kernels::Tensor& logits,
   // Side buffer (I32 words): params | keys | penalties | top | conf | ids | coupled ids.
   const auto n_par = static_cast<size_t>(rows) * kernels::kRowSamplingWords;
   const auto n_key = static_cast<size_t>(rows) * kernels::kNoiseKeyWords;
-  const size_t n_pen = std::max<size_t>(pens.size(), 2);
+  const size_t n_pen = std::max<size_t>(pens.size(), kernels::kPenaltyEntryWords);
   const size_t words = n_par + n_key + n_pen + 4 * static_cast<size_t>(rows);
   kernels::WordViews w(be_, side_, words);
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor tk = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
-  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
+  const kernels::Tensor tpen =
+      w.take(DType::I32, kernels::kPenaltyEntryWords, static_cast<int64_t>(n_pen / kernels::kPenaltyEntryWords));
   const kernels::Tensor top = w.take(DType::I32, rows), conf = w.take(DType::F32, rows);
   const kernels::Tensor ids = w.take(DType::I32, rows), cids = w.take(DType::I32, rows);
   be_.upload(tp, params.data(), n_par * 4);
@@ -175,11 +176,12 @@ std::vector<DraftProbs::TreeChildren> DraftProbs::tree_children(const kernels::T
       store_row[i] = static_cast<int32_t>(at++);
     }
   }
-  const size_t n_pen = std::max<size_t>(pens.size(), 2);
+  const size_t n_pen = std::max<size_t>(pens.size(), kernels::kPenaltyEntryWords);
   kernels::WordViews words(be_, tree_side_,
                            rows.size() * (1 + 2 * static_cast<size_t>(w) + 2 + kernels::kNoiseKeyWords + 2) +
                                2 * static_cast<size_t>(n_rows) * (kernels::kRowSamplingWords + 2) + n_pen);
-  const kernels::Tensor tpen = words.take(DType::I32, 2, static_cast<int64_t>(n_pen / 2));
+  const kernels::Tensor tpen =
+      words.take(DType::I32, kernels::kPenaltyEntryWords, static_cast<int64_t>(n_pen / kernels::kPenaltyEntryWords));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
   auto probs_into = [&](const kernels::Tensor& probs, const kernels::Tensor& from,
                         const std::vector<kernels::RowSampling>& params) {

@@ -45,8 +45,8 @@ class DeviceDecode {
   // logits at temperature 1, the draft's confidence for draft_p_min); rows with skip set
   // are left alone but for top = -2. The parameters must be valid (validate_sampling,
   // engine/sampling/sampler.hpp): the kernel does not check them again. params: I32
-  // [kRowSamplingWords, rows] of RowSampling; penalties: I32 [2, n] (token, count |
-  // in-window bit 31) entries, or a tensor with no buffer when no row has any.
+  // [kRowSamplingWords, rows] of RowSampling; penalties: I32 [kPenaltyEntryWords, n] entries
+  // (below), or a tensor with no buffer when no row has any.
   // rows I32 [m] (a tensor with no buffer: row r of probs is logits row r): probs row i (and
   // top, conf and params row i) is made from logits row rows[i], so that a few rows of a
   // large pass need only their own m rows of probs; a row outside the logits is reported at
@@ -150,15 +150,18 @@ struct RowSampling {
   // the most likely token to the second after normalising. 0: none.
   float bias_mass = 0.0f;
   int32_t skip = 0;  // 1: not this call's row (probs untouched, top = -2)
-  // 1: the row stops after the penalties: probs holds the penalised logits (NaN as -inf;
-  // what logprob_rows reads), top = -2.
+  // 1: the row stops after the penalties and biases: probs holds the penalised logits (NaN
+  // as -inf; what logprob_rows reads), top = -2.
   int32_t penalised_only = 0;
   int32_t reserved[4] = {};
 };
 constexpr int kRowSamplingWords = 16;
 static_assert(sizeof(RowSampling) == kRowSamplingWords * 4);
-// A penalty entry's second word: the token's occurrences in the history (for presence and
-// frequency), bit 31 set when it is also in the repetition window.
+// A penalty entry: one per distinct token of a row whose logit changes before the transforms.
+// Words: the token; its occurrences in the history (for presence and frequency), bit 31 set
+// when it is also in the repetition window; its logit bias (F32 bits, added after the
+// penalties; 0: none).
+constexpr int kPenaltyEntryWords = 3;
 constexpr uint32_t kPenaltyInWindow = 1u << 31;
 
 // The counter-based noise of a row or sequence: PositionNoise(seed) at `position`.

@@ -1013,6 +1013,54 @@ TEST(CApi, PromptLogprobsInTheResult) {
   EXPECT_EQ(r, nullptr);
 }
 
+// logit_bias: +100 forces a token at every step, -100 bans the plain output's first token;
+// the draft model and speculation keep the biased greedy tokens; bad lists fail clearly.
+TEST(CApi, LogitBiasForcesAndBansTokens) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  auto run = [&](tandem_generate_params gp) {
+    tandem_result* r = nullptr;
+    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr res(r);
+    return r ? std::vector<int32_t>(res->tokens, res->tokens + res->n_tokens) : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> plain = run(greedy(8));
+  ASSERT_EQ(plain.size(), 8u);
+  tandem_generate_params gp = greedy(8);
+  int32_t ids[] = {7, plain[0]};
+  float values[] = {100.0f, 0.0f};
+  gp.logit_bias_tokens = ids;
+  gp.logit_bias_values = values;
+  gp.n_logit_bias = 1;
+  EXPECT_EQ(run(gp), std::vector<int32_t>(8, 7));
+  ids[0] = plain[0];
+  values[0] = -100.0f;
+  const std::vector<int32_t> banned = run(gp);
+  ASSERT_EQ(banned.size(), 8u);
+  EXPECT_NE(banned[0], plain[0]);
+  for (int32_t t : banned) EXPECT_NE(t, plain[0]);
+  gp.draft_mode = TANDEM_DRAFT_MODEL;
+  EXPECT_EQ(run(gp), banned);
+  gp.draft_mode = TANDEM_DRAFT_NONE;
+  // Errors: a token twice, a token outside the vocabulary, arrays missing.
+  tandem_result* r = nullptr;
+  ids[1] = ids[0];
+  gp.n_logit_bias = 2;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  gp.n_logit_bias = 1;
+  ids[0] = 1 << 30;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("logit_bias"), std::string::npos) << tandem_last_error();
+  gp.logit_bias_values = nullptr;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r, nullptr);
+}
+
 // tandem_chat_*: the model's template (the fixture's gpt2 vocabulary carries ChatML as
 // tokenizer.chat_template; the llama one has none, so the ChatML fallback applies and its
 // BOS is prepended once), buffer sizes and bad arguments.

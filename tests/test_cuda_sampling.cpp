@@ -109,6 +109,17 @@ TEST(CudaSampling, MakeProbsKeepsTheEnginesTokensWithItsProbabilities) {
   SamplingParams greedy_pen = pen;
   greedy_pen.temperature = 0.0f;
   ps.push_back(greedy_pen);
+  // A logit bias (on history tokens and others, one past the vocabulary), alone and with the
+  // penalties; greedy with the most likely tokens of some rows banned.
+  SamplingParams biased = params(0.9f, 30, 0.95f, 0.02f);
+  biased.logit_bias = {{0, 3.5f}, {5, -100.0f}, {17, 1.25f}, {40, -2.0f}, {999, 6.0f}, {1536, 2.0f}, {4000, 9.0f}};
+  ps.push_back(biased);
+  SamplingParams biased_pen = pen;
+  biased_pen.logit_bias = biased.logit_bias;
+  ps.push_back(biased_pen);
+  SamplingParams greedy_biased = params(0.0f, 0, 1.0f, 0.0f);
+  for (int32_t t = 0; t < 1000; t += 3) greedy_biased.logit_bias[t] = t % 2 ? -100.0f : 0.5f;
+  ps.push_back(greedy_biased);
 
   for (int vocab : {1000, 1537}) {
     std::mt19937 g(static_cast<unsigned>(vocab));
@@ -132,11 +143,11 @@ TEST(CudaSampling, MakeProbsKeepsTheEnginesTokensWithItsProbabilities) {
       for (const auto& r : rows) {
         flat.insert(flat.end(), r.begin(), r.end());
         RowSampling row = row_of(p);
-        if (p.has_penalties()) {
+        if (p.adjusts_logits()) {
           const auto e = penalty_entries(p, history, vocab);
-          row.pen_begin = static_cast<int32_t>(pens.size() / 2);
+          row.pen_begin = static_cast<int32_t>(pens.size() / kPenaltyEntryWords);
           pens.insert(pens.end(), e.begin(), e.end());
-          row.pen_end = static_cast<int32_t>(pens.size() / 2);
+          row.pen_end = static_cast<int32_t>(pens.size() / kPenaltyEntryWords);
         }
         rs.push_back(row);
       }
@@ -145,14 +156,14 @@ TEST(CudaSampling, MakeProbsKeepsTheEnginesTokensWithItsProbabilities) {
       Tensor logits = d.put(DType::F32, flat, vocab);
       Tensor probs = d.zeros(DType::F32, vocab, n), top = d.zeros(DType::I32, 1, n), conf = d.zeros(DType::F32, 1, n);
       Tensor prm = d.put_structs(rs);
-      Tensor pent = pens.empty() ? Tensor{} : d.put(DType::I32, pens, 2);
+      Tensor pent = pens.empty() ? Tensor{} : d.put(DType::I32, pens, kPenaltyEntryWords);
       d.dd.make_probs(probs, top, conf, logits, prm, pent);
       const auto got = d.get<float>(probs);
       const auto tops = d.get<int32_t>(top);
       const auto confs = d.get<float>(conf);
       for (size_t r = 0; r < rows.size(); ++r) {
         SCOPED_TRACE("vocab " + std::to_string(vocab) + " params #" + std::to_string(pi) + " row " + std::to_string(r));
-        const Distribution want = make_distribution(rows[r], p, p.has_penalties() ? history : std::vector<int32_t>{});
+        const Distribution want = make_distribution(rows[r], p, p.adjusts_logits() ? history : std::vector<int32_t>{});
         std::map<int32_t, float> w;
         for (size_t j = 0; j < want.size(); ++j) w[want.ids[j]] = want.probs[j];
         int kept = 0;
@@ -603,7 +614,7 @@ TEST(CudaSampling, MaskedRowsGiveTheHostsConstrainedDistribution) {
     for (int r = 0; r < rows; ++r) params.push_back(row_sampling(p, history, vocab, pens));
     Tensor probs = d.zeros(DType::F32, vocab, rows), top = d.zeros(DType::I32, rows, 1),
            conf = d.zeros(DType::F32, rows, 1);
-    d.dd.make_probs(probs, top, conf, t, d.put_structs(params), d.put(DType::I32, pens, 2));
+    d.dd.make_probs(probs, top, conf, t, d.put_structs(params), d.put(DType::I32, pens, kPenaltyEntryWords));
     const auto pr = d.get<float>(probs);
     for (int r = 0; r < rows; ++r) {
       const auto row = std::span<const float>(logits).subspan(static_cast<size_t>(r * vocab), vocab);
@@ -658,7 +669,7 @@ TEST(CudaSampling, MakeProbsThroughARowMapGivesTheSameRows) {
   std::vector<RowSampling> all;
   for (int r = 0; r < rows; ++r) all.push_back(row_sampling(r % 2 ? sampled : params(0.0f, 0, 1.0f, 0.0f), history, vocab, pens));
   all[2].penalised_only = 1;
-  const Tensor tpen = d.put(DType::I32, pens, 2);
+  const Tensor tpen = d.put(DType::I32, pens, kPenaltyEntryWords);
   Tensor full = d.zeros(DType::F32, vocab, rows), top = d.zeros(DType::I32, rows, 1), conf = d.zeros(DType::F32, rows, 1);
   d.dd.make_probs(full, top, conf, t, d.put_structs(all), tpen);
   const std::vector<int32_t> map = {3, 0, 2, 3};
@@ -704,8 +715,15 @@ TEST(CudaSampling, LogprobRowsGiveTheHostsTokenLogprobs) {
   pen.repetition_penalty = 1.2f;
   SamplingParams k5 = params(0.8f, 5, 1.0f, 0.0f);
   k5.frequency_penalty = 0.5f;
+  SamplingParams biased = params(0.0f, 0, 1.0f, 0.0f);  // a bias on a penalised token and others
+  biased.repetition_penalty = 1.2f;
+  biased.logit_bias = {{3, 2.5f}, {8, -1.0f}, {11, 4.0f}, {7000, -100.0f}};
+  SamplingParams biased_k5 = k5;
+  biased_k5.logit_bias = biased.logit_bias;
   const std::vector<Case> cases = {{pen, 1},
                                    {k5, 0},
+                                   {biased, 0},
+                                   {biased_k5, 1},
                                    {params(0.7f, 0, 0.9f, 0.05f), 1},
                                    {params(0.0f, 0, 1.0f, 0.0f), 2},
                                    {params(1.0f, 0, 1.0f, 0.0f), 0},
@@ -746,7 +764,7 @@ TEST(CudaSampling, LogprobRowsGiveTheHostsTokenLogprobs) {
     }
     Tensor w = d.zeros(DType::F32, vocab, rows), p = d.zeros(DType::F32, vocab, rows);
     Tensor top = d.zeros(DType::I32, rows, 1), conf = d.zeros(DType::F32, rows, 1);
-    const Tensor tpen = d.put(DType::I32, pens, 2);
+    const Tensor tpen = d.put(DType::I32, pens, kPenaltyEntryWords);
     d.dd.make_probs(w, top, conf, t, d.put_structs(wp), tpen);
     d.dd.make_probs(p, top, conf, t, d.put_structs(pp), tpen);
     // Each row listed once in reverse order, with a chosen token: the second most likely for

@@ -361,6 +361,14 @@ Sampler sampler(const std::string& name) {
     s.top_k = 6;
     s.top_p = 0.9f;
     s.min_p = 0.05f;
+  } else if (name == "temp1.0_topk6_logit_bias") {
+    // Every fifth token favoured, every seventh (from 3) banned: the target's top-6 and the
+    // draft's q both change at most positions.
+    s.temperature = 1.0f;
+    s.top_k = 6;
+    for (int32_t t = 0; t < 320; ++t)
+      if (t % 7 == 3) s.logit_bias[t] = -100.0f;
+      else if (t % 5 == 0) s.logit_bias[t] = 1.5f;
   } else if (name == "temp0.6_topp0.8_minp0.2") {
     s.temperature = 0.6f;
     s.top_p = 0.8f;
@@ -1201,7 +1209,17 @@ const std::vector<Config> kConfigs = {
         Config{"cuda_grammar_draft_vocab_model_penalties", DraftMode::Model, "fixed", 3, 0.0f, 0,
                "temp1.0_topk6_penalties", V::Rejection, false, "cuda-emulated", kGrammar, 160, "keep", 0},
         Config{"cuda_tree_grammar_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6", V::Rejection,
-               false, "cuda-emulated", kGrammar, 0, "keep", 0, "", false, 3, 8}};
+               false, "cuda-emulated", kGrammar, 0, "keep", 0, "", false, 3, 8},
+        // A logit bias (OpenAI's logit_bias): p and q both biased, after the penalties; on
+        // chains, a reduced draft vocabulary (biased ids past it skipped), trees and the device.
+        Config{"bias_coupled_draft_vocab_goodput", DraftMode::Model, "goodput", 4, 0.0f, 0,
+               "temp1.0_topk6_logit_bias", V::Coupled, false, "cpu", "", 160},
+        Config{"bias_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_logit_bias",
+               V::Rejection, false},
+        Config{"bias_tree_model_fixed_w3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_logit_bias",
+               V::Rejection, false, "cpu", "", 0, "keep", 0, "", false, 3, 9},
+        Config{"cuda_bias_model_fixed_k3", DraftMode::Model, "fixed", 3, 0.0f, 0, "temp1.0_topk6_logit_bias",
+               V::Rejection, false, "cuda-emulated", "", 0, "keep", 0}};
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, Lossless, ::testing::ValuesIn(kConfigs),

@@ -219,8 +219,7 @@ TEST(OpenAIRequest, Messages) {
 }
 
 TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
-  for (const char* extra : {R"("logit_bias":{"5":1})", R"("tools":[{"type":"function"}])",
-                            R"("best_of":3)"}) {
+  for (const char* extra : {R"("tools":[{"type":"function"}])", R"("best_of":3)"}) {
     const ApiError e = chat_error(chat_with(extra));
     EXPECT_EQ(e.status, 400) << extra;
     EXPECT_FALSE(e.param.empty()) << extra;
@@ -231,6 +230,23 @@ TEST(OpenAIRequest, UnsupportedOptionsAreRefused) {
   EXPECT_EQ(completion(R"({"prompt":"x","suffix":""})").suffix, "");
   EXPECT_EQ(completion_error(R"({"prompt":[1,2],"suffix":"y"})").param, "suffix");
   EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"y","echo":true})").param, "suffix");
+}
+
+// logit_bias: token ids as decimal strings, values in [-100, 100], ids inside the vocabulary.
+TEST(OpenAIRequest, LogitBiasIsParsedAndChecked) {
+  const ParsedRequest r = chat(chat_with(R"("logit_bias":{"5":-100,"17":2.5,"0":0})"));
+  EXPECT_EQ(r.opts.sampling.logit_bias, (std::map<int32_t, float>{{0, 0.0f}, {5, -100.0f}, {17, 2.5f}}));
+  EXPECT_TRUE(chat(chat_with(R"("logit_bias":{})")).opts.sampling.logit_bias.empty());
+  EXPECT_EQ(completion(R"({"prompt":"x","logit_bias":{"3":1}})").opts.sampling.logit_bias.at(3), 1.0f);
+  const std::string over = std::to_string(config().n_vocab);
+  for (const std::string& bad : {std::string(R"([1])"), std::string(R"({"x":1})"), std::string(R"({"-1":1})"),
+                                 std::string(R"({"1.5":1})"), std::string(R"({"":1})"), R"({")" + over + R"(":1})",
+                                 std::string(R"({"5":100.5})"), std::string(R"({"5":"1"})"),
+                                 std::string(R"({"5":1,"05":2})")}) {
+    const ApiError e = chat_error(chat_with(R"("logit_bias":)" + bad));
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param.rfind("logit_bias", 0), 0u) << bad << ": " << e.param;
+  }
 }
 
 // echo (completions): with logprobs the prompt is scored (prompt_logprobs, the same number of

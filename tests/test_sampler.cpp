@@ -86,6 +86,8 @@ std::vector<float> reference_penalised(std::span<const float> logits, const Samp
     if (static_cast<size_t>(id) >= n) continue;
     l[static_cast<size_t>(id)] -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
   }
+  for (auto [id, b] : p.logit_bias)
+    if (static_cast<size_t>(id) < n && b != 0.0f) l[static_cast<size_t>(id)] += b;
   return l;
 }
 
@@ -652,6 +654,87 @@ TEST(SamplerPenalty, ScratchIsCleanBetweenCalls) {
   const Distribution again = make_distribution(logits, p, h2);
   EXPECT_EQ(first.ids, again.ids);
   EXPECT_EQ(first.probs, again.probs);
+}
+
+// =========================================================================================
+// Logit bias
+// =========================================================================================
+
+TEST(SamplerBias, ComesAfterThePenaltiesByHand) {
+  // Token 1's logit 2 under a repetition penalty of 2 becomes 1, then + ln 3 (bias before the
+  // penalty would give (2 + ln 3) / 2 instead); token 2 gets ln 2 with no history at all.
+  const std::vector<float> logits = {1.0f, 2.0f, 1.0f};
+  SamplingParams p = params(1.0f, 0, 1.0f, 0.0f);
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{1, std::log(3.0f)}, {2, std::log(2.0f)}};
+  const std::vector<int32_t> history = {1};
+  const Distribution d = make_distribution(logits, p, history);
+  const double e0 = std::exp(1.0), e1 = 3.0 * std::exp(1.0), e2 = 2.0 * std::exp(1.0), s = e0 + e1 + e2;
+  EXPECT_NEAR(d.prob(0), e0 / s, 1e-6);
+  EXPECT_NEAR(d.prob(1), e1 / s, 1e-6);
+  EXPECT_NEAR(d.prob(2), e2 / s, 1e-6);
+  // Without a history the bias still applies (penalties alone need one).
+  const Distribution alone = make_distribution(logits, p, {});
+  const double a0 = std::exp(1.0), a1 = 3.0 * std::exp(2.0), a2 = 2.0 * std::exp(1.0), sa = a0 + a1 + a2;
+  EXPECT_NEAR(alone.prob(1), a1 / sa, 1e-6);
+  EXPECT_NEAR(alone.prob(2), a2 / sa, 1e-6);
+}
+
+TEST(SamplerBias, MatchesReferenceWithPenaltiesOnRandomLogits) {
+  for (size_t vocab : {100u, 32000u}) {
+    const std::vector<float> logits = random_logits(vocab, 77 + vocab, 2.0f);
+    Rng rng(9);
+    std::vector<int32_t> history(200);
+    for (int32_t& id : history) id = static_cast<int32_t>(rng.next_u64() % std::min<size_t>(vocab, 150));
+    std::map<int32_t, float> bias;
+    for (int i = 0; i < 40; ++i)  // some on history tokens, some not, some past the vocabulary
+      bias[static_cast<int32_t>(rng.next_u64() % (vocab + 20))] = static_cast<float>(rng.uniform() * 8.0 - 4.0);
+    bias[argmax(logits)] = -100.0f;
+    for (Case c : transform_cases()) {
+      c.p.logit_bias = bias;
+      c.p.presence_penalty = 0.3f;
+      c.p.repetition_penalty = 1.2f;
+      const Distribution d = make_distribution(logits, c.p, history);
+      expect_well_formed(d);
+      expect_matches_reference(d, reference(logits, c.p, history), std::string(c.name) + " with a bias");
+      EXPECT_LT(d.prob(argmax(logits)), 1e-20f) << c.name << ": a -100 bias leaves the top token its mass";
+    }
+  }
+}
+
+TEST(SamplerBias, BansAndForcesGreedyTokens) {
+  const std::vector<float> logits = random_logits(32000, 43, 3.0f);
+  const int32_t top = argmax(logits);
+  SamplingParams p = params(0.0f, 40, 0.95f, 0.05f);
+  p.logit_bias = {{top, -100.0f}};
+  const Distribution banned = make_distribution(logits, p, {});
+  ASSERT_TRUE(banned.point_mass());
+  EXPECT_NE(banned.ids[0], top);
+  EXPECT_EQ(banned.ids, reference(logits, p).ids);
+  p.logit_bias = {{12345, 100.0f}};
+  EXPECT_EQ(make_distribution(logits, p, {}).ids, std::vector<int32_t>{12345});
+  // penalised_logits (what logprobs read) carries the bias too.
+  std::vector<float> w;
+  penalised_logits(logits, p, {}, w);
+  EXPECT_EQ(w[12345], logits[12345] + 100.0f);
+  EXPECT_EQ(w[top], logits[top]);
+}
+
+TEST(SamplerBias, ZeroAndOutOfRangeEntriesChangeNothingAndBadOnesThrow) {
+  const std::vector<float> logits = random_logits(1000, 47, 2.0f);
+  SamplingParams p = params(0.9f, 20, 0.9f, 0.0f);
+  const Distribution plain = make_distribution(logits, p, {});
+  p.logit_bias = {{3, 0.0f}, {1000, 50.0f}, {5000, -50.0f}};
+  const Distribution same = make_distribution(logits, p, {});
+  EXPECT_EQ(plain.ids, same.ids);
+  EXPECT_EQ(plain.probs, same.probs);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf}) {
+    p.logit_bias = {{3, bad}};
+    EXPECT_THROW((void)make_distribution(logits, p, {}), std::invalid_argument) << bad;
+    EXPECT_THROW(validate_sampling(p), std::invalid_argument) << bad;
+  }
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW((void)make_distribution(logits, p, {}), std::invalid_argument);
 }
 
 // =========================================================================================

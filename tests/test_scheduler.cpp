@@ -399,6 +399,11 @@ TEST(Scheduler, OnTheCudaBackendBatchingPreemptionAndThePrefixCacheChangeNothing
   ngram.speculative.mode = DraftMode::Ngram;
   ngram.sampling.seed = 7;
   second.emplace_back(second[2].first, ngram);
+  // A greedy request with a logit bias: its verdict is no plain argmax, so the device makes
+  // its rows with the bias (banned and favoured tokens) and verifies them there.
+  GenerateOptions biased = greedy(24, DraftMode::Model);
+  for (int32_t t = 0; t < 64; t += 3) biased.sampling.logit_bias[t] = t % 2 ? -100.0f : 2.0f;
+  second.emplace_back(second[1].first, biased);
   // One that wants logprobs drafts and verifies on the device too, and its logprobs come
   // down with each verdict: those of the request alone.
   GenerateOptions with_logprobs = sampled;

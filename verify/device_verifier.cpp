@@ -185,7 +185,7 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
       const int32_t row = s.first_row + (!tree ? j : j == 0 ? 0 : 1 + v.path[static_cast<size_t>(j) - 1]);
       listed.push_back({i, row, tokens[static_cast<size_t>(j)]});
       kernels::RowSampling rs = row_sampling(*s.request);
-      if (s.request->has_penalties()) {
+      if (s.request->adjusts_logits()) {
         hist.assign(s.history.begin(), s.history.end());
         hist.insert(hist.end(), tokens.begin(), tokens.begin() + j);
         rs = row_sampling(*s.request, hist, static_cast<int32_t>(vocab), pens);
@@ -203,7 +203,7 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
   }
   if (listed.empty()) return;
   const auto m = static_cast<int64_t>(listed.size()), m_p = static_cast<int64_t>(p_map.size());
-  const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  const size_t pen_words = std::max<size_t>(pens.size(), kernels::kPenaltyEntryWords);
   // (At least one word each, so that no tensor is empty.)
   const int64_t p_words = std::max<int64_t>(1, m_p), top_words = std::max<int64_t>(1, static_cast<int64_t>(n_top) * m);
   kernels::WordViews w(be_, lp_side_,
@@ -215,7 +215,8 @@ void DeviceVerifier::add_logprobs(const kernels::Tensor& logits, std::span<const
   const kernels::Tensor tpp = w.take(DType::I32, kernels::kRowSamplingWords, p_words);
   const kernels::Tensor ptop = w.take(DType::I32, p_words, 1), pconf = w.take(DType::F32, p_words, 1),
                         tpmap = w.take(DType::I32, p_words, 1);
-  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
+  const kernels::Tensor tpen =
+      w.take(DType::I32, kernels::kPenaltyEntryWords, static_cast<int64_t>(pen_words / kernels::kPenaltyEntryWords));
   const kernels::Tensor trows = w.take(DType::I32, 2, m), tchosen = w.take(DType::I32, m, 1);
   const kernels::Tensor chosen_lp = w.take(DType::F32, m, 1);
   const kernels::Tensor ids = w.take(DType::I32, top_words, 1), lps = w.take(DType::F32, top_words, 1);
@@ -344,7 +345,7 @@ void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std
     for (int32_t r = 0; r <= k; ++r) {
       const int32_t depth = path_of(s, r - 1, &path);
       kernels::RowSampling rs = row_sampling(*s.sampling);
-      if (s.sampling->has_penalties()) {
+      if (s.sampling->adjusts_logits()) {
         hist.assign(s.history.begin(), s.history.end());
         hist.insert(hist.end(), path.begin(), path.end());
         rs = row_sampling(*s.sampling, hist, static_cast<int32_t>(vocab), pens);
@@ -354,14 +355,15 @@ void DeviceVerifier::verify_transformed_trees(const kernels::Tensor& logits, std
       keys[static_cast<size_t>(s.first_row + r)] = kernels::NoiseKey::of(s.sampling->seed.value_or(0), s.position + depth);
     }
   }
-  const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  const size_t pen_words = std::max<size_t>(pens.size(), kernels::kPenaltyEntryWords);
   kernels::WordViews w(be_, buf_,
                        static_cast<size_t>(rows) * (kernels::kRowSamplingWords + kernels::kNoiseKeyWords + 3) + pen_words);
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1),
                         ids = w.take(DType::I32, rows, 1);
   const kernels::Tensor tkeys = w.take(DType::I32, kernels::kNoiseKeyWords, rows);
-  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
+  const kernels::Tensor tpen =
+      w.take(DType::I32, kernels::kPenaltyEntryWords, static_cast<int64_t>(pen_words / kernels::kPenaltyEntryWords));
   const kernels::Tensor probs = probs_rows(probs_, rows, vocab);
   be_.upload(tp, params.data(), params.size() * sizeof(kernels::RowSampling));
   if (!pens.empty()) be_.upload(tpen, pens.data(), pens.size() * 4);
@@ -397,7 +399,7 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
     for (int32_t r = 0; r <= k; ++r) {
       kernels::RowSampling rs = row_sampling(*s.sampling);
       const int32_t depth = trees ? path_of(s, r - 1, &path) : r;
-      if (s.sampling->has_penalties()) {
+      if (s.sampling->adjusts_logits()) {
         hist.assign(s.history.begin(), s.history.end());
         if (trees) hist.insert(hist.end(), path.begin(), path.end());
         else hist.insert(hist.end(), s.drafts.begin(), s.drafts.begin() + r);
@@ -419,13 +421,14 @@ void DeviceVerifier::verify_sampled(const kernels::Tensor& logits, std::span<con
     std::copy(s.drafts.begin(), s.drafts.end(), h_drafts.begin() + i * max_d);
     std::copy(s.q_rows.begin(), s.q_rows.end(), h_qrows.begin() + i * max_d);
   }
-  const size_t pen_words = std::max<size_t>(pens.size(), 2);
+  const size_t pen_words = std::max<size_t>(pens.size(), kernels::kPenaltyEntryWords);
   kernels::WordViews w(be_, side_,
           static_cast<size_t>(rows) * (kernels::kRowSamplingWords + 2) + pen_words +
               static_cast<size_t>(n) * (kernels::kSeqVerifyWords + 3 * max_d + 1 + max_d + 1));
   const kernels::Tensor tp = w.take(DType::I32, kernels::kRowSamplingWords, rows);
   const kernels::Tensor top = w.take(DType::I32, rows, 1), conf = w.take(DType::F32, rows, 1);
-  const kernels::Tensor tpen = w.take(DType::I32, 2, static_cast<int64_t>(pen_words / 2));
+  const kernels::Tensor tpen =
+      w.take(DType::I32, kernels::kPenaltyEntryWords, static_cast<int64_t>(pen_words / kernels::kPenaltyEntryWords));
   const kernels::Tensor tsv = w.take(DType::I32, kernels::kSeqVerifyWords, n);
   const kernels::Tensor tdr = w.take(DType::I32, max_d, n), tqr = w.take(DType::I32, max_d, n);
   const kernels::Tensor n_acc = w.take(DType::I32, n, 1), out = w.take(DType::I32, max_d + 1, n);

@@ -1,5 +1,6 @@
 // Parsing and validation of OpenAI request bodies (see openai_protocol.hpp).
 #include <boost/json.hpp>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -383,13 +384,37 @@ void parse_speculative(const json::object& o, const ProtocolConfig& cfg, float t
   }
 }
 
+// "logit_bias": {"<token id>": bias in [-100, 100], ...}, as OpenAI takes it: keys are token
+// ids of the model's vocabulary written as decimal strings.
+void parse_logit_bias(const json::object& o, const ProtocolConfig& cfg, SamplingParams& s) {
+  const json::value* lb = field(o, "logit_bias");
+  if (!lb) return;
+  if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
+  for (const auto& kv : lb->get_object()) {
+    const std::string key(kv.key());
+    const std::string name = "logit_bias." + key;
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty())
+      throw bad_request("'logit_bias' keys must be token ids (decimal integers); got " + json::serialize(json::value(key)),
+                        "logit_bias", "invalid_value");
+    if (id < 0 || id >= cfg.n_vocab)
+      throw bad_request("token id " + key + " in 'logit_bias' is outside the vocabulary (" +
+                            std::to_string(cfg.n_vocab) + " tokens)",
+                        "logit_bias", "invalid_value");
+    if (!kv.value().is_number()) throw wrong_type(name, "a number", kv.value());
+    const double v = kv.value().to_number<double>();
+    check_range(name, v, -100.0, 100.0);
+    if (s.logit_bias.count(static_cast<int32_t>(id)))
+      throw bad_request("token id " + std::to_string(id) + " appears twice in 'logit_bias'", "logit_bias",
+                        "invalid_value");
+    s.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v);
+  }
+}
+
 // Options OpenAI has that this server does not implement: refused rather than ignored, so
 // a client never silently gets something other than what it asked for.
 void reject_unsupported(const json::object& o, Endpoint ep) {
-  if (const json::value* lb = field(o, "logit_bias")) {
-    if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
-    if (!lb->get_object().empty()) throw bad_request("logit_bias is not supported", "logit_bias", "unsupported_value");
-  }
   if (ep == Endpoint::Completion)
     for (const char* key : {"tools", "functions"})
       if (const json::value* t = field(o, key); t && !(t->is_array() && t->get_array().empty()))
@@ -500,6 +525,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   }
 
   parse_sampling(o, r.opts.sampling);
+  parse_logit_bias(o, cfg, r.opts.sampling);
   r.opts.stop = parse_stop(o, cfg);
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
   parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);

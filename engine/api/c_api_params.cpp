@@ -110,6 +110,15 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   if (p.seed != TANDEM_SEED_RANDOM) s.seed = p.seed;
+  if (p.n_logit_bias > 0 && (!p.logit_bias_tokens || !p.logit_bias_values))
+    throw std::invalid_argument("tandem_generate_params.logit_bias_tokens and logit_bias_values must not be NULL "
+                                "when n_logit_bias > 0");
+  for (size_t i = 0; i < p.n_logit_bias; ++i) {
+    const int32_t t = p.logit_bias_tokens[i];
+    if (!s.logit_bias.emplace(t, p.logit_bias_values[i]).second)
+      throw std::invalid_argument("tandem_generate_params.logit_bias_tokens lists token " + std::to_string(t) +
+                                  " twice");
+  }
   if (p.n_stop > 0 && !p.stop) throw std::invalid_argument("tandem_generate_params.stop is NULL but n_stop > 0");
   for (size_t i = 0; i < p.n_stop; ++i) {
     if (!p.stop[i]) throw std::invalid_argument("tandem_generate_params.stop[" + std::to_string(i) + "] is NULL");

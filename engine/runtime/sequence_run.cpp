@@ -69,6 +69,10 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
   for (int32_t t : prompt)
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("prompt token " + std::to_string(t) + " is outside the vocabulary");
+  for (const auto& [t, bias] : opts.sampling.logit_bias)
+    if (t < 0 || t >= n_vocab_)
+      throw std::invalid_argument("logit_bias token " + std::to_string(t) + " is outside the vocabulary (" +
+                                  std::to_string(n_vocab_) + " tokens)");
   static_assert(kMaxTreeNodes == kernels::kMaxTreeNodes, "a tree's nodes are the bits of the attention mask");
   if (opts.speculative.tree_width < 1 || opts.speculative.tree_width > kMaxTreeNodes ||
       opts.speculative.tree_nodes < 0 || opts.speculative.tree_nodes > kMaxTreeNodes)

@@ -116,10 +116,10 @@ class SequenceRun {
   void add_step(Batch& b);
   // Part 2: the logits of those tokens ([n, n_vocab]); verifies, rolls back, commits, streams.
   void finish_step(std::span<const float> logits, double target_ms);
-  // Whether this request's verdict is the target's argmax alone (greedy, no penalties; under
+  // Whether this request's verdict is the target's argmax alone (greedy, no penalties or bias; under
   // a grammar, of the masked rows), so a backend can reach it without the logits leaving the
   // device (kernels/device_decode.hpp).
-  bool verdict_is_argmax() const { return opts_.sampling.greedy() && !opts_.sampling.has_penalties(); }
+  bool verdict_is_argmax() const { return opts_.sampling.greedy() && !opts_.sampling.adjusts_logits(); }
   // Whether a backend may reach this step's verdict on the device whatever the sampling
   // (verify/device_verifier.hpp): no draft distributions held on the host. Token trees too,
   // in every mode; a grammar's masks go to the device with the step, and logprobs are

@@ -13,9 +13,10 @@
 
 namespace tandem {
 
-// The penalty entries (token, occurrences | in-window bit) make_distribution derives from a
-// history (engine/sampling/sampler.cpp), appended to `out` as I32 pairs: one per distinct
-// token with vocab > id. Nothing when the params have no penalties.
+// The penalty entries (token, occurrences | in-window bit, bias: kernels/device_decode.hpp)
+// make_distribution derives from a history and the logit bias (engine/sampling/sampler.cpp),
+// appended to `out` as kPenaltyEntryWords I32 words each: one per distinct token with
+// vocab > id. Nothing when the params neither penalise nor bias.
 void append_penalty_entries(const SamplingParams& p, std::span<const int32_t> history, int32_t vocab,
                             std::vector<int32_t>& out);
 // A request's transforms as a row of make_probs.

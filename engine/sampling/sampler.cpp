@@ -1,6 +1,7 @@
 // Logits → final distribution → one draw. The transforms run in this order:
 //
-//   NaN → -inf → penalties → temperature → top-k → softmax → top-p → min-p → renormalise
+//   NaN → -inf → penalties → logit bias → temperature → top-k → softmax → top-p → min-p →
+//   renormalise
 //
 // Performance: this runs for every generated token, and speculation needs it at k+1
 // positions per step, with vocabularies up to ~152k. So no pass sorts the vocabulary:
@@ -76,6 +77,10 @@ void validate_params(const SamplingParams& p) {
     bad("repetition_penalty must be finite and > 0");
   if (!std::isfinite(p.presence_penalty)) bad("presence_penalty must be finite");
   if (!std::isfinite(p.frequency_penalty)) bad("frequency_penalty must be finite");
+  for (const auto& [id, b] : p.logit_bias) {
+    if (id < 0) bad("logit_bias: negative token id");
+    if (!std::isfinite(b)) bad("logit_bias: values must be finite");
+  }
 }
 
 // Float → int32 with the same order, so that max loops use integer compares, which the
@@ -185,6 +190,13 @@ void apply_penalties(std::span<float> w, const SamplingParams& p, std::span<cons
       x -= static_cast<float>(occurrences) * p.frequency_penalty + p.presence_penalty;
     w[i] = x;
   }
+}
+
+// The logit bias, in place, after the penalties: ids past the row are skipped (a smaller
+// draft vocabulary), and a zero adds nothing (not even -0 + 0 = +0), as on the device.
+void apply_logit_bias(std::span<float> w, const SamplingParams& p) {
+  for (const auto& [id, b] : p.logit_bias)
+    if (static_cast<size_t>(id) < w.size() && b != 0.0f) w[static_cast<size_t>(id)] += b;
 }
 
 // Appends {v[i], i} for every v[i] >= thr.
@@ -394,7 +406,7 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
   if (logits.empty()) throw std::invalid_argument("make_distribution: empty logits");
   for (int32_t id : history)
     if (id < 0) throw std::invalid_argument("make_distribution: negative token id in history");
-  const bool penalise = p.has_penalties() && !history.empty();
+  const bool penalise = (p.has_penalties() && !history.empty()) || !p.logit_bias.empty();
   const bool masked = !allowed.empty();
   if (p.greedy() && !penalise && !masked) return point_mass_at(argmax(logits));
 
@@ -413,7 +425,10 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
         const bool ok = word < allowed.size() && ((allowed[word] >> (i % 64)) & 1u) != 0;
         w[i] = ok ? w[i] : kNegInf;
       }
-    if (penalise) apply_penalties(w, p, history, s.counts);
+    if (penalise) {
+      apply_penalties(w, p, history, s.counts);
+      apply_logit_bias(w, p);
+    }
     src = w;
   }
   if (p.greedy()) return point_mass_at(argmax(src));
@@ -458,6 +473,7 @@ void penalised_logits(std::span<const float> logits, const SamplingParams& p, st
   out.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = scrub_nan(logits[i]);
   apply_penalties(out, p, history, scratch().counts);
+  apply_logit_bias(out, p);
 }
 
 // Σ exp((w_i − m) · inv_t) over the vocabulary, m = max(w) finite, NaN counting as -inf: the

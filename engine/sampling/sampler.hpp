@@ -1,5 +1,5 @@
 // Sampling, split in two steps because speculative decoding needs the middle result:
-//   1. make_distribution: logits → the FINAL probability distribution (after penalties,
+//   1. make_distribution: logits → the FINAL probability distribution (after penalties, bias,
 //      temperature, top-k, top-p, min-p). The rejection sampler compares these p (target)
 //      and q (draft) token by token, so every transform must already be applied.
 //   2. sample: one draw from that distribution with the request's own Rng.
@@ -30,10 +30,12 @@ struct Distribution {
 // history: the tokens seen so far (prompt and output), for the penalties; ids outside
 // [0, vocab) are ignored (a padded or smaller draft vocabulary cannot emit them), negative
 // ids throw std::invalid_argument.
-// Greedy (temperature <= 0) → a point mass on the argmax of the penalised logits.
+// Greedy (temperature <= 0) → a point mass on the argmax of the penalised logits (penalties
+// and the logit bias applied; "penalised" includes the bias throughout).
 // NaN logits count as -inf. Throws std::runtime_error("logits are all NaN/-inf") when no
 // token is possible, std::invalid_argument for empty logits or meaningless parameters
-// (NaN/inf temperature, top_p, min_p, penalties; repetition_penalty <= 0).
+// (NaN/inf temperature, top_p, min_p, penalties, biases; repetition_penalty <= 0; a negative
+// logit_bias id).
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p,
                                std::span<const int32_t> history);
 // The same over the tokens a mask allows (bit i of allowed[i / 64] set: token i allowed;
@@ -44,11 +46,12 @@ Distribution make_distribution(std::span<const float> logits, const SamplingPara
                                std::span<const int32_t> history, std::span<const uint64_t> allowed);
 
 // Throws std::invalid_argument for meaningless parameters, as make_distribution does (NaN/inf
-// temperature, top_p, min_p, penalties; repetition_penalty <= 0): for callers that
+// temperature, top_p, min_p, penalties, biases; repetition_penalty <= 0): for callers that
 // transform logits elsewhere (on the device).
 void validate_sampling(const SamplingParams& p);
 
-// The logits the transforms start from: NaN → -inf, then the penalties (a copy into out).
+// The logits the transforms start from: NaN → -inf, then the penalties and the logit bias
+// (a copy into out).
 // The same validation as make_distribution.
 void penalised_logits(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> history,
                       std::vector<float>& out);

@@ -3,6 +3,7 @@
 // speculative verification compares.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 
 namespace tandem {
@@ -19,6 +20,11 @@ struct SamplingParams {
   // OpenAI semantics over the whole history: logit -= count * frequency + (count > 0) * presence.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: token id → a value added to its logit after the penalties and before
+  // every other transform (greedy's argmax included); about -100 bans a token, +100 all but
+  // forces it. Values must be finite; ids must be >= 0, and the engine refuses ids outside the
+  // target's vocabulary (the sampler alone skips them, as a smaller draft vocabulary must).
+  std::map<int32_t, float> logit_bias;
   // Seeds the request's random draws (the sampler itself never reads it). Unset: each request
   // draws a fresh seed from the operating system's random source, as OpenAI's API does for a
   // request without one, and reports it (GenerateResult::seed) so its text can be reproduced.
@@ -28,6 +34,9 @@ struct SamplingParams {
   bool has_penalties() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
   }
+  // Whether the logits change before the transforms (penalties or a bias), so that a greedy
+  // request's token may be other than the raw logits' argmax.
+  bool adjusts_logits() const { return has_penalties() || !logit_bias.empty(); }
 };
 
 }  // namespace tandem

@@ -167,6 +167,13 @@ typedef struct tandem_generate_params {
    * this many most likely alternatives. With max_tokens 0 nothing is generated: the call only
    * scores the prompt. */
   int32_t prompt_logprobs;
+  /* Logit bias, as OpenAI's logit_bias: logit_bias_values[i] (finite; about -100 bans a token,
+   * +100 all but forces it) is added to the logit of token logit_bias_tokens[i] after the
+   * penalties, before temperature and every cut (greedy takes the biased argmax). Each token
+   * at most once and inside the vocabulary, else TANDEM_ERR_INVALID_ARGUMENT. Default: none. */
+  const int32_t* logit_bias_tokens;
+  const float* logit_bias_values;
+  size_t n_logit_bias;
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20

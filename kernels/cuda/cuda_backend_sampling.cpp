@@ -32,7 +32,7 @@ void CudaBackend::make_probs(const Tensor& probs, const Tensor& top, const Tenso
   require(probs.cols() <= kMaxDeviceSampleVocab, op, "vocabularies above 2^19 tokens are not supported");
   require(packed_i32(params, kRowSamplingWords) && params.rows() == rows, op, "params: I32 [16, rows]");
   const bool with_pen = penalties.buf != nullptr;
-  require(!with_pen || packed_i32(penalties, 2), op, "penalties: I32 [2, n]");
+  require(!with_pen || packed_i32(penalties, kPenaltyEntryWords), op, "penalties: I32 [3, n]");
   ops::make_probs(rt_->stream(), reinterpret_cast<const float*>(ptr(logits, op)), ld_of(logits),
                   reinterpret_cast<float*>(ptr(probs, op)), ld_of(probs), rows, probs.cols(),
                   reinterpret_cast<const RowSampling*>(ptr(params, op)),

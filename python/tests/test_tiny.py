@@ -141,6 +141,25 @@ def test_logprobs_are_the_tokens_and_stream_with_them(tiny: tandem.Engine) -> No
             tiny.generate("Once", max_tokens=1, prompt_logprobs=bad)  # type: ignore[arg-type]
 
 
+def test_logit_bias_forces_and_bans_tokens(tiny: tandem.Engine) -> None:
+    plain = tiny.generate("Once", **greedy(6))
+    forced = tiny.generate("Once", **greedy(6), logit_bias={7: 100.0})
+    assert forced.tokens == [7] * 6
+    banned = tiny.generate("Once", **greedy(6), logit_bias={plain.tokens[0]: -100})
+    assert len(banned.tokens) == 6 and plain.tokens[0] not in banned.tokens
+    # The logprobs describe the biased distribution: the forced token is all but certain.
+    lp = tiny.generate("Once", **greedy(2), logit_bias={7: 100.0}, logprobs=1).logprobs
+    assert lp is not None and all(t.token == 7 and t.logprob > -1e-3 for t in lp)
+    with pytest.raises(tandem.InvalidArgumentError, match="logit_bias"):
+        tiny.generate("Once", max_tokens=1, logit_bias={10**6: 1.0})
+    with pytest.raises(tandem.InvalidArgumentError, match="logit_bias"):
+        tiny.generate("Once", max_tokens=1, logit_bias={1: float("nan")})
+    with pytest.raises(tandem.InvalidArgumentError, match="logit_bias"):
+        tiny.generate("Once", max_tokens=1, logit_bias={"1": 1.0})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="logit_bias"):
+        tiny.generate("Once", max_tokens=1, logit_bias=[(1, 1.0)])  # type: ignore[arg-type]
+
+
 def test_prompt_logprobs_score_a_text_as_its_generation_drew_it(tiny: tandem.Engine) -> None:
     # At temperature 1 with no cuts, a sampled token's logprob is the raw distribution's, which
     # is what scoring the prompt gives: the generated text scored as a prompt must agree.

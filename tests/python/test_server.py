@@ -813,6 +813,41 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
             self.client.completions.create(model="smollm2", prompt="x", max_tokens=0)
         self.assertEqual(e.exception.body["param"], "max_tokens")
 
+    def test_logit_bias_forces_and_bans_tokens(self):
+        """logit_bias as OpenAI takes it: +100 makes greedy decoding repeat a token, -100 keeps a
+        token out of the text (with speculation too); an id outside the vocabulary is a 400."""
+        status, _, t = self.server.request("POST", "/tokenize", {"content": " the"})
+        self.assertEqual(status, 200)
+        (the,) = t["tokens"]
+        kw = dict(model="smollm2", prompt="My favourite colour is", max_tokens=6, temperature=0)
+        forced = self.client.completions.create(logit_bias={str(the): 100}, **kw)
+        self.assertEqual(forced.choices[0].text, " the" * 6)
+        plain = self.client.completions.create(**kw)
+        status, _, first = self.server.request("POST", "/tokenize", {"content": plain.choices[0].text})
+        banned_id = first["tokens"][0]
+        status, _, piece = self.server.request("POST", "/detokenize", {"tokens": [banned_id]})
+        self.assertTrue(plain.choices[0].text.startswith(piece["content"]))
+        for mode in self.MODES:
+            banned = self.client.completions.create(logit_bias={str(banned_id): -100},
+                                                    extra_body={"speculative": {"mode": mode}}, **kw)
+            self.assertFalse(banned.choices[0].text.startswith(piece["content"]), (mode, banned.choices[0].text))
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(logit_bias={"100000000": 1}, **kw)
+        self.assertEqual(e.exception.body["param"], "logit_bias")
+        # The CLI's --logit-bias (ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS).
+        def cli(*bias):
+            return subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "3", "--json",
+                                   "-p", "My favourite colour is", *bias],
+                                  capture_output=True, text=True, timeout=60 * TIME_SCALE)
+        for form in (f"{the}=100", f"{the}+100"):
+            out = cli("--logit-bias", form)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout)["tokens"], [the] * 3, form)
+        for bad in ("x=1", f"{the}=abc", f"{the}=inf"):
+            out = cli("-l", bad)
+            self.assertNotEqual(out.returncode, 0, bad)
+            self.assertIn("--logit-bias", out.stderr, bad)
+
     def test_completion_suffix_needs_a_fill_in_the_middle_model(self):
         """`suffix` fills in the middle with a code model's FIM markers (tests/test_speculative.cpp
         runs Qwen2.5-Coder's); SmolLM2 has none, which the 400 says, as it does for token prompts."""

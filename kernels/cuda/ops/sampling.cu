@@ -295,17 +295,21 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
   const float* x = logits + src * ldl;
   float* w = probs + r * ldp;
 
-  // NaN → -inf, then the penalties (each entry a distinct token: engine/sampling/sampler.cpp).
+  // NaN → -inf, then the penalties and the logit bias (each entry a distinct token:
+  // engine/sampling/sampler.cpp, device_rows.cpp).
   for (int64_t v = threadIdx.x; v < n; v += kT) w[v] = scrub_nan(x[v]);
   __syncthreads();
   for (int32_t e = P.pen_begin + static_cast<int32_t>(threadIdx.x); e < P.pen_end; e += kT) {
-    const int32_t tok = pen[2 * e];
-    const uint32_t c = static_cast<uint32_t>(pen[2 * e + 1]);
+    const int32_t* entry = pen + static_cast<int64_t>(kPenaltyEntryWords) * e;
+    const int32_t tok = entry[0];
+    const uint32_t c = static_cast<uint32_t>(entry[1]);
+    const float bias = __int_as_float(entry[2]);
     if (tok < 0 || tok >= n) continue;
     float y = w[tok];
     if (c & kPenaltyInWindow) y = y > 0.0f ? y / P.repetition_penalty : y * P.repetition_penalty;
     const uint32_t occurrences = c & ~kPenaltyInWindow;
     if (occurrences > 0) y -= static_cast<float>(occurrences) * P.frequency_penalty + P.presence_penalty;
+    if (bias != 0.0f) y += bias;
     w[tok] = y;
   }
   __syncthreads();

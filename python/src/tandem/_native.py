@@ -79,6 +79,9 @@ class GenerateParams(Structure):
         ("tree_width", c_int32),
         ("tree_nodes", c_int32),
         ("prompt_logprobs", c_int32),
+        ("logit_bias_tokens", POINTER(c_int32)),
+        ("logit_bias_values", POINTER(c_float)),
+        ("n_logit_bias", c_size_t),
     ]
 
 

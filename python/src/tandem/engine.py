@@ -5,11 +5,12 @@ from __future__ import annotations
 import codecs
 import ctypes
 import json
+import math
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from ctypes import POINTER, byref, c_char_p, c_int32, c_size_t, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_float, c_int32, c_size_t, c_void_p
 from typing import Any, Unpack
 
 from . import _native as N
@@ -27,7 +28,8 @@ _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repeti
                  "draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max", "alpha_prior", "start_budget",
                  "lookup", "lookup_min", "tree_width", "tree_nodes", "logprobs", "prompt_logprobs")
 _MAX_TOP_LOGPROBS = 20  # TANDEM_MAX_TOP_LOGPROBS
-_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy"}
+_SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy",
+                                             "logit_bias"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
@@ -428,6 +430,24 @@ class Engine:
             policy_b = policy.encode()
             keep.append(policy_b)
             p.policy = policy_b
+        bias = sampling.get("logit_bias")
+        if bias:
+            if not isinstance(bias, Mapping):
+                raise TypeError("logit_bias must be a mapping of token id to bias")
+            ids, values = list(bias.keys()), list(bias.values())
+            for t, b in zip(ids, values):
+                if isinstance(t, bool) or not isinstance(t, int):
+                    raise InvalidArgumentError(f"logit_bias keys must be token ids (int), not {t!r}")
+                if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+                    raise InvalidArgumentError(f"logit_bias[{t}] must be a finite number, not {b!r}")
+            if any(not -2**31 <= t < 2**31 for t in ids):
+                raise InvalidArgumentError("logit_bias: a token id is outside the vocabulary")
+            tokens = (c_int32 * len(ids))(*ids)
+            biases = (c_float * len(values))(*values)
+            keep += [tokens, biases]
+            p.logit_bias_tokens = ctypes.cast(tokens, POINTER(c_int32))
+            p.logit_bias_values = ctypes.cast(biases, POINTER(c_float))
+            p.n_logit_bias = len(ids)
         stop = sampling.get("stop")
         if stop is not None:
             stops = [stop] if isinstance(stop, str) else list(stop)

@@ -37,6 +37,10 @@ class SamplingOptions(TypedDict, total=False):
     repetition_window: int            # default 64; < 0: the whole history
     presence_penalty: float
     frequency_penalty: float
+    # OpenAI's logit_bias: token id -> value added to its logit after the penalties, before
+    # temperature and the cuts (about -100 bans a token, +100 all but forces it; greedy takes
+    # the biased argmax). Ids outside the vocabulary raise InvalidArgumentError.
+    logit_bias: Mapping[int, float]
     seed: int | None                  # None (default): a fresh random seed per call, reported in the result
     stop: str | Sequence[str]         # generation ends before the first occurrence
     add_special: bool                 # default True: prepend BOS etc. as the model says
