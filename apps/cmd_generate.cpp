@@ -82,9 +82,12 @@ int run_generate(const GenerateArgs& args) {
   const GenerateResult r =
       a.suffix ? engine->generate_tokens(engine->fim_prompt(a.prompt, *a.suffix), gen, cb) : engine->generate(a.prompt, gen, cb);
   if (a.suffix && !a.json) std::fputs(a.suffix->c_str(), stdout);  // the filled-in text in its place
-  // What trees against chains learned here, for the next run (nothing is written if this run
-  // drafted no tree-or-chain step).
-  if (!costs.empty()) save_shape_choice(*engine, default_cost_cache_path());
+  // What trees against chains learned here and how long the output ran, for the next run
+  // (nothing is written if this run drafted no tree-or-chain step, or finished no output).
+  if (!costs.empty()) {
+    save_shape_choice(*engine, default_cost_cache_path());
+    save_output_lengths(*engine, default_cost_cache_path());
+  }
   const Timings& t = r.timings;
   if (a.json) {
     boost::json::object o;

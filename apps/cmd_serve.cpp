@@ -162,8 +162,10 @@ int run_serve(ServeArgs a) {
   Scheduler scheduler(*engine, a.sched);
   server::ServerState state(*engine, scheduler, std::move(chat), std::move(protocol), a.http);
   server::run_http_server(state);
-  // What trees against chains learned while serving, for the next start.
+  // What trees against chains learned while serving, and the lengths of the outputs served,
+  // for the next start.
   save_shape_choice(*engine, default_cost_cache_path());
+  save_output_lengths(*engine, default_cost_cache_path());
   return 0;
 }
 

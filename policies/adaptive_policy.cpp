@@ -89,13 +89,15 @@ bool AdaptivePolicy::may_start(const PolicyInput& in, int32_t k, int32_t batch) 
   // The first step, and the single-token steps it commits to (min_trials), all rejected.
   const double first = probe_cost(in, k, batch);
   const double risk = first + std::max(0, cfg_.min_trials - 1) * (costs_.c(batch) + costs_.r(1, batch) - 1.0);
-  if (risk <= cfg_.start_budget * in.tokens_left) return true;
+  // The output still to come, as far as the lengths of finished outputs predict it.
+  const double left = in.horizon();
+  if (risk <= cfg_.start_budget * left) return true;
   if (!confident()) return false;
-  // In target steps: plain decoding takes tokens_left of them, speculation at the speed the
-  // confidence predicts tokens_left / s.
+  // In target steps: plain decoding takes `left` of them, speculation at the speed the
+  // confidence predicts left / s.
   double s = 1.0;
   if (best_k(confidence(), in.k_max, batch, &s) == 0) return false;
-  return in.tokens_left * (1.0 - 1.0 / s) - first >= cfg_.confidence_odds * risk;
+  return left * (1.0 - 1.0 / s) - first >= cfg_.confidence_odds * risk;
 }
 
 int32_t AdaptivePolicy::choose_k(const PolicyInput& in) {

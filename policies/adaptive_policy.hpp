@@ -21,10 +21,11 @@
 // Starting: before the draft has run for a sequence, α is only the prior, and the first
 // speculative step pays the draft's catch-up over the whole context (the prompt). So the
 // policy starts only when that step, were nothing accepted, would cost at most start_budget
-// of the output still to come (PolicyInput::tokens_left, when known); otherwise it starts
-// off and only the probing above can turn it on. A short output where the draft disagrees
-// then loses at most that share, and one where it agrees keeps the gain once the output is
-// long enough to pay for the prompt pass.
+// of the output still to come (PolicyInput::horizon: what the lengths of the outputs that
+// finished before predict, within what max_tokens allows; policies/output_lengths.hpp), when
+// known; otherwise it starts off and only the probing above can turn it on. A short output
+// where the draft disagrees then loses at most that share, and one where it agrees keeps the
+// gain once the output is long enough to pay for the prompt pass.
 //
 // Starting on the target's confidence: that rule alone keeps a draft's prompt pass from
 // ever paying on a short output, even where the draft would agree (a code answer of 96

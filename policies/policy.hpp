@@ -23,6 +23,10 @@ struct PolicyInput {
   int32_t batch_size = 1;  // sequences in this step's target pass (1 outside the server)
   int32_t position = 0;    // committed tokens so far
   int32_t tokens_left = 0;  // tokens the request may still generate (0: not known)
+  // Tokens it is expected to generate still (policies/output_lengths.hpp; <= tokens_left):
+  // what a policy weighs the draft's prompt pass against. 0: take tokens_left.
+  double expected_left = 0.0;
+  double horizon() const { return expected_left > 0.0 ? expected_left : static_cast<double>(tokens_left); }
 };
 
 struct StepOutcome {

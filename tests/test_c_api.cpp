@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -1055,6 +1056,10 @@ TEST(CApi, LogitBiasForcesAndBansTokens) {
   EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
                TANDEM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tandem_last_error()).find("logit_bias"), std::string::npos) << tandem_last_error();
+  ids[0] = 3;
+  values[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
   gp.logit_bias_values = nullptr;
   EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
                TANDEM_ERR_INVALID_ARGUMENT);

@@ -20,6 +20,7 @@
 #include "policies/calibration.hpp"
 #include "policies/cost_model.hpp"
 #include "policies/factory.hpp"
+#include "policies/output_lengths.hpp"
 #include "policies/shape_cache.hpp"
 #include "policies/shape_choice.hpp"
 #include "tandem/engine.hpp"
@@ -430,6 +431,55 @@ TEST(AdaptivePolicy, StartsOnTheTargetsConfidenceWhenThePredictedGainCoversTheRi
   p.reset();
   EXPECT_LT(p.confidence(), 0.0);
   EXPECT_TRUE(p.wants_confidence());
+}
+
+// The start rule weighs the draft's prompt pass against the output still expected
+// (PolicyInput::horizon), not against what max_tokens allows: a sure target whose outputs end
+// after a few tokens does not start the draft that the limit alone would have started.
+TEST(AdaptivePolicy, StartsOnTheOutputStillExpectedNotOnTheLimit) {
+  const CostModel m = linear_costs(0.3, 0.1);
+  auto sure = [](AdaptivePolicy& p) {
+    for (int i = 0; i < 8; ++i) p.observe_confidence(0.95);
+  };
+  AdaptivePolicy limit_only(m, cfg(0.6)), expected_long(m, cfg(0.6)), expected_short(m, cfg(0.6));
+  for (AdaptivePolicy* p : {&limit_only, &expected_long, &expected_short}) sure(*p);
+  EXPECT_EQ(limit_only.choose_k({4, 1, 43, 29}), 4) << "as above: 29 tokens pay for the prompt pass";
+  EXPECT_EQ(expected_long.choose_k({4, 1, 43, 29, 29.0}), 4);
+  // 3 tokens expected (outputs like this one end soon): 3 · 0.43 saves less than the first step costs.
+  EXPECT_EQ(expected_short.choose_k({4, 1, 43, 29, 3.0}), 0);
+  // start_budget's share likewise: 2% of 2000 tokens covers the first step, 2% of 20 does not.
+  AdaptivePolicy unsure(m, cfg(0.9));
+  EXPECT_EQ(unsure.choose_k({4, 1, 40, 2000, 20.0}), 0);
+  unsure.reset();
+  EXPECT_GT(unsure.choose_k({4, 1, 40, 2000, 1500.0}), 0);
+}
+
+TEST(OutputLengths, TheLimitWithoutEvidenceThenWhatFinishedOutputsSay) {
+  OutputLengths l;
+  EXPECT_EQ(l.expected_left(4, 64), 60.0) << "nothing finished yet: the limit";
+  EXPECT_EQ(l.expected_left(64, 64), 0.0);
+  EXPECT_EQ(l.expected_left(70, 64), 0.0);
+  for (int i = 0; i < 8; ++i) l.add(7, true);  // short outputs that ended themselves
+  // Those that ran past 4 had 3 more each; the limit counts as one more output (60).
+  EXPECT_DOUBLE_EQ(l.expected_left(4, 64), (60.0 + 8 * 3.0) / 9.0);
+  // Past 7 none of them says anything: the limit again.
+  EXPECT_EQ(l.expected_left(7, 64), 57.0);
+  // An output cut by its limit might have gone on: it counts as running to this one's limit.
+  l.add(30, false);
+  EXPECT_DOUBLE_EQ(l.expected_left(4, 64), (60.0 + 8 * 3.0 + 60.0) / 10.0);
+  // A stopped output longer than this one's limit counts up to that limit.
+  l.add(500, true);
+  EXPECT_DOUBLE_EQ(l.expected_left(4, 100), (96.0 + 8 * 3.0 + 96.0 + 96.0) / 11.0);
+  // Only the last kKept outputs count, oldest first out.
+  for (size_t i = 0; i < OutputLengths::kKept; ++i) l.add(1000, true);
+  ASSERT_EQ(l.records().size(), OutputLengths::kKept);
+  EXPECT_EQ(l.expected_left(4, 64), 60.0);
+  l.restore({{5, true}, {6, false}});
+  EXPECT_EQ(l.records().size(), 2u);
+  l.add(-1, true);  // not a length
+  EXPECT_EQ(l.records().size(), 2u);
+  l.reset();
+  EXPECT_TRUE(l.records().empty());
 }
 
 // One rejected token right after starting is not enough to stop on: a sequence tries
@@ -1058,6 +1108,54 @@ TEST(PoliciesInEngine, TreesAgainstChainsCarryOnInTheNextEngine) {
   put_cache_entry(cache, "shapes", cost_model_key(*e), boost::json::value("damaged"));
   EXPECT_FALSE(restore_shape_choice(*next, cache));
   EXPECT_NE(load_cached_cost_model(cache, cost_model_key(*e)), nullptr);
+}
+
+// The engine records each finished output's length (not a cancelled one's), and the next
+// engine on the same models starts from them through the cache file.
+TEST(PoliciesInEngine, OutputLengthsAreRecordedAndCarryOnInTheNextEngine) {
+  const auto& fx = fixture();
+  const std::string cache = test::scratch_dir("policies-lengths") + "/cost.json";
+  CalibrationOptions co;
+  co.k_max = 3;
+  co.reps = 1;
+  co.context = 8;
+  co.stale_tolerance = 0.0;
+  co.cache_path = cache;
+  auto e = load(fx.target, fx.close_draft);
+  calibrate_and_install(*e, co);
+  OutputLengths& lengths = *EngineAccess::policy_costs(*e).lengths;
+  save_output_lengths(*e, cache);  // nothing finished: nothing written
+  EXPECT_FALSE(load_cached_output_lengths(cache, cost_model_key(*e)));
+  GenerateOptions g;
+  g.max_tokens = 6;
+  g.sampling.temperature = 0.0f;
+  g.ignore_eos = true;
+  g.speculative.mode = DraftMode::Model;
+  g.speculative.policy = "goodput";
+  (void)e->generate("Once upon a time", g);
+  g.max_tokens = 9;
+  (void)e->generate("Once upon a time", g);
+  ASSERT_EQ(lengths.records().size(), 2u);
+  EXPECT_EQ(lengths.records()[0].generated, 6);
+  EXPECT_FALSE(lengths.records()[0].stopped) << "cut by its limit";
+  EXPECT_EQ(lengths.records()[1].generated, 9);
+  // A cancelled output is not a length.
+  (void)e->generate("Once upon a time", g, [](std::string_view, int32_t) { return false; });
+  EXPECT_EQ(lengths.records().size(), 2u);
+  save_output_lengths(*e, cache);
+
+  auto next = load(fx.target, fx.close_draft);
+  EXPECT_TRUE(EngineAccess::policy_costs(*next).lengths->records().empty());
+  EXPECT_TRUE(calibrate_and_install(*next, co));
+  const auto carried = EngineAccess::policy_costs(*next).lengths->records();
+  ASSERT_EQ(carried.size(), 2u);
+  EXPECT_EQ(carried[1].generated, 9);
+  // The cost model's own entry is untouched, and a damaged entry is ignored.
+  EXPECT_NE(load_cached_cost_model(cache, cost_model_key(*e)), nullptr);
+  put_cache_entry(cache, "lengths", cost_model_key(*e), boost::json::value("damaged"));
+  EXPECT_FALSE(restore_output_lengths(*next, cache));
+  put_cache_entry(cache, "lengths", cost_model_key(*e), boost::json::array{boost::json::array{-3, true}});
+  EXPECT_FALSE(restore_output_lengths(*next, cache));
 }
 
 }  // namespace

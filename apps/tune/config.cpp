@@ -214,6 +214,7 @@ std::string ensure_cost_model(Engine& engine, const SpeculativeOptions& so, cons
       config->cost_model->max_measured_n() >= widest) {
     engine.set_cost_model(config->cost_model);
     restore_shape_choice(engine, default_cost_cache_path());
+    restore_output_lengths(engine, default_cost_cache_path());
     return "cost model: from the config file";
   }
   co.cache_path = default_cost_cache_path();

@@ -9,6 +9,7 @@
 #include "engine/runtime/grammar_cache.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/cost_model.hpp"
+#include "policies/output_lengths.hpp"
 #include "policies/overhead_tracker.hpp"
 #include "policies/shape_choice.hpp"
 #include "tandem/engine.hpp"
@@ -33,6 +34,7 @@ struct PolicyCosts {
   std::shared_ptr<const CostModel> model;
   std::shared_ptr<OverheadTracker> overhead;
   std::shared_ptr<ShapeChoice> shapes;  // token trees against chains (policies/shape_choice.hpp)
+  std::shared_ptr<OutputLengths> lengths;  // how long outputs run (policies/output_lengths.hpp)
 };
 
 struct EngineAccess {

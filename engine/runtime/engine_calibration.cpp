@@ -99,7 +99,10 @@ std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const Calibratio
 bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts) {
   bool cached = false;
   engine.set_cost_model(calibrate_cost_model(engine, opts, &cached));
-  if (!opts.cache_path.empty()) restore_shape_choice(engine, opts.cache_path);
+  if (!opts.cache_path.empty()) {
+    restore_shape_choice(engine, opts.cache_path);
+    restore_output_lengths(engine, opts.cache_path);
+  }
   return cached;
 }
 
@@ -121,6 +124,27 @@ void save_shape_choice(const Engine& engine, const std::string& cache_path) {
     save_cached_shape_choice(cache_path, cost_model_key(engine), s, cost_model_key_is_live);
   } catch (const std::exception& e) {
     spdlog::warn("cannot save what token trees against chains learned to {}: {}", cache_path, e.what());
+  }
+}
+
+bool restore_output_lengths(const Engine& engine, const std::string& cache_path) {
+  const std::shared_ptr<OutputLengths> lengths = EngineAccess::policy_costs(engine).lengths;
+  if (!lengths || cache_path.empty()) return false;
+  const auto r = load_cached_output_lengths(cache_path, cost_model_key(engine));
+  if (!r) return false;
+  lengths->restore(*r);
+  return true;
+}
+
+void save_output_lengths(const Engine& engine, const std::string& cache_path) {
+  const std::shared_ptr<OutputLengths> lengths = EngineAccess::policy_costs(engine).lengths;
+  if (!lengths || cache_path.empty()) return;
+  const std::vector<OutputLengths::Record> r = lengths->records();
+  if (r.empty()) return;
+  try {
+    save_cached_output_lengths(cache_path, cost_model_key(engine), r, cost_model_key_is_live);
+  } catch (const std::exception& e) {
+    spdlog::warn("cannot save the lengths of finished outputs to {}: {}", cache_path, e.what());
   }
 }
 

@@ -38,8 +38,8 @@ std::shared_ptr<CostModel> calibrate_cost_model(Engine& engine, const Calibratio
                                                 bool* from_cache = nullptr);
 
 // calibrate_cost_model, then Engine::set_cost_model with the result, and the engine's
-// tree-or-chain record restored from the same cache file (restore_shape_choice); true when
-// the model came from the cache.
+// tree-or-chain record and output lengths restored from the same cache file
+// (restore_shape_choice, restore_output_lengths); true when the model came from the cache.
 bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts);
 
 // What the engine's ShapeChoice (token trees against chains, policies/shape_choice.hpp) has
@@ -49,5 +49,9 @@ bool calibrate_and_install(Engine& engine, const CalibrationOptions& opts);
 // and a cache that cannot be written is reported on the log, never thrown.
 bool restore_shape_choice(const Engine& engine, const std::string& cache_path);
 void save_shape_choice(const Engine& engine, const std::string& cache_path);
+// The same for the lengths of the outputs the engine finished (policies/output_lengths.hpp),
+// under the same key: saving is skipped while no output finished.
+bool restore_output_lengths(const Engine& engine, const std::string& cache_path);
+void save_output_lengths(const Engine& engine, const std::string& cache_path);
 
 }  // namespace tandem

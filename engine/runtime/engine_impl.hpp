@@ -46,10 +46,11 @@ struct __attribute__((visibility("hidden"))) Engine::Impl {
   std::shared_ptr<const CostModel> cost_model;  // for the adaptive/goodput policies
   std::shared_ptr<OverheadTracker> overhead = std::make_shared<OverheadTracker>();  // goes with cost_model
   std::shared_ptr<ShapeChoice> shapes = std::make_shared<ShapeChoice>();            // so does this
+  std::shared_ptr<OutputLengths> lengths = std::make_shared<OutputLengths>();       // of the workload, kept across models
   mutable std::mutex cost_mu;                   // guards cost_model and overhead (not held while generating)
   PolicyCosts policy_costs() const {
     std::lock_guard<std::mutex> lk(cost_mu);
-    return {cost_model, overhead, shapes};
+    return {cost_model, overhead, shapes, lengths};
   }
   std::mutex mu;
   // Engine::cancel() bumps this; a generation cancels itself once it differs from the value

@@ -24,7 +24,7 @@ Scheduler::Impl::Drafted Scheduler::Impl::draft_for_step() {
     if (r->run()->prefilling()) continue;
     int32_t k = 0;
     const Entry& self = *r;
-    const SequenceRun::StartGate may_start = [&](const BudgetWish& w, int32_t context, int32_t left) {
+    const SequenceRun::StartGate may_start = [&](const BudgetWish& w, int32_t context, double left) {
       return drafts_pay(self, w, context, left);
     };
     guarded(*r, [&] {
@@ -118,7 +118,7 @@ void Scheduler::Impl::budget_drafts(const std::vector<Entry*>& deciding, std::ve
 // it has left covers its prompt pass, which delays every stream once. Not judged by this
 // step's make-up: a prompt chunk that makes this step long makes drafts look cheap for one
 // step only.
-bool Scheduler::Impl::drafts_pay(const Entry& self, const BudgetWish& w, int32_t context, int32_t tokens_left) const {
+bool Scheduler::Impl::drafts_pay(const Entry& self, const BudgetWish& w, int32_t context, double tokens_left) const {
   // A deferred draft whose policy has declined this many steps is taken not to start: its
   // policy has seen enough of the target's confidence (AdaptivePolicy's confidence_tokens).
   constexpr int32_t kPatience = 8;

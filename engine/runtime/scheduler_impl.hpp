@@ -136,7 +136,7 @@ struct Scheduler::Impl {
   // Cuts the ks (one per deciding sequence) of the policies that let the step budget judge.
   void budget_drafts(const std::vector<Entry*>& deciding, std::vector<int32_t>& ks, int32_t catching_up);
   int32_t expected_prompt_tokens(int32_t decode_tokens) const;
-  bool drafts_pay(const Entry& self, const BudgetWish& w, int32_t context, int32_t tokens_left) const;
+  bool drafts_pay(const Entry& self, const BudgetWish& w, int32_t context, double tokens_left) const;
   void observe_drafting(const std::vector<ProposeJob>& jobs, const std::vector<int32_t>& catch_ups, double ms);
   void propose(std::vector<ProposeJob>& jobs, const std::vector<Entry*>& owners);
   double draft_prefill(const std::vector<Entry*>& lanes, bool share);

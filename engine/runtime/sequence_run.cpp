@@ -172,6 +172,11 @@ int32_t SequenceRun::tokens_left() const {
   return std::max(0, opts_.max_tokens - static_cast<int32_t>(out_.generated()));
 }
 
+double SequenceRun::expected_left() const {
+  if (!lengths_) return tokens_left();
+  return lengths_->expected_left(static_cast<int32_t>(out_.generated()), opts_.max_tokens);
+}
+
 // A deferred draft (spec_.deferred) has not read the prompt: the policy decides this step's
 // k first. Off (0), the step is plain and the draft stays unfed; asking for a draft, the
 // deferral ends and the draft's prefill is pending, for the caller to feed before the step.
@@ -179,12 +184,12 @@ size_t SequenceRun::resolve_draft(int32_t batch_size, const StartGate& may_start
   if (spec_.deferred && spec_.on && !done_ && !prefilling() && out_.generated() > 0 && spec_.decided_k < 0 &&
       spec_.proposer->prefill_pending(committed_) > 0) {
     const int32_t k_max = k_limit();
-    const PolicyInput in{k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
+    const PolicyInput in{k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left(), expected_left()};
     spec_.decided_k = k_max > 0 ? spec_.policy->choose_k(in) : 0;
     if (spec_.decided_k > 0 && may_start) {
       const std::optional<double> alpha = spec_.policy->budget_alpha();
       if (alpha && !may_start(BudgetWish{spec_.decided_k, *alpha, 1, false}, static_cast<int32_t>(committed_.size()),
-                              tokens_left())) {
+                              in.horizon())) {
         spec_.policy->granted(0);
         spec_.decided_k = 0;
       }
@@ -214,7 +219,8 @@ int32_t SequenceRun::choose_k(int32_t batch_size, const StartGate& may_start) {
   int32_t k = 0;
   if (step_.k_max > 0) {
     // A policy asked in resolve_draft this step is not asked again.
-    const PolicyInput in{step_.k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left()};
+    const PolicyInput in{step_.k_max, batch_size, static_cast<int32_t>(committed_.size()), tokens_left(),
+                         expected_left()};
     const int32_t want = decided > 0 ? decided : spec_.policy->choose_k(in);
     k = std::clamp(want, 0, step_.k_max);
     spec_.last_wish = k;
@@ -675,6 +681,9 @@ bool SequenceRun::commit(int32_t token, const TokenLogprobs* lp) {
 void SequenceRun::close_output() {
   out_.close();
   done_ = true;
+  const FinishReason f = result().finish;
+  if (lengths_ && opts_.max_tokens > 0 && out_.generated() > 0 && f != FinishReason::Cancelled)
+    lengths_->add(static_cast<int32_t>(out_.generated()), f == FinishReason::Stop);
   // The target cache is left to the owner: the scheduler publishes its full blocks to the
   // prefix cache before freeing them. The draft's state is of no further use.
   if (spec_.proposer) spec_.proposer->reset();

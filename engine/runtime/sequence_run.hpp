@@ -35,6 +35,7 @@
 #include "engine/sampling/rng.hpp"
 #include "engine/text/tokenizer.hpp"
 #include "policies/lookup_choice.hpp"
+#include "policies/output_lengths.hpp"
 #include "policies/policy.hpp"
 #include "policies/step_budget.hpp"
 #include "tandem/generation.hpp"
@@ -57,6 +58,10 @@ class SequenceRun {
 
   bool done() const { return done_; }
   GenerateResult& result() { return out_.result(); }
+  // The engine's record of how long outputs run: this run's policy weighs starting its draft
+  // against the tokens those lengths predict (expected_left), and adds its own length once it
+  // finishes (not when cancelled). Unset: the policy takes max_tokens as the length.
+  void set_output_lengths(std::shared_ptr<OutputLengths> lengths) { lengths_ = std::move(lengths); }
   SequenceKV& kv() { return kv_; }
   const std::vector<int32_t>& committed() const { return committed_; }
 
@@ -83,9 +88,10 @@ class SequenceRun {
   // k = 0, or drafts that failed, no_proposal.
   // may_start (optional): asked before a sequence whose policy lets the step budget judge
   // (budget_wish) starts its draft, with its steady wish, its context (what the draft must
-  // read first) and the tokens it may still generate: whether starting pays in this batch.
-  // If not, the draft stays unfed (no prompt pass for drafts that would not run).
-  using StartGate = std::function<bool(const BudgetWish& wish, int32_t context, int32_t tokens_left)>;
+  // read first) and the tokens it is expected to generate still (expected_left): whether
+  // starting pays in this batch. If not, the draft stays unfed (no prompt pass for drafts
+  // that would not run).
+  using StartGate = std::function<bool(const BudgetWish& wish, int32_t context, double tokens_left)>;
   int32_t choose_k(int32_t batch_size, const StartGate& may_start = {});
   // Between choose_k (k > 0) and drafting, for the scheduler's step budget: this step's
   // wish (nullopt when its policy keeps its k), then what the budget granted (≤ k), which
@@ -210,7 +216,8 @@ class SequenceRun {
     return sampling_valid_ && n_vocab_ <= kernels::kMaxDeviceSampleVocab;
   }
   int32_t k_limit() const;      // draft_max within the context and token budget
-  int32_t tokens_left() const;  // what max_tokens still allows (the policy's horizon)
+  int32_t tokens_left() const;  // what max_tokens still allows
+  double expected_left() const;  // of that, what the lengths of finished outputs predict (the policy's horizon)
   void record_step(const VerifyResult& v, double target_ms, double verify_ms);
   // logits: the step's rows, for logprobs (empty for an outside verdict: its logprobs come
   // with it).
@@ -236,6 +243,7 @@ class SequenceRun {
   SequenceGrammar grammar_;
   Speculation spec_;
   Step step_;
+  std::shared_ptr<OutputLengths> lengths_;
 };
 
 }  // namespace tandem

@@ -32,6 +32,7 @@ PreparedSequence prepare_sequence(const EngineParts& parts, const PolicyCosts& c
   s.run = std::make_unique<SequenceRun>(parts.target, parts.tokenizer, prompt, run_opts, std::move(on_event),
                                         parts.context, parts.target.model().config().n_vocab, s.proposer.get(),
                                         s.policy.get(), start, std::move(grammar));
+  s.run->set_output_lengths(costs.lengths);
   return s;
 }
 
