@@ -6,15 +6,18 @@ bench/loadgen.py at each concurrency, prints one table.
     python3 bench/serve_matrix.py [--tandem build/release/apps/tandem] [--pair smollm2|qwen]
                                   [--concurrency 1,2,4,8,16] [--temperatures 0,0.8] [--categories chat,code]
                                   [--max-tokens 32] [--waves 2] [-t 2] [--policies goodput]
-                                  [--server-args '--device cuda --gpu-mem 24G'] [--tree 3,12]
+                                  [--server-args '--device cuda --gpu-mem 24G'] [--tree 3,12] [--rounds 2]
 
 --pair smollm2: SmolLM2-135M, speculation = n-gram prompt lookup.
 --pair qwen:    Qwen2.5-Coder-1.5B target with the 0.5B draft, speculation = draft model.
 Each concurrency level c sends max(4, waves*c) chat requests of exactly --max-tokens tokens
 (ignore_eos) from bench/prompts.jsonl, for each prompt category (--categories: chat, code)
-and temperature (--temperatures: 0 is greedy). Configurations: off (--draft none) and on
-(each of --policies, the default policy first), so the same server binary, models and
-prompts are compared side by side. The summary pairs each on configuration with off at the
+and temperature (--temperatures: 0 is greedy), --rounds times. Configurations: off (--draft
+none) and on (each of --policies, the default policy first), so the same server binary,
+models and prompts are compared side by side: their servers run at once and each cell
+measures them in turn, in reversed order every other round, so that the machine's drift over
+the run hits all alike (measured one after the other, the first configuration ran about 10%
+faster than the same one measured second on a 2-core machine). The summary pairs each on configuration with off at the
 same category, temperature and concurrency: throughput ratio, p99 inter-token latency (per
 token: a burst's wait shared by its tokens, see bench/loadgen.py), p99 gap between arrivals
 and p99 of the requests' time per output token (TPOT). --tree W,N adds each policy with token
@@ -116,6 +119,8 @@ def main():
     ap.add_argument("--categories", default="chat,code", help="prompt categories of --prompts, or all")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--waves", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="times each cell is measured per configuration, the configurations' order reversed each time")
     ap.add_argument("--draft-max", type=int, default=4)
     ap.add_argument("--policies", default="goodput", help="speculation-on configurations: goodput,fixed,...")
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -147,26 +152,44 @@ def main():
     temps = [float(x) for x in a.temperatures.split(",")]
     cats = a.categories.split(",")
     prompt_files = prompts_by_category(a.prompts, cats)
+    # Every configuration's server runs at once (one idles while another is measured), and
+    # each cell measures them in turn, the order reversed every round: a machine that slows
+    # down or speeds up over the run then hits every configuration alike, where measuring one
+    # configuration after the other would credit the drift to whichever came first.
+    servers = {}
     results = []
-    for label, extra in configs:
-        port = free_port()
-        log = tempfile.NamedTemporaryFile("w+", prefix=f"serve-{label.replace('/', '-')}-", suffix=".log", delete=False)
-        proc = start_server(a.tandem, base + extra, port, log)
-        try:
-            for cat in cats:
-                for temp in temps:
-                    for c in levels:
-                        n = max(4, a.waves * c)
-                        print(f"{label} {cat} T={temp}: {c} streams, {n} requests...", file=sys.stderr)
-                        m0 = metrics(port)
-                        lg = loadgen_args(port, c, n, a.max_tokens, prompt_files[cat], temp)
-                        res, wall = asyncio.run(loadgen.run(lg))
+    try:
+        for label, extra in configs:
+            port = free_port()
+            log = tempfile.NamedTemporaryFile("w+", prefix=f"serve-{label.replace('/', '-')}-", suffix=".log",
+                                              delete=False)
+            servers[label] = (start_server(a.tandem, base + extra, port, log), port, log)
+        for cat in cats:
+            for temp in temps:
+                for c in levels:
+                    n = max(4, a.waves * c)
+                    runs = {label: ([], 0.0, {}) for label, _ in configs}
+                    for rnd in range(a.rounds):
+                        order = [label for label, _ in configs]
+                        for label in (order if rnd % 2 == 0 else order[::-1]):
+                            port = servers[label][1]
+                            print(f"{label} {cat} T={temp}: {c} streams, {n} requests (round {rnd + 1})...",
+                                  file=sys.stderr)
+                            m0 = metrics(port)
+                            lg = loadgen_args(port, c, n, a.max_tokens, prompt_files[cat], temp)
+                            res, wall = asyncio.run(loadgen.run(lg))
+                            m1 = metrics(port)
+                            got, walls, delta = runs[label]
+                            for k in ("tandem_spec_draft_tokens_total", "tandem_spec_accepted_tokens_total",
+                                      "tandem_spec_budget_wished_tokens_total",
+                                      "tandem_spec_budget_granted_tokens_total"):
+                                delta[k] = delta.get(k, 0) + m1.get(k, 0) - m0.get(k, 0)
+                            runs[label] = (got + res, walls + wall, delta)
+                    for label, _ in configs:
+                        got, walls, delta = runs[label]
                         with contextlib.redirect_stdout(io.StringIO()):
-                            out = loadgen.report(lg, res, wall)
-                        m1 = metrics(port)
-                        delta = {k: m1.get(k, 0) - m0.get(k, 0) for k in
-                                 ("tandem_spec_draft_tokens_total", "tandem_spec_accepted_tokens_total",
-                                  "tandem_spec_budget_wished_tokens_total", "tandem_spec_budget_granted_tokens_total")}
+                            out = loadgen.report(loadgen_args(0, c, n, a.max_tokens, prompt_files[cat], temp), got,
+                                                 walls)
                         drafted = delta["tandem_spec_draft_tokens_total"]
                         out["acceptance"] = delta["tandem_spec_accepted_tokens_total"] / drafted if drafted else None
                         out["drafted"] = drafted
@@ -174,7 +197,8 @@ def main():
                         out["wished"] = delta["tandem_spec_budget_wished_tokens_total"]
                         out.update(config=label, category=cat, temperature=temp)
                         results.append(out)
-        finally:
+    finally:
+        for proc, _, log in servers.values():
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(60)

@@ -1069,18 +1069,24 @@ TEST(PoliciesInEngine, CalibrationMeasuresCachesAndReloads) {
   EXPECT_EQ(e->cost_model(), m);
 }
 
-// What an engine's ShapeChoice learned (trees against chains) is saved beside its cost model
-// and taken up by the next engine of the same models that installs the cost model from that
-// cache: a new process carries on instead of trying trees and chains again.
-TEST(PoliciesInEngine, TreesAgainstChainsCarryOnInTheNextEngine) {
-  const auto& fx = fixture();
-  const std::string cache = test::scratch_dir("policies-shapes") + "/cost.json";
+// A calibration cheap enough for a test, cached in `cache`.
+CalibrationOptions quick_calibration(const std::string& cache) {
   CalibrationOptions co;
   co.k_max = 3;
   co.reps = 1;
   co.context = 8;
   co.stale_tolerance = 0.0;
   co.cache_path = cache;
+  return co;
+}
+
+// What an engine's ShapeChoice learned (trees against chains) is saved beside its cost model
+// and taken up by the next engine of the same models that installs the cost model from that
+// cache: a new process carries on instead of trying trees and chains again.
+TEST(PoliciesInEngine, TreesAgainstChainsCarryOnInTheNextEngine) {
+  const auto& fx = fixture();
+  const std::string cache = test::scratch_dir("policies-shapes") + "/cost.json";
+  const CalibrationOptions co = quick_calibration(cache);
   auto e = load(fx.target, fx.close_draft);
   calibrate_and_install(*e, co);
   ShapeChoice& shapes = *EngineAccess::policy_costs(*e).shapes;
@@ -1115,12 +1121,7 @@ TEST(PoliciesInEngine, TreesAgainstChainsCarryOnInTheNextEngine) {
 TEST(PoliciesInEngine, OutputLengthsAreRecordedAndCarryOnInTheNextEngine) {
   const auto& fx = fixture();
   const std::string cache = test::scratch_dir("policies-lengths") + "/cost.json";
-  CalibrationOptions co;
-  co.k_max = 3;
-  co.reps = 1;
-  co.context = 8;
-  co.stale_tolerance = 0.0;
-  co.cache_path = cache;
+  const CalibrationOptions co = quick_calibration(cache);
   auto e = load(fx.target, fx.close_draft);
   calibrate_and_install(*e, co);
   OutputLengths& lengths = *EngineAccess::policy_costs(*e).lengths;
