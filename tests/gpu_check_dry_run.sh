@@ -8,9 +8,11 @@
 set -euo pipefail
 B=$1
 S=$2
-rm -rf "$B/gpu-check-bundle" "$B/gpu-check-dry-run" "$B/gpu-check-pack" "$B/gpu-check-models"
+rm -rf "$B/gpu-check-bundle" "$B/gpu-check-dry-run" "$B/gpu-check-pack" "$B/gpu-check-models" "$B/gpu-check-cache"
 bash "$S/scripts/gpu_bundle.sh" "$B" "$B/gpu-check-bundle"
-TANDEM_GPU_CHECK_MODELS="$B/gpu-check-models" TANDEM_CUDA_BUILD="$B/gpu-check-bundle" \
+# The policies' cost cache of this run (what `tandem generate` measures and learns), not the user's.
+mkdir -p "$B/gpu-check-cache"
+TANDEM_CACHE="$B/gpu-check-cache" TANDEM_GPU_CHECK_MODELS="$B/gpu-check-models" TANDEM_CUDA_BUILD="$B/gpu-check-bundle" \
   bash "$S/bench/gpu_check.sh" --dry-run "$B/gpu-check-dry-run" "$B/gpu-check-pack" >/dev/null
 python3 - "$B/gpu-check-dry-run" "$B/gpu-check-pack" <<'PY'
 import json, os, sys

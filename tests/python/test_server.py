@@ -416,7 +416,7 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
             out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "1.8", "--top-k", "0",
                                   "--top-p", "1", "--min-p", "0", "-n", "24", "--threads", str(ARGS.threads),
                                   *(["--json"] if json_out else []), "-p", "Some words:", *extra],
-                                 capture_output=True, text=True, timeout=300 * TIME_SCALE)
+                                 capture_output=True, text=True, timeout=300 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
             self.assertEqual(out.returncode, 0, out.stderr)
             return out
 
@@ -438,7 +438,7 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         def generate(*extra):
             out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "16",
                                   "--threads", str(ARGS.threads), "--json", "--logprobs", "3", "-p", "One, two, three,",
-                                  *extra], capture_output=True, text=True, timeout=300 * TIME_SCALE)
+                                  *extra], capture_output=True, text=True, timeout=300 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
             self.assertEqual(out.returncode, 0, out.stderr)
             return json.loads(out.stdout)
 
@@ -453,7 +453,7 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         spec = generate("--draft", "ngram")
         self.assertEqual((spec["tokens"], spec["logprobs"]), (plain["tokens"], plain["logprobs"]))
         bare = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "-n", "2", "--logprobs", "3", "-p", "x"],
-                              capture_output=True, text=True, timeout=60 * TIME_SCALE)
+                              capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
         self.assertNotEqual(bare.returncode, 0)
         self.assertIn("--json", bare.stderr)
 
@@ -756,7 +756,8 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         the prefix cache is scored all the same; the first prompt token's entry is null."""
         gen = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "8", "--threads",
                               str(ARGS.threads), "--json", "--logprobs", "3", "--draft", "none", "-p",
-                              "The capital of France is"], capture_output=True, text=True, timeout=300 * TIME_SCALE)
+                              "The capital of France is"], capture_output=True, text=True, timeout=300 * TIME_SCALE,
+                             env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
         self.assertEqual(gen.returncode, 0, gen.stderr)
         g = json.loads(gen.stdout)
         ids = g["prompt_tokens"] + g["tokens"]
@@ -838,7 +839,7 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         def cli(*bias):
             return subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "3", "--json",
                                    "-p", "My favourite colour is", *bias],
-                                  capture_output=True, text=True, timeout=60 * TIME_SCALE)
+                                  capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
         for form in (f"{the}=100", f"{the}+100"):
             out = cli("--logit-bias", form)
             self.assertEqual(out.returncode, 0, out.stderr)
