@@ -1322,7 +1322,8 @@ TEST(CudaOps, PagedAttentionSingleSpanOutputsEqualTheMergedOnes) {
 // The attention quantizing its output for the output projection (one launch less) gives the
 // bits of paged_attention then matmul_residual (Backend::attention_residual), or then matmul
 // (attention_matmul, a post-normed block's): activation blocks of 32 and 256, one span and
-// merged spans; a group narrower than a block takes the ops.
+// merged spans; groups of several blocks (the codes' sums of each block written where the
+// block is); a group narrower than a block takes the ops.
 TEST(CudaOps, AttentionResidualAndMatmulGiveTheOpsBits) {
   struct Case {
     DType w;
@@ -1331,7 +1332,8 @@ TEST(CudaOps, AttentionResidualAndMatmulGiveTheOpsBits) {
   };
   for (const Case& k : {Case{DType::Q8_0, 6, 2, 32, 0, 2}, Case{DType::Q4_K, 8, 2, 64, 0, 2},
                         Case{DType::Q4_K, 8, 2, 64, 60, 3}, Case{DType::Q8_0, 6, 2, 32, 60, 3},
-                        Case{DType::Q6_K, 6, 2, 64, 0, 3}}) {
+                        Case{DType::Q6_K, 6, 2, 64, 0, 3}, Case{DType::Q4_0, 6, 2, 32, 0, 2},
+                        Case{DType::Q4_K, 16, 2, 64, 0, 2}}) {
     SCOPED_TRACE(std::string(dtype_name(k.w)) + " heads " + std::to_string(k.n_heads) + " pad " +
                  std::to_string(k.pad_cols));
     AttnCase c;

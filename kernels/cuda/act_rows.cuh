@@ -53,10 +53,11 @@ __device__ __forceinline__ float gated(float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
-// One block of `block` activations to symmetric int8, by one warp (lane = threadIdx.x % 32),
-// bit-identical to the CPU backend's (kernels/cpu/act_quant.cpp): d = amax/127,
-// q = round_half_even(x * (127/amax)), a block with amax <= 1e-30 all zero.
-__device__ __forceinline__ void quantize_block(const float* xb, int block, int8_t* qb, float* d) {
+// One block of `block` activations (a multiple of 32) to symmetric int8, by one warp
+// (lane = threadIdx.x % 32), bit-identical to the CPU backend's (kernels/cpu/act_quant.cpp):
+// d = amax/127, q = round_half_even(x * (127/amax)), a block with amax <= 1e-30 all zero.
+// sb[g]: the sum of codes 16g..16g+15 of the block (at most 16 * 127: an int16).
+__device__ __forceinline__ void quantize_block(const float* xb, int block, int8_t* qb, float* d, int16_t* sb) {
   const int lane = threadIdx.x % kWarp;
   float amax = 0.0f;
   for (int i = lane; i < block; i += kWarp) amax = fmaxf(amax, fabsf(xb[i]));
@@ -64,6 +65,15 @@ __device__ __forceinline__ void quantize_block(const float* xb, int block, int8_
   const float id = amax > 1e-30f ? 127.0f / amax : 0.0f;
   for (int i = lane; i < block; i += kWarp) qb[i] = static_cast<int8_t>(__float2int_rn(xb[i] * id));
   if (lane == 0) *d = amax > 1e-30f ? amax / 127.0f : 0.0f;
+  __syncwarp();  // the codes every lane wrote, read back by the lane of their group
+  // (qb is 16-byte aligned: blocks start at multiples of 32 codes in rows of whole blocks.)
+  for (int g = lane; g < block / 16; g += kWarp) {
+    uint32_t w[4];
+    ld_u128_a16(reinterpret_cast<const uint8_t*>(qb + 16 * g), w);
+    int sum = 0;
+    for (int k = 0; k < 4; ++k) sum = __dp4a(static_cast<int>(w[k]), 0x01010101, sum);
+    sb[g] = static_cast<int16_t>(sum);
+  }
 }
 
 }  // namespace tandem::kernels::TANDEM_CUDA_NS::dev

@@ -477,6 +477,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const KVLayer& c
       c.quant = *quant;
       c.quant.q += t0 * cols;
       c.quant.d += t0 * (cols / quant->block);
+      c.quant.s += t0 * (cols / 16);
     }
     for (int k = ops::paged_attention(rt_->stream(), c, states, err_); k > 0; --k) launched(op);
   }

@@ -196,7 +196,7 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   ops::MatmulWeight check_matmul(const Tensor& dst, const Tensor& w, const Tensor& x);
   QuantizedX quantize_x(const Tensor& x, int block, QuantizedX* cache);
   // The scratch slot of x's quantized activations for one block size.
-  void act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d);
+  QuantizedX act_scratch(int64_t N, int64_t C, int block);
   // epi (null: none): targets[i]'s epilogue is member i of *epi.
   void matmul_shared_cached(const Tensor& x, const MatmulTarget* targets, int n, QuantizedX& q32, QuantizedX& qk,
                             const ops::QkvEpilogue* epi = nullptr);

@@ -45,11 +45,16 @@ inline void check_binary(const char* op, const Tensor& dst, const Tensor& a, con
 }
 
 // The scratch each op takes, one formula for the op and for reserve_scratch.
-// Q8 activations of N x C: int8 values (padded to 256 bytes: where the scales start), then
-// a float scale per block.
-inline size_t act_quant_codes_bytes(int64_t N, int64_t C) { return (static_cast<size_t>(N * C) + 255) / 256 * 256; }
+// Q8 activations of N x C (ops::ActQuant): int8 values, a float scale per block, an int16
+// sum per 16 values, each part padded to 256 bytes (where the next starts).
+inline size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
+inline size_t act_quant_codes_bytes(int64_t N, int64_t C) { return pad256(static_cast<size_t>(N * C)); }
+inline size_t act_quant_scales_bytes(int64_t N, int64_t C, int block) {
+  return pad256(sizeof(float) * static_cast<size_t>(N * (C / block)));
+}
 inline size_t act_quant_bytes(int64_t N, int64_t C, int block) {
-  return act_quant_codes_bytes(N, C) + sizeof(float) * static_cast<size_t>(N * (C / block));
+  return act_quant_codes_bytes(N, C) + act_quant_scales_bytes(N, C, block) +
+         sizeof(int16_t) * static_cast<size_t>(N * (C / 16));
 }
 // Rows of an R x C weight dequantized per GEMM tile.
 inline int64_t gemm_tile_rows(int64_t R, int64_t C) {

@@ -136,9 +136,7 @@ void CudaBackend::attention_projection(const Tensor& dst, const Tensor& wo, cons
     return;
   }
   const ops::MatmulWeight mw = check_matmul(dst, wo, out);
-  QuantizedX aq;
-  aq.block = block;
-  act_scratch(N, C, block, aq.q, aq.d);
+  QuantizedX aq = act_scratch(N, C, block);
   attention(out, q, cache, meta, s, &aq);
   if (mw.w) launch_matmul(wo.type, &mw, 1, out, &aq, accumulate);
 }
@@ -178,8 +176,7 @@ void CudaBackend::norm_for_matmuls(const Tensor& h, const Tensor& x, const Tenso
   // The quantized activations the kernel writes are the matmuls' caches (q null: not wanted).
   for (QuantizedX* a : {quant && want32 ? &q32 : nullptr, quant && want256 ? &qk : nullptr}) {
     if (!a) continue;
-    a->block = a == &q32 ? 32 : 256;
-    act_scratch(N, C, a->block, a->q, a->d);
+    *a = act_scratch(N, C, a == &q32 ? 32 : 256);
   }
   ops::rms_norm_quant(rt_->stream(), rows_of(ptr(h, "rms_norm"), h), reinterpret_cast<float*>(ptr(x, "rms_norm")),
                       ld_of(x), reinterpret_cast<const float*>(ptr(norm_w, "rms_norm")), N, C, eps, w_offset, q32, qk,
@@ -219,9 +216,7 @@ void CudaBackend::act_projection(const Tensor& dst, const Tensor& gate, const Te
   check_binary("gated_act", gate, gate, up);
   require(up.rows() == gate.rows(), "gated_act", "gate/up rows differ");
   const ops::MatmulWeight mw = check_matmul(dst, w, gate);
-  QuantizedX aq;
-  aq.block = block;
-  act_scratch(N, C, block, aq.q, aq.d);
+  QuantizedX aq = act_scratch(N, C, block);
   ops::gated_act_quant(rt_->stream(), act, rows_of(ptr(gate, "gated_act"), gate),
                        reinterpret_cast<const float*>(ptr(gate, "gated_act")), ld_of(gate),
                        reinterpret_cast<const float*>(ptr(up, "gated_act")), ld_of(up), N, C, aq);

@@ -45,20 +45,21 @@ ops::MatmulWeight CudaBackend::check_matmul(const Tensor& dst, const Tensor& w, 
 // quantizations keep both.
 CudaBackend::QuantizedX CudaBackend::quantize_x(const Tensor& x, int block, QuantizedX* cache) {
   if (cache && cache->q && cache->block == block) return *cache;
-  QuantizedX a;
-  a.block = block;
-  act_scratch(x.rows(), x.cols(), block, a.q, a.d);
-  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), x.rows(), x.cols(), block,
-                    a.q, a.d);
+  const QuantizedX a = act_scratch(x.rows(), x.cols(), block);
+  ops::quantize_act(rt_->stream(), reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), x.rows(), x.cols(), a);
   launched("matmul (quantize activations)");
   if (cache) *cache = a;
   return a;
 }
 
-void CudaBackend::act_scratch(int64_t N, int64_t C, int block, int8_t*& q, float*& d) {
+CudaBackend::QuantizedX CudaBackend::act_scratch(int64_t N, int64_t C, int block) {
   uint8_t* s = scratch(kScratchActQ + (block == 256 ? 3 : 0), act_quant_bytes(N, C, block));
-  q = reinterpret_cast<int8_t*>(s);
-  d = reinterpret_cast<float*>(s + act_quant_codes_bytes(N, C));
+  QuantizedX a;
+  a.block = block;
+  a.q = reinterpret_cast<int8_t*>(s);
+  a.d = reinterpret_cast<float*>(s + act_quant_codes_bytes(N, C));
+  a.s = reinterpret_cast<int16_t*>(s + act_quant_codes_bytes(N, C) + act_quant_scales_bytes(N, C, block));
+  return a;
 }
 
 void CudaBackend::matmul_one(const Tensor& dst, const Tensor& w, const Tensor& x, QuantizedX* cache) {
@@ -98,11 +99,11 @@ void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, c
   }
   const QuantizedX a = quantize_x(x, act_block(t), cache);
   if (N >= opt_.mma_min_tokens) {
-    ops::matmul_mma(rt_->stream(), ws, n_w, C, a.q, a.d, N, accumulate, epi);
+    ops::matmul_mma(rt_->stream(), ws, n_w, C, a, N, accumulate, epi);
     launched("matmul (tensor cores)");
     return;
   }
-  ops::matmul_small(rt_->stream(), ws, n_w, C, a.q, a.d, N, accumulate, epi);
+  ops::matmul_small(rt_->stream(), ws, n_w, C, a, N, accumulate, epi);
   launched("matmul");
 }
 

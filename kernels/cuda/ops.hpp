@@ -75,14 +75,17 @@ void attn_inputs(Stream s, const AttnInputsArgs& a, int64_t n_tokens, int* err);
 // ---- matmul ---------------------------------------------------------------------------------
 // Activations of quantized weights are quantized to int8 blocks first, exactly as the CPU
 // backend does (symmetric, d = amax/127, codes rounded to nearest even): q [N][C] int8 and
-// d [N][C/block] float, block 32 (Q4_0..Q8_0) or 256 (K-quants).
-void quantize_act(Stream s, const float* x, int64_t ldx, int64_t n, int64_t c, int block, int8_t* q, float* d);
+// d [N][C/block] float, block 32 (Q4_0..Q8_0) or 256 (K-quants); and s [N][C/16] int16, the
+// sum of each 16 codes (exact), which the weights' offset and min terms multiply, so that
+// the matmuls do not add up the activations again for every weight row.
 // Where quantize_act's output for one block size goes (q null: not wanted).
 struct ActQuant {
   int block = 0;
   int8_t* q = nullptr;
   float* d = nullptr;
+  int16_t* s = nullptr;
 };
+void quantize_act(Stream s, const float* x, int64_t ldx, int64_t n, int64_t c, const ActQuant& aq);
 // gated_act, then its rows quantized as quantize_act does (aq.block): one launch.
 void gated_act_quant(Stream s, Activation act, F32Rows dst, const float* gate, int64_t ldg, const float* up,
                      int64_t ldu, int64_t rows, int64_t cols, const ActQuant& aq);
@@ -147,13 +150,13 @@ struct QkvEpilogue {
   int* err = nullptr;  // kErrKvSlot for a slot outside the cache (that row is not stored)
 };
 // The small-M kernel for quantized weights: y[t][r] for t < n over every row of each w,
-// from the activations (q, d) of quantize_act; each weight row is read once per 16 tokens.
+// from the activations (q, d, s) of quantize_act; each weight row is read once per 16 tokens.
 // The result of a (t, r) pair does not depend on n (batch invariance): the CPU's scalar
 // reference's (kernels/cpu/matmul_scalar.cpp), bit for bit.
 constexpr int kSmallMTokens = 16;
 // accumulate: y += the product (a residual connection: the bits of add(y, y, product)).
 // epi (null: none): the attention inputs' steps on each result (not with accumulate).
-void matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d, int64_t n,
+void matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const ActQuant& x, int64_t n,
                   bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // The warps matmul_small gives a row of `blocks_per_row` blocks, a lane group of a warp taking
 // one block a round (`groups` a warp): 4 for rows of at least 4 warps' rounds, 2 for 2,
@@ -161,7 +164,7 @@ void matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const
 int small_row_warps(int64_t blocks_per_row, int groups, bool epilogue);
 // The tensor-core kernel for quantized weights (not float ones), any n: the same bits as
 // matmul_small for every (t, r), which are the CPU's scalar reference's.
-void matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d, int64_t n,
+void matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const ActQuant& x, int64_t n,
                 bool accumulate = false, const QkvEpilogue* epi = nullptr);
 // Float weights (F32, F16, BF16) against float activations x (rows of ldx) on TF32 tensor
 // cores with split operands (about float's precision), for every n: one kernel and one order

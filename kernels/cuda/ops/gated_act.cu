@@ -28,7 +28,8 @@ __global__ void gated_act_quant_kernel(float* dst, int64_t ldd, const float* gat
   __syncthreads();  // the row (global memory) is complete for every warp of the block
   const int64_t nb = cols / aq.block;
   for (int64_t b = threadIdx.x / dev::kWarp; b < nb; b += kThreads / dev::kWarp)
-    dev::quantize_block(yr + b * aq.block, aq.block, aq.q + r * cols + b * aq.block, aq.d + r * nb + b);
+    dev::quantize_block(yr + b * aq.block, aq.block, aq.q + r * cols + b * aq.block, aq.d + r * nb + b,
+                        aq.s + r * (cols / 16) + b * (aq.block / 16));
 }
 
 }  // namespace

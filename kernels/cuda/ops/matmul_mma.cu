@@ -12,7 +12,8 @@
 // (four tiles of 8). Per weight block, a lane unpacks its A fragment straight from the
 // quantized rows (the q32 fragment layout is the 4-lane share of matmul_small), takes each
 // token tile's activations as its B fragment, and one more mma against all-ones codes gives
-// the tokens' activation sums (the offset and min terms). The 32-element types take one
+// the tokens' activation sums (the offset and min terms; one instruction a tile, fewer than
+// loading quantize_act's sums for each of the lane's results). The 32-element types take one
 // m16n8k32 per block; Q4_K and Q5_K (one scale per 32) one per 32 elements; Q2_K, Q3_K and
 // Q6_K (one scale per 16) one m16n8k16 per 16 elements. Integer sums over the groups of a
 // K-quant block are exact (int32 holds them), then one float contribution per block.
@@ -188,9 +189,9 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_pair_kernel(const __gr
 
 }  // namespace
 
-void ops::matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q, const float* d,
-                     int64_t n, bool accumulate, const QkvEpilogue* epi) {
-  MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, q, d, n, epi != nullptr,
+void ops::matmul_mma(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const ActQuant& x, int64_t n,
+                     bool accumulate, const QkvEpilogue* epi) {
+  MmaArgs a{dev::make_group(ws, n_w, 16 * kWarps, accumulate), cols, x.q, x.d, n, epi != nullptr,
             epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const dim3 grid(a.g.first_block[n_w], static_cast<unsigned>((n + kBlockTokens - 1) / kBlockTokens));

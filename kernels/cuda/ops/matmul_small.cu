@@ -19,6 +19,9 @@
 // each token with __dp4a, the lanes sharing a block add them with shuffles (exact
 // integers), the group's first lane turns them into the block's float contribution, and
 // lane m of the row's first warp adds the round's contributions for token m in block order.
+// The activation sums the offset and min terms multiply come from quantize_act (16 codes a
+// sum), so a lane's work per token is its dot products: for the K-quants two 16-byte
+// activation loads, 8 __dp4a and one load of its two sums.
 // (Float weights: ops/matmul_mma_float.cu, at every token count.)
 #include <stdexcept>
 
@@ -36,8 +39,9 @@ constexpr int kMT = ops::kSmallMTokens;
 struct MatmulArgs {
   dev::MatmulGroup g;
   int64_t cols;
-  const int8_t* q;  // activation codes [n][cols] and scales [n][cols/block]
+  const int8_t* q;  // activation codes [n][cols], scales [n][cols/block], sums [n][cols/16]
   const float* d;
+  const int16_t* s;
   int64_t n;
   bool epi;  // e applies (the q/k/v projections of a layer)
   ops::QkvEpilogue e;
@@ -53,6 +57,12 @@ __device__ __forceinline__ int group_sum(int v) {
 // Blocks of 32-element and 256-element types a lane group covers (4 and 8 lanes a block).
 template <int T>
 constexpr int kGroups = dev::kWarp / (dev::Geo<T>::qk == 32 ? 4 : 8);
+
+// The two int16 activation sums at p (4-byte aligned: an even index of the sums' row).
+__device__ __forceinline__ void ld_sums2(const int16_t* p, int& s0, int& s1) {
+  const uint32_t w = dev::ld_u32_a4(reinterpret_cast<const uint8_t*>(p));
+  s0 = static_cast<int16_t>(w & 0xffffu), s1 = static_cast<int16_t>(w >> 16);
+}
 
 // The barrier between a round's contributions and their sum: the row's warps.
 template <int RowWarps>
@@ -83,7 +93,6 @@ __device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsign
   const uint8_t* wrow = a.g.w[m_of] + static_cast<size_t>(dev::epilogue_row(epi, m_of, has_row ? r : 0)) * a.g.w_stride[m_of];
   float* const y = a.g.y[m_of];
   const int64_t ldy = a.g.ldy[m_of];
-  constexpr int ones = 0x01010101;
   const int g = lane / lanes, sub = lane % lanes;
   const int64_t nb = a.cols / qk;
   float acc = 0.0f, off = 0.0f;  // lane m's sums for token t0 + m, in block order
@@ -109,27 +118,32 @@ __device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsign
     }
     for (int m = 0; m < kMT; ++m) {
       if (m >= mt) continue;  // mt is the warp's: every lane takes the shuffles below
-      int p0 = 0, p1 = 0;
+      // Token t0 + m's block b: scale xi, codes qk * xi.., sums (qk / 16) * xi.. (rows of
+      // nb scales, nb * qk codes, nb * qk / 16 sums).
+      const int64_t xi = (t0 + m) * nb + b;
+      const int8_t* xq = a.q + qk * xi;
+      int p0 = 0, p1 = 0;  // this lane's integer parts (p1: K-quants' min terms)
       if (valid) {
-        const int8_t* xq = a.q + (t0 + m) * a.cols + qk * b;
         if constexpr (qk == 32) {
           const int x0 = dev::ld_x4(xq + 4 * sub), x1 = dev::ld_x4(xq + 16 + 4 * sub);
           p0 = __dp4a(cw[0], x0, __dp4a(cw[1], x1, 0));
-          p1 = __dp4a(ones, x0, __dp4a(ones, x1, 0));
         } else {
-          int dot0 = 0, dot1 = 0, bs0 = 0, bs1 = 0;
-          for (int j = 0; j < 4; ++j) {
-            const int x0 = dev::ld_x4(xq + 32 * sub + 4 * j), x1 = dev::ld_x4(xq + 32 * sub + 16 + 4 * j);
-            dot0 = __dp4a(cw[j], x0, dot0), bs0 = __dp4a(ones, x0, bs0);
-            dot1 = __dp4a(cw[4 + j], x1, dot1), bs1 = __dp4a(ones, x1, bs1);
-          }
+          // This lane's 32 codes (16-byte aligned: cols and the row start are multiples of 256).
+          uint32_t x0[4], x1[4];
+          dev::ld_u128_a16(reinterpret_cast<const uint8_t*>(xq + 32 * sub), x0);
+          dev::ld_u128_a16(reinterpret_cast<const uint8_t*>(xq + 32 * sub + 16), x1);
+          int dot0 = 0, dot1 = 0, bs0, bs1;
+          for (int j = 0; j < 4; ++j)
+            dot0 = __dp4a(cw[j], static_cast<int>(x0[j]), dot0), dot1 = __dp4a(cw[4 + j], static_cast<int>(x1[j]), dot1);
+          ld_sums2(a.s + 16 * xi + 2 * sub, bs0, bs1);
           p0 = sc0 * dot0 + sc1 * dot1;  // this lane's share of sum_g sc[g] * dot_g
           p1 = mn0 * bs0 + mn1 * bs1;    // and of sum_g mn[g] * bsum_g
         }
       }
-      const int s0 = group_sum<lanes>(p0), s1 = group_sum<lanes>(p1);
+      const int s0 = group_sum<lanes>(p0);
+      [[maybe_unused]] const int s1 = qk == 32 ? p1 : group_sum<lanes>(p1);
       if (!valid || sub != 0) continue;
-      const float xd = a.d[(t0 + m) * nb + b];
+      const float xd = a.d[xi];
       if constexpr (qk == 32) {
         const float d = dev::q32_d<T>(wb);
         float c;
@@ -137,8 +151,10 @@ __device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsign
         else if constexpr (dev::kBase<T> == dev::kQ4_0) c = __fmul_rn(-8.0f, d);
         else if constexpr (dev::kBase<T> == dev::kQ5_0) c = __fmul_rn(-16.0f, d);
         else c = dev::ld_f16(wb + 2);
+        int bs0 = 0, bs1 = 0;  // the block's activation sum (Q8_0 has no offset term)
+        if constexpr (dev::kBase<T> != dev::kQ8_0) ld_sums2(a.s + 2 * xi, bs0, bs1);
         part[warp][m][g][0] = (d * xd) * static_cast<float>(s0);
-        part[warp][m][g][1] = c * (xd * static_cast<float>(s1));
+        part[warp][m][g][1] = c * (xd * static_cast<float>(bs0 + bs1));
       } else {
         part[warp][m][g][0] = xd * (kd * static_cast<float>(s0) - kdm * static_cast<float>(s1));
       }
@@ -202,9 +218,9 @@ int ops::small_row_warps(int64_t blocks_per_row, int groups, bool epilogue) {
   return 1;
 }
 
-void ops::matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const int8_t* q,
-                       const float* d, int64_t n, bool accumulate, const QkvEpilogue* epi) {
-  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, q, d, n, epi != nullptr,
+void ops::matmul_small(Stream s, const MatmulWeight* ws, int n_w, int64_t cols, const ActQuant& x, int64_t n,
+                       bool accumulate, const QkvEpilogue* epi) {
+  const MatmulArgs a{dev::make_group(ws, n_w, kWarps, accumulate), cols, x.q, x.d, x.s, n, epi != nullptr,
                      epi ? *epi : QkvEpilogue{}};
   if (a.g.first_block[n_w] == 0 || n == 0) return;
   const auto st = static_cast<cudaStream_t>(s);

@@ -124,7 +124,7 @@ __device__ __forceinline__ void quantize_group(const ops::AttnParams& a, int64_t
   const float* row = a.out + t * a.ldo + c0;
   for (int b = threadIdx.x / dev::kWarp; b < gw / blk; b += kThreads / dev::kWarp)
     dev::quantize_block(row + b * blk, blk, a.quant.q + t * cols + c0 + b * blk,
-                        a.quant.d + t * (cols / blk) + c0 / blk + b);
+                        a.quant.d + t * (cols / blk) + c0 / blk + b, a.quant.s + t * (cols / 16) + (c0 + b * blk) / 16);
 }
 
 // The widest load (16 or 4 bytes, else one element) that every K/V row start of this call

@@ -30,7 +30,8 @@ __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t
     if (!aq.q) return;
     const int64_t nb = cols / aq.block;
     for (int64_t b = warp; b < nb; b += warps)
-      dev::quantize_block(yr + b * aq.block, aq.block, aq.q + t * cols + b * aq.block, aq.d + t * nb + b);
+      dev::quantize_block(yr + b * aq.block, aq.block, aq.q + t * cols + b * aq.block, aq.d + t * nb + b,
+                          aq.s + t * (cols / 16) + b * (aq.block / 16));
   };
   quantize(q32);
   quantize(qk);
