@@ -3,7 +3,7 @@
 // without a GPU too.
 //
 //   bench_cuda [--device cuda] [--gpu-mem 16G] [--ops] [--gemm] [--attention] [-m MODEL.gguf] [--ctx 256]
-//              [--nmax 16] [--reps 5] [--small] [--gemm-min-tokens N]
+//              [--nmax 16] [--reps 5] [--small] [--gemm-min-tokens N] [--profile]
 //
 // Prints one JSON object:
 //   backend, copy_gbps (device-to-device copy bandwidth: the reference),
@@ -21,11 +21,16 @@
 //   model (with -m): prefill tokens/s, kernel launches of the prefill pass (per layer), T(n)
 //        ms for n = 1..nmax at position ctx, batch-1 decode tokens/s and its weight GB/s as
 //        a fraction of copy_gbps.
+//   profile (with -m and --profile; CUDA graphs off for the whole run, since a replayed graph
+//        cannot be broken down): the stream's time by op (CudaBackend::profile_ops) over a
+//        prefill of --ctx tokens, `reps` decode passes and `reps` verification passes of 5
+//        tokens (k = 4), each a list of {op, count, ms} (totals), most time first.
 // --small shrinks the op shapes (for the emulator).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -69,7 +74,7 @@ double time_ms(kernels::Backend& be, int reps, F&& f) {
 static int run(int argc, char** argv) {
   std::string device = "cuda", model_path, gpu_mem = "0";
   int nmax = 16, reps = 5, ctx = 256;
-  bool ops = false, small = false, gemm = false, attention = false;
+  bool ops = false, small = false, gemm = false, attention = false, profile = false;
   int64_t gemm_min_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
@@ -80,15 +85,17 @@ static int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--small")) small = true;
     else if (!std::strcmp(argv[i], "--gemm")) gemm = true;
     else if (!std::strcmp(argv[i], "--attention")) attention = true;
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--gemm-min-tokens")) gemm_min_tokens = std::stoll(next());
     else if (!std::strcmp(argv[i], "--nmax")) nmax = std::stoi(next());
     else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next());
     else if (!std::strcmp(argv[i], "--ctx")) ctx = std::stoi(next());
     else {
-      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--gemm] [--attention] [--small] [--gemm-min-tokens N] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cuda] [--gpu-mem SIZE] [--ops] [--gemm] [--attention] [--small] [--gemm-min-tokens N] [-m MODEL.gguf] [--ctx N] [--nmax N] [--reps N] [--profile]\n", argv[0]);
       return 2;
     }
   }
+  if (profile) ::setenv("TANDEM_CUDA_GRAPHS", "0", 1);  // (read when the Transformer is made)
   kernels::BackendOptions bo;
   bo.device = device;
   bo.gpu_mem_bytes = kernels::parse_memory_size(gpu_mem);
@@ -265,6 +272,40 @@ static int run(int argc, char** argv) {
            ", \"fraction_of_copy\": " + std::to_string(copy > 0 ? gbps / copy : 0) + ", \"t_ms\": [";
     for (size_t i = 0; i < tn.size(); ++i) out += (i ? ", " : "") + std::to_string(tn[i]);
     out += "]}";
+    if (profile && kernels::cuda_profile_ops(*be, true)) {
+      const auto list = [](const std::vector<kernels::OpTime>& p) {
+        std::string s = "[";
+        for (size_t i = 0; i < p.size(); ++i)
+          s += std::string(i ? ", " : "") + "{\"op\": \"" + p[i].op + "\", \"count\": " + std::to_string(p[i].count) +
+               ", \"ms\": " + std::to_string(p[i].ms) + "}";
+        return s + "]";
+      };
+      seq.truncate(0);
+      kernels::cuda_op_profile(*be);  // (what the truncation did)
+      {
+        Batch b;
+        b.add(seq, prompt);
+        tf.forward(b, logits);
+      }
+      const std::string prefill = list(kernels::cuda_op_profile(*be));
+      const auto passes = [&](int n) {
+        std::vector<int32_t> run(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + 31 * i) % std::min(vocab, 30000);
+        kernels::cuda_op_profile(*be);
+        for (int r = 0; r < reps; ++r) {
+          Batch b;
+          b.add_all_logits(seq, run);
+          tf.forward(b, logits);
+          seq.truncate(ctx);
+        }
+        return list(kernels::cuda_op_profile(*be));
+      };
+      const std::string decode = passes(1), verify = passes(5);
+      out += ", \"profile\": {\"prefill_tokens\": " + std::to_string(ctx) + ", \"prefill\": " + prefill +
+             ", \"passes\": " + std::to_string(reps) + ", \"decode\": " + decode + ", \"verify_tokens\": 5, \"verify\": " +
+             verify + "}";
+      kernels::cuda_profile_ops(*be, false);
+    }
   }
   out += "}";
   std::printf("%s\n", out.c_str());

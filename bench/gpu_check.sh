@@ -220,7 +220,11 @@ for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_
   case $f in qwen2.5-coder-1.5b*)
     TANDEM_CUDA_MMA_MIN_TOKENS=2 step "${name}_mma_from_2" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" \
       --gpu-mem 16G -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
-    cp "$OUT/${name}_mma_from_2.out" "$OUT/${name}_mma_from_2.json" 2>/dev/null || true ;;
+    cp "$OUT/${name}_mma_from_2.out" "$OUT/${name}_mma_from_2.json" 2>/dev/null || true
+    # Where a pass's time goes, op by op (graphs off: a replayed graph cannot be broken down).
+    step "${name}_profile" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G -m "$MODELS/$f" \
+      --ctx "$CTX" --nmax 1 --reps 5 --profile
+    cp "$OUT/${name}_profile.out" "$OUT/${name}_profile.json" 2>/dev/null || true ;;
   esac
   # Batch-1 decode is a graphed pass (docs/cuda.md, "CUDA graphs"); the small models again without.
   case $f in qwen2.5-coder-0.5b*|smollm2*)
@@ -366,7 +370,7 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 f"{at['decode_ms']:.3f} ms, K/V {at['decode_kv_gbps']:.0f} GB/s\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
-        if m and not k.endswith("_graphs_off") and not k.endswith("_mma_from_2"):
+        if m and not k.endswith(("_graphs_off", "_mma_from_2", "_profile")):
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
                     f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s "
                     f"({m.get('launches_per_layer', -1):.1f} launches a layer), "
@@ -377,6 +381,16 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 rel = lambda t: ", ".join(f"{t[n - 1] / t[0]:.2f}" for n in pick)
                 t.write(f"  T(n)/T(1) for n = {', '.join(map(str, pick))}: __dp4a below 17 tokens {rel(m['t_ms'])}; "
                         f"tensor cores from 2 tokens {rel(mma['t_ms'])}\n")
+            pr = bench.get(k + "_profile", {}).get("profile")
+            if pr:
+                n = max(pr["passes"], 1)
+                dec, ver, pre = ({o["op"]: o for o in pr[s]} for s in ("decode", "verify", "prefill"))
+                t.write(f"\n  time by op, graphs off: ms a pass (launches a pass) in decode, verification of "
+                        f"{pr['verify_tokens']} tokens, prefill of {pr['prefill_tokens']}\n\n"
+                        "  | op | decode | verify | prefill |\n  |---|---|---|---|\n")
+                cell = lambda d, op, per: f"{d[op]['ms'] / per:.3f} ({d[op]['count'] / per:g})" if op in d else "-"
+                for op in dict.fromkeys(list(dec) + list(ver) + list(pre)):
+                    t.write(f"  | {op} | {cell(dec, op, n)} | {cell(ver, op, n)} | {cell(pre, op, 1)} |\n")
             off = bench.get(k + "_graphs_off", {}).get("model")
             if off:
                 t.write(f"  batch-1 decode with CUDA graphs {m['decode_tok_s']:.1f} tok/s, without {off['decode_tok_s']:.1f} tok/s "

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/op_profile.hpp"
 
 namespace tandem::kernels {
 
@@ -47,6 +49,12 @@ double cuda_copy_bandwidth_gbps(Backend& be, size_t bytes, int reps = 20);
 int64_t cuda_launch_count(const Backend& be);
 // Bytes a CUDA backend (real or emulated) has downloaded to the host so far; -1 for others.
 int64_t cuda_bytes_to_host(const Backend& be);
+
+// A profile of a CUDA backend's (real or emulated) stream by op (CudaBackend::profile_ops):
+// cuda_profile_ops(be, true) starts one (false for other backends), cuda_op_profile gives
+// what ran since, most time first, and starts the next (empty for other backends).
+bool cuda_profile_ops(Backend& be, bool on);
+std::vector<OpTime> cuda_op_profile(Backend& be);
 
 // Whether this build contains the real (nvcc) CUDA backend.
 bool cuda_backend_built();

@@ -22,7 +22,8 @@ bad = [x for x in s["steps"] if x["rc"] != 0]
 assert not bad, f"steps failed: {bad}"
 names = {x["step"] for x in s["steps"]}
 for need in ("test_cuda_ops", "test_cuda_forward", "bench_gemm", "bench_gemm_cublas", "bench_attention",
-             "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m", "engine_spec_0", "engine_json_spec", "engine_logprobs_spec"):
+             "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m", "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m_profile",
+             "engine_spec_0", "engine_json_spec", "engine_logprobs_spec"):
     assert need in names, f"step {need} did not run: {sorted(names)}"
 failures = {k: v for k, v in s["tests"].items() if v.get("failures")}
 assert not failures, f"tests failed: {failures}"
@@ -31,6 +32,9 @@ assert all(e.get("same_tokens") for e in s["engine"]), f"speculative tokens diff
 assert (s["constrained"] or {}).get("same_tokens"), f"constrained speculative tokens differ: {s['constrained']}"
 lp = s["logprobs"] or {}
 assert lp.get("same_tokens") and lp.get("same_logprobs"), f"speculative tokens or logprobs differ: {lp}"
+prof = s["bench"].get("bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m_profile", {}).get("profile") or {}
+assert all(prof.get(k) for k in ("prefill", "decode", "verify")), f"the op profile is incomplete: {prof}"
+assert "time by op" in open(os.path.join(out, "summary.md")).read(), "the summary has no op profile"
 assert sorted(os.listdir(pack)) == ["log.txt", "results.tar.gz", "summary.json", "summary.md"], os.listdir(pack)
 print(f"gpu_check dry run: {len(s['steps'])} steps passed")
 PY

@@ -7,9 +7,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tests/support/cuda_under_test.hpp"
@@ -160,6 +163,47 @@ TEST(CudaGraph, ReplayedOpsGiveTheBitsOfTheOpsRunDirectly) {
   l.run(*f.be);
   EXPECT_TRUE(same_bits(replayed, f.get(l.h)));
   EXPECT_FALSE(same_bits(replayed, direct));
+}
+
+// The op profile (bench_cuda --profile) counts every launch, upload, download and zeroing
+// that runs, under the op's name, and nothing of a capture or of a graph's replay.
+TEST(CudaGraph, TheOpProfileCountsWhatRanAndNothingOfAGraph) {
+  Fixture f;
+  const Layer l = make_layer(f, 5);
+  l.run(*f.be);  // sizes the scratch
+  EXPECT_FALSE(cuda_profile_ops(*make_cpu_backend(1), true)) << "the CPU backend has no stream to profile";
+  EXPECT_TRUE(cuda_op_profile(*f.be).empty()) << "not started";
+  ASSERT_TRUE(cuda_profile_ops(*f.be, true));
+  const int64_t before = cuda_launch_count(*f.be);
+  l.run(*f.be);
+  const std::vector<float> direct = f.get(l.h);
+  const std::vector<OpTime> p = cuda_op_profile(*f.be);
+  std::map<std::string, int64_t> count;
+  for (const OpTime& t : p) {
+    EXPECT_GE(t.ms, 0.0) << t.op;
+    count[t.op] += t.count;
+  }
+  EXPECT_EQ(count, (std::map<std::string, int64_t>{{"rms_norm", 1}, {"matmul (quantize activations)", 1}, {"matmul", 1},
+                                                   {"rope", 1}, {"gated_act", 1}, {"matmul (tensor cores)", 1},
+                                                   {"add", 1}, {"download", 1}}));
+  EXPECT_EQ(cuda_launch_count(*f.be) - before, 7);
+  EXPECT_TRUE(std::is_sorted(p.begin(), p.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; }));
+
+  // Reading it starts the next one; a capture and its replay add nothing, what runs after does.
+  f.gc->begin_capture();
+  l.run(*f.be);
+  auto g = f.gc->end_capture();
+  g->launch();
+  EXPECT_TRUE(cuda_op_profile(*f.be).empty());
+  f.be->fill_zero(l.h);
+  const std::vector<OpTime> after = cuda_op_profile(*f.be);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].op, "fill_zero");
+  EXPECT_EQ(after[0].count, 1);
+  ASSERT_TRUE(cuda_profile_ops(*f.be, false));
+  l.run(*f.be);
+  EXPECT_TRUE(cuda_op_profile(*f.be).empty()) << "off";
+  EXPECT_TRUE(same_bits(f.get(l.h), direct)) << "profiling changes no result";
 }
 
 TEST(CudaGraph, ForbiddenCallsDuringCaptureThrowAndTheBackendRecovers) {

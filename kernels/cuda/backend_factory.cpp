@@ -26,6 +26,8 @@ std::unique_ptr<Backend> make_emulated(size_t, int64_t) {
 double copy_gbps_emulated(Backend&, size_t, int) { return -1; }
 int64_t launches_emulated(const Backend&) { return -1; }
 int64_t bytes_to_host_emulated(const Backend&) { return -1; }
+bool profile_ops_emulated(Backend&, bool) { return false; }
+bool op_profile_emulated(Backend&, std::vector<OpTime>&) { return false; }
 }  // namespace cuda_entry
 #endif
 
@@ -55,6 +57,23 @@ int64_t cuda_bytes_to_host(const Backend& be) {
   if (n < 0) n = cuda_entry::bytes_to_host_device(be);
 #endif
   return n;
+}
+
+bool cuda_profile_ops(Backend& be, bool on) {
+  bool ok = cuda_entry::profile_ops_emulated(be, on);
+#if TANDEM_WITH_CUDA_DEVICE
+  if (!ok) ok = cuda_entry::profile_ops_device(be, on);
+#endif
+  return ok;
+}
+
+std::vector<OpTime> cuda_op_profile(Backend& be) {
+  std::vector<OpTime> out;
+  bool ok = cuda_entry::op_profile_emulated(be, out);
+#if TANDEM_WITH_CUDA_DEVICE
+  if (!ok) cuda_entry::op_profile_device(be, out);
+#endif
+  return out;
 }
 
 BackendChoice choose_backend(const BackendOptions& opt) {

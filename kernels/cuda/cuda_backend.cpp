@@ -243,6 +243,7 @@ void CudaBackend::upload(const Tensor& dst, const void* src, size_t bytes) {
   require(db && db->pool() == pool_.get(), "upload", "into a foreign buffer");
   require(dst.offset + bytes <= db->size(), "upload", "past the end of the buffer");
   rt_->copy_to_device(db->data() + dst.offset, src, bytes);
+  if (profiling_) profile_mark("upload");
 }
 
 void CudaBackend::download(void* dst, const Tensor& src, size_t bytes) {
@@ -250,11 +251,46 @@ void CudaBackend::download(void* dst, const Tensor& src, size_t bytes) {
   require(db && db->pool() == pool_.get(), "download", "from a foreign buffer");
   require(src.offset + bytes <= db->size(), "download", "past the end of the buffer");
   rt_->copy_to_host(dst, db->data() + src.offset, bytes);
+  if (profiling_) profile_mark("download");
   bytes_to_host_.fetch_add(bytes, std::memory_order_relaxed);
   check_errors();
 }
 
-void CudaBackend::fill_zero(const Tensor& dst) { rt_->zero(ptr(dst, "fill_zero"), dst.bytes()); }
+void CudaBackend::fill_zero(const Tensor& dst) {
+  rt_->zero(ptr(dst, "fill_zero"), dst.bytes());
+  if (profiling_) profile_mark("fill_zero");
+}
+
+void CudaBackend::profile_ops(bool on) {
+  if (profiling_) rt_->take_marks();  // a profile left unread
+  profile_ops_.clear();
+  profiling_ = on;
+  profile_started_ = false;
+  if (on && !rt_->capturing()) rt_->mark(), profile_started_ = true;  // where the first op's time starts
+}
+
+void CudaBackend::profile_mark(const char* op) {
+  if (rt_->capturing()) return;  // recorded into a graph, not run now
+  rt_->mark();
+  if (profile_started_) profile_ops_.push_back(op);
+  profile_started_ = true;  // (begun while capturing: the first op after it only starts the clock)
+}
+
+std::vector<OpTime> CudaBackend::op_profile() {
+  if (!profiling_) return {};
+  const std::vector<double> ms = rt_->take_marks();
+  // One mark more than ops: the start.
+  std::map<std::string, OpTime> by_op;
+  for (size_t i = 0; i < profile_ops_.size() && i < ms.size(); ++i) {
+    OpTime& t = by_op[profile_ops_[i]];
+    t.op = profile_ops_[i], ++t.count, t.ms += ms[i];
+  }
+  std::vector<OpTime> out;
+  for (auto& [name, t] : by_op) out.push_back(std::move(t));
+  std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  profile_ops(true);
+  return out;
+}
 
 void CudaBackend::synchronize() {
   rt_->synchronize();

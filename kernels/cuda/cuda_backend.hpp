@@ -20,10 +20,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.hpp"
 #include "kernels/device_decode.hpp"
 #include "kernels/graph_capture.hpp"
+#include "kernels/op_profile.hpp"
 #include "kernels/cuda/arena.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/ops.hpp"
@@ -177,6 +179,14 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   // compared with.
   double measure_copy_gbps(size_t bytes, int reps);
   const DeviceInfo& device_info() const { return rt_->info(); }
+  // A profile of the stream's work by op. From profile_ops(true) on, every launch, upload,
+  // download and zeroing marks the stream; op_profile() waits for it and gives each op's
+  // count and milliseconds, most first, and starts a new profile. An op's time is the
+  // stream's from the mark before it to its own: its run, and any wait for the host before
+  // it (a launch-bound pass shows as such). Replayed graphs make no marks, so a profile of
+  // passes wants graphs off (TANDEM_CUDA_GRAPHS=0); captures make none either.
+  void profile_ops(bool on);
+  std::vector<OpTime> op_profile();
 
  private:
   class Scratch;
@@ -186,7 +196,9 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   void launched(const char* op) {
     launches_.fetch_add(1, std::memory_order_relaxed);
     rt_->check_launch(op);
+    if (profiling_) profile_mark(op);
   }
+  void profile_mark(const char* op);
   void check_errors();
   // Activations quantized for one block size (q null: not yet), kept across the matmuls of a call.
   using QuantizedX = ops::ActQuant;
@@ -237,6 +249,8 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::atomic<uint64_t> bytes_to_host_{0};
   std::atomic<uint64_t> launches_{0};  // kernels launched (or recorded into a graph) through launched()
   uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
+  bool profiling_ = false, profile_started_ = false;
+  std::vector<const char*> profile_ops_;  // the op of each mark after the first (names are literals)
 };
 
 // A CUDA backend of this build (throws std::runtime_error when there is no device).

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/op_profile.hpp"
 
 namespace tandem::kernels::cuda_entry {
 std::unique_ptr<Backend> make_emulated(size_t arena_bytes, int64_t gemm_min_tokens);
@@ -19,4 +21,9 @@ int64_t launches_device(const Backend& be);
 // Bytes a backend of that build has downloaded to the host so far; -1 when `be` is not one.
 int64_t bytes_to_host_emulated(const Backend& be);
 int64_t bytes_to_host_device(const Backend& be);
+// CudaBackend::profile_ops / op_profile of a backend of that build; false when `be` is not one.
+bool profile_ops_emulated(Backend& be, bool on);
+bool profile_ops_device(Backend& be, bool on);
+bool op_profile_emulated(Backend& be, std::vector<OpTime>& out);
+bool op_profile_device(Backend& be, std::vector<OpTime>& out);
 }  // namespace tandem::kernels::cuda_entry

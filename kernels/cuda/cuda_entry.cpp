@@ -22,6 +22,16 @@ int64_t bytes_to_host_emulated(const Backend& be) {
   auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->bytes_to_host()) : -1;
 }
+bool profile_ops_emulated(Backend& be, bool on) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  if (c) c->profile_ops(on);
+  return c != nullptr;
+}
+bool op_profile_emulated(Backend& be, std::vector<OpTime>& out) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  if (c) out = c->op_profile();
+  return c != nullptr;
+}
 #else
 std::unique_ptr<Backend> make_device(int device, size_t arena_bytes, double arena_fraction, int64_t gemm_min_tokens) {
   TANDEM_CUDA_NS::CudaOptions o;
@@ -42,6 +52,16 @@ int64_t launches_device(const Backend& be) {
 int64_t bytes_to_host_device(const Backend& be) {
   auto* c = dynamic_cast<const TANDEM_CUDA_NS::CudaBackend*>(&be);
   return c ? static_cast<int64_t>(c->bytes_to_host()) : -1;
+}
+bool profile_ops_device(Backend& be, bool on) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  if (c) c->profile_ops(on);
+  return c != nullptr;
+}
+bool op_profile_device(Backend& be, std::vector<OpTime>& out) {
+  auto* c = dynamic_cast<TANDEM_CUDA_NS::CudaBackend*>(&be);
+  if (c) out = c->op_profile();
+  return c != nullptr;
 }
 #endif
 }  // namespace tandem::kernels::cuda_entry

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #ifndef TANDEM_CUDA_NS
 #error "TANDEM_CUDA_NS must be defined (cuda_dev or cuda_emu) by the build"
@@ -70,6 +71,13 @@ class DeviceRuntime {
   virtual std::unique_ptr<DeviceGraph> end_capture() = 0;
   virtual void abort_capture() noexcept = 0;
   virtual bool capturing() const = 0;
+
+  // Timing marks, for a profile of the stream's work: mark() records when the stream gets to
+  // this point (after everything enqueued before it); take_marks() waits for the stream and
+  // gives the milliseconds between consecutive marks since the last take (one fewer than
+  // the marks), forgetting them. Not while capturing (a mark would become a graph node).
+  virtual void mark() = 0;
+  virtual std::vector<double> take_marks() = 0;
 };
 
 // The runtime of this build; throws std::runtime_error with one clear line when there is

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/runtime.hpp"
 
@@ -69,6 +70,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
   ~CudaRuntime() override {
     if (stream_) cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     for (Stage& st : stage_) {
       if (st.done) cudaEventDestroy(st.done);
       if (st.host) cudaFreeHost(st.host);
@@ -165,6 +167,27 @@ class CudaRuntime final : public DeviceRuntime {
   }
   bool capturing() const override { return capturing_; }
 
+  void mark() override {
+    if (capturing_) throw std::logic_error("cuda: a timing mark while capturing");
+    if (n_marks_ == marks_.size()) {  // events are kept for the next profile
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreate(&e), "cudaEventCreate (timing mark)");
+      marks_.push_back(e);
+    }
+    check(cudaEventRecord(marks_[n_marks_++], stream_), "cudaEventRecord (timing mark)");
+  }
+  std::vector<double> take_marks() override {
+    std::vector<double> ms;
+    if (n_marks_ > 0) check(cudaEventSynchronize(marks_[n_marks_ - 1]), "cudaEventSynchronize (timing mark)");
+    for (size_t i = 1; i < n_marks_; ++i) {
+      float m = 0.0f;
+      check(cudaEventElapsedTime(&m, marks_[i - 1], marks_[i]), "cudaEventElapsedTime");
+      ms.push_back(m);
+    }
+    n_marks_ = 0;
+    return ms;
+  }
+
  private:
   // A pass's inputs (tokens, positions, slots, block tables: a few KiB) go up without the
   // host waiting for the stream: copied into a pinned staging slot, then an asynchronous
@@ -196,6 +219,8 @@ class CudaRuntime final : public DeviceRuntime {
   cudaStream_t stream_ = nullptr;
   bool check_launches_ = false;
   bool capturing_ = false;
+  std::vector<cudaEvent_t> marks_;  // timing marks: the first n_marks_ are recorded
+  size_t n_marks_ = 0;
   std::mutex stage_mu_;
   Stage stage_[kStageSlots];
   size_t next_stage_ = 0;

@@ -4,12 +4,14 @@
 // the stream are recorded; what CUDA forbids during a capture throws here.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kernels/cuda/runtime.hpp"
 #include "kernels/cuda/simt/capture.hpp"
@@ -79,6 +81,18 @@ class EmulatedRuntime final : public DeviceRuntime {
   }
   void abort_capture() noexcept override { simt::abort_capture(st()); }
   bool capturing() const override { return simt::is_capturing(stream_); }
+  // Launches and copies run synchronously: the stream is where the host is.
+  void mark() override {
+    if (capturing()) throw std::logic_error("cuda (emulated): a timing mark while capturing");
+    marks_.push_back(std::chrono::steady_clock::now());
+  }
+  std::vector<double> take_marks() override {
+    std::vector<double> ms;
+    for (size_t i = 1; i < marks_.size(); ++i)
+      ms.push_back(std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count());
+    marks_.clear();
+    return ms;
+  }
 
  private:
   cudaStream_t st() const { return stream_; }
@@ -92,6 +106,7 @@ class EmulatedRuntime final : public DeviceRuntime {
 
   DeviceInfo info_;
   size_t reserved_ = 0;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
   cudaStream_t stream_ = reinterpret_cast<cudaStream_t>(this);
 };
 
