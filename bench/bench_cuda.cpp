@@ -24,7 +24,8 @@
 //   profile (with -m and --profile; CUDA graphs off for the whole run, since a replayed graph
 //        cannot be broken down): the stream's time by op (CudaBackend::profile_ops) over a
 //        prefill of --ctx tokens, `reps` decode passes and `reps` verification passes of 5
-//        tokens (k = 4), each a list of {op, count, ms} (totals), most time first.
+//        tokens (k = 4), each a list of {op, count, ms, weight_bytes} (totals; a matmul's op names
+//        its weights' type and shape), most time first.
 // --small shrinks the op shapes (for the emulator).
 #include <algorithm>
 #include <chrono>
@@ -277,7 +278,7 @@ static int run(int argc, char** argv) {
         std::string s = "[";
         for (size_t i = 0; i < p.size(); ++i)
           s += std::string(i ? ", " : "") + "{\"op\": \"" + p[i].op + "\", \"count\": " + std::to_string(p[i].count) +
-               ", \"ms\": " + std::to_string(p[i].ms) + "}";
+               ", \"ms\": " + std::to_string(p[i].ms) + ", \"weight_bytes\": " + std::to_string(p[i].weight_bytes) + "}";
         return s + "]";
       };
       seq.truncate(0);

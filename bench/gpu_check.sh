@@ -386,11 +386,13 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 n = max(pr["passes"], 1)
                 dec, ver, pre = ({o["op"]: o for o in pr[s]} for s in ("decode", "verify", "prefill"))
                 t.write(f"\n  time by op, graphs off: ms a pass (launches a pass) in decode, verification of "
-                        f"{pr['verify_tokens']} tokens, prefill of {pr['prefill_tokens']}\n\n"
-                        "  | op | decode | verify | prefill |\n  |---|---|---|---|\n")
+                        f"{pr['verify_tokens']} tokens, prefill of {pr['prefill_tokens']}; a decode matmul's weight "
+                        "GB/s\n\n  | op | decode | decode GB/s | verify | prefill |\n  |---|---|---|---|---|\n")
                 cell = lambda d, op, per: f"{d[op]['ms'] / per:.3f} ({d[op]['count'] / per:g})" if op in d else "-"
+                gbs = lambda o: f"{o['weight_bytes'] / max(o['ms'], 1e-9) / 1e6:.0f}" if o.get("weight_bytes") else "-"
                 for op in dict.fromkeys(list(dec) + list(ver) + list(pre)):
-                    t.write(f"  | {op} | {cell(dec, op, n)} | {cell(ver, op, n)} | {cell(pre, op, 1)} |\n")
+                    t.write(f"  | {op} | {cell(dec, op, n)} | {gbs(dec[op]) if op in dec else '-'} | {cell(ver, op, n)} | "
+                            f"{cell(pre, op, 1)} |\n")
             off = bench.get(k + "_graphs_off", {}).get("model")
             if off:
                 t.write(f"  batch-1 decode with CUDA graphs {m['decode_tok_s']:.1f} tok/s, without {off['decode_tok_s']:.1f} tok/s "

@@ -166,7 +166,8 @@ TEST(CudaGraph, ReplayedOpsGiveTheBitsOfTheOpsRunDirectly) {
 }
 
 // The op profile (bench_cuda --profile) counts every launch, upload, download and zeroing
-// that runs, under the op's name, and nothing of a capture or of a graph's replay.
+// that runs, under the op's name (a matmul's with its weights' type and shape, and the
+// bytes of them it read), and nothing of a capture or of a graph's replay.
 TEST(CudaGraph, TheOpProfileCountsWhatRanAndNothingOfAGraph) {
   Fixture f;
   const Layer l = make_layer(f, 5);
@@ -179,13 +180,18 @@ TEST(CudaGraph, TheOpProfileCountsWhatRanAndNothingOfAGraph) {
   const std::vector<float> direct = f.get(l.h);
   const std::vector<OpTime> p = cuda_op_profile(*f.be);
   std::map<std::string, int64_t> count;
+  std::map<std::string, uint64_t> bytes;
   for (const OpTime& t : p) {
     EXPECT_GE(t.ms, 0.0) << t.op;
     count[t.op] += t.count;
+    if (t.weight_bytes) bytes[t.op] = t.weight_bytes;
   }
-  EXPECT_EQ(count, (std::map<std::string, int64_t>{{"rms_norm", 1}, {"matmul (quantize activations)", 1}, {"matmul", 1},
-                                                   {"rope", 1}, {"gated_act", 1}, {"matmul (tensor cores)", 1},
-                                                   {"add", 1}, {"download", 1}}));
+  EXPECT_EQ(count, (std::map<std::string, int64_t>{{"rms_norm", 1}, {"matmul (quantize activations)", 1},
+                                                   {"matmul Q8_0 64x64", 1}, {"rope", 1}, {"gated_act", 1},
+                                                   {"matmul (tensor cores) F32 64x64", 1}, {"add", 1},
+                                                   {"download", 1}}));
+  EXPECT_EQ(bytes, (std::map<std::string, uint64_t>{{"matmul Q8_0 64x64", 64 * 2 * 34},
+                                                    {"matmul (tensor cores) F32 64x64", 64 * 64 * 4}}));
   EXPECT_EQ(cuda_launch_count(*f.be) - before, 7);
   EXPECT_TRUE(std::is_sorted(p.begin(), p.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; }));
 

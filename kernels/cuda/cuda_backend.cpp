@@ -269,10 +269,10 @@ void CudaBackend::profile_ops(bool on) {
   if (on && !rt_->capturing()) rt_->mark(), profile_started_ = true;  // where the first op's time starts
 }
 
-void CudaBackend::profile_mark(const char* op) {
+void CudaBackend::profile_mark(std::string op, uint64_t weight_bytes) {
   if (rt_->capturing()) return;  // recorded into a graph, not run now
   rt_->mark();
-  if (profile_started_) profile_ops_.push_back(op);
+  if (profile_started_) profile_ops_.push_back({std::move(op), weight_bytes});
   profile_started_ = true;  // (begun while capturing: the first op after it only starts the clock)
 }
 
@@ -282,8 +282,8 @@ std::vector<OpTime> CudaBackend::op_profile() {
   // One mark more than ops: the start.
   std::map<std::string, OpTime> by_op;
   for (size_t i = 0; i < profile_ops_.size() && i < ms.size(); ++i) {
-    OpTime& t = by_op[profile_ops_[i]];
-    t.op = profile_ops_[i], ++t.count, t.ms += ms[i];
+    OpTime& t = by_op[profile_ops_[i].op];
+    t.op = profile_ops_[i].op, ++t.count, t.ms += ms[i], t.weight_bytes += profile_ops_[i].weight_bytes;
   }
   std::vector<OpTime> out;
   for (auto& [name, t] : by_op) out.push_back(std::move(t));

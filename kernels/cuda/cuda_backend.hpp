@@ -198,7 +198,9 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
     rt_->check_launch(op);
     if (profiling_) profile_mark(op);
   }
-  void profile_mark(const char* op);
+  // A matmul's launch: its profile entry names the weights' type(s) and shape.
+  void launched_matmul(const char* op, const ops::MatmulWeight* ws, int n_w, int64_t cols);
+  void profile_mark(std::string op, uint64_t weight_bytes = 0);
   void check_errors();
   // Activations quantized for one block size (q null: not yet), kept across the matmuls of a call.
   using QuantizedX = ops::ActQuant;
@@ -250,7 +252,11 @@ class CudaBackend final : public Backend, public DeviceDecode, public GraphCaptu
   std::atomic<uint64_t> launches_{0};  // kernels launched (or recorded into a graph) through launched()
   uint64_t scratch_epoch_ = 0;  // bumped when a scratch slot moves (graphs captured before hold its old address)
   bool profiling_ = false, profile_started_ = false;
-  std::vector<const char*> profile_ops_;  // the op of each mark after the first (names are literals)
+  struct ProfileMark {
+    std::string op;
+    uint64_t weight_bytes;
+  };
+  std::vector<ProfileMark> profile_ops_;  // the op of each mark after the first
 };
 
 // A CUDA backend of this build (throws std::runtime_error when there is no device).

@@ -94,17 +94,33 @@ void CudaBackend::launch_matmul(DType t, const ops::MatmulWeight* ws, int n_w, c
   if (!quantized(t)) {  // float weights: tensor cores at every token count
     ops::matmul_mma_float(rt_->stream(), t, ws, n_w, C, reinterpret_cast<const float*>(ptr(x, "matmul")), ld_of(x), N,
                           accumulate, epi);
-    launched("matmul (tensor cores)");
+    launched_matmul("matmul (tensor cores)", ws, n_w, C);
     return;
   }
   const QuantizedX a = quantize_x(x, act_block(t), cache);
   if (N >= opt_.mma_min_tokens) {
     ops::matmul_mma(rt_->stream(), ws, n_w, C, a, N, accumulate, epi);
-    launched("matmul (tensor cores)");
+    launched_matmul("matmul (tensor cores)", ws, n_w, C);
     return;
   }
   ops::matmul_small(rt_->stream(), ws, n_w, C, a, N, accumulate, epi);
-  launched("matmul");
+  launched_matmul("matmul", ws, n_w, C);
+}
+
+void CudaBackend::launched_matmul(const char* op, const ops::MatmulWeight* ws, int n_w, int64_t cols) {
+  launches_.fetch_add(1, std::memory_order_relaxed);
+  rt_->check_launch(op);
+  if (!profiling_) return;
+  std::string types;
+  int64_t rows = 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < n_w; ++i) {
+    const std::string t = dtype_name(ws[i].type);
+    if (types.find(t) == std::string::npos) types += (types.empty() ? "" : "+") + t;
+    rows += ws[i].rows;
+    bytes += static_cast<uint64_t>(ws[i].rows) * ws[i].w_stride;
+  }
+  profile_mark(std::string(op) + " " + types + " " + std::to_string(rows) + "x" + std::to_string(cols), bytes);
 }
 
 bool CudaBackend::gemm_on(int64_t tokens) const { return opt_.gemm_min_tokens > 0 && tokens >= opt_.gemm_min_tokens; }
