@@ -143,6 +143,12 @@ step test_cuda_graph_forward 60 "$BUILD/tests/test_cuda_graph_forward" --gtest_o
 # With every launch checked (cudaGetLastError + synchronize): an error names its op.
 TANDEM_CUDA_CHECK_LAUNCHES=1 step test_cuda_ops_checked 60 "$BUILD/tests/test_cuda_ops" \
   --gtest_filter='CudaOps.*:-*LongContexts*'
+# Programmatic dependent launch (TANDEM_CUDA_PDL=1: each kernel may be scheduled before the one
+# it follows ends and waits for it in its first statement): the passes' bits, graphed and not.
+TANDEM_CUDA_PDL=1 step test_cuda_forward_pdl 60 "$BUILD/tests/test_cuda_forward" \
+  --gtest_output=json:"$OUT/test_cuda_forward_pdl.json"
+TANDEM_CUDA_PDL=1 step test_cuda_graph_forward_pdl 60 "$BUILD/tests/test_cuda_graph_forward" \
+  --gtest_output=json:"$OUT/test_cuda_graph_forward_pdl.json"
 
 # 4. compute-sanitizer on the small cases
 SMALL='CudaOps.GetRows*:CudaOps.RmsNorm:CudaOps.AddMul*:CudaOps.KvStore*:CudaOps.MatmulShared*:CudaOps.MatmulGemm*:CudaOps.MatmulKernelsAreInterchangeable*:CudaOps.PagedAttentionF16:CudaOps.PagedAttentionSlidingWindowAndSoftcap:CudaOps.PagedAttentionRejectsBadTables'
@@ -221,6 +227,10 @@ for f in qwen2.5-coder-1.5b-instruct-q4_k_m.gguf qwen2.5-coder-0.5b-instruct-q4_
     TANDEM_CUDA_MMA_MIN_TOKENS=2 step "${name}_mma_from_2" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" \
       --gpu-mem 16G -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
     cp "$OUT/${name}_mma_from_2.out" "$OUT/${name}_mma_from_2.json" 2>/dev/null || true
+    # The same with programmatic dependent launch (graphs on, as by default).
+    TANDEM_CUDA_PDL=1 step "${name}_pdl" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G \
+      -m "$MODELS/$f" --ctx "$CTX" --nmax 16 --reps 5
+    cp "$OUT/${name}_pdl.out" "$OUT/${name}_pdl.json" 2>/dev/null || true
     # Where a pass's time goes, op by op (graphs off: a replayed graph cannot be broken down).
     step "${name}_profile" 60 "$BUILD/bench/bench_cuda" --device "$DEVICE" --gpu-mem 16G -m "$MODELS/$f" \
       --ctx "$CTX" --nmax 1 --reps 5 --profile
@@ -370,7 +380,7 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 f"{at['decode_ms']:.3f} ms, K/V {at['decode_kv_gbps']:.0f} GB/s\n")
     for k, v in bench.items():
         m = v.get("model") if isinstance(v, dict) else None
-        if m and not k.endswith(("_graphs_off", "_mma_from_2", "_profile")):
+        if m and not k.endswith(("_graphs_off", "_mma_from_2", "_profile", "_pdl")):
             t.write(f"\n{os.path.basename(m['path'])}: decode {m['decode_tok_s']:.1f} tok/s, weights {m['weight_gbps']:.0f} GB/s "
                     f"({m['fraction_of_copy']:.2f} of copy), prefill {m['prefill_tok_s']:.0f} tok/s "
                     f"({m.get('launches_per_layer', -1):.1f} launches a layer), "
@@ -381,6 +391,11 @@ with open(os.path.join(out, "summary.md"), "w") as t:
                 rel = lambda t: ", ".join(f"{t[n - 1] / t[0]:.2f}" for n in pick)
                 t.write(f"  T(n)/T(1) for n = {', '.join(map(str, pick))}: __dp4a below 17 tokens {rel(m['t_ms'])}; "
                         f"tensor cores from 2 tokens {rel(mma['t_ms'])}\n")
+            pdl = bench.get(k + "_pdl", {}).get("model")
+            if pdl:
+                t.write(f"  programmatic dependent launch (TANDEM_CUDA_PDL=1): decode {pdl['decode_tok_s']:.1f} tok/s "
+                        f"({pdl['decode_tok_s'] / max(m['decode_tok_s'], 1e-9):.2f}x), T(16)/T(1) "
+                        f"{pdl['t_ms'][-1] / pdl['t_ms'][0]:.2f}, prefill {pdl['prefill_tok_s']:.0f} tok/s\n")
             pr = bench.get(k + "_profile", {}).get("profile")
             if pr:
                 n = max(pr["passes"], 1)

@@ -21,8 +21,9 @@ s = json.load(open(os.path.join(out, "summary.json")))
 bad = [x for x in s["steps"] if x["rc"] != 0]
 assert not bad, f"steps failed: {bad}"
 names = {x["step"] for x in s["steps"]}
-for need in ("test_cuda_ops", "test_cuda_forward", "bench_gemm", "bench_gemm_cublas", "bench_attention",
+for need in ("test_cuda_ops", "test_cuda_forward", "test_cuda_forward_pdl", "test_cuda_graph_forward_pdl", "bench_gemm", "bench_gemm_cublas", "bench_attention",
              "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m", "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m_profile",
+             "bench_model_qwen2.5-coder-1.5b-instruct-q4_k_m_pdl",
              "engine_spec_0", "engine_json_spec", "engine_logprobs_spec"):
     assert need in names, f"step {need} did not run: {sorted(names)}"
 failures = {k: v for k, v in s["tests"].items() if v.get("failures")}

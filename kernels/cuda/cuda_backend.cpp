@@ -172,6 +172,7 @@ std::string CudaBackend::description() const {
   s += "\n  decoding on the device: argmax, final distributions (penalties, temperature, top-k/top-p by radix "
        "select, min-p), draws with counter-based noise, rejection and coupled verification of the batch; "
        "decode and verification passes replayed from CUDA graphs (TANDEM_CUDA_GRAPHS=0: off)";
+  if (d.programmatic_launches) s += "; kernels as programmatic dependent launches (TANDEM_CUDA_PDL=1)";
   s += opt_.gemm_min_tokens > 0
            ? "\n  batch invariant: every op; matmul below " + std::to_string(opt_.gemm_min_tokens) + " tokens"
            : std::string("\n  batch invariant: every op at every batch size");

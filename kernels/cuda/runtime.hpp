@@ -23,6 +23,9 @@ struct DeviceInfo {
   size_t total_bytes = 0, free_bytes = 0;
   int sm_count = 0;
   bool emulated = false;
+  // Kernels go out as programmatic dependent launches (TANDEM_CUDA_PDL=1 on sm_90 and later;
+  // kernels/cuda/simt/simt.hpp).
+  bool programmatic_launches = false;
 };
 
 // A captured sequence of the stream's work (DeviceRuntime::end_capture), replayed as a whole

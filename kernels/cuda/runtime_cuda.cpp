@@ -1,6 +1,7 @@
 // The real device runtime: the CUDA runtime API on one device and one stream. Every call is checked; an error names the call and CUDA's message.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -10,6 +11,14 @@
 
 #include "kernels/cuda/runtime.hpp"
 
+namespace tandem::simt {
+// Read by every launch of the kernel files (kernels/cuda/simt/simt.hpp, nvcc's branch).
+std::atomic<bool>& pdl_launches() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+}  // namespace tandem::simt
+
 namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
@@ -17,6 +26,12 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string("cuda: ") + what + " failed: " + cudaGetErrorName(e) + ": " +
                              cudaGetErrorString(e));
+}
+
+// TANDEM_CUDA_PDL=1: kernels as programmatic dependent launches (sm_90 and later).
+bool pdl_default() {
+  const char* e = std::getenv("TANDEM_CUDA_PDL");
+  return e && *e && *e != '0';
 }
 
 bool check_launches_default() {
@@ -67,6 +82,8 @@ class CudaRuntime final : public DeviceRuntime {
     check(cudaMemGetInfo(&info_.free_bytes, &info_.total_bytes), "cudaMemGetInfo");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_launches_ = check_launches_default();
+    info_.programmatic_launches = pdl_default() && p.major >= 9;
+    simt::pdl_launches().store(info_.programmatic_launches);
   }
   ~CudaRuntime() override {
     if (stream_) cudaStreamSynchronize(stream_);

@@ -14,6 +14,7 @@ namespace {
 constexpr int kThreads = dev::kNormThreads;
 
 __global__ void attn_inputs_kernel(ops::AttnInputsArgs a, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ double partial[kThreads / dev::kWarp];  // the per-head norms' sums
   const int64_t t = blockIdx.x;
   float* q = a.q + t * a.ldq;

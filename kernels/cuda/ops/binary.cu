@@ -10,6 +10,7 @@ constexpr int kThreads = 256;
 template <bool Mul>
 __global__ void binary_kernel(float* dst, int64_t ldd, const float* a, int64_t lda, const float* b, int64_t ldb,
                               int64_t cols) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= cols) return;

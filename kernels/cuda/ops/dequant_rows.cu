@@ -9,6 +9,7 @@ namespace {
 
 template <int T>
 __global__ void dequant_rows_kernel(const uint8_t* w, size_t w_stride, int64_t r0, int64_t cols, float* tile) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   const uint8_t* wr = w + static_cast<size_t>(r0 + r) * w_stride;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) tile[r * cols + c] = dev::dequant_row_elem<T>(wr, c);

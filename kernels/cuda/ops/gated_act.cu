@@ -12,6 +12,7 @@ constexpr int kThreads = 256;
 template <bool Gelu>
 __global__ void gated_act_kernel(float* dst, int64_t ldd, const float* gate, int64_t ldg, const float* up,
                                  int64_t ldu, int64_t cols) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= cols) return;
@@ -22,6 +23,7 @@ __global__ void gated_act_kernel(float* dst, int64_t ldd, const float* gate, int
 template <bool Gelu>
 __global__ void gated_act_quant_kernel(float* dst, int64_t ldd, const float* gate, int64_t ldg, const float* up,
                                        int64_t ldu, int64_t cols, ops::ActQuant aq) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   float* yr = dst + r * ldd;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads) yr[c] = dev::gated<Gelu>(gate[r * ldg + c], up[r * ldu + c]);

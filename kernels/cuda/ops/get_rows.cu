@@ -8,6 +8,7 @@ namespace {
 template <int T>
 __global__ void get_rows_kernel(const uint8_t* table, size_t stride, int64_t table_rows, int64_t cols,
                                 const int32_t* ids, float* dst, int64_t ldd, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   float* out = dst + i * ldd;

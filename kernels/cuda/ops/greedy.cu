@@ -21,6 +21,7 @@ __device__ __forceinline__ void better(int32_t& k, int32_t& i, int32_t k2, int32
 }
 
 __global__ void argmax_kernel(const float* logits, int64_t ld, int64_t vocab, int32_t* out) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ int32_t sk[kThreads / dev::kWarp], si[kThreads / dev::kWarp];
   const float* row = logits + blockIdx.x * ld;
   int32_t k = dev::kNegInfKey, id = 0x7fffffff;
@@ -44,6 +45,7 @@ __global__ void argmax_kernel(const float* logits, int64_t ld, int64_t vocab, in
 __global__ void verify_greedy_kernel(const int32_t* argmax, int64_t n_rows, const int32_t* first_row,
                                      const int32_t* drafts, const int32_t* n_drafts, int max_drafts, int n_seqs,
                                      int32_t* n_accepted, int32_t* out_tokens, int* err, const int32_t* parents) {
+  TANDEM_GRID_DEPENDENCY();
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n_seqs) return;
   const int32_t* dr = drafts + static_cast<int64_t>(s) * max_drafts;

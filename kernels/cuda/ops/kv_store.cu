@@ -13,6 +13,7 @@ constexpr int kThreads = 128;
 __global__ void kv_store_kernel(uint8_t* kc, uint8_t* vc, size_t stride, bool f16, int64_t n_slots, const float* k,
                                 int64_t ldk, const float* v, int64_t ldv, int64_t width, const int32_t* slots,
                                 int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t t = blockIdx.x;
   const int32_t slot = slots[t];
   if (slot == kNoKvSlot) return;
@@ -38,6 +39,7 @@ __global__ void kv_store_kernel(uint8_t* kc, uint8_t* vc, size_t stride, bool f1
 // wrote), its threads copying each row's words.
 __global__ void kv_move_kernel(uint8_t* kc, uint8_t* vc, size_t stride, int64_t n_slots, const int32_t* from,
                                const int32_t* to, int64_t n, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   for (int64_t i = 0; i < n; ++i) {
     const int32_t f = from[i], t = to[i];
     if (f < 0 || f >= n_slots || t < 0 || t >= n_slots) {

@@ -88,6 +88,7 @@ __device__ float row_max(const float* seg_max, int64_t i, int S) {
 __global__ void lp_segments_kernel(const float* w, int64_t ldw, int64_t w_rows, const float* p, int64_t ldp,
                                    int64_t p_rows, int64_t n, const int32_t* rows, int n_top, int32_t* cand,
                                    float* seg_max, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t i = blockIdx.y;
   const int s = static_cast<int>(blockIdx.x), S = static_cast<int>(gridDim.x);
   int32_t* out = cand + (i * S + s) * n_top;
@@ -127,6 +128,7 @@ __global__ void lp_segments_kernel(const float* w, int64_t ldw, int64_t w_rows, 
 __global__ void lp_sums_kernel(const float* w, int64_t ldw, int64_t w_rows, const float* p, int64_t ldp,
                                int64_t p_rows, int64_t n, const int32_t* rows, const float* seg_max, double* sums,
                                int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t i = blockIdx.y;
   const int s = static_cast<int>(blockIdx.x), S = static_cast<int>(gridDim.x);
   RowRefs r;
@@ -167,6 +169,7 @@ __global__ void lp_merge_kernel(const float* w, int64_t ldw, int64_t w_rows, con
                                 int64_t p_rows, int64_t n, const int32_t* rows, const int32_t* chosen, int n_top,
                                 int S, const int32_t* cand, const float* seg_max, const double* sums, float* chosen_lp,
                                 int32_t* ids, float* lps, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t i = blockIdx.x;
   RowRefs r;
   const int32_t c = chosen[i];

@@ -20,6 +20,7 @@ constexpr int kThreads = 256;
 __global__ void mask_rows_kernel(float* logits, int64_t ld, int64_t n_rows, int64_t vocab, const int32_t* rows,
                                  const int32_t* mask_of, const uint32_t* masks, int64_t words, int64_t n_masks,
                                  int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int32_t r = rows[blockIdx.y], m = mask_of[blockIdx.y];
   if (r < 0 || r >= n_rows || m < 0 || m >= n_masks) {
     if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(err, static_cast<int>(dev::kErrMaskIndex));

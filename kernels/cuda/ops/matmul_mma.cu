@@ -173,6 +173,7 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
 
 template <int T>
 __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(const __grid_constant__ MmaArgs a) {
+  TANDEM_GRID_DEPENDENCY();
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   mma_rows<T>(a, m_of, bx);
@@ -181,6 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_mma_kernel(const __grid_co
 // A launch of two weight types (ops::matmul_pair): each matrix's rows with its own type's code.
 template <int T1, int T2>
 __global__ void __launch_bounds__(kWarps * 32) matmul_mma_pair_kernel(const __grid_constant__ MmaArgs a) {
+  TANDEM_GRID_DEPENDENCY();
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   if (a.g.second[m_of]) mma_rows<T2>(a, m_of, bx);

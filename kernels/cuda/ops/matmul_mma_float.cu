@@ -82,6 +82,7 @@ __device__ __forceinline__ void load_x8(const float* xr, int64_t c, int64_t cols
 
 template <int T, bool Vec>
 __global__ void __launch_bounds__(32) matmul_mma_float_kernel(const __grid_constant__ FloatMmaArgs a) {
+  TANDEM_GRID_DEPENDENCY();
   constexpr int kWParts = T == dev::kF32 ? 3 : 1;  // F16 and BF16 weights are TF32 values
   const int lane = threadIdx.x, gid = lane / 4, tid = lane % 4;
   unsigned bx;

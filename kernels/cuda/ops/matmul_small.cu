@@ -186,6 +186,7 @@ __device__ __forceinline__ void small_rows(const MatmulArgs& a, int m_of, unsign
 
 template <int T, int RowWarps>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(const __grid_constant__ MatmulArgs a) {
+  TANDEM_GRID_DEPENDENCY();
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   small_rows<T, RowWarps>(a, m_of, bx);
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_small_kernel(const __grid_
 // each matrix's rows with its own type's code, so each has the bits of its own launch.
 template <int T1, int T2>
 __global__ void __launch_bounds__(kWarps * 32) matmul_small_pair_kernel(const __grid_constant__ MatmulArgs a) {
+  TANDEM_GRID_DEPENDENCY();
   unsigned bx;
   const int m_of = dev::group_member(a.g, blockIdx.x, bx);
   if (a.g.second[m_of]) small_rows<T2, 1>(a, m_of, bx);

@@ -231,6 +231,7 @@ __device__ __forceinline__ void stage_rows(const ops::AttnParams& a, const Ctx& 
 template <bool KvF16>
 __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, int max_parts, int tile, int chunk,
                                                               int vec, float* states, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   constexpr int kKvParts = KvF16 ? 1 : 3;
   TANDEM_DYNAMIC_SHARED(float, smem);
   const int64_t t0 = blockIdx.x;
@@ -400,6 +401,7 @@ __global__ void __launch_bounds__(kThreads) attn_span_kernel(ops::AttnParams a, 
 
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(ops::AttnParams a, int max_parts, const float* states,
                                                                int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t t = blockIdx.x;
   const int kvh = blockIdx.y, hd = a.head_dim;
   const int group = a.n_heads / a.n_kv_heads;

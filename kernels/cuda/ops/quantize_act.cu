@@ -9,6 +9,7 @@ namespace tandem::kernels::TANDEM_CUDA_NS {
 namespace {
 
 __global__ void quantize_act_kernel(const float* x, int64_t ldx, int64_t c, const __grid_constant__ ops::ActQuant aq) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t t = blockIdx.y, b = blockIdx.x;
   const int block = aq.block;
   dev::quantize_block(x + t * ldx + b * block, block, aq.q + t * c + b * block, aq.d + t * (c / block) + b,

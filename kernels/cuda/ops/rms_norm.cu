@@ -9,6 +9,7 @@ namespace {
 
 __global__ void rms_norm_kernel(float* dst, int64_t ldd, const float* x, int64_t ldx, const float* w, int64_t cols,
                                 float eps, float w_offset) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   dev::rms_norm_row(dst + blockIdx.x * ldd, x + blockIdx.x * ldx, w, cols, eps, w_offset, partial);
 }
@@ -16,6 +17,7 @@ __global__ void rms_norm_kernel(float* dst, int64_t ldd, const float* x, int64_t
 // The post-norm residual (Gemma 3): the row normed in place, then added to dst's row.
 __global__ void rms_norm_add_kernel(float* x, int64_t ldx, const float* w, int64_t cols, float eps, float* dst,
                                     int64_t ldd) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   dev::rms_norm_add_row(x + blockIdx.x * ldx, w, cols, eps, dst + blockIdx.x * ldd, partial);
 }

@@ -13,6 +13,7 @@ namespace {
 __global__ void rms_norm_quant_kernel(float* dst, int64_t ldd, float* x, int64_t ldx, const float* w, int64_t cols,
                                       float eps, float w_offset, const __grid_constant__ ops::ActQuant q32,
                                       const __grid_constant__ ops::ActQuant qk, ops::PendingAdd pending) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ double partial[dev::kNormThreads / dev::kWarp];
   const int64_t t = blockIdx.x;
   if (pending.src) {

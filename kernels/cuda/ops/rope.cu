@@ -11,6 +11,7 @@ constexpr int kThreads = 128;
 
 __global__ void rope_kernel(float* x, int64_t ldx, const int32_t* positions, int n_heads, int head_dim,
                             int rope_dims, float theta, bool neox) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t t = blockIdx.x;
   const int half = rope_dims / 2;
   float* row = x + t * ldx;

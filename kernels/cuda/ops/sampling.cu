@@ -281,6 +281,7 @@ __device__ __forceinline__ int64_t position_of(const NoiseKey& k) {
 __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs, int64_t ldp, int64_t n,
                                   const RowSampling* params, const int32_t* pen, int32_t* top, float* conf,
                                   const int32_t* row_of, int64_t logits_rows, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   const RowSampling P = params[r];
   if (P.skip) {  // not this call's row
@@ -428,6 +429,7 @@ __global__ void make_probs_kernel(const float* logits, int64_t ldl, float* probs
 
 __global__ void sample_probs_kernel(const float* probs, int64_t ldp, int64_t n, const int32_t* top,
                                     const NoiseKey* keys, int32_t tag, int coupled, int32_t* out) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t r = blockIdx.x;
   if (top[r] < 0) {  // nothing possible, or a row make_probs skipped (its probs are stale)
     if (threadIdx.x == 0) out[r] = -1;
@@ -454,6 +456,7 @@ __global__ void verify_sampled_kernel(const float* p, int64_t ldp, int64_t p_row
                                       int64_t ldq, int64_t q_rows, int64_t q_cols, const SeqVerify* seqs,
                                       const int32_t* drafts, const int32_t* qr, int max_drafts, int32_t* n_accepted,
                                       int32_t* out_tokens, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int s = blockIdx.x;
   const SeqVerify S = seqs[s];
   const int32_t* dr = drafts + static_cast<int64_t>(s) * max_drafts;
@@ -532,6 +535,7 @@ struct LeftWeight {  // q's fixed-point weight, 0 for the m tokens drawn already
 __global__ void draw_rows_kernel(const float* q, int64_t ldq, int64_t q_rows, int64_t n, const int32_t* rows,
                                  const int32_t* counts, const NoiseKey* keys, const int32_t* tags, int w,
                                  int32_t* ids, float* vals, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ int32_t drawn[kMaxChildren];
   const int64_t i = blockIdx.x;
   const int32_t r = rows[i];
@@ -589,6 +593,7 @@ __global__ void verify_tree_sampled_kernel(float* p, int64_t ldp, int64_t p_rows
                                            int64_t q_rows, int64_t q_cols, const SeqVerify* seqs, const int32_t* drafts,
                                            const int32_t* qr, const int32_t* parents, int max_drafts,
                                            int32_t* n_accepted, int32_t* out_tokens, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   __shared__ int32_t tried[kMaxChildren];
   const int s = blockIdx.x;
   const SeqVerify S = seqs[s];

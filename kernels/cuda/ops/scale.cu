@@ -8,6 +8,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void scale_kernel(float* x, int64_t ld, int64_t cols, float v) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c < cols) x[blockIdx.y * ld + c] *= v;
 }

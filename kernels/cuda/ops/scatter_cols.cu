@@ -12,6 +12,7 @@ constexpr int kThreads = 256;
 
 __global__ void scatter_cols_kernel(float* dst, int64_t ldd, int64_t vocab, const float* src, int64_t lds,
                                     const int32_t* ids, int64_t n, float fill, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   float* d = dst + blockIdx.x * ldd;
   const float* s = src + blockIdx.x * lds;
   for (int64_t v = threadIdx.x; v < vocab; v += kThreads) d[v] = fill;

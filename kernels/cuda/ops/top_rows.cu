@@ -54,6 +54,7 @@ __device__ __forceinline__ ByGumbel shfl(ByGumbel v, int o) {
 }
 __global__ void top_rows_kernel(const float* src, int64_t lds, int64_t src_rows, int64_t n, const int32_t* rows,
                                 const NoiseKey* keys, int w, int32_t* ids, float* vals, float* lse, int* err) {
+  TANDEM_GRID_DEPENDENCY();
   const int64_t i = blockIdx.x;
   int32_t* out_id = ids + i * w;
   float* out_val = vals + i * w;

@@ -1,8 +1,18 @@
 // The CUDA dialect tandem's kernels are written in, for two compilers.
 //
-// Under nvcc (__CUDACC__) this is the CUDA runtime and fp16 headers plus two macros:
+// Under nvcc (__CUDACC__) this is the CUDA runtime and fp16 headers plus three macros:
 //   TANDEM_LAUNCH(kernel, grid, block, shmem, stream)(args...)   ->  kernel<<<grid, block, shmem, stream>>>(args...)
+//                                  (or cudaLaunchKernelEx as a programmatic dependent launch, below)
 //   TANDEM_DYNAMIC_SHARED(T, name)                               ->  extern __shared__ T name[]
+//   TANDEM_GRID_DEPENDENCY()       the first statement of every kernel (below)
+//
+// Programmatic dependent launch (sm_90, opt-in: TANDEM_CUDA_PDL=1, docs/cuda.md): a kernel
+// may be scheduled while the one before it on the stream is still running, so that its
+// launch does not wait for the other's end. Every kernel therefore begins with
+// TANDEM_GRID_DEPENDENCY(): wait until the grids it depends on have finished and their
+// writes are visible (griddepcontrol.wait; nothing when it was launched normally), then let
+// the next kernel be scheduled (griddepcontrol.launch_dependents). Before sm_90, and in the
+// emulator, whose launches run one after another, it is nothing.
 //
 // Under a host C++ compiler it is a small SIMT emulator, so the same kernel source runs on
 // the CPU in CI (see docs/cuda.md): a launch runs the grid's blocks one after another (or
@@ -26,8 +36,50 @@
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#define TANDEM_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
+
+#include <atomic>
+#include <utility>
+
+namespace tandem::simt {
+// Whether launches are programmatic dependent launches: set by the CUDA runtime layer
+// (runtime_cuda.cpp) when TANDEM_CUDA_PDL=1 and the device is sm_90 or later.
+std::atomic<bool>& pdl_launches();
+template <typename... P>
+struct Launcher {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  size_t shmem;
+  cudaStream_t stream;
+  template <typename... A>
+  void operator()(A&&... args) const {
+    if (!pdl_launches().load(std::memory_order_relaxed)) {
+      kernel<<<grid, block, shmem, stream>>>(std::forward<A>(args)...);
+      return;
+    }
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = shmem, cfg.stream = stream;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);  // (its error: the launch check's cudaGetLastError)
+  }
+};
+template <typename... P>
+Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
+  return Launcher<P...>{kernel, grid, block, shmem, stream};
+}
+}  // namespace tandem::simt
+
+#define TANDEM_LAUNCH(kernel, grid, block, shmem, stream) \
+  ::tandem::simt::make_launcher((kernel), dim3(grid), dim3(block), static_cast<size_t>(shmem), (stream))
 #define TANDEM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TANDEM_GRID_DEPENDENCY() \
+  asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define TANDEM_GRID_DEPENDENCY() ((void)0)
+#endif
 #define TANDEM_SIMT_EMULATED 0
 #else
 #define TANDEM_SIMT_EMULATED 1
@@ -51,6 +103,7 @@
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __shared__ static thread_local
+#define TANDEM_GRID_DEPENDENCY() ((void)0)
 #define TANDEM_DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::tandem::simt::detail::dynamic_shared())
 
 struct dim3 {
