@@ -100,23 +100,25 @@ __device__ __forceinline__ void mma_rows(const MmaArgs& a, int m_of, unsigned bx
           float d, dm;
           dev::k_scales<T>(blk[h], e0 / 16, d, dm, sc[h], mn[h]);
         }
+        // This lane's A fragment of the group, unpacked once for every token tile (a load the
+        // compiler may not hoist out of a loop that might not run).
+        constexpr int kA = kScalePer16<T> ? 2 : 4;
+        uint32_t af[kA];
+        af[0] = uint32_t(dev::k_word4<T>(blk[0], e0 + 4 * tid)), af[1] = uint32_t(dev::k_word4<T>(blk[1], e0 + 4 * tid));
+        if constexpr (kA == 4)
+          af[2] = uint32_t(dev::k_word4<T>(blk[0], e0 + 16 + 4 * tid)),
+          af[3] = uint32_t(dev::k_word4<T>(blk[1], e0 + 16 + 4 * tid));
         for (int j = 0; j < kTiles; ++j) {
           if (j >= n_tiles) break;
           const int64_t tb = t0 + 8 * j + gid;
           const int8_t* xq = a.q + (tb < a.n ? tb : 0) * a.cols + qk * b + e0;
           int dot[4], bs[4];
           if constexpr (kScalePer16<T>) {
-            const uint32_t af[2] = {uint32_t(dev::k_word4<T>(blk[0], e0 + 4 * tid)),
-                                    uint32_t(dev::k_word4<T>(blk[1], e0 + 4 * tid))};
             const uint32_t ones[2] = {kOnes, kOnes};
             const uint32_t bf[1] = {tb < a.n ? uint32_t(dev::ld_x4(xq + 4 * tid)) : 0u};
             dev::mma_s8_k16(dot, af, bf, zero);
             dev::mma_s8_k16(bs, ones, bf, zero);
           } else {
-            const uint32_t af[4] = {uint32_t(dev::k_word4<T>(blk[0], e0 + 4 * tid)),
-                                    uint32_t(dev::k_word4<T>(blk[1], e0 + 4 * tid)),
-                                    uint32_t(dev::k_word4<T>(blk[0], e0 + 16 + 4 * tid)),
-                                    uint32_t(dev::k_word4<T>(blk[1], e0 + 16 + 4 * tid))};
             const uint32_t ones[4] = {kOnes, kOnes, kOnes, kOnes};
             uint32_t bf[2] = {0u, 0u};
             if (tb < a.n) bf[0] = uint32_t(dev::ld_x4(xq + 4 * tid)), bf[1] = uint32_t(dev::ld_x4(xq + 16 + 4 * tid));
