@@ -214,6 +214,8 @@ Command add_generate(CLI::App& app) {
   add_verify_option(*sub, a->gen.speculative.verify);
   add_constraint_options(*sub, a->constraint);
   sub->add_option("--stop", a->gen.stop, "Stop string (repeatable)");
+  sub->add_option("--stop-token-id", a->gen.stop_token_ids,
+                  "Token id that ends the output as an end-of-generation token does (repeatable)");
   add_runtime_options(*sub, a->load);
   sub->add_flag("--ignore-eos", a->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   sub->add_flag("--no-special", a->no_special, "Do not add BOS/special tokens to the prompt");

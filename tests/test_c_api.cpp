@@ -1066,6 +1066,43 @@ TEST(CApi, LogitBiasForcesAndBansTokens) {
   EXPECT_EQ(r, nullptr);
 }
 
+// Stop token ids end the output at the token (the last one, no text of its own), with and
+// without speculation; NULL arrays and ids outside the vocabulary are refused.
+TEST(CApi, StopTokenIdsEndTheOutput) {
+  const auto prompt = repetitive_prompt();
+  const std::string path = model_path();
+  auto e = load(path, path.c_str());
+  auto run = [&](tandem_generate_params gp) {
+    tandem_result* r = nullptr;
+    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+        << tandem_last_error();
+    ResultPtr res(r);
+    return r ? std::make_pair(std::vector<int32_t>(res->tokens, res->tokens + res->n_tokens), res->finish_reason)
+             : std::make_pair(std::vector<int32_t>{}, -1);
+  };
+  const std::vector<int32_t> plain = run(greedy(8)).first;
+  ASSERT_EQ(plain.size(), 8u);
+  const size_t at = static_cast<size_t>(std::find(plain.begin(), plain.end(), plain[3]) - plain.begin());
+  tandem_generate_params gp = greedy(8);
+  int32_t ids[] = {plain[3]};
+  gp.stop_token_ids = ids;
+  gp.n_stop_token_ids = 1;
+  const auto stopped = run(gp);
+  EXPECT_EQ(stopped.first, std::vector<int32_t>(plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(at) + 1));
+  EXPECT_EQ(stopped.second, TANDEM_FINISH_STOP);
+  gp.draft_mode = TANDEM_DRAFT_MODEL;
+  EXPECT_EQ(run(gp), stopped);
+  tandem_result* r = nullptr;
+  ids[0] = 1 << 30;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tandem_last_error()).find("stop token id"), std::string::npos) << tandem_last_error();
+  gp.stop_token_ids = nullptr;
+  EXPECT_FAILS(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r),
+               TANDEM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r, nullptr);
+}
+
 // tandem_chat_*: the model's template (the fixture's gpt2 vocabulary carries ChatML as
 // tokenizer.chat_template; the llama one has none, so the ChatML fallback applies and its
 // BOS is prepended once), buffer sizes and bad arguments.

@@ -249,6 +249,23 @@ TEST(OpenAIRequest, LogitBiasIsParsedAndChecked) {
   }
 }
 
+TEST(OpenAIRequest, StopTokenIdsAreParsedAndChecked) {
+  EXPECT_EQ(chat(chat_with(R"("stop_token_ids":[7,0,7])")).opts.stop_token_ids, (std::vector<int32_t>{7, 0, 7}));
+  EXPECT_TRUE(chat(chat_with(R"("stop_token_ids":[])")).opts.stop_token_ids.empty());
+  EXPECT_TRUE(chat(chat_with(R"("temperature":0)")).opts.stop_token_ids.empty());
+  EXPECT_EQ(completion(R"({"prompt":"x","stop_token_ids":[3]})").opts.stop_token_ids, (std::vector<int32_t>{3}));
+  std::string many = "[";
+  for (int i = 0; i <= config().max_stop_token_ids; ++i) many += (i ? ",1" : "1");
+  many += "]";
+  const std::string over = std::to_string(config().n_vocab);
+  for (const std::string& bad : {std::string("5"), std::string(R"(["5"])"), std::string("[-1]"), std::string("[1.5]"),
+                                 "[" + over + "]", std::string("[1e30]"), many}) {
+    const ApiError e = chat_error(chat_with(R"("stop_token_ids":)" + bad));
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "stop_token_ids") << bad;
+  }
+}
+
 // echo (completions): with logprobs the prompt is scored (prompt_logprobs, the same number of
 // alternatives), max_tokens may be 0, streamed or not.
 TEST(OpenAIRequest, EchoScoresThePromptWithLogprobs) {

@@ -125,6 +125,51 @@ TEST(Speculative, StopStringsAndMaxTokensCutAcceptedSpansLikePlainDecoding) {
   }
 }
 
+// Stop token ids end the output where the token comes, as an end-of-generation token does:
+// the token is the last one and adds no text, with or without speculation, whatever
+// ignore_eos says; ids outside the vocabulary are refused.
+TEST(Speculative, StopTokenIdsEndTheOutputWhereTheTokenComes) {
+  const auto& fx = fixture_pair();
+  auto e = load(fx.target, fx.close_draft);
+  const auto prompt = prompt_of(8, 42);
+  const auto plain_long = e->generate_tokens(prompt, greedy(30));
+  ASSERT_GE(plain_long.tokens.size(), 12u);
+  const int32_t n_vocab = e->info().n_vocab;
+  // A token whose first occurrence is past the start, so that the cut is visible.
+  size_t at = 0;
+  int32_t stop = -1;
+  for (size_t i = 6; i < plain_long.tokens.size() && stop < 0; ++i)
+    if (std::find(plain_long.tokens.begin(), plain_long.tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                  plain_long.tokens[i]) == plain_long.tokens.begin() + static_cast<std::ptrdiff_t>(i))
+      at = i, stop = plain_long.tokens[i];
+  ASSERT_GE(stop, 0) << "no token occurs first after position 6";
+  const std::vector<int32_t> want(plain_long.tokens.begin(), plain_long.tokens.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  for (bool ignore_eos : {false, true}) {
+    GenerateOptions g = greedy(30);
+    g.ignore_eos = ignore_eos;
+    g.stop_token_ids = {n_vocab - 1, stop};
+    const auto plain = e->generate_tokens(prompt, g);
+    EXPECT_EQ(plain.tokens, want);
+    EXPECT_EQ(plain.finish, FinishReason::Stop);
+    EXPECT_EQ(plain.text, e->generate_tokens(prompt, greedy(static_cast<int32_t>(at))).text)
+        << "the stop token adds no text";
+    for (DraftMode mode : {DraftMode::Model, DraftMode::Ngram}) {
+      GenerateOptions s = g;
+      s.speculative.mode = mode;
+      s.speculative.draft_max = 6;
+      const auto spec = e->generate_tokens(prompt, s);
+      EXPECT_EQ(spec.tokens, plain.tokens);
+      EXPECT_EQ(spec.text, plain.text);
+      EXPECT_EQ(spec.finish, plain.finish);
+    }
+  }
+  GenerateOptions bad = greedy(4);
+  bad.stop_token_ids = {n_vocab};
+  EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+  bad.stop_token_ids = {-1};
+  EXPECT_THROW(e->generate_tokens(prompt, bad), std::invalid_argument);
+}
+
 // Sampling: the marginal distribution of each output position with speculation equals
 // the target-only one (two-sample chi-square per position, fixed seeds: deterministic).
 std::vector<std::map<int64_t, int64_t>> sample_positions(Engine& e, const std::vector<int32_t>& prompt,

@@ -67,6 +67,7 @@ struct ProtocolConfig {
   std::vector<std::pair<float, SpeculativeOptions>> speculative_by_temp;
   const SpeculativeOptions& speculative_for(float temperature) const;
   int32_t max_stop_strings = 16;
+  int32_t max_stop_token_ids = 256;
   // --max-tokens: the most tokens one request may generate (0 = the context is the only
   // bound). A request asking for more is refused (400); one that does not ask gets this.
   int32_t max_tokens = 0;

@@ -263,6 +263,28 @@ std::vector<std::string> parse_stop(const json::object& o, const ProtocolConfig&
   return out;
 }
 
+// "stop_token_ids" (vLLM's extension): token ids that end the output as an end-of-generation
+// token does, each inside the vocabulary.
+std::vector<int32_t> parse_stop_token_ids(const json::object& o, const ProtocolConfig& cfg) {
+  const json::value* v = field(o, "stop_token_ids");
+  if (!v) return {};
+  if (!v->is_array()) throw wrong_type("stop_token_ids", "an array of token ids", *v);
+  if (static_cast<int64_t>(v->get_array().size()) > cfg.max_stop_token_ids)
+    throw bad_request("'stop_token_ids' may hold at most " + std::to_string(cfg.max_stop_token_ids) + " ids",
+                      "stop_token_ids", "invalid_value");
+  std::vector<int32_t> out;
+  for (const json::value& t : v->get_array()) {
+    if (!t.is_int64() && !t.is_uint64()) throw wrong_type("stop_token_ids", "an array of token ids", t);
+    const int64_t id = t.is_int64() ? t.get_int64() : static_cast<int64_t>(std::min<uint64_t>(t.get_uint64(), INT64_MAX));
+    if (id < 0 || id >= cfg.n_vocab)
+      throw bad_request("token id " + std::to_string(id) + " in 'stop_token_ids' is outside the vocabulary (" +
+                            std::to_string(cfg.n_vocab) + " tokens)",
+                        "stop_token_ids", "invalid_value");
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return out;
+}
+
 void parse_sampling(const json::object& o, SamplingParams& s) {
   // OpenAI's defaults; top_k and min_p are extensions that default to off.
   s.temperature = 1.0f;
@@ -527,6 +549,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const Prot
   parse_sampling(o, r.opts.sampling);
   parse_logit_bias(o, cfg, r.opts.sampling);
   r.opts.stop = parse_stop(o, cfg);
+  r.opts.stop_token_ids = parse_stop_token_ids(o, cfg);
   r.opts.ignore_eos = get_bool(o, "ignore_eos").value_or(false);
   parse_speculative(o, cfg, r.opts.sampling.temperature, r.opts.speculative);
   r.opts.grammar = parse_constraint(o);  // response_format, grammar (openai_constraint.cpp)

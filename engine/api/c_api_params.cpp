@@ -124,6 +124,9 @@ GenerateOptions to_generate_options(const tandem_generate_params* given) {
     if (!p.stop[i]) throw std::invalid_argument("tandem_generate_params.stop[" + std::to_string(i) + "] is NULL");
     o.stop.emplace_back(p.stop[i]);
   }
+  if (p.n_stop_token_ids > 0 && !p.stop_token_ids)
+    throw std::invalid_argument("tandem_generate_params.stop_token_ids is NULL but n_stop_token_ids > 0");
+  o.stop_token_ids.assign(p.stop_token_ids, p.stop_token_ids + p.n_stop_token_ids);
   o.add_special = p.add_special != 0;
   o.parse_special = p.parse_special != 0;
   o.ignore_eos = p.ignore_eos != 0;

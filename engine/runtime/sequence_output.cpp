@@ -1,11 +1,14 @@
 #include "engine/runtime/sequence_output.hpp"
 
+#include <algorithm>
+
 namespace tandem {
 
 SequenceOutput::SequenceOutput(const Tokenizer& tok, const GenerateOptions& opts, StreamEventCallback cb,
                                std::span<const int32_t> prompt, Clock::time_point start)
     : tok_(tok),
       ignore_eos_(opts.ignore_eos),
+      stop_token_ids_(opts.stop_token_ids),
       max_tokens_(opts.max_tokens),
       prompt_logprobs_pending_(opts.prompt_logprobs >= 0),
       cb_(std::move(cb)),
@@ -14,11 +17,17 @@ SequenceOutput::SequenceOutput(const Tokenizer& tok, const GenerateOptions& opts
       start_(start) {
   res_.prompt_tokens.assign(prompt.begin(), prompt.end());
   res_.timings.n_prompt = static_cast<int32_t>(prompt.size());
+  std::sort(stop_token_ids_.begin(), stop_token_ids_.end());
+}
+
+bool SequenceOutput::ends_output(int32_t token) const {
+  return (!ignore_eos_ && tok_.is_eog(token)) ||
+         std::binary_search(stop_token_ids_.begin(), stop_token_ids_.end(), token);
 }
 
 bool SequenceOutput::push(int32_t token, const TokenLogprobs* lp) {
   res_.tokens.push_back(token);
-  if (!ignore_eos_ && tok_.is_eog(token)) {
+  if (ends_output(token)) {
     res_.finish = FinishReason::Stop;
     return false;
   }

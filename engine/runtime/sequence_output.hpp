@@ -5,6 +5,7 @@
 #pragma once
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/base/clock.hpp"
 #include "engine/text/stop_strings.hpp"
@@ -19,8 +20,8 @@ class SequenceOutput {
                  std::span<const int32_t> prompt, Clock::time_point start);
 
   // One more output token and its logprobs (null when not asked for): its text goes out.
-  // False once the output is over: an end-of-generation token (unless ignore_eos), a stop
-  // string in the text, or the client cancelling (the stream callback returned false); the
+  // False once the output is over: an end-of-generation token (unless ignore_eos) or one of
+  // the stop token ids, a stop string in the text, or the client cancelling (the stream callback returned false); the
   // finish reason is then set.
   bool push(int32_t token, const TokenLogprobs* lp);
   // Whether max_tokens are out.
@@ -36,9 +37,11 @@ class SequenceOutput {
 
  private:
   bool emit(const std::string& text, int32_t token, const TokenLogprobs* lp);
+  bool ends_output(int32_t token) const;
 
   const Tokenizer& tok_;
   bool ignore_eos_;
+  std::vector<int32_t> stop_token_ids_;  // sorted
   int32_t max_tokens_;
   bool prompt_logprobs_pending_;  // the first event is still to bring the prompt's logprobs
   StreamEventCallback cb_;

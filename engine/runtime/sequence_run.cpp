@@ -73,6 +73,10 @@ SequenceRun::SequenceRun(Transformer& target, const Tokenizer& tok, std::span<co
     if (t < 0 || t >= n_vocab_)
       throw std::invalid_argument("logit_bias token " + std::to_string(t) + " is outside the vocabulary (" +
                                   std::to_string(n_vocab_) + " tokens)");
+  for (int32_t t : opts.stop_token_ids)
+    if (t < 0 || t >= n_vocab_)
+      throw std::invalid_argument("stop token id " + std::to_string(t) + " is outside the vocabulary (" +
+                                  std::to_string(n_vocab_) + " tokens)");
   static_assert(kMaxTreeNodes == kernels::kMaxTreeNodes, "a tree's nodes are the bits of the attention mask");
   if (opts.speculative.tree_width < 1 || opts.speculative.tree_width > kMaxTreeNodes ||
       opts.speculative.tree_nodes < 0 || opts.speculative.tree_nodes > kMaxTreeNodes)

@@ -60,6 +60,10 @@ struct GenerateOptions {
   bool add_special = true;        // prepend BOS etc. as the model's metadata says
   bool parse_special = true;      // special-token texts in the prompt become special tokens
   bool ignore_eos = false;
+  // Tokens that end the output when generated, as an end-of-generation token does (vLLM's
+  // stop_token_ids): such a token is the last of GenerateResult::tokens and adds no text;
+  // ignore_eos does not lift them. Each inside the vocabulary, else std::invalid_argument.
+  std::vector<int32_t> stop_token_ids;
   SpeculativeOptions speculative;
   // Constrained decoding: the output is a sentence of this GBNF grammar (llama.cpp's grammar
   // format; json_schema_to_gbnf in engine/grammar/json_schema.hpp writes one from a JSON

@@ -55,7 +55,7 @@ typedef enum tandem_status {
 } tandem_status;
 
 typedef enum tandem_finish_reason {
-  TANDEM_FINISH_STOP = 0,      /* end-of-generation token or a stop string */
+  TANDEM_FINISH_STOP = 0,      /* end-of-generation token, a stop token id or a stop string */
   TANDEM_FINISH_LENGTH = 1,    /* max_tokens or the context limit reached */
   TANDEM_FINISH_CANCELLED = 2  /* stream callback returned non-zero or tandem_engine_cancel */
 } tandem_finish_reason;
@@ -174,6 +174,12 @@ typedef struct tandem_generate_params {
   const int32_t* logit_bias_tokens;
   const float* logit_bias_values;
   size_t n_logit_bias;
+  /* Tokens that end the output when generated, as an end-of-generation token does (vLLM's
+   * stop_token_ids; ignore_eos does not lift them): the token is the last of tandem_result.tokens
+   * and adds no text; finish reason TANDEM_FINISH_STOP. Each inside the vocabulary, else
+   * TANDEM_ERR_INVALID_ARGUMENT. Default: none. */
+  const int32_t* stop_token_ids;
+  size_t n_stop_token_ids;
 } tandem_generate_params;
 
 #define TANDEM_MAX_TOP_LOGPROBS 20

@@ -160,6 +160,24 @@ def test_logit_bias_forces_and_bans_tokens(tiny: tandem.Engine) -> None:
         tiny.generate("Once", max_tokens=1, logit_bias=[(1, 1.0)])  # type: ignore[arg-type]
 
 
+def test_stop_token_ids_end_the_output_at_the_token(tiny: tandem.Engine) -> None:
+    plain = tiny.generate("Once", **greedy(8))
+    assert len(plain.tokens) == 8
+    stop = plain.tokens[4]
+    at = plain.tokens.index(stop)
+    r = tiny.generate("Once", **greedy(8), stop_token_ids=[stop])
+    assert r.tokens == plain.tokens[:at + 1] and r.finish_reason == "stop"
+    assert r.text == tiny.generate("Once", **greedy(at)).text  # the stop token adds no text
+    # (greedy() sets ignore_eos, which does not lift stop token ids; without it the same cut.)
+    assert tiny.generate("Once", **{**greedy(8), "ignore_eos": False}, stop_token_ids=[stop]).tokens == r.tokens
+    with pytest.raises(tandem.InvalidArgumentError, match="stop token id"):
+        tiny.generate("Once", max_tokens=1, stop_token_ids=[10**6])
+    with pytest.raises(tandem.InvalidArgumentError, match="stop_token_ids"):
+        tiny.generate("Once", max_tokens=1, stop_token_ids=["1"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="stop_token_ids"):
+        tiny.generate("Once", max_tokens=1, stop_token_ids=5)  # type: ignore[arg-type]
+
+
 def test_prompt_logprobs_score_a_text_as_its_generation_drew_it(tiny: tandem.Engine) -> None:
     # At temperature 1 with no cuts, a sampled token's logprob is the raw distribution's, which
     # is what scoring the prompt gives: the generated text scored as a prompt must agree.

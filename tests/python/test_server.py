@@ -849,6 +849,31 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
             self.assertNotEqual(out.returncode, 0, bad)
             self.assertIn("--logit-bias", out.stderr, bad)
 
+    def test_stop_token_ids_end_the_output(self):
+        """vLLM's stop_token_ids: the output ends at the first listed token (finish_reason "stop",
+        the token's text left out), with speculation too; ids outside the vocabulary are a 400.
+        The CLI's --stop-token-id does the same."""
+        kw = dict(model="smollm2", prompt="The colours of the rainbow are red,", max_tokens=16, temperature=0)
+        plain = self.client.completions.create(**kw)
+        status, _, t = self.server.request("POST", "/tokenize", {"content": plain.choices[0].text})
+        self.assertEqual(status, 200)
+        ids = t["tokens"]
+        self.assertGreaterEqual(len(ids), 6)
+        stop = ids[4]
+        status, _, head = self.server.request("POST", "/detokenize", {"tokens": ids[:ids.index(stop)]})
+        for mode in self.MODES:
+            r = self.client.completions.create(extra_body={"stop_token_ids": [stop], "speculative": {"mode": mode}}, **kw)
+            self.assertEqual(r.choices[0].finish_reason, "stop", mode)
+            self.assertEqual(r.choices[0].text, head["content"], mode)
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(extra_body={"stop_token_ids": [100000000]}, **kw)
+        self.assertEqual(e.exception.body["param"], "stop_token_ids")
+        out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "16", "--json",
+                              "-p", kw["prompt"], "--stop-token-id", str(stop)],
+                             capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["tokens"][-1], stop)
+
     def test_completion_suffix_needs_a_fill_in_the_middle_model(self):
         """`suffix` fills in the middle with a code model's FIM markers (tests/test_speculative.cpp
         runs Qwen2.5-Coder's); SmolLM2 has none, which the 400 says, as it does for token prompts."""

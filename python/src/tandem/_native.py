@@ -82,6 +82,8 @@ class GenerateParams(Structure):
         ("logit_bias_tokens", POINTER(c_int32)),
         ("logit_bias_values", POINTER(c_float)),
         ("n_logit_bias", c_size_t),
+        ("stop_token_ids", POINTER(c_int32)),
+        ("n_stop_token_ids", c_size_t),
     ]
 
 

@@ -29,7 +29,7 @@ _PLAIN_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repeti
                  "lookup", "lookup_min", "tree_width", "tree_nodes", "logprobs", "prompt_logprobs")
 _MAX_TOP_LOGPROBS = 20  # TANDEM_MAX_TOP_LOGPROBS
 _SAMPLING_KEYS = frozenset(_PLAIN_FIELDS) | {"stop", "draft", "verify", "grammar", "json_schema", "policy",
-                                             "logit_bias"}
+                                             "logit_bias", "stop_token_ids"}
 _POLICIES = ("fixed", "confidence", "adaptive", "goodput")
 _SEED_RANDOM = 2**64 - 1  # TANDEM_SEED_RANDOM: the library draws a fresh seed
 _LOAD_KEYS = frozenset({"threads", "context", "kv_type", "pin_threads", "gpu_mem_bytes", "draft_vocab",
@@ -448,6 +448,19 @@ class Engine:
             p.logit_bias_tokens = ctypes.cast(tokens, POINTER(c_int32))
             p.logit_bias_values = ctypes.cast(biases, POINTER(c_float))
             p.n_logit_bias = len(ids)
+        stop_ids = sampling.get("stop_token_ids")
+        if stop_ids:
+            if isinstance(stop_ids, (str, bytes)) or not isinstance(stop_ids, Sequence):
+                raise TypeError("stop_token_ids must be a sequence of token ids")
+            for t in stop_ids:
+                if isinstance(t, bool) or not isinstance(t, int):
+                    raise InvalidArgumentError(f"stop_token_ids must be token ids (int), not {t!r}")
+                if not -2**31 <= t < 2**31:
+                    raise InvalidArgumentError(f"stop token id {t} is outside the vocabulary")
+            stop_arr = (c_int32 * len(stop_ids))(*stop_ids)
+            keep.append(stop_arr)
+            p.stop_token_ids = ctypes.cast(stop_arr, POINTER(c_int32))
+            p.n_stop_token_ids = len(stop_ids)
         stop = sampling.get("stop")
         if stop is not None:
             stops = [stop] if isinstance(stop, str) else list(stop)

@@ -46,6 +46,9 @@ class SamplingOptions(TypedDict, total=False):
     add_special: bool                 # default True: prepend BOS etc. as the model says
     parse_special: bool               # default True: special-token texts become special tokens
     ignore_eos: bool
+    # Tokens that end the output when generated, as an end-of-generation token does (vLLM's
+    # stop_token_ids; ignore_eos does not lift them): the last token, with no text of its own.
+    stop_token_ids: Sequence[int]
     # Speculative decoding: changes speed only, never the output's distribution (and
     # greedy output not at all).
     draft: Literal["none", "model", "ngram"]  # default: what Engine.load was given
