@@ -44,8 +44,10 @@ namespace tandem::simt {
 // Whether launches are programmatic dependent launches: set by the CUDA runtime layer
 // (runtime_cuda.cpp) when TANDEM_CUDA_PDL=1 and the device is sm_90 or later.
 std::atomic<bool>& pdl_launches();
+// (Named apart from the emulator's Launcher: both builds link into one program, and a
+// template of one name with two definitions would be one of them for both.)
 template <typename... P>
-struct Launcher {
+struct DeviceLauncher {
   void (*kernel)(P...);
   dim3 grid, block;
   size_t shmem;
@@ -66,13 +68,14 @@ struct Launcher {
   }
 };
 template <typename... P>
-Launcher<P...> make_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream) {
-  return Launcher<P...>{kernel, grid, block, shmem, stream};
+DeviceLauncher<P...> make_device_launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem,
+                                          cudaStream_t stream) {
+  return DeviceLauncher<P...>{kernel, grid, block, shmem, stream};
 }
 }  // namespace tandem::simt
 
 #define TANDEM_LAUNCH(kernel, grid, block, shmem, stream) \
-  ::tandem::simt::make_launcher((kernel), dim3(grid), dim3(block), static_cast<size_t>(shmem), (stream))
+  ::tandem::simt::make_device_launcher((kernel), dim3(grid), dim3(block), static_cast<size_t>(shmem), (stream))
 #define TANDEM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define TANDEM_GRID_DEPENDENCY() \
