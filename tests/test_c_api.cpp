@@ -1016,17 +1016,22 @@ TEST(CApi, PromptLogprobsInTheResult) {
 
 // logit_bias: +100 forces a token at every step, -100 bans the plain output's first token;
 // the draft model and speculation keep the biased greedy tokens; bad lists fail clearly.
+// The tokens and finish reason of one tandem_generate_tokens call that must succeed.
+std::pair<std::vector<int32_t>, int32_t> generated(tandem_engine* e, const std::vector<int32_t>& prompt,
+                                                   const tandem_generate_params& gp) {
+  tandem_result* r = nullptr;
+  EXPECT_EQ(tandem_generate_tokens(e, prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
+      << tandem_last_error();
+  ResultPtr res(r);
+  return r ? std::make_pair(std::vector<int32_t>(res->tokens, res->tokens + res->n_tokens), res->finish_reason)
+           : std::make_pair(std::vector<int32_t>{}, int32_t{-1});
+}
+
 TEST(CApi, LogitBiasForcesAndBansTokens) {
   const auto prompt = repetitive_prompt();
   const std::string path = model_path();
   auto e = load(path, path.c_str());
-  auto run = [&](tandem_generate_params gp) {
-    tandem_result* r = nullptr;
-    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
-        << tandem_last_error();
-    ResultPtr res(r);
-    return r ? std::vector<int32_t>(res->tokens, res->tokens + res->n_tokens) : std::vector<int32_t>{};
-  };
+  auto run = [&](const tandem_generate_params& gp) { return generated(e.get(), prompt, gp).first; };
   const std::vector<int32_t> plain = run(greedy(8));
   ASSERT_EQ(plain.size(), 8u);
   tandem_generate_params gp = greedy(8);
@@ -1072,14 +1077,7 @@ TEST(CApi, StopTokenIdsEndTheOutput) {
   const auto prompt = repetitive_prompt();
   const std::string path = model_path();
   auto e = load(path, path.c_str());
-  auto run = [&](tandem_generate_params gp) {
-    tandem_result* r = nullptr;
-    EXPECT_EQ(tandem_generate_tokens(e.get(), prompt.data(), prompt.size(), &gp, nullptr, nullptr, &r), TANDEM_OK)
-        << tandem_last_error();
-    ResultPtr res(r);
-    return r ? std::make_pair(std::vector<int32_t>(res->tokens, res->tokens + res->n_tokens), res->finish_reason)
-             : std::make_pair(std::vector<int32_t>{}, -1);
-  };
+  auto run = [&](const tandem_generate_params& gp) { return generated(e.get(), prompt, gp); };
   const std::vector<int32_t> plain = run(greedy(8)).first;
   ASSERT_EQ(plain.size(), 8u);
   const size_t at = static_cast<size_t>(std::find(plain.begin(), plain.end(), plain[3]) - plain.begin());

@@ -211,6 +211,17 @@ std::vector<InputMessage> parse_messages(const json::object& o) {
 
 // "prompt": a string, a list of exactly one string, a list of token ids, or a list of one
 // list of token ids (batches of prompts are not supported: use separate requests).
+// A token id of the model's vocabulary in `param` (else a 400 naming it).
+int32_t token_id(const json::value& t, const ProtocolConfig& cfg, const char* param, const char* expected) {
+  if (!t.is_int64() && !t.is_uint64()) throw wrong_type(param, expected, t);
+  const int64_t id = t.is_int64() ? t.get_int64() : static_cast<int64_t>(std::min<uint64_t>(t.get_uint64(), INT64_MAX));
+  if (id < 0 || id >= cfg.n_vocab)
+    throw bad_request("token id " + std::to_string(id) + " in " + quoted(param) + " is outside the vocabulary (" +
+                          std::to_string(cfg.n_vocab) + " tokens)",
+                      param, "invalid_value");
+  return static_cast<int32_t>(id);
+}
+
 void parse_prompt(const json::object& o, const ProtocolConfig& cfg, ParsedRequest& r) {
   const json::value* v = field(o, "prompt");
   if (!v) throw bad_request("'prompt' is required", "prompt", "missing_required_parameter");
@@ -231,13 +242,7 @@ void parse_prompt(const json::object& o, const ProtocolConfig& cfg, ParsedReques
     if (t.is_string())
       throw bad_request("'prompt' as a list must hold exactly one string (send one request per prompt)", "prompt",
                         "invalid_value");
-    if (!t.is_int64() && !t.is_uint64()) throw wrong_type("prompt", "a string or a list of token ids", t);
-    const int64_t id = t.is_int64() ? t.get_int64() : static_cast<int64_t>(std::min<uint64_t>(t.get_uint64(), INT64_MAX));
-    if (id < 0 || id >= cfg.n_vocab)
-      throw bad_request("token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary (" +
-                            std::to_string(cfg.n_vocab) + " tokens)",
-                        "prompt", "invalid_value");
-    r.prompt_tokens.push_back(static_cast<int32_t>(id));
+    r.prompt_tokens.push_back(token_id(t, cfg, "prompt", "a string or a list of token ids"));
   }
 }
 
@@ -273,15 +278,7 @@ std::vector<int32_t> parse_stop_token_ids(const json::object& o, const ProtocolC
     throw bad_request("'stop_token_ids' may hold at most " + std::to_string(cfg.max_stop_token_ids) + " ids",
                       "stop_token_ids", "invalid_value");
   std::vector<int32_t> out;
-  for (const json::value& t : v->get_array()) {
-    if (!t.is_int64() && !t.is_uint64()) throw wrong_type("stop_token_ids", "an array of token ids", t);
-    const int64_t id = t.is_int64() ? t.get_int64() : static_cast<int64_t>(std::min<uint64_t>(t.get_uint64(), INT64_MAX));
-    if (id < 0 || id >= cfg.n_vocab)
-      throw bad_request("token id " + std::to_string(id) + " in 'stop_token_ids' is outside the vocabulary (" +
-                            std::to_string(cfg.n_vocab) + " tokens)",
-                        "stop_token_ids", "invalid_value");
-    out.push_back(static_cast<int32_t>(id));
-  }
+  for (const json::value& t : v->get_array()) out.push_back(token_id(t, cfg, "stop_token_ids", "an array of token ids"));
   return out;
 }
 
