@@ -249,10 +249,15 @@ static int run(int argc, char** argv) {
     }
     const double prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - tp).count();
     const int64_t prefill_launches = launches0 < 0 ? -1 : kernels::cuda_launch_count(*be) - launches0;
-    std::vector<double> tn;
-    for (int n = 1; n <= nmax; ++n) {
+    // The n tokens a decode (n = 1) or verification pass feeds after the prompt.
+    const auto pass_tokens = [&](int n) {
       std::vector<int32_t> run(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + 31 * i) % std::min(vocab, 30000);
+      return run;
+    };
+    std::vector<double> tn;
+    for (int n = 1; n <= nmax; ++n) {
+      const std::vector<int32_t> run = pass_tokens(n);
       std::vector<double> t;
       for (int r = 0; r < reps; ++r) {
         Batch b;
@@ -290,8 +295,7 @@ static int run(int argc, char** argv) {
       }
       const std::string prefill = list(kernels::cuda_op_profile(*be));
       const auto passes = [&](int n) {
-        std::vector<int32_t> run(static_cast<size_t>(n));
-        for (int i = 0; i < n; ++i) run[static_cast<size_t>(i)] = (ctx + 31 * i) % std::min(vocab, 30000);
+        const std::vector<int32_t> run = pass_tokens(n);
         kernels::cuda_op_profile(*be);
         for (int r = 0; r < reps; ++r) {
           Batch b;

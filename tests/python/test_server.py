@@ -262,6 +262,12 @@ if os.environ.get("TANDEM_TEST_CACHE_SEED"):
     shutil.copytree(os.environ["TANDEM_TEST_CACHE_SEED"], CACHE_DIR, dirs_exist_ok=True)
 
 
+def run_tandem(args, timeout):
+    """`tandem ARGS...` run to its end with this run's private cost cache, output captured."""
+    return subprocess.run([ARGS.tandem, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+
+
 def complete(client, prompt, max_tokens, mode=None, **kw):
     extra = dict(kw.pop("extra_body", {}))
     if mode:
@@ -413,10 +419,10 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         """`tandem generate` without --seed: a fresh seed each run, printed ("seed" with --json, [seed] on stderr);
         --seed with it gives the same text."""
         def generate(*extra, json_out=True):
-            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "1.8", "--top-k", "0",
+            out = run_tandem(["generate", "-m", model_path(), "--temp", "1.8", "--top-k", "0",
                                   "--top-p", "1", "--min-p", "0", "-n", "24", "--threads", str(ARGS.threads),
                                   *(["--json"] if json_out else []), "-p", "Some words:", *extra],
-                                 capture_output=True, text=True, timeout=300 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                                 timeout=300 * TIME_SCALE)
             self.assertEqual(out.returncode, 0, out.stderr)
             return out
 
@@ -436,9 +442,9 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         """`tandem generate --logprobs N --json`: one entry a generated token, its own logprob and the N
         most likely (greedy: the token first), the same with n-gram drafts; without --json it is refused."""
         def generate(*extra):
-            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "16",
+            out = run_tandem(["generate", "-m", model_path(), "--temp", "0", "-n", "16",
                                   "--threads", str(ARGS.threads), "--json", "--logprobs", "3", "-p", "One, two, three,",
-                                  *extra], capture_output=True, text=True, timeout=300 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                                  *extra], timeout=300 * TIME_SCALE)
             self.assertEqual(out.returncode, 0, out.stderr)
             return json.loads(out.stdout)
 
@@ -452,8 +458,8 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
             self.assertGreaterEqual(lp["top"][1][1], lp["top"][2][1])
         spec = generate("--draft", "ngram")
         self.assertEqual((spec["tokens"], spec["logprobs"]), (plain["tokens"], plain["logprobs"]))
-        bare = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "-n", "2", "--logprobs", "3", "-p", "x"],
-                              capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+        bare = run_tandem(["generate", "-m", model_path(), "-n", "2", "--logprobs", "3", "-p", "x"],
+                              timeout=60 * TIME_SCALE)
         self.assertNotEqual(bare.returncode, 0)
         self.assertIn("--json", bare.stderr)
 
@@ -754,10 +760,9 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         gets exactly the logprobs it was generated with (`tandem generate --json --logprobs`), its
         read rows being its decoded ones bit for bit. max_tokens 0 only scores; a prompt already in
         the prefix cache is scored all the same; the first prompt token's entry is null."""
-        gen = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "8", "--threads",
+        gen = run_tandem(["generate", "-m", model_path(), "--temp", "0", "-n", "8", "--threads",
                               str(ARGS.threads), "--json", "--logprobs", "3", "--draft", "none", "-p",
-                              "The capital of France is"], capture_output=True, text=True, timeout=300 * TIME_SCALE,
-                             env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                              "The capital of France is"], timeout=300 * TIME_SCALE)
         self.assertEqual(gen.returncode, 0, gen.stderr)
         g = json.loads(gen.stdout)
         ids = g["prompt_tokens"] + g["tokens"]
@@ -837,9 +842,9 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         self.assertEqual(e.exception.body["param"], "logit_bias")
         # The CLI's --logit-bias (ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS).
         def cli(*bias):
-            return subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "3", "--json",
+            return run_tandem(["generate", "-m", model_path(), "--temp", "0", "-n", "3", "--json",
                                    "-p", "My favourite colour is", *bias],
-                                  capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                                  timeout=60 * TIME_SCALE)
         for form in (f"{the}=100", f"{the}+100"):
             out = cli("--logit-bias", form)
             self.assertEqual(out.returncode, 0, out.stderr)
@@ -868,9 +873,9 @@ class MainServer(StructuredOutputCases, OtherApiCases, Timed):
         with self.assertRaises(openai.BadRequestError) as e:
             self.client.completions.create(extra_body={"stop_token_ids": [100000000]}, **kw)
         self.assertEqual(e.exception.body["param"], "stop_token_ids")
-        out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--temp", "0", "-n", "16", "--json",
+        out = run_tandem(["generate", "-m", model_path(), "--temp", "0", "-n", "16", "--json",
                               "-p", kw["prompt"], "--stop-token-id", str(stop)],
-                             capture_output=True, text=True, timeout=60 * TIME_SCALE, env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                             timeout=60 * TIME_SCALE)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(json.loads(out.stdout)["tokens"][-1], stop)
 
@@ -1257,11 +1262,10 @@ class ConfidencePolicyServer(Timed):
             return r.choices[0].text, drafted / drafts
 
         def generated(policy):
-            out = subprocess.run([ARGS.tandem, "generate", "-m", model_path(), "--model-draft", model_path(),
+            out = run_tandem(["generate", "-m", model_path(), "--model-draft", model_path(),
                                   "--draft", "model", "--draft-max", "4", "--policy", policy, "--no-lookup",
                                   "--temp", "0", "-n", "48", "--threads", str(ARGS.threads), "--json", "-p", prompt],
-                                 capture_output=True, text=True, timeout=300 * TIME_SCALE,
-                                 env=dict(os.environ, TANDEM_CACHE=CACHE_DIR))
+                                 timeout=300 * TIME_SCALE)
             self.assertEqual(out.returncode, 0, out.stderr)
             sp = json.loads(out.stdout)["speculative"]
             return sp["drafted_tokens"] / sp["drafts"]
